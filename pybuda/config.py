@@ -1,0 +1,408 @@
+"""Compiler configuration: one :class:`CompilerConfig`, the global instance and the override APIs.
+
+``set_configuration_options`` and the ``override_*`` / ``set_*_break`` / ``configure_mixed_precision``
+functions edit the global instance, as in TT-Buda; compile snapshots it (``snapshot``) and stores it
+with the netlist and the device image. Environment variables are read here and nowhere else.
+"""
+
+from __future__ import annotations
+
+import copy
+import enum
+import os
+import re
+from dataclasses import asdict, dataclass, field, fields
+from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
+
+from pybuda.errors import ConfigError
+from pybuda.tensor import DataFormat, MathFidelity
+
+
+class CompileDepth(enum.IntEnum):
+    """Compile stages in order; ``compile_depth`` stops after the named stage."""
+
+    INIT_COMPILE = 0
+    GENERATE_INITIAL_GRAPH = 1
+    POST_INITIAL_GRAPH_PASS = 2
+    CONSTEVAL_GRAPH = 3
+    POST_PATTERN_MATCHER = 4
+    OPTIMIZED_GRAPH = 5
+    AUTOGRAD = 6
+    POST_AUTOGRAD_PASS = 7
+    PRE_LOWERING_PASS = 8
+    BUDA_GRAPH_PRE_PLACER = 9
+    BALANCER_PASS = 10
+    PRE_NETLIST_PASS = 11
+    GENERATE_NETLIST = 12
+    BACKEND_GOLDEN_VERIFY = 13
+    FULL = 14
+
+    @classmethod
+    def from_string(cls, name: str) -> "CompileDepth":
+        try:
+            return cls[name.upper()]
+        except KeyError:
+            raise ConfigError(f"unknown compile depth '{name}'; expected one of {[m.name for m in cls]}") from None
+
+
+class PerfTraceLevel(enum.IntEnum):
+    NONE = 0
+    LIGHT = 1
+    VERBOSE = 2
+
+
+class DRAMPlacementAlgorithm(enum.IntEnum):
+    ROUND_ROBIN = 1
+    ROUND_ROBIN_FLIP_FLOP = 2
+    GREATEST_CAPACITY = 3
+    CLOSEST = 4
+
+
+class DeviceMode(enum.IntEnum):
+    CompileAndRun = 0
+    CompileOnly = 1
+    RunOnly = 2
+
+
+BALANCER_POLICIES = ("NLP", "Ribbon", "MaximizeTMinimizeGrid", "MinimizeGrid", "Random", "CNN", "SingleOpPerEpoch")
+DEVICE_CONFIGS = ("gs_e75", "gs_e150", "wh_n150", "wh_n300", "bh_p150")
+
+
+@dataclass
+class OpOverride:
+    """Balancer overrides for one op (TT-Buda's ``balancer.OpOverride``)."""
+
+    grid_shape: Optional[Tuple[int, int]] = None
+    force_dram_parameters: Optional[bool] = None
+    t_stream_dir: Optional[str] = None
+    t_stream_shape: Optional[Tuple[int, int]] = None
+    u_kt: Optional[int] = None
+    input_buffer_multiplier: Dict[int, int] = field(default_factory=dict)
+    output_buffer_multiplier: Optional[int] = None
+
+
+@dataclass
+class PlacerOverride:
+    """Placer overrides for one op."""
+
+    start: Optional[Tuple[int, int]] = None
+    transpose_op: bool = False
+    chip_id: Optional[int] = None
+    spatial_epoch_break: bool = False
+    temporal_epoch_break: bool = False
+
+
+@dataclass
+class AMPNodeProperties:
+    """One ``configure_mixed_precision`` rule: which ops it matches and what it sets."""
+
+    op_type: Optional[str] = None
+    epoch_type: Optional[str] = None
+    output_df: Optional[DataFormat] = None
+    intermediate_df: Optional[DataFormat] = None
+    accumulate_df: Optional[DataFormat] = None
+    math_fidelity: Optional[MathFidelity] = None
+    name_regex: Optional[str] = None
+    input_df: Optional[Dict[int, Tuple[DataFormat, bool]]] = None
+    is_gradient_op: Optional[bool] = None
+    input_parameter_indices_to_optimize: Optional[List[Tuple[int, int]]] = None
+
+    def matches(self, op_name: str, op_type: str, epoch_type: str = "fwd") -> bool:
+        if self.op_type is not None and self.op_type != op_type:
+            return False
+        if self.epoch_type is not None and self.epoch_type != epoch_type:
+            return False
+        if self.name_regex is not None and not re.search(self.name_regex, op_name):
+            return False
+        return True
+
+
+@dataclass
+class CompilerConfig:
+    """Every compile option, with TT-Buda's defaults."""
+
+    # mode
+    enable_training: bool = False
+    enable_recompute: bool = False
+    compile_depth: CompileDepth = CompileDepth.FULL
+    device_mode: DeviceMode = DeviceMode.CompileAndRun
+    # balancer / placer
+    balancer_policy: str = "NLP"
+    scheduler_policy: str = "ModuleInputsBFS"
+    enable_t_streaming: bool = True
+    manual_t_streaming: bool = False
+    use_interactive_placer: bool = True
+    enable_enumerate_u_kt: bool = True
+    enable_auto_transposing_placement: bool = False
+    chip_placement_policy: str = "MMIO_LAST"
+    op_names_to_epoch_break: List[str] = field(default_factory=list)
+    op_names_to_chip_break: List[str] = field(default_factory=list)
+    balancer_op_overrides: Dict[str, OpOverride] = field(default_factory=dict)
+    placer_op_overrides: Dict[str, PlacerOverride] = field(default_factory=dict)
+    default_dram_parameters: Optional[bool] = None
+    random_policy_seed: int = 0
+    num_chips: int = 1
+    # graph passes
+    enable_consteval: bool = True
+    enable_auto_fusing: bool = True
+    op_names_dont_fuse: List[str] = field(default_factory=list)
+    enable_conv_prestride: bool = True
+    enable_stable_softmax: bool = True
+    # frontend
+    enable_tvm_cpu_fallback: bool = True
+    cpu_fallback_ops: List[str] = field(default_factory=lambda: ["embedding"])
+    enable_tm_cpu_fallback: bool = False
+    tm_cpu_fallback_max_depth: int = 10
+    # numerics
+    default_df_override: Optional[DataFormat] = None
+    default_accumulate_df: Optional[DataFormat] = None
+    default_math_fidelity: MathFidelity = MathFidelity.HiFi3
+    fp32_fallback: DataFormat = DataFormat.Float16_b
+    amp_level: Optional[int] = None
+    amp_properties: List[AMPNodeProperties] = field(default_factory=list)
+    # backend / io
+    performance_trace: PerfTraceLevel = PerfTraceLevel.NONE
+    backend_opt_level: int = 4
+    backend_output_dir: Optional[str] = None
+    backend_device_descriptor_path: str = ""
+    backend_cluster_descriptor_path: str = ""
+    backend_runtime_params_path: str = ""
+    backend_runtime_args: str = ""
+    store_backend_db_to_yaml: bool = False
+    input_queues_on_host: bool = True
+    output_queues_on_host: bool = True
+    dram_placement_algorithm: DRAMPlacementAlgorithm = DRAMPlacementAlgorithm.ROUND_ROBIN
+    manual_dram_queue_placement: Dict[str, Tuple[Optional[int], Optional[int]]] = field(default_factory=dict)
+    harvesting_mask: int = 0
+    device_config: Optional[str] = None
+    enable_device_tilize: bool = False
+    enable_forked_dram_inputs: bool = False
+    op_intermediates_to_save: List[str] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        self.apply_env_config_overrides()
+
+    def apply_env_config_overrides(self) -> None:
+        """Apply the PYBUDA_* environment variables that mirror config fields."""
+        env = os.environ
+        if "PYBUDA_COMPILE_DEPTH" in env:
+            self.compile_depth = CompileDepth.from_string(env["PYBUDA_COMPILE_DEPTH"])
+        if "PYBUDA_BALANCER_POLICY_TYPE" in env:
+            self.balancer_policy = env["PYBUDA_BALANCER_POLICY_TYPE"]
+        if env.get("PYBUDA_DISABLE_OP_FUSING") == "1":
+            self.enable_auto_fusing = False
+        if "PYBUDA_DEFAULT_DF" in env:
+            self.default_df_override = DataFormat.from_json(env["PYBUDA_DEFAULT_DF"])
+        if "PYBUDA_AMP_LEVEL" in env:
+            self.amp_level = int(env["PYBUDA_AMP_LEVEL"])
+        if "PYBUDA_OVERRIDE_NUM_CHIPS" in env:
+            self.num_chips = int(env["PYBUDA_OVERRIDE_NUM_CHIPS"])
+        if env.get("PYBUDA_DISABLE_STABLE_SOFTMAX") == "1":
+            self.enable_stable_softmax = False
+        if "PYBUDA_ENABLE_T_STREAMING" in env:
+            self.enable_t_streaming = env["PYBUDA_ENABLE_T_STREAMING"] == "1"
+        if "PYBUDA_BALANCER_RANDOM_POLICY_SEED" in env:
+            self.random_policy_seed = int(env["PYBUDA_BALANCER_RANDOM_POLICY_SEED"])
+
+    # --- helpers (TT-Buda method names) ----------------------------------------------------------
+    def balancer_op_override(self, op_name: str, attribute: str, value: Any) -> None:
+        override = self.balancer_op_overrides.setdefault(op_name, OpOverride())
+        if not hasattr(override, attribute):
+            raise ConfigError(f"unknown balancer override '{attribute}'; expected one of "
+                              f"{[f.name for f in fields(OpOverride)]}")
+        setattr(override, attribute, tuple(value) if isinstance(value, list) else value)
+
+    def place_on_new_epoch(self, op_names: Union[str, Sequence[str]]) -> None:
+        self.op_names_to_epoch_break.extend(_names(op_names))
+
+    def place_on_new_chip(self, op_names: Union[str, Sequence[str]]) -> None:
+        self.op_names_to_chip_break.extend(_names(op_names))
+
+    def dont_fuse(self, op_names: Union[str, Sequence[str]]) -> None:
+        self.op_names_dont_fuse.extend(_names(op_names))
+
+    def enable_amp_light(self, level: int = 1) -> None:
+        if level not in (1, 2, 3):
+            raise ConfigError(f"AMP light level must be 1, 2 or 3, got {level}")
+        df = DataFormat.Bfp8_b if level == 1 else DataFormat.Bfp4_b
+        fid = MathFidelity.LoFi if level == 3 else MathFidelity.HiFi2
+        self.amp_properties.append(AMPNodeProperties(op_type="matmul", math_fidelity=fid,
+                                                     input_df={1: (df, False), 2: (df, False)}))
+
+    def snapshot(self) -> "CompilerConfig":
+        """A deep copy, frozen into a compile result and device images."""
+        return copy.deepcopy(self)
+
+    def to_dict(self) -> Dict[str, Any]:
+        """JSON-friendly dict (enums by name)."""
+        return _to_jsonable(asdict(self))
+
+
+def _names(op_names: Union[str, Sequence[str]]) -> List[str]:
+    return [op_names] if isinstance(op_names, str) else list(op_names)
+
+
+def _to_jsonable(value: Any) -> Any:
+    if isinstance(value, enum.Enum):
+        return value.name
+    if isinstance(value, dict):
+        return {str(k): _to_jsonable(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_to_jsonable(v) for v in value]
+    return value
+
+
+_global_config: Optional[CompilerConfig] = None
+
+
+def _get_global_compiler_config() -> CompilerConfig:
+    global _global_config
+    if _global_config is None:
+        _global_config = CompilerConfig()
+    return _global_config
+
+
+def _set_global_compiler_config(config: CompilerConfig) -> None:
+    global _global_config
+    _global_config = config
+
+
+def _clear_global_compiler_config() -> None:
+    global _global_config
+    _global_config = None
+
+
+# Keyword names that differ from CompilerConfig field names.
+_KWARG_TO_FIELD = {"accumulate_df": "default_accumulate_df", "math_fidelity": "default_math_fidelity"}
+_IGNORED_KWARGS = {"place_on_one_row", "use_interactive_placer_v2"}
+
+
+def set_configuration_options(**kwargs: Any) -> None:
+    """Set global compile options (TT-Buda's keyword names); unknown names raise ConfigError."""
+    config = _get_global_compiler_config()
+    valid = {f.name for f in fields(CompilerConfig)}
+    for key, value in kwargs.items():
+        if value is None or key in _IGNORED_KWARGS:
+            continue
+        if key == "harvested_rows":
+            config.harvesting_mask = _harvesting_mask(value)
+            continue
+        if key == "device_config":
+            if value not in DEVICE_CONFIGS:
+                raise ConfigError(f"unknown device_config '{value}'; expected one of {list(DEVICE_CONFIGS)}")
+            config.device_config = value
+            continue
+        if key == "balancer_policy" and value not in BALANCER_POLICIES and value != "default":
+            raise ConfigError(f"unknown balancer_policy '{value}'; expected one of {list(BALANCER_POLICIES)}")
+        name = _KWARG_TO_FIELD.get(key, key)
+        if name not in valid:
+            raise ConfigError(f"set_configuration_options: unknown option '{key}'")
+        if name in ("default_df_override", "default_accumulate_df", "fp32_fallback"):
+            value = DataFormat.from_json(value)
+        elif name == "default_math_fidelity":
+            value = MathFidelity.from_json(value)
+        elif name == "balancer_policy" and value == "default":
+            value = "NLP"
+        setattr(config, name, value)
+
+
+def _harvesting_mask(rows: Sequence[Union[int, Sequence[int]]]) -> int:
+    # TT-Buda takes a list of rows (one list per chip in multichip setups; the first is used).
+    if rows and isinstance(rows[0], (list, tuple)):
+        rows = rows[0]
+    mask = 0
+    for r in rows:
+        if not isinstance(r, int) or r < 0:
+            raise ConfigError(f"harvested_rows must be non-negative ints, got {r!r}")
+        mask |= 1 << r
+    return mask
+
+
+def set_epoch_break(op_names: Union[str, Sequence[str]]) -> None:
+    """Instruct place & route to start a new placement epoch on the given op(s)."""
+    _get_global_compiler_config().place_on_new_epoch(op_names)
+
+
+def set_chip_break(op_names: Union[str, Sequence[str]]) -> None:
+    """Instruct place & route to start placing ops on the next chip in the pipeline."""
+    _get_global_compiler_config().place_on_new_chip(op_names)
+
+
+def override_op_size(op_name: str, grid_size: Tuple[int, int]) -> None:
+    """Override automatic op sizing with given grid size (rows, columns)."""
+    if len(grid_size) != 2 or not all(isinstance(v, int) and v > 0 for v in grid_size):
+        raise ConfigError(f"override_op_size('{op_name}'): grid size must be two positive ints, got {grid_size!r}")
+    _get_global_compiler_config().balancer_op_override(op_name, "grid_shape", tuple(grid_size))
+
+
+def override_t_stream_dir(op_name: str, direction: Optional[str]) -> None:
+    """Set the t-streaming direction of an op: 'r', 'c', 'rz', 'cz' or 'n'/None (no streaming)."""
+    if direction not in ("r", "c", "rz", "cz", "n", None):
+        raise ConfigError(f"override_t_stream_dir('{op_name}'): unknown direction {direction!r}")
+    _get_global_compiler_config().balancer_op_override(op_name, "t_stream_dir", direction or "n")
+
+
+def override_t_stream_shape(op_name: str, shape: Tuple[int, int]) -> None:
+    """Set t-stream factors (r, c); one must be 1; (1, 1) disables streaming."""
+    if len(shape) != 2 or min(shape) < 1 or (shape[0] > 1 and shape[1] > 1):
+        raise ConfigError(f"override_t_stream_shape('{op_name}'): one factor of {shape!r} must be 1")
+    _get_global_compiler_config().balancer_op_override(op_name, "t_stream_shape", tuple(shape))
+
+
+def override_u_kt(op_name: str, u_kt: int) -> None:
+    """Set a matmul's inner-dimension block (u_kt tiles)."""
+    if not isinstance(u_kt, int) or u_kt < 1:
+        raise ConfigError(f"override_u_kt('{op_name}'): u_kt must be a positive int, got {u_kt!r}")
+    _get_global_compiler_config().balancer_op_override(op_name, "u_kt", u_kt)
+
+
+def override_dram_parameters(op_name: str, force: bool) -> None:
+    """Keep an op's parameters in DRAM (True) instead of prologue L1."""
+    _get_global_compiler_config().balancer_op_override(op_name, "force_dram_parameters", bool(force))
+
+
+def override_op_placement(op_name: str, *, start: Optional[Tuple[int, int]] = None, transpose_op: bool = False,
+                          chip_id: Optional[int] = None, spatial_epoch_break: bool = False,
+                          temporal_epoch_break: bool = False) -> None:
+    """Pin an op's placement (start core, transpose, chip) or break an epoch at it."""
+    _get_global_compiler_config().placer_op_overrides[op_name] = PlacerOverride(
+        tuple(start) if start else None, transpose_op, chip_id, spatial_epoch_break, temporal_epoch_break)
+
+
+def override_dram_queue_placement(queue_name: str, *, chip_id: Optional[int] = None, channel: Optional[int] = None) -> None:
+    """Pin a DRAM queue to a chip and channel."""
+    _get_global_compiler_config().manual_dram_queue_placement[queue_name] = (chip_id, channel)
+
+
+def configure_mixed_precision(*, op_type: Optional[str] = None, epoch_type: Optional[str] = None,
+                              output_df: Optional[DataFormat] = None, intermediate_df: Optional[DataFormat] = None,
+                              accumulate_df: Optional[DataFormat] = None, math_fidelity: Optional[MathFidelity] = None,
+                              name_regex: Optional[str] = None,
+                              input_df: Optional[Dict[int, Tuple[DataFormat, bool]]] = None,
+                              is_gradient_op: Optional[bool] = None,
+                              input_parameter_indices_to_optimize: Optional[List[Tuple[int, int]]] = None) -> None:
+    """Add a mixed-precision rule; later rules win over earlier ones for the fields they set."""
+    if epoch_type not in (None, "fwd", "bwd", "opt"):
+        raise ConfigError(f"configure_mixed_precision: epoch_type must be 'fwd', 'bwd' or 'opt', got {epoch_type!r}")
+    if name_regex is not None:
+        try:
+            re.compile(name_regex)
+        except re.error as e:
+            raise ConfigError(f"configure_mixed_precision: bad name_regex {name_regex!r}: {e}") from None
+    _get_global_compiler_config().amp_properties.append(AMPNodeProperties(
+        op_type, epoch_type, output_df, intermediate_df, accumulate_df, math_fidelity, name_regex, input_df,
+        is_gradient_op, input_parameter_indices_to_optimize))
+
+
+def add_cpu_fallback_ops(op_types: Union[str, Sequence[str]]) -> None:
+    """Add op types that always run on the CPU."""
+    cfg = _get_global_compiler_config()
+    for t in _names(op_types):
+        if t not in cfg.cpu_fallback_ops:
+            cfg.cpu_fallback_ops.append(t)
+
+
+def remove_cpu_fallback_ops(op_types: Union[str, Sequence[str]]) -> None:
+    """Remove op types from the CPU fallback list."""
+    cfg = _get_global_compiler_config()
+    cfg.cpu_fallback_ops = [t for t in cfg.cpu_fallback_ops if t not in _names(op_types)]

@@ -1,0 +1,89 @@
+"""The pybuda exception hierarchy.
+
+Every error a user can cause derives from :class:`PybudaError`, so ``except pybuda.errors.PybudaError``
+catches all of them. Each subclass carries enough context to say *where* the mistake is: the compile
+stage and op, the list of unsupported framework ops with source locations, the YAML key path of a
+netlist problem, or the offending tensor of a push.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Iterable, Optional, Sequence
+
+
+class PybudaError(Exception):
+    """Base class of every error raised by pybuda for a user-facing problem."""
+
+
+class OpError(PybudaError, ValueError):
+    """An op was called with operands or attributes it cannot take (wrong count, shape, type)."""
+
+    def __init__(self, op_type: str, message: str, op_name: Optional[str] = None):
+        self.op_type = op_type
+        self.op_name = op_name
+        where = f"{op_type} '{op_name}'" if op_name else op_type
+        super().__init__(f"{where}: {message}")
+
+
+class ModuleError(PybudaError):
+    """A module was built or used incorrectly (duplicate op names, unknown parameter, ...)."""
+
+
+class CompileError(PybudaError):
+    """Compilation failed; names the compile stage and, where known, the op."""
+
+    def __init__(self, message: str, stage: Optional[str] = None, op: Optional[str] = None):
+        self.stage = stage
+        self.op = op
+        prefix = []
+        if stage:
+            prefix.append(f"stage {stage}")
+        if op:
+            prefix.append(f"op '{op}'")
+        super().__init__(f"[{', '.join(prefix)}] {message}" if prefix else message)
+
+
+@dataclass(frozen=True)
+class UnsupportedOp:
+    """One framework op that the compiler cannot place on the device."""
+
+    framework_op: str
+    location: str = "<unknown>"
+    reason: str = "no mapping to a pybuda op"
+
+    def __str__(self) -> str:
+        return f"{self.framework_op} at {self.location}: {self.reason}"
+
+
+class UnsupportedOpError(CompileError):
+    """The model uses ops that cannot be compiled; lists every one with its source location."""
+
+    def __init__(self, ops: Iterable[UnsupportedOp], stage: Optional[str] = "GENERATE_INITIAL_GRAPH"):
+        self.ops: Sequence[UnsupportedOp] = list(ops)
+        lines = "\n".join(f"  - {op}" for op in self.ops)
+        super().__init__(f"{len(self.ops)} unsupported op(s):\n{lines}", stage=stage)
+
+
+class NetlistError(PybudaError):
+    """A netlist is malformed or breaks a backend rule; names the YAML key path."""
+
+    def __init__(self, path: str, message: str):
+        self.path = path
+        super().__init__(f"{path}: {message}")
+
+
+class InputError(PybudaError, ValueError):
+    """Wrong shape, dtype or count of tensors pushed to a device; raised in the caller at push time."""
+
+
+class ImageError(PybudaError):
+    """A device image (.tti) is malformed, tampered with, or tries to escape its folder."""
+
+
+class RuntimeFailure(PybudaError):
+    """An exception inside a device (process or thread) surfaced in the caller."""
+
+
+class ConfigError(PybudaError, ValueError):
+    """An unknown or invalid configuration option."""

@@ -1,0 +1,361 @@
+"""Modules: the unit of work placed on a device.
+
+:class:`PyBudaModule` is the native module: parameters, constants and submodules are attributes, and
+``forward`` calls ``pybuda.op.*``. Tracing (``trace``) runs forward on pybuda Tensors and builds an
+``ir.Graph``. The framework wrappers (:class:`PyTorchModule`, ...) hold a framework model and hand it
+to a frontend in ``pybuda.frontend`` when a graph is needed.
+"""
+
+from __future__ import annotations
+
+import inspect
+import logging
+import os
+from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
+
+import numpy as np
+import torch
+
+from pybuda.errors import CompileError, InputError, ModuleError
+from pybuda.tensor import Parameter, SomeTensor, Tensor, _as_torch, to_buda_tensors
+
+log = logging.getLogger(__name__)
+
+
+class Module:
+    """A workload that can be assigned to a single device (native PyBuda or a framework model)."""
+
+    def __init__(self, name: str):
+        if not isinstance(name, str) or not name:
+            raise ModuleError(f"a module needs a non-empty string name, got {name!r}")
+        suffix = os.environ.get("PYBUDA_GRAPH_NAME_SUFFIX", "")
+        object.__setattr__(self, "name", name + suffix)
+        object.__setattr__(self, "device", None)
+        object.__setattr__(self, "input_names", [])
+
+    def get_name(self) -> str:
+        """The module's name."""
+        return self.name
+
+    def get_device(self):
+        """The device this module is placed on, or None."""
+        return self.device
+
+    def _set_device(self, device) -> None:
+        object.__setattr__(self, "device", device)
+
+    def run(self, *args: SomeTensor) -> Tuple[Any, ...]:
+        """Run inference on this module on a TT device (no other module may be placed manually)."""
+        import pybuda
+
+        return pybuda.run_inference(self, inputs=[args]).get()
+
+    def __getstate__(self):
+        state = self.__dict__.copy()
+        state["device"] = None  # devices hold processes and queues; never pickle them
+        return state
+
+
+class PyBudaModule(Module):
+    """Base class of native PyBuda modules: implement ``forward`` with ``pybuda.op`` calls.
+
+    Attributes that are :class:`Parameter`, ``PyBudaModule``, or lists/dicts of them are registered
+    automatically: a parameter assigned as ``self.w`` is named ``<module>.w``; a submodule assigned as
+    ``self.sub`` is renamed ``<module>.sub``.
+    """
+
+    def __init__(self, name: str):
+        super().__init__(name)
+        object.__setattr__(self, "_parameters", {})
+        object.__setattr__(self, "_constants", {})
+        object.__setattr__(self, "_submodules", {})
+        object.__setattr__(self, "_submodulelists", [])
+        object.__setattr__(self, "_user_inserted_tapout_queues", [])
+        object.__setattr__(self, "subgraph_idx", 0)
+
+    # --- registration ----------------------------------------------------------------------------
+    def __setattr__(self, key: str, value: Any) -> None:
+        if "_parameters" not in self.__dict__:
+            raise ModuleError(f"{type(self).__name__}.__init__ must call super().__init__(name) before setting attributes")
+        if isinstance(value, Parameter):
+            if value._forced_name is None:
+                value._set_auto_name(f"{self.name}.{key}")
+            self._parameters[value.get_name()] = value
+        elif isinstance(value, PyBudaModule):
+            object.__setattr__(value, "name", f"{self.name}.{key}")
+            value._rename_parameters()
+            self._submodules[key] = value
+            value.initialize_parameters()
+        elif isinstance(value, dict) and value and all(isinstance(v, Parameter) for v in value.values()):
+            for k, p in value.items():
+                if p._forced_name is None:
+                    p._set_auto_name(f"{self.name}.{key}.{k}")
+                self._parameters[p.get_name()] = p
+        elif isinstance(value, (list, tuple)) and value and all(isinstance(v, Parameter) for v in value):
+            for i, p in enumerate(value):
+                if p._forced_name is None:
+                    p._set_auto_name(f"{self.name}.{key}_{i}")
+                self._parameters[p.get_name()] = p
+        elif isinstance(value, (list, tuple)) and value and all(isinstance(v, PyBudaModule) for v in value):
+            for i, m in enumerate(value):
+                object.__setattr__(m, "name", f"{self.name}.{key}_{i}")
+                m._rename_parameters()
+                m.initialize_parameters()
+            self._submodulelists.append(list(value))
+        object.__setattr__(self, key, value)
+
+    def _rename_parameters(self) -> None:
+        """After a rename, re-derive auto names of parameters (attribute name is after the last dot)."""
+        renamed = {}
+        for pname, p in self._parameters.items():
+            if p._forced_name is None:
+                p._set_auto_name(f"{self.name}.{pname.rsplit('.', 1)[-1]}")
+            renamed[p.get_name()] = p
+        object.__setattr__(self, "_parameters", renamed)
+        for m in self.get_submodules():
+            object.__setattr__(m, "name", f"{self.name}.{m.name.rsplit('.', 1)[-1]}")
+            m._rename_parameters()
+
+    def initialize_parameters(self) -> None:
+        """Hook called when this module is attached to a parent; override to initialise weights."""
+
+    def pre_forward(self, *args: Any, **kwargs: Any) -> None:
+        """Called before forward. Override this function to add custom logic."""
+
+    def forward(self, *args: Tensor) -> Any:  # pragma: no cover - user code
+        raise NotImplementedError(f"{type(self).__name__} must implement forward()")
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        self.pre_forward(*args, **kwargs)
+        return self.forward(*args, **kwargs)
+
+    def get_submodules(self) -> List["PyBudaModule"]:
+        subs = list(self._submodules.values())
+        for lst in self._submodulelists:
+            subs.extend(lst)
+        return subs
+
+    # --- parameters ---------------------------------------------------------------------------
+    def add_parameter(self, name: str, parameter: Parameter, prepend_name: bool = False) -> None:
+        """Add a parameter under ``name`` (``<module>.name`` with ``prepend_name``)."""
+        if not isinstance(parameter, Parameter):
+            raise ModuleError(f"add_parameter('{name}') expects a pybuda.Parameter, got {type(parameter).__name__}")
+        full = f"{self.name}.{name}" if prepend_name else name
+        if full in self._parameters:
+            raise ModuleError(f"module '{self.name}' already has a parameter named '{full}'")
+        parameter._forced_name = full
+        self._parameters[full] = parameter
+
+    def get_parameter(self, name: str) -> Parameter:
+        """A parameter of this module or its submodules, by full name."""
+        for p in self.get_parameters(submodules=True):
+            if p.get_name() == name:
+                return p
+        raise ModuleError(f"module '{self.name}' has no parameter '{name}'; it has {[p.get_name() for p in self.get_parameters()]}")
+
+    def get_parameters(self, submodules: bool = True) -> List[Parameter]:
+        """Parameters of this module and, optionally, of all submodules."""
+        params = list(self._parameters.values())
+        if submodules:
+            for m in self.get_submodules():
+                params.extend(m.get_parameters(submodules=True))
+        return params
+
+    def set_parameter(self, name: str, data: SomeTensor) -> None:
+        """Set the value of a parameter (shape must match)."""
+        self.get_parameter(name).set_value(data)
+
+    def load_parameter_dict(self, data: Dict[str, SomeTensor]) -> None:
+        """Set many parameters at once; unknown names are an error."""
+        for name, value in data.items():
+            self.set_parameter(name, value)
+
+    # --- constants ------------------------------------------------------------------------------
+    def add_constant(self, name: str, prepend_name: bool = False, shape: Optional[Tuple[int, ...]] = None) -> None:
+        """Declare a constant; its value is set with :meth:`set_constant`."""
+        full = f"{self.name}.{name}" if prepend_name else name
+        if full in self._constants:
+            raise ModuleError(f"module '{self.name}' already has a constant named '{full}'")
+        value = torch.zeros(shape) if shape is not None else None
+        self._constants[full] = Tensor(shape or (1,), value=value, constant=True) if value is not None else None
+
+    def set_constant(self, name: str, data: Union[SomeTensor, float]) -> None:
+        """Set the value of a constant declared with :meth:`add_constant`."""
+        if name not in self._constants:
+            raise ModuleError(f"module '{self.name}' has no constant '{name}'; declare it with add_constant first")
+        t = torch.tensor(data) if isinstance(data, (int, float)) else _as_torch(data)
+        self._constants[name] = Tensor.create_from_torch(t, constant=True)
+
+    def get_constant(self, name: str) -> Tensor:
+        """A constant by name (as a pybuda Tensor usable in forward)."""
+        if name not in self._constants:
+            raise ModuleError(f"module '{self.name}' has no constant '{name}'")
+        value = self._constants[name]
+        if value is None:
+            raise ModuleError(f"constant '{name}' of module '{self.name}' has no value; call set_constant first")
+        return value
+
+    # --- debug queues ---------------------------------------------------------------------------
+    def insert_tapout_queue_for_op(self, op_name: str, output_index: int) -> "IntQueueHandle":
+        """Ask for op ``op_name``'s output to be saved to an intermediate queue; returns its handle."""
+        handle = IntQueueHandle(self, op_name, output_index)
+        self._user_inserted_tapout_queues.append(handle)
+        return handle
+
+    # --- tracing --------------------------------------------------------------------------------
+    def trace(self, *inputs: SomeTensor, graph_name: Optional[str] = None):
+        """Run forward on pybuda Tensors and return ``(graph, outputs)``.
+
+        Values flow eagerly, so ``outputs`` hold the forward result computed by the ops' torch
+        references whenever all inputs and parameters have values.
+        """
+        from pybuda.ir.builder import build_graph
+        from pybuda.op.record import trace_scope
+
+        tensors = to_buda_tensors(inputs)
+        names = self._input_names(len(tensors))
+        with trace_scope(self.name):
+            outputs = self(*tensors)
+        outs = _flatten_outputs(outputs, self.name)
+        graph = build_graph(graph_name or self.name, list(zip(names, tensors)), outs, output_prefix=f"{self.name}.")
+        return graph, outs
+
+    def _input_names(self, count: int) -> List[str]:
+        if self.input_names:
+            return list(self.input_names)[:count]
+        params = [p for p in inspect.signature(self.forward).parameters.values()
+                  if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+        names = [p.name for p in params[:count]]
+        if len(names) < count:  # *args forward
+            names += [f"input_{i}" for i in range(len(names), count)]
+        return names
+
+
+def _flatten_outputs(outputs: Any, module_name: str) -> List[Tensor]:
+    if isinstance(outputs, Tensor):
+        return [outputs]
+    if isinstance(outputs, (list, tuple)) and all(isinstance(o, Tensor) for o in outputs):
+        return list(outputs)
+    raise ModuleError(f"module '{module_name}': forward must return a pybuda Tensor or a tuple/list of them, "
+                      f"got {type(outputs).__name__}")
+
+
+class IntQueueHandle:
+    """Handle of an intermediate (tap-out) queue inserted with ``insert_tapout_queue_for_op``."""
+
+    def __init__(self, module: Module, op_name: str, output_index: int):
+        self.module = module
+        self.op_name = op_name
+        self.output_index = output_index
+
+    def __repr__(self) -> str:
+        return f"IntQueueHandle({self.module.name}.{self.op_name}[{self.output_index}])"
+
+
+class PyTorchModule(Module):
+    """A wrapper around a PyTorch module.
+
+    On a CPU device it runs as is; on a TT device it is captured with ``torch.export`` and compiled
+    (see :mod:`pybuda.frontend.torch`).
+    """
+
+    def __init__(self, name: str, module: torch.nn.Module, redirect_forward: bool = True):
+        super().__init__(name)
+        if not isinstance(module, torch.nn.Module):
+            raise ModuleError(f"PyTorchModule '{name}' expects a torch.nn.Module, got {type(module).__name__}")
+        object.__setattr__(self, "module", module)
+        object.__setattr__(self, "redirect_forward", redirect_forward)
+        object.__setattr__(self, "original_forward", module.forward)
+
+    def forward(self, *args: Any, **kwargs: Any) -> Tuple[torch.Tensor, ...]:
+        """Run the PyTorch module forward on torch tensors; returns a tuple of output tensors."""
+        args = tuple(_as_torch(a) if isinstance(a, (Tensor, np.ndarray)) else a for a in args)
+        with torch.no_grad():
+            out = self.module(*args, **kwargs)
+        return flatten_torch_outputs(out)
+
+    cpu_eval_forward = forward
+
+    def backward(self, *args: Tuple[torch.Tensor, torch.Tensor]) -> None:
+        """Backward from (output, incoming-gradient) pairs; gradients land in the torch parameters."""
+        outputs, grads = zip(*args)
+        torch.autograd.backward(outputs, grads)
+
+    def add_parameter(self, name: str, parameter: Parameter) -> None:
+        """Adds a new parameter (registered on the wrapped torch module)."""
+        self.module.register_parameter(name, torch.nn.Parameter(parameter.value(), requires_grad=parameter.requires_grad))
+
+    def set_parameters(self, **kwargs: SomeTensor) -> None:
+        """Set parameters (weights) in this module, by name."""
+        state = dict(self.module.named_parameters())
+        for name, value in kwargs.items():
+            if name not in state:
+                raise ModuleError(f"PyTorchModule '{self.name}' has no parameter '{name}'")
+            with torch.no_grad():
+                state[name].copy_(_as_torch(value))
+
+    def get_parameters(self) -> List[Parameter]:
+        """Return the list of parameters defined in this module (as pybuda Parameters)."""
+        return [Parameter(p.detach(), requires_grad=p.requires_grad, name=n) for n, p in self.module.named_parameters()]
+
+    def to_graph(self, *sample_inputs: SomeTensor, graph_name: Optional[str] = None, **kwargs: Any):
+        """Capture the module into an ``ir.Graph`` (torch.export frontend)."""
+        from pybuda.frontend.torch import capture
+
+        return capture(self, sample_inputs, graph_name=graph_name or self.name, **kwargs)
+
+
+def flatten_torch_outputs(out: Any) -> Tuple[torch.Tensor, ...]:
+    """Flatten a model's output (tensor, tuple, list, dict or HF ModelOutput) into a tuple of tensors."""
+    if isinstance(out, torch.Tensor):
+        return (out,)
+    if isinstance(out, dict) or hasattr(out, "to_tuple"):
+        values = out.to_tuple() if hasattr(out, "to_tuple") else tuple(out.values())
+        return tuple(t for v in values for t in flatten_torch_outputs(v))
+    if isinstance(out, (list, tuple)):
+        return tuple(t for v in out for t in flatten_torch_outputs(v))
+    if out is None:
+        return ()
+    raise InputError(f"model output of type {type(out).__name__} is not a tensor or a container of tensors")
+
+
+class _FrameworkModule(Module):
+    """Common shape of wrappers whose frontend is not available in this build."""
+
+    framework = "framework"
+
+    def __init__(self, name: str, module: Any):
+        super().__init__(name)
+        object.__setattr__(self, "module", module)
+
+    def to_graph(self, *sample_inputs: SomeTensor, **kwargs: Any):
+        raise CompileError(f"{type(self).__name__} '{self.name}': compiling {self.framework} models is not "
+                           f"supported yet; run it on a CPUDevice, or export it to PyTorch", stage="GENERATE_INITIAL_GRAPH")
+
+
+class TFModule(_FrameworkModule):
+    """A wrapper around a TF module (runs on a CPU device)."""
+
+    framework = "TensorFlow"
+
+
+class OnnxModule(_FrameworkModule):
+    """A wrapper around an ONNX module."""
+
+    framework = "ONNX"
+
+    def __init__(self, name: str, module: Any, onnx_path: Optional[str] = None):
+        super().__init__(name, module)
+        object.__setattr__(self, "onnx_path", onnx_path)
+
+
+class JaxModule(_FrameworkModule):
+    """A wrapper around a JAX module."""
+
+    framework = "JAX"
+
+
+class TFLiteModule(_FrameworkModule):
+    """A wrapper around a TFLite model file."""
+
+    framework = "TFLite"

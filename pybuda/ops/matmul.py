@@ -1,0 +1,30 @@
+"""Matrix multiplication (with optional bias)."""
+
+from __future__ import annotations
+
+import torch
+
+from pybuda.ops.common import broadcast_shapes
+from pybuda.ops.registry import OpDef, register
+
+
+def _matmul_shape(shapes, attrs):
+    a, b = shapes[0], shapes[1]
+    if len(a) < 2 or len(b) < 2:
+        raise ValueError("matmul operands need rank >= 2")
+    if a[-1] != b[-2]:
+        raise ValueError(f"inner dimensions differ: {a[-1]} vs {b[-2]}")
+    batch = broadcast_shapes(a[:-2], b[:-2]) if (a[:-2] or b[:-2]) else ()
+    out = tuple(batch) + (a[-2], b[-1])
+    if len(shapes) == 3:
+        broadcast_shapes(out, shapes[2])
+    return out
+
+
+def _matmul_eval(x, attrs):
+    out = torch.matmul(x[0], x[1])
+    return out + x[2] if len(x) == 3 else out
+
+
+register(OpDef(name="matmul", family="matmul", arity=(2, 3), shape=_matmul_shape, eval=_matmul_eval,
+               doc="y = a @ b (+ bias). Batch dims broadcast; the bias broadcasts onto the output."))

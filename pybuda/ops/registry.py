@@ -1,0 +1,187 @@
+"""The op registry: one :class:`OpDef` per op, the single table every stage reads.
+
+An OpDef says what an op is (name, family, operand count, attribute schema), how its output shape and
+dtype follow from its operands (``shape``, ``dtype``), what it computes (``eval``, a torch reference),
+and carries the slots later stages fill: ``backward`` (autograd), ``decompose`` (into simpler ops),
+``lower`` (to backend ops on tiles) and ``cost`` (cycles per core for an op model).
+
+Frontends map framework ops onto registry names, the tracer and the graph builder validate through
+:func:`infer`, the CPU reference runs :func:`evaluate`, and the compiler and backend look up the rest.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
+
+import torch
+
+from pybuda.errors import OpError
+
+Shape = Tuple[int, ...]
+
+_REQUIRED = object()
+
+
+@dataclass(frozen=True)
+class Attr:
+    """Schema of one op attribute: accepted python types, default (absent = required), allowed values."""
+
+    types: Tuple[type, ...]
+    default: Any = _REQUIRED
+    choices: Optional[Tuple[Any, ...]] = None
+    optional: bool = False  # None is accepted
+
+    @property
+    def required(self) -> bool:
+        return self.default is _REQUIRED
+
+
+def attr(*types: type, default: Any = _REQUIRED, choices: Optional[Sequence[Any]] = None) -> Attr:
+    """Shorthand for :class:`Attr`; a default of None makes the attribute optional."""
+    return Attr(tuple(types), default, tuple(choices) if choices is not None else None,
+                optional=default is None)
+
+
+# Signatures of the callables an OpDef holds. Attrs are the validated, defaults-filled dict.
+ShapeFn = Callable[[List[Shape], Dict[str, Any]], Shape]
+EvalFn = Callable[[List[torch.Tensor], Dict[str, Any]], torch.Tensor]
+DtypeFn = Callable[[List[torch.dtype], Dict[str, Any]], torch.dtype]
+
+
+def first_operand_dtype(dtypes: List[torch.dtype], attrs: Dict[str, Any]) -> torch.dtype:
+    """TT-Buda's default output format rule: the format of operand 0."""
+    return dtypes[0] if dtypes else torch.float32
+
+
+@dataclass(frozen=True)
+class OpDef:
+    """Everything the stack knows about one op."""
+
+    name: str
+    family: str  # eltwise_unary, eltwise_binary, eltwise_nary, matmul, reduce, tm, nn, conv, pool, misc, quant
+    arity: Tuple[int, Optional[int]]  # (min, max); max None = variadic
+    shape: ShapeFn
+    eval: EvalFn
+    attrs: Mapping[str, Attr] = field(default_factory=dict)
+    dtype: DtypeFn = first_operand_dtype
+    doc: str = ""
+    # Slots filled by later stages (autograd, decomposition, lowering to tile ops, perf cost).
+    backward: Optional[Callable[..., Any]] = None
+    decompose: Optional[Callable[..., Any]] = None
+    lower: Optional[Callable[..., Any]] = None
+    cost: Optional[Callable[..., Any]] = None
+
+    @property
+    def is_tm(self) -> bool:
+        return self.family == "tm"
+
+    @property
+    def is_eltwise(self) -> bool:
+        return self.family.startswith("eltwise")
+
+    def validate_attrs(self, attrs: Mapping[str, Any], op_name: Optional[str] = None) -> Dict[str, Any]:
+        """Check attribute names, types and choices; return a copy with defaults filled in."""
+        unknown = sorted(set(attrs) - set(self.attrs))
+        if unknown:
+            raise OpError(self.name, f"unknown attribute(s) {unknown}; accepted: {sorted(self.attrs)}", op_name)
+        out: Dict[str, Any] = {}
+        for key, spec in self.attrs.items():
+            if key not in attrs:
+                if spec.required:
+                    raise OpError(self.name, f"missing required attribute '{key}'", op_name)
+                out[key] = spec.default
+                continue
+            value = attrs[key]
+            if value is None and spec.optional:
+                out[key] = None
+                continue
+            if isinstance(value, bool) and bool not in spec.types:
+                raise OpError(self.name, f"attribute '{key}' must be {_type_names(spec.types)}, got bool", op_name)
+            if float in spec.types and isinstance(value, int) and not isinstance(value, bool):
+                value = float(value) if int not in spec.types else value
+            if not isinstance(value, spec.types):
+                raise OpError(self.name, f"attribute '{key}' must be {_type_names(spec.types)}, "
+                                         f"got {type(value).__name__} {value!r}", op_name)
+            if spec.choices is not None and value not in spec.choices:
+                raise OpError(self.name, f"attribute '{key}' must be one of {list(spec.choices)}, got {value!r}", op_name)
+            if isinstance(value, list):
+                value = tuple(value)
+            out[key] = value
+        return out
+
+
+def _type_names(types: Tuple[type, ...]) -> str:
+    return " or ".join(t.__name__ for t in types)
+
+
+_REGISTRY: Dict[str, OpDef] = {}
+
+
+def register(opdef: OpDef) -> OpDef:
+    """Add an op to the registry; names are unique."""
+    if opdef.name in _REGISTRY:
+        raise ValueError(f"op '{opdef.name}' is registered twice")
+    _REGISTRY[opdef.name] = opdef
+    return opdef
+
+
+def get(name: str) -> OpDef:
+    """The OpDef for ``name``; raises OpError naming the known ops if there is none."""
+    _ensure_loaded()
+    try:
+        return _REGISTRY[name]
+    except KeyError:
+        raise OpError(name, f"unknown op; the registry has {len(_REGISTRY)} ops") from None
+
+
+def has(name: str) -> bool:
+    _ensure_loaded()
+    return name in _REGISTRY
+
+
+def all_ops() -> List[OpDef]:
+    """Every registered op, sorted by name."""
+    _ensure_loaded()
+    return [_REGISTRY[k] for k in sorted(_REGISTRY)]
+
+
+def infer(op_type: str, shapes: Sequence[Shape], dtypes: Sequence[torch.dtype], attrs: Mapping[str, Any],
+          op_name: Optional[str] = None) -> Tuple[Shape, torch.dtype, Dict[str, Any]]:
+    """Validate operand count and attributes, then compute output shape and dtype.
+
+    Shape functions raise ``ValueError`` with a short reason; it is re-raised as an OpError naming the
+    op and the operand shapes, so the user sees exactly which call was wrong.
+    """
+    opdef = get(op_type)
+    lo, hi = opdef.arity
+    n = len(shapes)
+    if n < lo or (hi is not None and n > hi):
+        want = f"{lo}" if lo == hi else (f"at least {lo}" if hi is None else f"{lo} to {hi}")
+        raise OpError(op_type, f"expects {want} operand(s), got {n}", op_name)
+    full_attrs = opdef.validate_attrs(attrs, op_name)
+    shapes = [tuple(int(d) for d in s) for s in shapes]
+    try:
+        out_shape = tuple(int(d) for d in opdef.shape(list(shapes), full_attrs))
+    except OpError:
+        raise
+    except (ValueError, IndexError, TypeError) as e:
+        raise OpError(op_type, f"{e} (operand shapes {[list(s) for s in shapes]}, attrs {full_attrs})", op_name) from None
+    return out_shape, opdef.dtype(list(dtypes), full_attrs), full_attrs
+
+
+def evaluate(op_type: str, inputs: Sequence[torch.Tensor], attrs: Mapping[str, Any]) -> torch.Tensor:
+    """Run the op's torch reference on already-validated attributes."""
+    return get(op_type).eval(list(inputs), dict(attrs))
+
+
+_LOADED = False
+
+
+def _ensure_loaded() -> None:
+    # The op families register themselves on import; importing them lazily keeps this module free of
+    # import cycles (families import helpers from here).
+    global _LOADED
+    if not _LOADED:
+        _LOADED = True
+        import pybuda.ops  # noqa: F401  (registers every family)

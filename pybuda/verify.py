@@ -1,0 +1,216 @@
+"""Verification: CPU execution of an ir.Graph, PCC and tolerance checks, and VerifyConfig.
+
+The comparison rule follows TT-Buda (`reference/ttbuda_spec.md` §6): a tensor passes when it is
+``allclose`` to the golden (rtol 0, atol = relative_atol x max|golden|) or its PCC reaches the required
+value. One fix: TT-Buda masked NaN/inf to 0 before the PCC, so scattered NaNs could pass. Here a
+tensor whose non-finite positions differ from the golden's fails outright.
+"""
+
+from __future__ import annotations
+
+import enum
+import logging
+from dataclasses import dataclass, field
+from typing import Callable, Dict, List, Mapping, Optional, Sequence, Tuple
+
+import torch
+
+from pybuda.errors import InputError
+from pybuda.ir.graph import CONSTANT, INPUT, OP, OUTPUT, PARAMETER, Graph
+from pybuda.ops import registry
+
+log = logging.getLogger(__name__)
+
+
+class TestKind(enum.Enum):
+    INFERENCE = "inference"
+    TRAINING = "training"
+    TRAINING_RECOMPUTE = "training_recompute"
+
+
+@dataclass
+class VerifyConfig:
+    """What to verify and with which tolerances (TT-Buda's fields and defaults)."""
+
+    graph_name: str = "graph"
+    enabled: bool = True
+    intermediates: bool = True
+    rtol: Dict[torch.dtype, float] = field(default_factory=dict)
+    atol: Dict[torch.dtype, float] = field(default_factory=dict)
+    relative_atol: float = 0.1
+    pcc: Optional[float] = None
+    dump_tensors_path: str = ""
+    run_golden: bool = False
+    golden_ignore_df_precision: bool = True
+    golden_compare_callback: Optional[Callable[[torch.Tensor, torch.Tensor], bool]] = None
+    verify_all: bool = False
+    verify_last: bool = True
+    verify_each_buda_pass: bool = False
+    verify_post_autograd_passes: bool = False
+    verify_post_placer: bool = False
+    sequential: bool = True
+    test_kind: TestKind = TestKind.INFERENCE
+    scale_loss: float = 50.0
+    epochs: int = 1
+    steps: int = 1
+    accumulation_steps: int = 1
+    microbatch_count: int = 1
+    checkpoint_interval: int = 1
+    tti_path: Optional[str] = None
+    enable_input_gradient_checking: bool = True
+    enable_parameter_gradient_checking: bool = True
+
+    def __post_init__(self) -> None:
+        if self.pcc is None:
+            self.pcc = 0.99
+        if isinstance(self.rtol, (int, float)):
+            self.rtol = {dt: float(self.rtol) for dt in (torch.float32, torch.float16, torch.bfloat16)}
+        if isinstance(self.atol, (int, float)):
+            self.atol = {dt: float(self.atol) for dt in (torch.float32, torch.float16, torch.bfloat16)}
+
+    @classmethod
+    def disabled(cls) -> "VerifyConfig":
+        """Verification off (as TT-Buda's ``VerifyConfig.disabled()``)."""
+        return cls(enabled=False, verify_last=False, intermediates=False, run_golden=False, scale_loss=1.0)
+
+    def total_number_of_inputs(self) -> int:
+        return self.epochs * self.steps * self.accumulation_steps * self.microbatch_count
+
+
+def calculate_pcc(a: torch.Tensor, b: torch.Tensor) -> float:
+    """Pearson correlation of two tensors, with TT-Buda's edge cases and a NaN-placement check.
+
+    - both entirely NaN: 1.0; exactly one entirely NaN: 0.0;
+    - NaN/inf at different positions (or with different infinities): 0.0;
+    - one all-zero and the other not: 0.0; exactly equal: 1.0;
+    - otherwise the correlation over the finite elements.
+    """
+    a = a.detach().to(torch.float64).flatten()
+    b = b.detach().to(torch.float64).flatten()
+    if a.shape != b.shape:
+        raise InputError(f"calculate_pcc: shapes differ {list(a.shape)} vs {list(b.shape)}")
+    a_nan, b_nan = torch.isnan(a), torch.isnan(b)
+    if a_nan.all() and b_nan.all():
+        return 1.0
+    if a_nan.all() or b_nan.all():
+        return 0.0
+    a_fin, b_fin = torch.isfinite(a), torch.isfinite(b)
+    if not torch.equal(a_fin, b_fin) or not torch.equal(a_nan, b_nan):
+        return 0.0
+    if not torch.equal(a[~a_fin & ~a_nan], b[~b_fin & ~b_nan]):  # +inf vs -inf
+        return 0.0
+    a, b = a[a_fin], b[b_fin]
+    if a.numel() == 0 or torch.equal(a, b):
+        return 1.0
+    a_zero, b_zero = not a.any(), not b.any()
+    if a_zero != b_zero:
+        return 0.0
+    a_c, b_c = a - a.mean(), b - b.mean()
+    denom = torch.sqrt((a_c * a_c).sum() * (b_c * b_c).sum())
+    if denom == 0:
+        # One side is constant: correlated only if both are the same constant.
+        return 1.0 if torch.allclose(a, b) else 0.0
+    return float((a_c * b_c).sum() / denom)
+
+
+def _squeeze_to_rank(t: torch.Tensor, rank: int) -> torch.Tensor:
+    while t.dim() > rank and t.shape[0] == 1:
+        t = t.squeeze(0)
+    return t
+
+
+def compare_tensor_to_golden(name: str, golden: torch.Tensor, calculated: torch.Tensor,
+                             rtol: Optional[float] = None, atol: Optional[float] = None,
+                             pcc: Optional[float] = None, warning_only: bool = False,
+                             relative_atol: Optional[float] = None,
+                             verify_cfg: Optional[VerifyConfig] = None) -> bool:
+    """True when ``calculated`` matches ``golden`` by allclose or by PCC (see module doc)."""
+    cfg = verify_cfg or VerifyConfig()
+    golden = golden.detach()
+    calculated = calculated.detach()
+    if golden.dtype == torch.bool or calculated.dtype == torch.bool:
+        ok = golden.shape == calculated.shape and torch.equal(golden, calculated.to(torch.bool))
+        return _report(name, ok, "bool tensors differ", warning_only)
+    rank = golden.dim()
+    calculated = _squeeze_to_rank(calculated, rank)
+    golden = _squeeze_to_rank(golden, calculated.dim())
+    if golden.shape != calculated.shape:
+        return _report(name, False, f"shape mismatch: golden {list(golden.shape)} vs calculated {list(calculated.shape)}",
+                       warning_only)
+    calculated = calculated.to(golden.dtype) if golden.is_floating_point() else calculated.to(torch.float32)
+    golden_f = golden.to(torch.float32)
+    calc_f = calculated.to(torch.float32)
+    if rtol is None:
+        rtol = cfg.rtol.get(golden.dtype, 0.0)
+    if atol is None:
+        atol = cfg.atol.get(golden.dtype)
+    if atol is None:
+        finite = golden_f[torch.isfinite(golden_f)]
+        max_abs = float(finite.abs().max()) if finite.numel() else 0.0
+        atol = (relative_atol if relative_atol is not None else cfg.relative_atol) * max_abs
+    required_pcc = pcc if pcc is not None else cfg.pcc
+    same_nonfinite = torch.equal(torch.isnan(golden_f), torch.isnan(calc_f)) and \
+        torch.equal(torch.isinf(golden_f), torch.isinf(calc_f))
+    close = same_nonfinite and torch.allclose(golden_f, calc_f, rtol=rtol, atol=atol, equal_nan=True)
+    if close and cfg.golden_compare_callback is not None:
+        close = bool(cfg.golden_compare_callback(golden, calculated))
+    if close:
+        return True
+    if golden.numel() <= 1:
+        return _report(name, False, f"single value differs: golden {golden_f.flatten()[:1].tolist()} vs "
+                                    f"{calc_f.flatten()[:1].tolist()}", warning_only)
+    got = calculate_pcc(golden_f, calc_f)
+    if got >= required_pcc:
+        return True
+    diff = (golden_f - calc_f).abs()
+    diff = diff[torch.isfinite(diff)]
+    max_atol = float(diff.max()) if diff.numel() else float("nan")
+    return _report(name, False, f"PCC {got:.6f} < required {required_pcc} (max abs diff {max_atol:.4g}, atol {atol:.4g})",
+                   warning_only)
+
+
+def _report(name: str, ok: bool, reason: str, warning_only: bool) -> bool:
+    if not ok:
+        (log.warning if warning_only else log.error)("Tensor mismatch on %s: %s", name, reason)
+    return ok
+
+
+def run_graph_on_cpu(graph: Graph, inputs: Sequence[torch.Tensor],
+                     parameters: Optional[Mapping[str, torch.Tensor]] = None,
+                     return_intermediates: bool = False):
+    """Execute ``graph`` with the registry's torch references.
+
+    ``inputs`` follow the order of ``graph.inputs``; ``parameters`` override stored parameter values.
+    Returns the list of outputs, plus a dict of every node's value if ``return_intermediates``.
+    """
+    graph_inputs = graph.inputs
+    if len(inputs) != len(graph_inputs):
+        raise InputError(f"graph '{graph.name}' takes {len(graph_inputs)} input(s) "
+                         f"{[n.name for n in graph_inputs]}, got {len(inputs)}")
+    values: Dict[str, torch.Tensor] = {}
+    for node, value in zip(graph_inputs, inputs):
+        if not isinstance(value, torch.Tensor):
+            raise InputError(f"input '{node.name}' must be a torch.Tensor, got {type(value).__name__}")
+        if tuple(value.shape) != tuple(node.shape):
+            raise InputError(f"input '{node.name}' expects shape {list(node.shape)}, got {list(value.shape)}")
+        values[node.name] = value
+    params = parameters or {}
+    users_left = {name: len(users) for name, users in graph.user_map().items()}
+    outputs: List[torch.Tensor] = []
+    with torch.no_grad():
+        for node in graph:
+            if node.kind in (PARAMETER, CONSTANT):
+                values[node.name] = params.get(node.name, graph.tensors.get(node.name))
+                if values[node.name] is None:
+                    raise InputError(f"graph '{graph.name}': no value for {node.kind} '{node.name}'")
+            elif node.kind == OP:
+                values[node.name] = registry.evaluate(node.op_type, [values[o] for o in node.operands], node.attrs)
+            elif node.kind == OUTPUT:
+                outputs.append(values[node.operands[0]])
+            if not return_intermediates:
+                # Free values nobody needs any more: keeps memory flat on large models.
+                for operand in node.operands:
+                    users_left[operand] -= 1
+                    if users_left[operand] == 0 and graph[operand].kind != INPUT:
+                        values.pop(operand, None)
+    return (outputs, values) if return_intermediates else outputs
