@@ -1,0 +1,367 @@
+"""The golden backend: executes a parsed netlist with the chip's numerics.
+
+It reads nothing but the netlist and the tensors in its queues, as a real backend would. Programs are
+interpreted instruction by instruction (param, var, staticvar, varinst, loop/endloop, execute,
+allocate/deallocate queue); queues keep read/write pointers that run modulo 2·entries; each
+``execute`` runs one graph over its ``input_count`` inputs, op by op in dependency order.
+
+Numerics follow the chip (``reference/netlist_backend_spec.md`` §4, §7): every op input is unpacked to
+its ``in_df``, matmuls and multiplies use the math-fidelity phases, results are rounded to the Dest
+accumulation format ``acc_df``, attribute relu is applied, and the output is packed to ``out_df``;
+queues store values in their ``df``. ``fast=True`` skips every rounding and fidelity step (plain
+float32, BBE golden parity) for quick functional runs.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from typing import Dict, List, Mapping, Optional, Sequence
+
+import torch
+
+from pybuda.backend import formats, golden_ops
+from pybuda.errors import InputError, NetlistError
+from pybuda.netlist import model as nl
+from pybuda.tensor import DataFormat
+
+log = logging.getLogger(__name__)
+
+TILE = 32
+
+
+class QueueState:
+    """One queue's buffer: ``entries`` slots of ``[t, R, C]`` float32, plus pointers modulo 2·entries."""
+
+    def __init__(self, qdef: nl.QueueDef):
+        self.qdef = qdef
+        self.entries = qdef.entries
+        self.slots: List[Optional[torch.Tensor]] = [None] * qdef.entries
+        self.rd = 0
+        self.wr = 0
+        shape = qdef.shape
+        self.entry_shape = (shape.t, shape.rt * TILE, shape.ct * TILE)
+
+    @property
+    def occupancy(self) -> int:
+        return (self.wr - self.rd) % (2 * self.entries)
+
+    def free_slots(self) -> int:
+        return self.entries - self.occupancy
+
+    def slot(self, position: int) -> torch.Tensor:
+        value = self.slots[position % self.entries]
+        if value is None:
+            raise NetlistError(f"queues.{self.qdef.name}", f"read of entry {position % self.entries}, which was "
+                                                           f"never written (the program reads an empty queue)")
+        return value
+
+    def write(self, position: int, value: torch.Tensor) -> None:
+        self.slots[position % self.entries] = value
+
+    def advance(self, pointer: int, count: int) -> int:
+        return (pointer + count) % (2 * self.entries)
+
+
+@dataclass
+class ExecuteStats:
+    """What one program run did (for logs and tests)."""
+
+    executes: int = 0
+    op_runs: int = 0
+    graphs: List[str] = field(default_factory=list)
+
+
+class GoldenDevice:
+    """A simulated chip loaded with one netlist.
+
+    Host-side API: :meth:`push` (activations into HOST-fed queues), :meth:`write_ram` (parameters and
+    constants), :meth:`run_program`, :meth:`pop` (read op-fed output queues).
+    """
+
+    def __init__(self, netlist: nl.Netlist, fast: bool = False):
+        self.netlist = netlist
+        self.fast = fast
+        self.queues: Dict[str, QueueState] = {name: QueueState(q) for name, q in netlist.queues.items()}
+        self.static_vars: Dict[str, Dict[str, int]] = {}
+        self._order = {name: _topological(graph) for name, graph in netlist.graphs.items()}
+        self._queue_producers = {q.input: name for name, q in netlist.queues.items() if not q.is_host_fed}
+        self.stats = ExecuteStats()
+
+    # --- host side ----------------------------------------------------------------------------
+    def _queue(self, name: str) -> QueueState:
+        try:
+            return self.queues[name]
+        except KeyError:
+            raise InputError(f"netlist has no queue '{name}'; queues: {sorted(self.queues)}") from None
+
+    def _to_device(self, q: QueueState, value: torch.Tensor) -> torch.Tensor:
+        value = value.to(torch.float32)
+        if tuple(value.shape[-3:]) != q.entry_shape:
+            raise InputError(f"queue '{q.qdef.name}' holds entries of shape {list(q.entry_shape)} "
+                             f"(t, rows, cols), got {list(value.shape)}")
+        return value if self.fast else formats.quantize(value, q.qdef.df)
+
+    def push(self, queue_name: str, values: torch.Tensor) -> None:
+        """Push entries ``[n, t, R, C]`` into a HOST-fed streaming queue; InputError when it would overflow."""
+        q = self._queue(queue_name)
+        if not q.qdef.is_host_fed:
+            raise InputError(f"queue '{queue_name}' is written by op '{q.qdef.input}', not by the host")
+        if values.dim() == 3:
+            values = values.unsqueeze(0)
+        if values.shape[0] > q.free_slots():
+            raise InputError(f"queue '{queue_name}' has room for {q.free_slots()} more entries, "
+                             f"got {values.shape[0]}")
+        values = self._to_device(q, values)
+        for entry in values:
+            q.write(q.wr, entry.clone())
+            q.wr = q.advance(q.wr, 1)
+
+    def write_ram(self, queue_name: str, value: torch.Tensor, entry: int = 0) -> None:
+        """Write one entry ``[t, R, C]`` of a parameter/constant queue (random access)."""
+        q = self._queue(queue_name)
+        q.write(entry, self._to_device(q, value.reshape(q.entry_shape) if value.dim() != 3 else value))
+
+    def read_ram(self, queue_name: str, entry: int = 0) -> torch.Tensor:
+        return self._queue(queue_name).slot(entry).clone()
+
+    def pop(self, queue_name: str, count: int = 1) -> torch.Tensor:
+        """Pop ``count`` entries from an output queue, as ``[count, t, R, C]``."""
+        q = self._queue(queue_name)
+        if count > q.occupancy:
+            raise InputError(f"queue '{queue_name}' holds {q.occupancy} entries, {count} requested")
+        out = []
+        for _ in range(count):
+            out.append(q.slot(q.rd))
+            q.rd = q.advance(q.rd, 1)
+        return torch.stack(out)
+
+    # --- programs -----------------------------------------------------------------------------
+    def run_program(self, name: str, params: Optional[Mapping[str, int]] = None) -> ExecuteStats:
+        """Interpret program ``name``; ``params`` supplies its ``param`` values (e.g. ``$p_loop_count``)."""
+        program = next((p for p in self.netlist.programs if p.name == name), None)
+        if program is None:
+            raise InputError(f"netlist has no program '{name}'; programs: {[p.name for p in self.netlist.programs]}")
+        params = dict(params or {})
+        env: Dict[str, int] = {}
+        statics = self.static_vars.setdefault(name, {})
+        loops: List[List[int]] = []  # [start index, remaining iterations]
+        pc = 0
+        insts = program.instructions
+        while pc < len(insts):
+            inst = insts[pc]
+            if isinstance(inst, nl.Param):
+                for pname in inst.names:
+                    if pname not in params:
+                        raise InputError(f"program '{name}' needs parameter {pname}")
+                    env[pname] = int(params[pname])
+            elif isinstance(inst, nl.Var):
+                env.update(inst.values)
+            elif isinstance(inst, nl.StaticVar):
+                for var, value in inst.values.items():
+                    statics.setdefault(var, value)
+                env.update(statics)
+            elif isinstance(inst, nl.VarInst):
+                self._varinst(inst, env)
+                if inst.out in statics:
+                    statics[inst.out] = env[inst.out]
+            elif isinstance(inst, nl.Loop):
+                count = nl.resolve_operand(inst.count, env)
+                if count < 1:
+                    raise NetlistError(f"programs.{name}", f"loop count must be >= 1, got {count}")
+                loops.append([pc, count])
+            elif isinstance(inst, nl.EndLoop):
+                loops[-1][1] -= 1
+                if loops[-1][1] > 0:
+                    pc = loops[-1][0]
+                else:
+                    loops.pop()
+            elif isinstance(inst, nl.Execute):
+                self._execute(inst, env)
+            # allocate/deallocate only declare lifetimes: nothing to do functionally.
+            pc += 1
+        return self.stats
+
+    @staticmethod
+    def _varinst(inst: nl.VarInst, env: Dict[str, int]) -> None:
+        args = [nl.resolve_operand(a, env) for a in inst.args]
+        cur = env.get(inst.out, 0)
+        if inst.op == "set":
+            env[inst.out] = args[0]
+        elif inst.op == "add":
+            env[inst.out] = args[0] + args[1]
+        elif inst.op == "mul":
+            env[inst.out] = args[0] * args[1]
+        elif inst.op == "inc":
+            env[inst.out] = cur + args[0]
+        elif inst.op == "incwrap":
+            env[inst.out] = (cur + args[0]) % args[1]
+        else:
+            raise NetlistError("programs.varinst", f"unknown varinst op '{inst.op}'")
+
+    # --- execute ------------------------------------------------------------------------------
+    def _execute(self, inst: nl.Execute, env: Dict[str, int]) -> None:
+        graph = self.netlist.graphs[inst.graph_name]
+        n = graph.input_count
+        settings = inst.queue_settings
+        for qname, s in settings.items():
+            q = self.queues[qname]
+            if s.zero is not None and nl.resolve_operand(s.zero, env):
+                q.slots = [torch.zeros(q.entry_shape) for _ in range(q.entries)]
+            if s.rd_ptr_global is not None and q.qdef.type == "queue":
+                q.rd = nl.resolve_operand(s.rd_ptr_global, env) % (2 * q.entries)
+        values: Dict[str, torch.Tensor] = {}
+        consumed: Dict[str, int] = {}
+        for op_name in self._order[inst.graph_name]:
+            op = graph.ops[op_name]
+            inputs = [self._read_input(op, i, name, values, settings, env, n, consumed)
+                      for i, name in enumerate(op.inputs)]
+            values[op_name] = self._run_op(op, inputs)
+            self.stats.op_runs += 1
+        for op_name, value in values.items():
+            qname = self._queue_producers.get(op_name)
+            if qname is not None:
+                self._write_output(qname, graph.ops[op_name], value, settings.get(qname), env)
+        # Entries a streaming read consumed are freed: the global read pointer moves past them (or by
+        # global_rdptr_autoinc per input when the program asks for that explicitly).
+        for qname, end in consumed.items():
+            q = self.queues[qname]
+            inc = nl.resolve_operand(settings.get(qname, nl.QueueSetting()).autoincs("queue")[1], env)
+            q.rd = q.advance(q.rd, inc * n) if inc else end % (2 * q.entries)
+        self.stats.executes += 1
+        self.stats.graphs.append(inst.graph_name)
+
+    def _read_input(self, op: nl.NetlistOp, index: int, name: str, values: Dict[str, torch.Tensor],
+                    settings: Mapping[str, nl.QueueSetting], env: Dict[str, int], n: int,
+                    consumed: Dict[str, int]) -> torch.Tensor:
+        if name in values:
+            x = values[name]
+        else:
+            q = self.queues.get(name)
+            if q is None:
+                raise NetlistError(f"graphs.{op.name}.inputs", f"'{name}' is neither an op of this graph nor a queue")
+            s = settings.get(name, nl.QueueSetting())
+            prologue = s.prologue is not None and nl.resolve_operand(s.prologue, env)
+            if q.qdef.type == "ram" or prologue:
+                base = nl.resolve_operand(s.rd_ptr_global, env) if s.rd_ptr_global is not None else 0
+                x = q.slot(base).unsqueeze(0).expand(n, *q.entry_shape)
+            else:
+                local = nl.resolve_operand(s.rd_ptr_local, env) if s.rd_ptr_local is not None else q.rd
+                rd_inc = nl.resolve_operand(s.autoincs("queue")[0], env)
+                positions = [local + i * rd_inc for i in range(n)]
+                for pos in positions:
+                    # A read past the write pointer would block on the chip; say so instead of hanging.
+                    if (pos - q.rd) % (2 * q.entries) >= q.occupancy:
+                        raise NetlistError(f"queues.{name}", f"graph reads {n} entries starting at {local % q.entries} "
+                                                             f"but the queue holds only {q.occupancy}: the queue is "
+                                                             f"empty (push more inputs before running the program)")
+                x = torch.stack([q.slot(pos) for pos in positions])
+                consumed[name] = local + n * rd_inc
+        x = golden_ops.apply_input_transforms(x, op.tms_of(index), op.input_unpad.get(index), op.input_pad.get(index))
+        if not self.fast:
+            x = formats.quantize(x, op.in_df[index])
+        return x
+
+    def _run_op(self, op: nl.NetlistOp, inputs: List[torch.Tensor]) -> torch.Tensor:
+        fidelity = None if self.fast else op.math_fidelity
+        attrs = op.attributes
+        cls = op.op_class
+        if cls == "matmul":
+            out = golden_ops.matmul(inputs, attrs, fidelity)
+        elif cls == "binary":
+            out = golden_ops.binary(op.type, inputs[0], inputs[1], fidelity)
+        elif cls == "unary":
+            out = golden_ops.UNARY[op.type](inputs[0], attrs)
+        elif cls == "reduce":
+            out = golden_ops.reduce(inputs[0], attrs)
+        elif cls == "splice":
+            out = golden_ops.splice(inputs, attrs, op.shape)
+        elif cls == "fused":
+            out = self._run_fused(op, inputs)
+        else:
+            raise NetlistError(f"graphs.{op.name}.type", f"golden backend does not implement op type '{op.type}'")
+        if not self.fast and op.acc_df != DataFormat.Float32 and cls in ("matmul", "binary", "fused"):
+            out = formats.accumulate(out, op.acc_df)
+        out = golden_ops.apply_relu(out, attrs)
+        expected = (op.shape.t, op.shape.rt * TILE, op.shape.ct * TILE)
+        if tuple(out.shape[1:]) != expected:
+            raise NetlistError(f"graphs.{op.name}", f"computed output shape {list(out.shape[1:])} differs from the "
+                                                    f"op's declared (t, rows, cols) {list(expected)}")
+        return out if self.fast else formats.quantize(out, op.out_df)
+
+    def _run_fused(self, op: nl.NetlistOp, inputs: List[torch.Tensor]) -> torch.Tensor:
+        """Interpret a fused op's schedules: sub-ops read ``inputK`` / ``intermedK`` / ``dest`` and write
+        ``intermedK`` / ``dest`` / ``output``. Sub-ops are elementwise, so they run on whole tensors."""
+        fused = self.netlist.fused_ops.get(int(op.attr("fused_op_id", -1)))
+        if fused is None:
+            raise NetlistError(f"graphs.{op.name}.attributes.fused_op_id", "no such fused op")
+        buffers: Dict[str, torch.Tensor] = {f"input{i}": x for i, x in enumerate(inputs)}
+        fidelity = None if self.fast else op.math_fidelity
+        result: Optional[torch.Tensor] = None
+        for schedule in fused.schedules:
+            for sub in schedule:
+                xs = []
+                for k, src in enumerate(sub.inputs):
+                    x = buffers[src]
+                    for tm in sub.input_tms.get(k, ()):
+                        x = golden_ops.apply_tm(x, tm)
+                    xs.append(x)
+                kind = nl.op_class(sub.type)
+                if kind == "binary":
+                    y = golden_ops.binary(sub.type, xs[0], xs[1], fidelity)
+                elif kind == "unary":
+                    y = golden_ops.UNARY[sub.type](xs[0], sub.attributes)
+                else:
+                    raise NetlistError(f"fused_ops.{fused.id}.{sub.name}", f"golden supports elementwise sub-ops "
+                                                                         f"in fused ops, not '{sub.type}'")
+                y = golden_ops.apply_relu(y, sub.attributes)
+                if sub.output.startswith("intermed") and not self.fast:
+                    y = formats.quantize(y, op.intermed_df)
+                if sub.output == "output":
+                    result = y
+                buffers[sub.output] = y
+        if result is None:
+            raise NetlistError(f"fused_ops.{fused.id}", "no sub-op writes 'output'")
+        return result
+
+    def _write_output(self, qname: str, op: nl.NetlistOp, value: torch.Tensor, s: Optional[nl.QueueSetting],
+                      env: Dict[str, int]) -> None:
+        q = self.queues[qname]
+        if not self.fast and q.qdef.df != op.out_df:
+            value = formats.quantize(value, q.qdef.df)
+        if q.qdef.type == "ram" or op.gradient_op:
+            position = nl.resolve_operand(s.wr_ptr_global, env) if s is not None and s.wr_ptr_global is not None else 0
+            new = value[-1]
+            if op.gradient_op:
+                previous = q.slots[position % q.entries]
+                new = value.sum(dim=0) + (previous if previous is not None else 0)
+            q.write(position, new)
+            return
+        if value.shape[0] > q.free_slots():
+            raise NetlistError(f"queues.{qname}", f"op '{op.name}' writes {value.shape[0]} entries into a queue with "
+                                                  f"room for {q.free_slots()} (the host must pop outputs)")
+        for entry in value:
+            q.write(q.wr, entry)
+            q.wr = q.advance(q.wr, 1)
+
+
+def _topological(graph: nl.GraphDef) -> List[str]:
+    """Ops of a graph in dependency order (stable: netlist order among ready ops)."""
+    names = list(graph.ops)
+    done: Dict[str, bool] = {}
+    order: List[str] = []
+    pending = set(names)
+    while pending:
+        progressed = False
+        for name in names:
+            if name in done:
+                continue
+            deps = [i for i in graph.ops[name].inputs if i in graph.ops]
+            if all(d in done for d in deps):
+                done[name] = True
+                order.append(name)
+                pending.discard(name)
+                progressed = True
+        if not progressed:
+            raise NetlistError(f"graphs.{graph.name}", f"ops form a cycle: {sorted(pending)}")
+    return order
