@@ -19,7 +19,7 @@ import torch
 
 from pybuda.errors import ModuleError, OpError
 from pybuda.ops import registry
-from pybuda.tensor import DataFormat, Tensor
+from pybuda.tensor import DataFormat, Tensor, pytorch_dtype_to_buda_dataformat
 
 _ids = itertools.count()
 _state = threading.local()
@@ -96,6 +96,9 @@ def op_function(fn):
 
         if args and isinstance(args[0], Module):
             args = args[1:]
+        if args and not isinstance(args[0], str) and "name" not in kwargs:
+            raise OpError(fn.__name__, f"the first argument must be the op name (a str, '' to auto-name), "
+                                       f"got {type(args[0]).__name__}")
         return fn(*args, **kwargs)
 
     return wrapper
@@ -126,12 +129,13 @@ def record(op_type: str, name: str, operands: Sequence[Any], **attrs: Any) -> Te
 
 def _output_format(op_type: str, operands: List[Tensor], dtype: torch.dtype) -> DataFormat:
     # TT-Buda: Int8 x Int8 matmul/conv gives Int32; `where` takes operand 1's format; else operand 0's.
+    # When the op changes the dtype (cast, quantize, int -> float math), the format follows the dtype.
     if not operands:
-        return DataFormat.Float32
+        return pytorch_dtype_to_buda_dataformat(dtype)
     if op_type in ("matmul", "conv2d") and all(t.data_format == DataFormat.Int8 for t in operands[:2]):
         return DataFormat.Int32
-    if op_type == "where" and len(operands) > 1:
+    if op_type == "where" and len(operands) > 1 and dtype == operands[1].dtype:
         return operands[1].data_format
-    if not dtype.is_floating_point and operands[0].dtype.is_floating_point:
-        return DataFormat.Int32 if dtype != torch.bool else DataFormat.Int8
+    if dtype != operands[0].dtype:
+        return pytorch_dtype_to_buda_dataformat(dtype)
     return operands[0].data_format

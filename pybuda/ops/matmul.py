@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from pybuda.ops.common import broadcast_shapes
+from pybuda.ops.common import broadcast_shapes, operand_dtypes_to, result_dtype
 from pybuda.ops.registry import OpDef, register
 
 
@@ -16,15 +16,22 @@ def _matmul_shape(shapes, attrs):
         raise ValueError(f"inner dimensions differ: {a[-1]} vs {b[-2]}")
     batch = broadcast_shapes(a[:-2], b[:-2]) if (a[:-2] or b[:-2]) else ()
     out = tuple(batch) + (a[-2], b[-1])
-    if len(shapes) == 3:
-        broadcast_shapes(out, shapes[2])
+    if len(shapes) == 3 and broadcast_shapes(out, shapes[2]) != out:
+        raise ValueError(f"bias of shape {list(shapes[2])} does not broadcast onto the output {list(out)}")
     return out
 
 
+def _matmul_dtype(dtypes, attrs):
+    return result_dtype(dtypes[0], dtypes[1])
+
+
 def _matmul_eval(x, attrs):
+    # Mixed operands (a bf16 activation times a float32 parameter) compute in the common dtype.
+    x = operand_dtypes_to(list(x), result_dtype(x[0].dtype, x[1].dtype))
     out = torch.matmul(x[0], x[1])
     return out + x[2] if len(x) == 3 else out
 
 
 register(OpDef(name="matmul", family="matmul", arity=(2, 3), shape=_matmul_shape, eval=_matmul_eval,
+               dtype=_matmul_dtype,
                doc="y = a @ b (+ bias). Batch dims broadcast; the bias broadcasts onto the output."))

@@ -11,6 +11,7 @@ Frontends map framework ops onto registry names, the tracer and the graph builde
 
 from __future__ import annotations
 
+import numbers
 from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
@@ -66,6 +67,9 @@ class OpDef:
     attrs: Mapping[str, Attr] = field(default_factory=dict)
     dtype: DtypeFn = first_operand_dtype
     doc: str = ""
+    # Turns validated attributes into their one canonical form (e.g. stride 2 -> (2, 2), padding 'same' ->
+    # a 4-tuple), given the operand shapes. Graphs store canonical attrs, so later stages read one form.
+    canonicalize: Optional[Callable[[List[Shape], Dict[str, Any]], Dict[str, Any]]] = None
     # Slots filled by later stages (autograd, decomposition, lowering to tile ops, perf cost).
     backward: Optional[Callable[..., Any]] = None
     decompose: Optional[Callable[..., Any]] = None
@@ -80,35 +84,57 @@ class OpDef:
     def is_eltwise(self) -> bool:
         return self.family.startswith("eltwise")
 
-    def validate_attrs(self, attrs: Mapping[str, Any], op_name: Optional[str] = None) -> Dict[str, Any]:
-        """Check attribute names, types and choices; return a copy with defaults filled in."""
+    def validate_attrs(self, attrs: Mapping[str, Any], op_name: Optional[str] = None,
+                       context: str = "") -> Dict[str, Any]:
+        """Check attribute names, types and choices; return a copy with defaults filled in.
+
+        ``context`` (e.g. the operand shapes) is appended to every error message.
+        """
+        def fail(message: str) -> OpError:
+            return OpError(self.name, f"{message}{' ' + context if context else ''}", op_name)
+
         unknown = sorted(set(attrs) - set(self.attrs))
         if unknown:
-            raise OpError(self.name, f"unknown attribute(s) {unknown}; accepted: {sorted(self.attrs)}", op_name)
+            raise fail(f"unknown attribute(s) {unknown}; accepted: {sorted(self.attrs)}")
         out: Dict[str, Any] = {}
         for key, spec in self.attrs.items():
             if key not in attrs:
                 if spec.required:
-                    raise OpError(self.name, f"missing required attribute '{key}'", op_name)
+                    raise fail(f"missing required attribute '{key}'")
                 out[key] = spec.default
                 continue
             value = attrs[key]
             if value is None and spec.optional:
                 out[key] = None
                 continue
+            value = _plain(value)
+            if isinstance(value, list) and tuple in spec.types:
+                value = tuple(value)  # graphs loaded from JSON hand back lists
             if isinstance(value, bool) and bool not in spec.types:
-                raise OpError(self.name, f"attribute '{key}' must be {_type_names(spec.types)}, got bool", op_name)
+                raise fail(f"attribute '{key}' must be {_type_names(spec.types)}, got bool")
             if float in spec.types and isinstance(value, int) and not isinstance(value, bool):
                 value = float(value) if int not in spec.types else value
             if not isinstance(value, spec.types):
-                raise OpError(self.name, f"attribute '{key}' must be {_type_names(spec.types)}, "
-                                         f"got {type(value).__name__} {value!r}", op_name)
+                raise fail(f"attribute '{key}' must be {_type_names(spec.types)}, got {type(value).__name__} {value!r}")
             if spec.choices is not None and value not in spec.choices:
-                raise OpError(self.name, f"attribute '{key}' must be one of {list(spec.choices)}, got {value!r}", op_name)
-            if isinstance(value, list):
-                value = tuple(value)
+                raise fail(f"attribute '{key}' must be one of {list(spec.choices)}, got {value!r}")
             out[key] = value
         return out
+
+
+def _plain(value: Any) -> Any:
+    """numpy / torch scalars (frontends pass them) as python int / float, inside sequences too."""
+    if isinstance(value, list):
+        return [_plain(v) for v in value]
+    if isinstance(value, tuple):  # torch.Size included
+        return tuple(_plain(v) for v in value)
+    if isinstance(value, (bool, int, float, str)) or value is None:
+        return value
+    if isinstance(value, numbers.Integral):
+        return int(value)
+    if isinstance(value, numbers.Real):
+        return float(value)
+    return value
 
 
 def _type_names(types: Tuple[type, ...]) -> str:
@@ -136,6 +162,7 @@ def get(name: str) -> OpDef:
 
 
 def has(name: str) -> bool:
+    """True when ``name`` is a registered op."""
     _ensure_loaded()
     return name in _REGISTRY
 
@@ -150,29 +177,58 @@ def infer(op_type: str, shapes: Sequence[Shape], dtypes: Sequence[torch.dtype], 
           op_name: Optional[str] = None) -> Tuple[Shape, torch.dtype, Dict[str, Any]]:
     """Validate operand count and attributes, then compute output shape and dtype.
 
-    Shape functions raise ``ValueError`` with a short reason; it is re-raised as an OpError naming the
-    op and the operand shapes, so the user sees exactly which call was wrong.
+    Returns ``(shape, dtype, attrs)`` where ``attrs`` are validated, defaults-filled and canonical.
+    Shape and canonicalize functions raise ``ValueError`` with a short reason; it is re-raised as an
+    OpError naming the op and the operand shapes, so the user sees exactly which call was wrong.
     """
     opdef = get(op_type)
-    lo, hi = opdef.arity
-    n = len(shapes)
-    if n < lo or (hi is not None and n > hi):
-        want = f"{lo}" if lo == hi else (f"at least {lo}" if hi is None else f"{lo} to {hi}")
-        raise OpError(op_type, f"expects {want} operand(s), got {n}", op_name)
-    full_attrs = opdef.validate_attrs(attrs, op_name)
     shapes = [tuple(int(d) for d in s) for s in shapes]
+    full_attrs = _prepare(opdef, shapes, attrs, op_name)
     try:
         out_shape = tuple(int(d) for d in opdef.shape(list(shapes), full_attrs))
     except OpError:
         raise
     except (ValueError, IndexError, TypeError) as e:
-        raise OpError(op_type, f"{e} (operand shapes {[list(s) for s in shapes]}, attrs {full_attrs})", op_name) from None
+        raise OpError(op_type, f"{e} {_context(shapes, full_attrs)}", op_name) from None
+    if any(d < 0 for d in out_shape):
+        raise OpError(op_type, f"computed a negative output dim {list(out_shape)} {_context(shapes, full_attrs)}",
+                      op_name)
     return out_shape, opdef.dtype(list(dtypes), full_attrs), full_attrs
 
 
+def _context(shapes: Sequence[Shape], attrs: Mapping[str, Any]) -> str:
+    return f"(operand shapes {[list(s) for s in shapes]}, attrs {dict(attrs)})"
+
+
+def _prepare(opdef: OpDef, shapes: List[Shape], attrs: Mapping[str, Any], op_name: Optional[str]) -> Dict[str, Any]:
+    """Check the operand count, validate and canonicalise attrs; every error names the operand shapes."""
+    lo, hi = opdef.arity
+    n = len(shapes)
+    if n < lo or (hi is not None and n > hi):
+        want = f"{lo}" if lo == hi else (f"at least {lo}" if hi is None else f"{lo} to {hi}")
+        raise OpError(opdef.name, f"expects {want} operand(s), got {n} (operand shapes {[list(s) for s in shapes]})",
+                      op_name)
+    full_attrs = opdef.validate_attrs(attrs, op_name, context=f"(operand shapes {[list(s) for s in shapes]})")
+    if opdef.canonicalize is not None:
+        try:
+            full_attrs = opdef.canonicalize(list(shapes), full_attrs)
+        except OpError:
+            raise
+        except (ValueError, IndexError, TypeError) as e:
+            raise OpError(opdef.name, f"{e} {_context(shapes, full_attrs)}", op_name) from None
+    return full_attrs
+
+
 def evaluate(op_type: str, inputs: Sequence[torch.Tensor], attrs: Mapping[str, Any]) -> torch.Tensor:
-    """Run the op's torch reference on already-validated attributes."""
-    return get(op_type).eval(list(inputs), dict(attrs))
+    """Run the op's torch reference.
+
+    Attributes are validated and canonicalised again (both are idempotent and cheap), so a caller may
+    pass attrs straight from a frontend, a JSON graph or :func:`infer`.
+    """
+    opdef = get(op_type)
+    inputs = list(inputs)
+    full_attrs = _prepare(opdef, [tuple(t.shape) for t in inputs], attrs, None)
+    return opdef.eval(inputs, full_attrs)
 
 
 _LOADED = False

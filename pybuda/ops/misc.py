@@ -1,0 +1,122 @@
+"""Ops that fit no other family: embedding, constant, resize2d/3d, cumsum, index_copy."""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+from pybuda.ops.common import float_dtype, int_list, need_rank, normalize_dim, same_shape
+from pybuda.ops.registry import OpDef, attr, register
+
+
+def _embedding_shape(shapes, attrs):
+    table, indices = shapes
+    if len(table) != 2:
+        raise ValueError(f"the embedding table must be 2-D [num_embeddings, dim], got shape {list(table)}")
+    return tuple(indices) + (table[1],)
+
+
+register(OpDef(name="embedding", family="misc", arity=(2, 2), shape=_embedding_shape,
+               eval=lambda x, a: x[0][x[1].to(torch.int64)],
+               doc="embedding(table [V, D], indices [...]) -> table[indices], of shape [..., D] and the "
+                   "table's dtype (indices may be stored as floats)."))
+
+
+def _constant_shape(shapes, attrs):
+    shape = int_list(attrs["shape"], "constant shape")
+    if any(d < 1 for d in shape):
+        raise ValueError(f"constant shape must have positive dims, got {shape}")
+    return shape
+
+
+register(OpDef(name="constant", family="misc", arity=(0, 0), shape=_constant_shape,
+               eval=lambda x, a: torch.full(a["shape"], a["constant"], dtype=torch.float32),
+               attrs={"constant": attr(float), "shape": attr(tuple, default=(1,))},
+               dtype=lambda d, a: torch.float32, doc="A float32 tensor of `shape` filled with `constant`."))
+
+
+_RESIZE_MODES = {
+    2: {"nearest_neighbor": "nearest", "linear": "bilinear", "bilinear": "bilinear", "cubic": "bicubic"},
+    3: {"nearest_neighbor": "nearest", "linear": "trilinear", "bilinear": "trilinear"},
+}
+
+
+def _resize_shape(nd: int):
+    def shape(shapes, attrs):
+        out = list(shapes[0])
+        need_rank(out, nd + 1)
+        sizes = int_list(attrs["sizes"], "sizes")
+        if len(sizes) != nd or min(sizes) < 1:
+            raise ValueError(f"resize{nd}d sizes must be {nd} positive ints, got {sizes}")
+        if attrs["method"] not in _RESIZE_MODES[nd]:
+            raise ValueError(f"resize{nd}d does not support method '{attrs['method']}'; "
+                             f"use one of {sorted(_RESIZE_MODES[nd])}")
+        first = len(out) - nd - (1 if attrs["channel_last"] else 0)
+        out[first:first + nd] = sizes
+        return tuple(out)
+
+    return shape
+
+
+def _resize_eval(nd: int):
+    def evaluate(x, attrs):
+        t = x[0]
+        dtype = float_dtype(t.dtype)
+        if attrs["channel_last"]:
+            t = t.movedim(-1, -nd - 1)
+        spatial = tuple(t.shape[-nd:])
+        # interpolate wants [N, C, spatial]; every leading dim folds into C.
+        flat = t.to(dtype).reshape((1, -1) + spatial)
+        mode = _RESIZE_MODES[nd][attrs["method"]]
+        kwargs = {} if mode == "nearest" else {"align_corners": attrs["align_corners"]}
+        out = F.interpolate(flat, size=tuple(attrs["sizes"]), mode=mode, **kwargs)
+        out = out.reshape(tuple(t.shape[:-nd]) + tuple(attrs["sizes"]))
+        return out.movedim(-nd - 1, -1) if attrs["channel_last"] else out
+
+    return evaluate
+
+
+for _nd in (2, 3):
+    register(OpDef(name=f"resize{_nd}d", family="misc", arity=(1, 1), shape=_resize_shape(_nd), eval=_resize_eval(_nd),
+                   attrs={"sizes": attr(tuple),
+                          "method": attr(str, default="nearest_neighbor",
+                                         choices=("nearest_neighbor", "linear", "bilinear", "cubic")),
+                          "align_corners": attr(bool, default=False), "channel_last": attr(bool, default=False)},
+                   dtype=lambda d, a: float_dtype(d[0]),
+                   doc=f"Resize the last {_nd} spatial dims (or, channel_last, the {_nd} before the channels) to "
+                       f"`sizes`; methods nearest_neighbor, linear/bilinear{', cubic' if _nd == 2 else ''}."))
+
+
+def _cumsum_eval(x, attrs):
+    t, axis = x[0], attrs["axis"]
+    out = torch.cumsum(t, axis, dtype=t.dtype)
+    return out - t if attrs["exclusive"] else out
+
+
+def _cumsum_shape(shapes, attrs):
+    normalize_dim(attrs["axis"], len(shapes[0]))
+    return same_shape(shapes, attrs)
+
+
+register(OpDef(name="cumsum", family="misc", arity=(1, 1), shape=_cumsum_shape, eval=_cumsum_eval,
+               attrs={"axis": attr(int), "exclusive": attr(bool, default=False)},
+               doc="Running sum along axis; `exclusive` leaves each element out of its own sum."))
+
+
+def _index_copy_shape(shapes, attrs):
+    target, index, value = shapes
+    d = normalize_dim(attrs["dim"], len(target))
+    if len(index) != 1:
+        raise ValueError(f"index_copy indices must be 1-D, got shape {list(index)}")
+    expected = list(target)
+    expected[d] = index[0]
+    if list(value) != expected:
+        raise ValueError(f"index_copy value must have shape {expected}, got {list(value)}")
+    return tuple(target)
+
+
+register(OpDef(name="index_copy", family="misc", arity=(3, 3), shape=_index_copy_shape,
+               eval=lambda x, a: x[0].index_copy(a["dim"], x[1].to(torch.int64), x[2].to(x[0].dtype)),
+               attrs={"dim": attr(int)}, dtype=lambda d, a: d[0],
+               doc="index_copy(target, index [K], value): target with the slices at `index` along dim replaced "
+                   "by the K slices of value."))

@@ -1,0 +1,120 @@
+"""Reductions. As in TT-Buda the reduced dim is kept with size 1 (a device tensor never loses rank)."""
+
+from __future__ import annotations
+
+import torch
+
+from pybuda.ops.common import float_dtype, normalize_dim
+from pybuda.ops.registry import OpDef, attr, register
+
+
+def _keepdim_shape(shapes, attrs):
+    shape = list(shapes[0])
+    shape[normalize_dim(attrs["dim"], len(shape))] = 1
+    return tuple(shape)
+
+
+def _dim_canonical(shapes, attrs):
+    normalize_dim(attrs["dim"], len(shapes[0]))  # range check only; the dim is stored as given
+    return attrs
+
+
+register(OpDef(name="reduce_sum", family="reduce", arity=(1, 1), shape=_keepdim_shape,
+               eval=lambda x, a: torch.sum(x[0], a["dim"], keepdim=True, dtype=x[0].dtype),
+               attrs={"dim": attr(int)}, canonicalize=_dim_canonical,
+               doc="Sum along dim; the dim is kept with size 1."))
+
+register(OpDef(name="reduce_avg", family="reduce", arity=(1, 1), shape=_keepdim_shape,
+               eval=lambda x, a: torch.mean(x[0].to(float_dtype(x[0].dtype)), a["dim"], keepdim=True),
+               attrs={"dim": attr(int)}, canonicalize=_dim_canonical, dtype=lambda d, a: float_dtype(d[0]),
+               doc="Mean along dim; the dim is kept with size 1."))
+
+
+def _max_canonical(shapes, attrs):
+    attrs = _dim_canonical(shapes, attrs)
+    size = shapes[0][attrs["dim"]]
+    stride = attrs["stride"]
+    if stride == -1 or stride == size:
+        return {**attrs, "stride": -1}
+    if stride <= 0 or size % stride:
+        raise ValueError(f"reduce_max stride {stride} must be -1 or divide the reduced dim ({size})")
+    return attrs
+
+
+def _max_shape(shapes, attrs):
+    shape = list(shapes[0])
+    d = attrs["dim"]
+    shape[d] = 1 if attrs["stride"] == -1 else shape[d] // attrs["stride"]
+    return tuple(shape)
+
+
+def _max_eval(x, attrs):
+    t, d, stride = x[0], attrs["dim"], attrs["stride"]
+    if stride == -1:
+        return torch.amax(t, d, keepdim=True)
+    # Groups of `stride` consecutive elements along dim, each reduced to its max (TT-Buda's z-stride max).
+    d = d % t.dim()
+    grouped = t.reshape(t.shape[:d] + (t.shape[d] // stride, stride) + t.shape[d + 1:])
+    return torch.amax(grouped, d + 1)
+
+
+register(OpDef(name="reduce_max", family="reduce", arity=(1, 1), shape=_max_shape, eval=_max_eval,
+               attrs={"dim": attr(int), "stride": attr(int, default=-1)}, canonicalize=_max_canonical,
+               doc="Max along dim (kept with size 1). With stride > 0, the max of each group of `stride` "
+                   "consecutive elements, so the dim shrinks to size/stride."))
+
+
+def _grouped_canonical(shapes, attrs):
+    attrs = _dim_canonical(shapes, attrs)
+    size, groups = shapes[0][attrs["dim"]], attrs["groups"]
+    if groups <= 0 or size % groups:
+        raise ValueError(f"groups ({groups}) must divide the reduced dim ({size})")
+    return attrs
+
+
+def _grouped_shape(shapes, attrs):
+    shape = list(shapes[0])
+    if not attrs["keep_dims"]:
+        shape[attrs["dim"]] = attrs["groups"]
+    return tuple(shape)
+
+
+def _grouped_eval(x, attrs):
+    t = x[0].to(float_dtype(x[0].dtype))
+    d, groups = attrs["dim"] % t.dim(), attrs["groups"]
+    size = t.shape[d]
+    grouped = t.reshape(t.shape[:d] + (groups, size // groups) + t.shape[d + 1:])
+    means = torch.mean(grouped, d + 1, keepdim=True)
+    if attrs["keep_dims"]:
+        return means.expand(grouped.shape).reshape(t.shape)
+    return means.reshape(t.shape[:d] + (groups,) + t.shape[d + 1:])
+
+
+register(OpDef(name="grouped_reduce_avg", family="reduce", arity=(1, 1), shape=_grouped_shape, eval=_grouped_eval,
+               attrs={"dim": attr(int), "groups": attr(int), "keep_dims": attr(bool, default=False)},
+               canonicalize=_grouped_canonical, dtype=lambda d, a: float_dtype(d[0]),
+               doc="Split dim into `groups` equal groups and average each: the dim becomes `groups`, or with "
+                   "keep_dims every element is replaced by its group's mean."))
+
+
+def _argmax_shape(shapes, attrs):
+    shape = list(shapes[0])
+    if attrs["dim"] is None:
+        return tuple([1] * len(shape))
+    shape[normalize_dim(attrs["dim"], len(shape))] = 1
+    return tuple(shape)
+
+
+def _argmax_eval(x, attrs):
+    t, dim = x[0], attrs["dim"]
+    if dim is None:
+        idx = torch.argmax(t.reshape(-1)).reshape([1] * t.dim())
+    else:
+        idx = torch.argmax(t, dim, keepdim=True)
+    return idx.to(t.dtype)
+
+
+register(OpDef(name="argmax", family="reduce", arity=(1, 1), shape=_argmax_shape, eval=_argmax_eval,
+               attrs={"dim": attr(int, default=None)},
+               doc="Index of the max along dim (kept with size 1), or over all elements when dim is None "
+                   "(every dim becomes 1). The index is returned in the operand's dtype, as in TT-Buda."))
