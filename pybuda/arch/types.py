@@ -14,6 +14,7 @@ class BackendDevice(enum.Enum):
 
     @classmethod
     def from_string(cls, name: str) -> "BackendDevice":
+        """The member for an arch name (case-insensitive; ``wormhole`` means Wormhole_B0)."""
         key = name.lower()
         if key == "wormhole":
             key = "wormhole_b0"
@@ -25,6 +26,7 @@ class BackendDevice(enum.Enum):
         raise ConfigError(f"unknown arch '{name}'; expected one of {[m.value for m in cls]}")
 
     def to_string(self) -> str:
+        """The netlist spelling of the arch."""
         return self.value
 
 
