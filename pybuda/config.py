@@ -174,10 +174,14 @@ class CompilerConfig:
     dram_placement_algorithm: DRAMPlacementAlgorithm = DRAMPlacementAlgorithm.ROUND_ROBIN
     manual_dram_queue_placement: Dict[str, Tuple[Optional[int], Optional[int]]] = field(default_factory=dict)
     harvesting_mask: int = 0
+    harvested_rows: List[int] = field(default_factory=list)  # NoC rows, as TT-Buda's set_configuration_options
     device_config: Optional[str] = None
     enable_device_tilize: bool = False
     enable_forked_dram_inputs: bool = False
     op_intermediates_to_save: List[str] = field(default_factory=list)
+    # The golden backend applies every data format and math fidelity unless this is set (then it runs
+    # plain float32, TT-Buda's golden default); PYBUDA_GOLDEN_FAST=1 sets it.
+    golden_ignore_df_precision: bool = False
 
     def __post_init__(self) -> None:
         self.apply_env_config_overrides()
@@ -201,6 +205,8 @@ class CompilerConfig:
             self.enable_stable_softmax = False
         if "PYBUDA_ENABLE_T_STREAMING" in env:
             self.enable_t_streaming = env["PYBUDA_ENABLE_T_STREAMING"] == "1"
+        if env.get("PYBUDA_GOLDEN_FAST") == "1":
+            self.golden_ignore_df_precision = True
         if "PYBUDA_BALANCER_RANDOM_POLICY_SEED" in env:
             self.random_policy_seed = int(env["PYBUDA_BALANCER_RANDOM_POLICY_SEED"])
 
@@ -228,6 +234,14 @@ class CompilerConfig:
         fid = MathFidelity.LoFi if level == 3 else MathFidelity.HiFi2
         self.amp_properties.append(AMPNodeProperties(op_type="matmul", math_fidelity=fid,
                                                      input_df={1: (df, False), 2: (df, False)}))
+
+    def resolved_harvesting_mask(self, arch: Any) -> int:
+        """The harvesting mask for ``arch``: from ``harvested_rows`` (NoC rows) when given, else the mask."""
+        if self.harvested_rows:
+            from pybuda.arch.descriptor import harvesting_mask_from_noc_rows
+
+            return harvesting_mask_from_noc_rows(arch, self.harvested_rows)
+        return self.harvesting_mask
 
     def snapshot(self) -> "CompilerConfig":
         """A deep copy, frozen into a compile result and device images."""
@@ -285,7 +299,9 @@ def set_configuration_options(**kwargs: Any) -> None:
         if value is None or key in _IGNORED_KWARGS:
             continue
         if key == "harvested_rows":
-            config.harvesting_mask = _harvesting_mask(value)
+            # TT-Buda takes NoC row indices (GS: 1-5, 7-11); they become a mask of logical harvest
+            # indices once the arch is known (CompilerConfig.resolved_harvesting_mask).
+            config.harvested_rows = _harvested_rows(value)
             continue
         if key == "device_config":
             if value not in DEVICE_CONFIGS:
@@ -306,16 +322,14 @@ def set_configuration_options(**kwargs: Any) -> None:
         setattr(config, name, value)
 
 
-def _harvesting_mask(rows: Sequence[Union[int, Sequence[int]]]) -> int:
+def _harvested_rows(rows: Sequence[Union[int, Sequence[int]]]) -> List[int]:
     # TT-Buda takes a list of rows (one list per chip in multichip setups; the first is used).
     if rows and isinstance(rows[0], (list, tuple)):
         rows = rows[0]
-    mask = 0
     for r in rows:
         if not isinstance(r, int) or r < 0:
             raise ConfigError(f"harvested_rows must be non-negative ints, got {r!r}")
-        mask |= 1 << r
-    return mask
+    return list(rows)
 
 
 def set_epoch_break(op_names: Union[str, Sequence[str]]) -> None:
@@ -406,3 +420,46 @@ def remove_cpu_fallback_ops(op_types: Union[str, Sequence[str]]) -> None:
     """Remove op types from the CPU fallback list."""
     cfg = _get_global_compiler_config()
     cfg.cpu_fallback_ops = [t for t in cfg.cpu_fallback_ops if t not in _names(op_types)]
+
+
+# --- runtime environment switches (read here, used by pybuda.runtime) ------------------------------
+@dataclass(frozen=True)
+class RuntimeEnv:
+    """The environment variables the runtime honours (TT-Buda's names, plus PYBUDA_FORCE_CONCURRENT).
+
+    - ``PYBUDA_FORCE_SEQUENTIAL=1``: run every device inline in the caller (no threads or processes).
+    - ``PYBUDA_FORCE_THREADS=1``: concurrent mode uses one thread per device instead of a process.
+    - ``PYBUDA_FORCE_CONCURRENT=1``: run concurrently even when a TTDevice is Golden (the simulated
+      chip), which otherwise forces sequential mode as in TT-Buda.
+    - ``PYBUDA_DEVMODE``: TTDevice's devtype defaults to Golden without the "no silicon" notice.
+    - ``GOLDEN_WORMHOLE_B0`` / ``PYBUDA_GOLDEN_BLACKHOLE``: default arch of a Golden TTDevice.
+    """
+
+    force_sequential: bool = False
+    force_threads: bool = False
+    force_concurrent: bool = False
+    devmode: bool = False
+    golden_wormhole_b0: bool = False
+    golden_blackhole: bool = False
+
+
+def _env_flag(name: str) -> bool:
+    return os.environ.get(name, "").strip().lower() not in ("", "0", "false", "no", "off")
+
+
+def runtime_env() -> RuntimeEnv:
+    """Current runtime switches, read from the environment at each call (tests may change them)."""
+    return RuntimeEnv(
+        force_sequential=_env_flag("PYBUDA_FORCE_SEQUENTIAL"),
+        force_threads=_env_flag("PYBUDA_FORCE_THREADS"),
+        force_concurrent=_env_flag("PYBUDA_FORCE_CONCURRENT"),
+        devmode="PYBUDA_DEVMODE" in os.environ,
+        golden_wormhole_b0=_env_flag("GOLDEN_WORMHOLE_B0"),
+        golden_blackhole=_env_flag("PYBUDA_GOLDEN_BLACKHOLE"),
+    )
+
+
+def build_dir() -> str:
+    """The compile build directory: ``$PYBUDA_BUILD_DIR`` if set, else ``./tt_build`` (netlists, configs,
+    placement reports are written here)."""
+    return os.environ.get("PYBUDA_BUILD_DIR") or os.path.join(os.getcwd(), "tt_build")

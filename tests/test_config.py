@@ -15,7 +15,12 @@ def test_set_configuration_options_maps_reference_keywords():
     assert cfg.default_df_override == pybuda.DataFormat.Bfp8_b
     assert cfg.default_accumulate_df == pybuda.DataFormat.Float16_b
     assert cfg.default_math_fidelity == pybuda.MathFidelity.LoFi
-    assert cfg.balancer_policy == "Ribbon" and cfg.harvesting_mask == (1 << 2) | (1 << 5)
+    assert cfg.balancer_policy == "Ribbon" and cfg.harvested_rows == [2, 5]
+    # NoC rows 5 and 2 are Grayskull's logical harvest indices 0 and 6.
+    assert cfg.resolved_harvesting_mask("grayskull") == (1 << 0) | (1 << 6)
+    with pytest.raises(ConfigError, match="cannot be harvested"):
+        pybuda.set_configuration_options(harvested_rows=[6])
+        _get_global_compiler_config().resolved_harvesting_mask("grayskull")
     assert cfg.device_config == "wh_n150"
 
 

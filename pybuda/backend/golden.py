@@ -267,7 +267,7 @@ class GoldenDevice:
         attrs = op.attributes
         cls = op.op_class
         if cls == "matmul":
-            out = golden_ops.matmul(inputs, attrs, fidelity)
+            out = golden_ops.matmul(inputs, attrs, fidelity, op.shape)
         elif cls == "binary":
             out = golden_ops.binary(op.type, inputs[0], inputs[1], fidelity)
         elif cls == "unary":
@@ -365,3 +365,10 @@ def _topological(graph: nl.GraphDef) -> List[str]:
         if not progressed:
             raise NetlistError(f"graphs.{graph.name}", f"ops form a cycle: {sorted(pending)}")
     return order
+
+
+def create_executor(compile_results, *, microbatch: int = 1, device=None):
+    """The runtime's executor for Golden TTDevices (see :mod:`pybuda.backend.golden_executor`)."""
+    from pybuda.backend.golden_executor import create_executor as _create
+
+    return _create(compile_results, microbatch=microbatch, device=device)

@@ -149,9 +149,34 @@ def binary(op_type: str, a: torch.Tensor, b: torch.Tensor, fidelity: Optional[Ma
     raise NetlistError("type", f"golden backend does not implement binary op '{op_type}'")
 
 
-def matmul(inputs: Sequence[torch.Tensor], attrs: Dict, fidelity: Optional[MathFidelity]) -> torch.Tensor:
+def sparse_matmul(inputs: Sequence[torch.Tensor], attrs: Dict, out_shape: nl.TileShape3,
+                  fidelity: Optional[MathFidelity]) -> torch.Tensor:
+    """The ``identity: true`` matmul (TT-Buda's sparse matmul, as the compiler encodes it in
+    ``pybuda.passes.pickers``): input 0 holds S unique 32x32 sparse tiles stacked vertically, input 2
+    the RawUInt32 index of ``indices_len`` quadruples (t, out_rt, in_rt, s); output row-tile ``out_rt`` of
+    slice ``t`` is the sum of ``tile_s @ in1[t][in_rt]`` over its quadruples. Each quadruple is one
+    tile product on the matrix unit (sparse tile -> SrcB, activation -> SrcA), all done in one batch."""
+    tiles_in, act, index = inputs[0], inputs[1], inputs[2]
+    n, t_in, k, cols = act.shape
+    count = int(attrs.get("indices_len", 0))
+    out = torch.zeros(n, out_shape.t * out_shape.rt, TILE, cols, dtype=torch.float32)
+    if count:
+        quads = index[0].reshape(-1)[: 4 * count].round().to(torch.int64).reshape(-1, 4)
+        qt, qr, qk, qs = quads.unbind(1)
+        sparse_tiles = tiles_in[0, 0].reshape(-1, TILE, TILE)[qs]  # [L, 32, 32]
+        act_tiles = act.reshape(n, t_in, k // TILE, TILE, cols)[:, qt if t_in > 1 else torch.zeros_like(qt), qk]
+        contrib = _matmul(sparse_tiles.unsqueeze(0), act_tiles, fidelity)  # [n, L, 32, C]
+        out.index_add_(1, qt * out_shape.rt + qr, contrib)
+    return out.reshape(n, out_shape.t, out_shape.rt * TILE, cols)
+
+
+def matmul(inputs: Sequence[torch.Tensor], attrs: Dict, fidelity: Optional[MathFidelity],
+           out_shape: Optional[nl.TileShape3] = None) -> torch.Tensor:
     """Tile-blocked matmul per t slice; ``accumulate`` + ``z`` sums groups of z slices; ``bias`` is
-    broadcast within each tile from its row 0; ``sfpu_op: gelu`` applies gelu to the result."""
+    broadcast within each tile from its row 0; ``sfpu_op: gelu`` applies gelu to the result.
+    ``identity: true`` selects the sparse form (:func:`sparse_matmul`)."""
+    if attrs.get("identity"):
+        return sparse_matmul(inputs, attrs, out_shape, fidelity)
     out = _matmul(inputs[0], inputs[1], fidelity)
     if attrs.get("accumulate"):
         z = int(attrs.get("z", out.shape[1]))
@@ -210,11 +235,10 @@ def splice(inputs: Sequence[torch.Tensor], attrs: Dict, out_shape: nl.TileShape3
 
 
 def apply_relu(x: torch.Tensor, attrs: Dict) -> torch.Tensor:
-    """Attribute relu (``relu_en``) after the op: 'min' zeroes values below the threshold, 'max' clamps
-    values above it (TT-Buda's relu modes)."""
+    """Attribute relu (``relu_en``) after the op: mode 'min' keeps values >= the threshold, 'max' keeps
+    values <= it, others become 0 (the same rule as the registry's relu op)."""
     if not attrs.get("relu_en"):
         return x
     threshold = float(attrs.get("relu_threshold", 0.0))
-    if attrs.get("relu_mode", "min") == "max":
-        return torch.where(x > threshold, torch.full_like(x, threshold), torch.clamp(x, min=0.0))
-    return torch.where(x >= threshold, x, torch.zeros_like(x))
+    keep = x <= threshold if attrs.get("relu_mode", "min") == "max" else x >= threshold
+    return torch.where(keep, x, torch.zeros_like(x))

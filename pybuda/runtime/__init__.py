@@ -1,0 +1,27 @@
+"""The runtime: devices, pipelines and the run API (TT-Buda's ``pybuda.run`` and device classes).
+
+Modules: :mod:`~pybuda.runtime.device` (Device base, input validation, command interpreter),
+:mod:`~pybuda.runtime.cpudevice`, :mod:`~pybuda.runtime.ttdevice`, :mod:`~pybuda.runtime.api` (run
+functions), :mod:`~pybuda.runtime.context` (execution modes, failure handling, shutdown),
+:mod:`~pybuda.runtime.backend_api` (the compile/executor seam a backend plugs into),
+:mod:`~pybuda.runtime.stages` (framework modules and CPU-fallback devices),
+:mod:`~pybuda.runtime.transport` (queues and bounded waits), :mod:`~pybuda.runtime.commands`.
+"""
+
+from pybuda.runtime.api import (  # noqa: F401
+    detect_available_devices, error_raised, get_loss_queue, get_parameter_checkpoint, get_parameter_gradients,
+    initialize_pipeline, pybuda_reset, run_backward, run_forward, run_inference, run_optimizer, run_schedulers,
+    run_training, set_device_pipeline, shutdown, sync, update_device_parameters,
+)
+from pybuda.runtime.cpudevice import CPUDevice  # noqa: F401
+from pybuda.runtime.device import Device  # noqa: F401
+from pybuda.runtime.transport import OutputQueue  # noqa: F401
+from pybuda.runtime.ttdevice import TTDevice  # noqa: F401
+
+__all__ = [
+    "Device", "CPUDevice", "TTDevice", "OutputQueue",
+    "run_inference", "run_training", "initialize_pipeline", "run_forward", "run_backward", "run_optimizer",
+    "run_schedulers", "get_parameter_checkpoint", "get_parameter_gradients", "update_device_parameters",
+    "shutdown", "sync", "error_raised", "detect_available_devices", "pybuda_reset", "set_device_pipeline",
+    "get_loss_queue",
+]

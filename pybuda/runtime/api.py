@@ -1,0 +1,370 @@
+"""The run API: run_inference, initialize_pipeline, run_forward, sync, shutdown and friends.
+
+Semantics follow TT-Buda (``reference/ttbuda_spec.md`` §1.2):
+
+* ``run_inference(module=m)`` creates ``TTDevice("auto_tt0")`` if there is no device, and places
+  ``m`` alone on the first device. Each element of ``inputs`` (a tuple, a dict of keyword inputs, or a
+  single tensor) is pushed to the first device; ``input_count`` must then be 1 or ``len(inputs)``.
+* Calling ``run_inference`` again with nothing changed (same devices, modules, pipeline order and
+  compiler config, and the same output queue) **resumes** the running pipeline: no recompile. With
+  the ``module`` shortcut, inputs of a new shape recompile (``Module.run`` on new shapes just works);
+  a manual pipeline rejects them with InputError.
+* Concurrent mode returns at once; sequential mode (the default with the simulated chip, see
+  :mod:`pybuda.runtime.context`) returns after all outputs are in the queue.
+* The returned queue yields one list of :class:`pybuda.Tensor` per input (``.value()`` gives torch).
+
+Training is not supported yet: ``run_training``, ``run_backward``, ``run_optimizer``,
+``get_parameter_gradients`` and ``initialize_pipeline(training=True)`` raise PybudaError.
+
+Old keyword names from TT-Buda's documentation are accepted with a DeprecationWarning:
+``num_inputs`` for ``input_count`` and ``sequential`` for ``_sequential`` (tt-buda PR#13).
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import warnings
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union
+
+import numpy as np
+import torch
+
+from pybuda.config import DeviceMode, _clear_global_compiler_config, _get_global_compiler_config, runtime_env
+from pybuda.errors import InputError, PybudaError
+from pybuda.runtime import context, state
+from pybuda.runtime.context import PROCESSES, SEQUENTIAL, THREADS, RunContext
+from pybuda.runtime.device import TRAINING_NOT_SUPPORTED, Device, InputItem, normalize_push
+from pybuda.runtime.transport import OutputQueue
+
+log = logging.getLogger(__name__)
+
+_LEGACY_KWARGS = {"num_inputs": "input_count", "sequential": "_sequential"}
+
+
+def _legacy(func: str, kwargs: Dict[str, Any], values: Dict[str, Any]) -> Dict[str, Any]:
+    for old, value in kwargs.items():
+        new = _LEGACY_KWARGS.get(old)
+        if new is None or new not in values:
+            raise TypeError(f"{func}() got an unexpected keyword argument '{old}'")
+        warnings.warn(f"{func}({old}=...) is the old TT-Buda spelling; use {new}=...", DeprecationWarning,
+                      stacklevel=3)
+        values[new] = value
+    return values
+
+
+def _config_key() -> Any:
+    return _get_global_compiler_config().to_dict()
+
+
+def _training_error() -> PybudaError:
+    return PybudaError(TRAINING_NOT_SUPPORTED)
+
+
+# --- pipeline setup ----------------------------------------------------------------------------------
+def _choose_mode(devices: Sequence[Device], sequential: bool) -> str:
+    from pybuda.arch.types import BackendType
+    from pybuda.runtime.ttdevice import TTDevice
+
+    env = runtime_env()
+    if sequential or env.force_sequential:
+        return SEQUENTIAL
+    simulated = any(isinstance(d, TTDevice) and d.devtype in (BackendType.Golden, BackendType.Model) for d in devices)
+    if simulated and not env.force_concurrent:
+        return SEQUENTIAL
+    return THREADS if env.force_threads else PROCESSES
+
+
+def initialize_pipeline(training: bool, output_queue: Optional[queue.Queue] = None, checkpoint_queue: Any = None,
+                        sample_inputs: Union[Tuple[Any, ...], Dict[str, Any]] = (), sample_targets: Tuple[Any, ...] = (),
+                        microbatch_count: int = 1, d2d_fwd_queues: Sequence[Any] = (),
+                        d2d_bwd_queues: Sequence[Any] = (), _sequential: bool = False, _verify_cfg: Any = None,
+                        _device_mode: DeviceMode = DeviceMode.CompileAndRun, **legacy: Any) -> queue.Queue:
+    """Compile and connect the devices without running anything; returns the output queue.
+
+    ``sample_inputs`` (a tuple, or a dict naming the inputs) is the compile sample when nothing was
+    pushed yet; otherwise the first push is. Each device's sample outputs are the next device's sample.
+    ``d2d_fwd_queues[i]`` also receives what device ``i`` sends to device ``i+1``.
+    ``checkpoint_queue``, ``sample_targets``, ``microbatch_count`` and ``d2d_bwd_queues`` are training
+    arguments (ignored for inference). ``_device_mode=DeviceMode.CompileOnly`` compiles only.
+    """
+    _sequential = _legacy("initialize_pipeline", legacy, {"_sequential": _sequential})["_sequential"]
+    if training:
+        raise _training_error()
+    context.shutdown_current()
+    context.clear_error()
+    devices = state.user_devices()
+    if not devices:
+        raise PybudaError("no devices: create a TTDevice or CPUDevice and place a module on it, or call "
+                          "run_inference(module=...)")
+    for d in devices:
+        if not d.modules:
+            raise PybudaError(f"device '{d.name}' has no modules; place one with place_module or remove the device "
+                              f"(pybuda_reset)")
+    first_user = devices[0]
+    if isinstance(sample_inputs, Mapping) or len(sample_inputs) > 0:
+        first_user.set_sample_inputs(sample_inputs)
+    for d in devices[1:]:
+        if d.get_first_inputs() is not None and not d._staging.empty():
+            raise InputError(f"inputs were pushed to '{d.name}', which is not the first device of the pipeline; "
+                             f"push them to '{first_user.name}'")
+    if first_user.get_first_inputs() is None:
+        raise InputError(f"no inputs to compile for: push an input to '{first_user.name}' (push_to_inputs) or pass "
+                         f"sample_inputs/inputs")
+    config = _get_global_compiler_config().snapshot()
+    serial = state.state_serial()
+    pipeline = _translate(devices, config)
+    mode = _choose_mode(pipeline, _sequential)
+    out_q = output_queue if output_queue is not None else OutputQueue()
+    compile_only = _device_mode == DeviceMode.CompileOnly or any(
+        getattr(d, "device_mode", DeviceMode.CompileAndRun) == DeviceMode.CompileOnly for d in pipeline)
+    ctx = RunContext(pipeline, mode, out_q, serial=serial, config_key=config.to_dict(), compile_only=compile_only)
+    ctx.parameters_key = _parameters_key(devices)
+    log.info("pipeline %s in %s mode", " -> ".join(d.name for d in pipeline), mode)
+    context.set_current(ctx)
+    try:
+        ctx.connect(d2d_fwd_queues)
+        ctx.start()
+        ctx.compile(pipeline[0]._first_inputs, config, _verify_cfg)
+    except BaseException:
+        context.shutdown_current()
+        raise
+    return out_q
+
+
+def _translate(devices: Sequence[Device], config: Any) -> List[Device]:
+    from pybuda.runtime.stages import translate_pipeline
+
+    return translate_pipeline(devices, config)
+
+
+def _parameters_key(devices: Sequence[Device]) -> Tuple[Any, ...]:
+    """Identity and version of every parameter value of the user's modules: a changed key means a
+    parameter was set or modified in place since the pipeline was compiled."""
+    from pybuda.module import PyBudaModule, PyTorchModule
+
+    key: List[Any] = []
+    for d in devices:
+        for m in d.modules:
+            if isinstance(m, PyBudaModule):
+                for p in m.get_parameters():
+                    v = p._value
+                    key.append((p.get_name(), id(v), v._version if v is not None else -1))
+            elif isinstance(m, PyTorchModule):
+                for n, p in m.module.named_parameters():
+                    key.append((n, p.data_ptr(), p._version))
+    return tuple(key)
+
+
+def _can_resume(ctx: Optional[RunContext], output_queue: Any) -> bool:
+    return (ctx is not None and not ctx.closed and ctx.error is None and not ctx.forever and not ctx.compile_only
+            and ctx.serial == state.state_serial() and ctx.config_key == _config_key()
+            and getattr(ctx, "parameters_key", None) == _parameters_key(state.user_devices())
+            and (output_queue is None or output_queue is ctx.output_queue))
+
+
+def _place_shortcut(module: Any) -> Device:
+    from pybuda.module import Module
+    from pybuda.runtime.ttdevice import TTDevice
+
+    if not isinstance(module, Module):
+        raise PybudaError(f"run_inference(module=...) expects a pybuda Module, got {type(module).__name__}")
+    devices = state.user_devices()
+    device = devices[0] if devices else TTDevice("auto_tt0")
+    if not (len(device.modules) == 1 and device.modules[0] is module):
+        device.remove_modules()
+        device.place_module(module)
+    return device
+
+
+def _fits(device: Device, item: InputItem) -> bool:
+    target = device.cpu_fallback_device_pre or device
+    if target._first_inputs is None:
+        return True
+    try:
+        target.validate_push(item)
+        return True
+    except InputError:
+        return False
+
+
+def _prevalidate(device: Device, items: Sequence[InputItem]) -> None:
+    target = device.cpu_fallback_device_pre or device
+    saved = target._first_inputs
+    try:
+        for item in items:
+            checked = target.validate_push(item)
+            if target._first_inputs is None:
+                target._first_inputs = checked
+    finally:
+        target._first_inputs = saved
+
+
+def run_inference(module: Any = None, inputs: Sequence[Any] = (), input_count: int = 1,
+                  output_queue: Optional[queue.Queue] = None, _sequential: bool = False, _perf_trace: bool = False,
+                  _verify_cfg: Any = None, **legacy: Any) -> queue.Queue:
+    """Main "run" function for inference; returns the queue holding one list of outputs per input.
+
+    ``module``: place it (alone) on the first device, creating ``TTDevice("auto_tt0")`` if needed.
+    ``inputs``: tuples, dicts (keyword inputs) or single tensors, pushed to the first device.
+    ``input_count``: inputs to run (1 or ``len(inputs)`` when ``inputs`` is given; 0 = until shutdown,
+    concurrent mode only). ``output_queue``: where outputs go (default: a new :class:`OutputQueue`).
+    """
+    values = _legacy("run_inference", legacy, {"input_count": input_count, "_sequential": _sequential})
+    input_count, _sequential = values["input_count"], values["_sequential"]
+    if isinstance(inputs, (torch.Tensor, np.ndarray, Mapping)):
+        raise InputError("run_inference(inputs=...) takes a list of inputs (one tuple/dict/tensor per input), "
+                         "e.g. inputs=[(x,)] or inputs=[x]")
+    items = [normalize_push(tuple(x) if isinstance(x, (tuple, list)) else (x,), "run_inference") for x in inputs]
+    if not isinstance(input_count, int) or isinstance(input_count, bool) or input_count < 0:
+        raise InputError(f"input_count must be a non-negative int, got {input_count!r}")
+    if items:
+        if input_count not in (1, len(items)):
+            raise InputError(f"input_count={input_count} does not match the {len(items)} input(s) given; pass "
+                             f"input_count=1 or {len(items)}")
+        input_count = len(items)
+    if _perf_trace:
+        log.info("run_inference(_perf_trace=True): performance traces come from pybuda.backend.perf")
+    if module is not None:
+        device = _place_shortcut(module)
+        if items and not _fits(device, items[0]):
+            log.info("inputs changed shape or dtype: recompiling '%s'", module.name)
+            context.shutdown_current()
+            device.reset_inputs()
+    devices = state.user_devices()
+    if not devices:
+        raise PybudaError("no devices: create a TTDevice or CPUDevice and place a module on it, or pass module=")
+    _prevalidate(devices[0], items)  # all or nothing: a bad third input must not leave two queued
+    ctx = context.current()
+    if _can_resume(ctx, output_queue):
+        first = devices[0]
+        for item in items:
+            first.push_to_inputs(_as_push_arg(item))
+        ctx.run_forward(input_count)
+        return ctx.output_queue
+    context.shutdown_current()
+    for item in items:
+        devices[0].push_to_inputs(_as_push_arg(item))
+    out_q = initialize_pipeline(False, output_queue=output_queue, _sequential=_sequential, _verify_cfg=_verify_cfg)
+    run_forward(input_count)
+    return out_q
+
+
+def _as_push_arg(item: InputItem) -> Any:
+    return dict(zip(item.names, item.tensors)) if item.names is not None else tuple(item.tensors)
+
+
+def run_forward(input_count: int = 1, _sequential: bool = False) -> None:
+    """Run ``input_count`` pushed inputs through the initialized pipeline (0 = until shutdown)."""
+    ctx = _require_context("run_forward")
+    ctx.run_forward(input_count)
+
+
+def _require_context(func: str) -> RunContext:
+    ctx = context.current()
+    if ctx is None:
+        raise PybudaError(f"{func}: no pipeline is running; call initialize_pipeline or run_inference first")
+    return ctx
+
+
+def sync() -> None:
+    """Block until every device has finished the commands sent so far (raises a device's failure)."""
+    ctx = context.current()
+    if ctx is not None:
+        ctx.sync()
+
+
+def shutdown() -> None:
+    """Stop the pipeline: devices finish queued work, then workers exit. Idempotent; runs at exit."""
+    context.shutdown_current()
+
+
+def error_raised() -> bool:
+    """True when a device failure stopped the pipeline (until the next initialize or pybuda_reset)."""
+    return context.last_error() is not None
+
+
+def _pipeline_devices() -> List[Device]:
+    ctx = context.current()
+    if ctx is not None and not ctx.closed:
+        return list(ctx.devices)
+    return state.user_devices()
+
+
+def get_parameter_checkpoint(device: Optional[Device] = None, _sequential: bool = False) -> List[Dict[str, Any]]:
+    """Current parameter values: one dict (name -> pybuda Tensor) per device, or for ``device`` only."""
+    ctx = context.current()
+    if ctx is not None:
+        ctx.sync()
+    devices = [device] if device is not None else _pipeline_devices()
+    return [d.get_parameter_checkpoint() for d in devices]
+
+
+def update_device_parameters(device: Optional[Device] = None, parameters: Sequence[Mapping[str, Any]] = (),
+                             _sequential: bool = False) -> None:
+    """Push new parameter values: ``parameters[i]`` goes to device ``i`` (or ``parameters[0]`` to ``device``)."""
+    devices = [device] if device is not None else _pipeline_devices()
+    if isinstance(parameters, Mapping):
+        parameters = [parameters]
+    if len(parameters) != len(devices):
+        raise InputError(f"update_device_parameters: got {len(parameters)} parameter dict(s) for {len(devices)} "
+                         f"device(s) {[d.name for d in devices]}")
+    for d, params in zip(devices, parameters):
+        d.update_device_parameters(params)
+
+
+def detect_available_devices():
+    """Archs of the Tenstorrent cards on this machine: always ``[]`` (pybuda simulates the chip)."""
+    from pybuda.runtime.ttdevice import detect_available_devices as detect
+
+    return detect()
+
+
+def set_device_pipeline(devices: Sequence[Device]) -> None:
+    """Run the given devices in this order (instead of creation order)."""
+    state.set_device_pipeline(devices)
+
+
+def pybuda_reset() -> None:
+    """Shut down, forget every device, and reset the compiler configuration."""
+    context.shutdown_current()
+    for d in state.user_devices():
+        for m in list(d.modules):
+            if m.get_device() is d:
+                m._set_device(None)
+    state.clear_devices()
+    _clear_global_compiler_config()
+    context.clear_error()
+
+
+# --- training: not supported yet -------------------------------------------------------------------------
+def run_training(epochs: int = 1, steps: int = 1, accumulation_steps: int = 1, microbatch_count: int = 1,
+                 checkpoint_queue: Any = None, loss_queue: Any = None, checkpoint_interval: int = 0,
+                 _sequential: bool = False, _perf_trace: bool = False, _verify_cfg: Any = None) -> queue.Queue:
+    """Training is not supported yet: raises PybudaError."""
+    raise _training_error()
+
+
+def run_backward(input_count: int = 1, zero_grad: bool = False, _sequential: bool = False) -> None:
+    """Training is not supported yet: raises PybudaError."""
+    raise _training_error()
+
+
+def run_optimizer(checkpoint: bool = False, _sequential: bool = False) -> None:
+    """Training is not supported yet: raises PybudaError."""
+    raise _training_error()
+
+
+def run_schedulers(_sequential: bool = False) -> None:
+    """Training is not supported yet: raises PybudaError."""
+    raise _training_error()
+
+
+def get_parameter_gradients(device: Optional[Device] = None, _sequential: bool = False) -> List[Dict[str, Any]]:
+    """Training is not supported yet: raises PybudaError."""
+    raise _training_error()
+
+
+def get_loss_queue() -> None:
+    """Loss queues belong to training runs; there are none."""
+    return None

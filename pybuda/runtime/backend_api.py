@@ -1,0 +1,369 @@
+"""The execution-backend seam: how a device turns its modules into something that runs.
+
+A TTDevice (and a CPUDevice holding PyBuda modules) calls :func:`compile_modules` once, with the
+first pushed inputs as the sample, and gets a :class:`CompiledArtifact`. Running an input is then
+``artifact.run(list_of_torch_tensors) -> list_of_torch_tensors``. An artifact is a chain of
+:class:`CompiledStage` (one per module placed on the device), each driven by an :class:`Executor`.
+
+Microbatch convention (TT-Buda's): dim 0 of every pushed tensor is the microbatch size ``mb``. A
+TTDevice traces and compiles its modules for **one** sample (dim 0 narrowed to 1; the graph carries
+``graph.microbatch = mb``) and an executor then runs all ``mb`` samples of a push. Outputs come back
+with ``mb`` along dim 0 (per-sample outputs concatenated along dim 0; 0-d outputs stacked). A
+CPUDevice has no microbatch notion: it traces PyBuda modules for the whole pushed tensor.
+
+Executor contract (what ``pybuda.backend.golden`` must provide to run compiled netlists)
+------------------------------------------------------------------------------------------
+``pybuda/backend/golden.py`` defines::
+
+    def create_executor(compile_results, *, microbatch: int, device) -> Executor
+
+* ``compile_results``: the ``CompileResults`` that ``pybuda.passes.pipeline.compile_graph`` returned
+  for one graph (``.netlist``, ``.lowered_graph`` with its queues, ``.input_host_tms`` /
+  ``.output_host_tms``, ``.config``; the parameter and constant values are in the graphs' tensors).
+  It is the only input: the executor must not need the model's Python code.
+* ``microbatch``: ``mb`` above (also ``compile_results.microbatch``). ``device``: the
+  :class:`pybuda.arch.DeviceDescriptor` compiled for (arch, harvesting, chip count).
+* The returned object has
+
+  - ``run(inputs: list[torch.Tensor]) -> list[torch.Tensor]``: one call per push. ``inputs`` follow
+    the order of ``compile_results.initial_graph.inputs`` (the graph the runtime traced), each of shape
+    ``(mb * s0, *rest)`` where ``(s0, *rest)`` is that graph input's per-sample shape, in the dtype that
+    was pushed. They are framework tensors: the executor applies the host-side TMs, pads to tiles and
+    converts to each queue's data format itself. It returns one tensor per graph output, in order, in
+    framework shape (padding removed, output host TMs applied), with ``mb`` folded into dim 0 as above,
+    as float32 (or the output's integer dtype) holding the values the chip would produce;
+  - ``get_parameters() -> dict[str, torch.Tensor]``: current parameter values by graph node name;
+  - ``update_parameters(params: Mapping[str, torch.Tensor]) -> None``: replace some of them; unknown
+    names or wrong shapes raise :class:`pybuda.errors.InputError` before anything changes;
+  - optionally ``close()``, called when the device shuts down.
+
+  Calls come from one thread at a time (the device's worker). The executor is created inside the
+  device's worker (in concurrent mode, inside the device process), so it never needs to be picklable.
+  Exceptions it raises stop the pipeline and reach the user (as RuntimeFailure in concurrent mode).
+
+Until ``pybuda.backend.golden`` exists TTDevices run on :class:`CPUReferenceExecutor`: the traced
+graph executed with the ops' torch references (after a full compile, so compile errors still show);
+the log says so once. Other devtypes (Model, Versim ...) always use the CPU reference.
+"""
+
+from __future__ import annotations
+
+import importlib
+import logging
+from dataclasses import dataclass, field
+from typing import Any, Dict, List, Mapping, Optional, Protocol, Sequence, Tuple, runtime_checkable
+
+import torch
+
+from pybuda.errors import CompileError, InputError, PybudaError
+
+log = logging.getLogger(__name__)
+
+_notified: set = set()
+
+
+def _notice_once(key: str, message: str, *args: Any) -> None:
+    if key not in _notified:
+        _notified.add(key)
+        log.warning(message, *args)
+
+
+@dataclass(frozen=True)
+class TensorSpec:
+    """Name, shape and dtype of one device input or output (shape includes the microbatch dim)."""
+
+    name: str
+    shape: Tuple[int, ...]
+    dtype: torch.dtype
+
+
+@runtime_checkable
+class Executor(Protocol):
+    """Runs one compiled graph (see the module docstring for the full contract)."""
+
+    def run(self, inputs: Sequence[torch.Tensor]) -> List[torch.Tensor]: ...
+
+    def get_parameters(self) -> Dict[str, torch.Tensor]: ...
+
+    def update_parameters(self, params: Mapping[str, torch.Tensor]) -> None: ...
+
+
+def fold_microbatch(per_sample: List[List[torch.Tensor]]) -> List[torch.Tensor]:
+    """Join per-sample outputs into microbatch outputs: concatenate along dim 0 (stack 0-d tensors)."""
+    if len(per_sample) == 1:
+        return list(per_sample[0])
+    out = []
+    for parts in zip(*per_sample):
+        out.append(torch.stack(parts) if parts[0].dim() == 0 else torch.cat(parts, dim=0))
+    return out
+
+
+def batched_shape(shape: Sequence[int], microbatch: int) -> Tuple[int, ...]:
+    """Shape of a per-sample tensor after :func:`fold_microbatch` over ``microbatch`` samples."""
+    shape = tuple(shape)
+    if microbatch == 1:
+        return shape
+    if not shape:
+        return (microbatch,)
+    return (shape[0] * microbatch,) + shape[1:]
+
+
+def split_microbatch(inputs: Sequence[torch.Tensor], per_sample_shapes: Sequence[Sequence[int]],
+                     what: str) -> List[List[torch.Tensor]]:
+    """Cut full-microbatch inputs into per-sample lists matching ``per_sample_shapes``.
+
+    An input already of the per-sample shape is one sample. Raises InputError when an input is not
+    ``(k * s0, *rest)`` for the per-sample ``(s0, *rest)``, or the inputs disagree on ``k``.
+    """
+    if len(inputs) != len(per_sample_shapes):
+        raise InputError(f"{what} takes {len(per_sample_shapes)} input(s), got {len(inputs)}")
+    counts = []
+    for i, (t, shape) in enumerate(zip(inputs, per_sample_shapes)):
+        shape = tuple(shape)
+        if tuple(t.shape) == shape:
+            counts.append(1)
+            continue
+        ok = len(shape) >= 1 and t.dim() == len(shape) and tuple(t.shape[1:]) == shape[1:] \
+            and shape[0] > 0 and t.shape[0] % shape[0] == 0
+        if not ok:
+            raise InputError(f"{what}: input {i} has shape {list(t.shape)}, expected {list(shape)} "
+                             f"with the microbatch along dim 0")
+        counts.append(t.shape[0] // shape[0])
+    k = counts[0] if counts else 1
+    if any(c != k for c in counts):
+        raise InputError(f"{what}: inputs disagree on the microbatch size (dim 0): {counts}")
+    if k == 1:
+        return [list(inputs)]
+    return [[t[j * s[0]:(j + 1) * s[0]] for t, s in zip(inputs, per_sample_shapes)] for j in range(k)]
+
+
+class CPUReferenceExecutor:
+    """Runs an ``ir.Graph`` with the op registry's torch references (``verify.run_graph_on_cpu``).
+
+    Used by CPUDevice for PyBuda modules, and by TTDevice until a chip-numerics backend is plugged
+    in. It loops over the samples of a microbatch (see the module docstring).
+    """
+
+    def __init__(self, graph, microbatch: int = 1):
+        self.graph = graph
+        self.microbatch = microbatch
+        self._input_shapes = [tuple(n.shape) for n in graph.inputs]
+        self._params: Dict[str, torch.Tensor] = {n.name: graph.tensors[n.name] for n in graph.parameters
+                                                 if n.name in graph.tensors}
+
+    def run(self, inputs: Sequence[torch.Tensor]) -> List[torch.Tensor]:
+        from pybuda.verify import run_graph_on_cpu
+
+        samples = split_microbatch(inputs, self._input_shapes, f"graph '{self.graph.name}'")
+        outs = [run_graph_on_cpu(self.graph, s, self._params) for s in samples]
+        return fold_microbatch(outs)
+
+    def get_parameters(self) -> Dict[str, torch.Tensor]:
+        return dict(self._params)
+
+    def update_parameters(self, params: Mapping[str, torch.Tensor]) -> None:
+        _check_parameter_update(self._params, params, self.graph.name)
+        for name, value in params.items():
+            self._params[name] = value.detach().clone()
+
+    def close(self) -> None:
+        pass
+
+
+def _check_parameter_update(current: Mapping[str, torch.Tensor], params: Mapping[str, torch.Tensor],
+                            where: str) -> None:
+    for name, value in params.items():
+        if name not in current:
+            raise InputError(f"'{where}' has no parameter '{name}'; it has {sorted(current)}")
+        if not isinstance(value, torch.Tensor):
+            raise InputError(f"parameter '{name}': expected a torch tensor, got {type(value).__name__}")
+        if tuple(value.shape) != tuple(current[name].shape):
+            raise InputError(f"parameter '{name}' has shape {list(current[name].shape)}, "
+                             f"got a value of shape {list(value.shape)}")
+
+
+def create_executor(devtype, compile_results: Any, *, graph=None, microbatch: int = 1, device=None) -> Executor:
+    """The executor for one compiled graph on a device of type ``devtype`` (a ``BackendType``).
+
+    ``BackendType.Golden`` uses ``pybuda.backend.golden.create_executor`` (contract in the module
+    docstring) when that module exists and a netlist was compiled; everything else, and Golden until
+    then, runs ``graph`` on :class:`CPUReferenceExecutor`.
+    """
+    from pybuda.arch.types import BackendType
+
+    if devtype == BackendType.Golden and compile_results is not None:
+        golden = _optional_module("pybuda.backend.golden")
+        if golden is not None and hasattr(golden, "create_executor"):
+            return golden.create_executor(compile_results, microbatch=microbatch, device=device)
+        _notice_once("golden-missing", "pybuda.backend.golden has no create_executor yet: TTDevices run the "
+                                       "traced graph with CPU reference numerics, not the chip's")
+    if graph is None:
+        raise PybudaError(f"no executor for devtype {devtype}: there is no graph to run on the CPU reference")
+    return CPUReferenceExecutor(graph, microbatch)
+
+
+def _optional_module(name: str):
+    """Import ``name``; None when that module itself does not exist (errors inside it propagate)."""
+    try:
+        return importlib.import_module(name)
+    except ModuleNotFoundError as e:
+        if e.name == name or (e.name and name.startswith(e.name + ".")):
+            return None
+        raise
+
+
+def _run_compiler(graph, device, config, verify_cfg, microbatch: int):
+    """Compile ``graph`` for ``device`` (a DeviceDescriptor) with ``pybuda.passes.pipeline.compile_graph``."""
+    from pybuda.passes.pipeline import compile_graph  # lazy: importing the compiler is not free
+
+    return compile_graph(graph, device, config, verify_cfg, microbatch)
+
+
+@dataclass
+class CompiledStage:
+    """One module as compiled for a device: its graph, the compiler's results and its executor."""
+
+    module_name: str
+    graph: Any  # ir.Graph
+    compile_results: Any  # passes.pipeline.CompileResults, or None when not compiled
+    executor: Executor
+    input_names: List[str] = field(default_factory=list)
+
+
+@dataclass
+class CompiledArtifact:
+    """What a device compiled: a chain of stages plus the pushed-input and output specs."""
+
+    stages: List[CompiledStage]
+    input_specs: List[TensorSpec]
+    output_specs: List[TensorSpec]
+    microbatch: int
+    backend: str  # "golden", "cpu_reference", ...
+    # Outputs for the compile sample, used as the next device's sample (shapes and dtypes matter): the
+    # traced single-sample outputs repeated over the microbatch.
+    sample_outputs: List[torch.Tensor] = field(default_factory=list)
+
+    def run(self, inputs: Sequence[torch.Tensor]) -> List[torch.Tensor]:
+        """Run one push (a full microbatch) through every stage in order."""
+        values = list(inputs)
+        for stage in self.stages:
+            values = list(stage.executor.run(values))
+        return values
+
+    def get_parameters(self) -> Dict[str, torch.Tensor]:
+        out: Dict[str, torch.Tensor] = {}
+        for stage in self.stages:
+            out.update(stage.executor.get_parameters())
+        return out
+
+    def update_parameters(self, params: Mapping[str, torch.Tensor]) -> None:
+        """Route each parameter to the stage that owns it; unknown names raise InputError."""
+        owned = [(stage, stage.executor.get_parameters()) for stage in self.stages]
+        known = {name for _, names in owned for name in names}
+        unknown = sorted(set(params) - known)
+        if unknown:
+            raise InputError(f"unknown parameter(s) {unknown}; the device has {sorted(known)}")
+        for stage, names in owned:
+            mine = {k: v for k, v in params.items() if k in names}
+            if mine:
+                stage.executor.update_parameters(mine)
+
+    @property
+    def compile_results(self) -> List[Any]:
+        return [s.compile_results for s in self.stages]
+
+    def close(self) -> None:
+        for stage in self.stages:
+            close = getattr(stage.executor, "close", None)
+            if close is not None:
+                close()
+
+
+def module_to_graph(module, samples: Sequence[torch.Tensor], input_names: Optional[Sequence[str]] = None):
+    """Trace/capture a module for ``samples``; returns ``(graph, sample_outputs)`` (torch tensors).
+
+    PyBuda modules are traced (values flow with the trace); other modules must provide
+    ``to_graph(*samples)`` (the framework frontends) returning a graph or ``(graph, outputs)``.
+    """
+    from pybuda.module import PyBudaModule, PyTorchModule
+    from pybuda.tensor import Tensor
+
+    if isinstance(module, PyBudaModule):
+        tensors = [Tensor.create_from_torch(t) for t in samples]
+        if input_names:
+            object.__setattr__(module, "input_names", list(input_names))
+        graph, outs = module.trace(*tensors)
+        if all(o.has_value() for o in outs):
+            return graph, [o.value() for o in outs]
+        # Some parameter had no value while tracing (the graph holds zeros for it): run the graph.
+        from pybuda.verify import run_graph_on_cpu
+
+        return graph, run_graph_on_cpu(graph, list(samples))
+    to_graph = getattr(module, "to_graph", None)
+    if to_graph is None:
+        raise CompileError(f"module '{module.name}' of type {type(module).__name__} cannot be compiled for a device",
+                           stage="GENERATE_INITIAL_GRAPH")
+    if input_names and isinstance(module, PyTorchModule):
+        result = to_graph(dict(zip(input_names, samples)))
+    else:
+        result = to_graph(*samples)
+    if hasattr(result, "split_for_devices"):  # a torch-frontend CaptureResult
+        pre, graph, post = result.split_for_devices()
+        if pre is not None or post is not None:
+            raise CompileError(f"module '{module.name}' needs CPU fallback devices, which only a pipeline "
+                               f"(initialize_pipeline / run_inference) can add", stage="GENERATE_INITIAL_GRAPH")
+        outs = result.run(**dict(zip(input_names, samples))) if input_names and isinstance(module, PyTorchModule) \
+            else result.run(*samples)
+    elif isinstance(result, tuple):
+        graph, outs = result[0], (result[1] if len(result) > 1 else None)
+    else:
+        graph, outs = result, None
+    if outs is None:
+        from pybuda.verify import run_graph_on_cpu
+
+        outs = run_graph_on_cpu(graph, list(samples))
+    return graph, [o.value() if isinstance(o, Tensor) else o for o in outs]
+
+
+def compile_modules(modules: Sequence[Any], sample_inputs: Sequence[torch.Tensor], config, *, devtype,
+                    device=None, microbatch: Optional[int] = None, verify_cfg=None,
+                    input_names: Optional[Sequence[str]] = None, compile_for_device: bool = True) -> CompiledArtifact:
+    """Compile the modules of one device, chained in order, for one sample push.
+
+    ``sample_inputs`` is a full push. With ``compile_for_device`` (TTDevice) dim 0 is the microbatch:
+    modules are traced for one sample and each graph goes through ``compile_graph`` for ``device`` (a
+    DeviceDescriptor), then gets an executor from :func:`create_executor`. Without it (CPUDevice)
+    graphs are traced for the whole push and run on the CPU reference.
+    """
+    from pybuda.arch.types import BackendType
+
+    samples = [t for t in sample_inputs]
+    if compile_for_device:
+        mb = microbatch if microbatch is not None else (samples[0].shape[0] if samples and samples[0].dim() else 1)
+        samples = [t[0:1] if t.dim() and t.shape[0] == mb else t for t in samples]
+    else:
+        mb = 1
+    input_specs = [TensorSpec((input_names[i] if input_names and i < len(input_names) else f"input_{i}"),
+                              tuple(t.shape), t.dtype) for i, t in enumerate(sample_inputs)]
+    stages: List[CompiledStage] = []
+    backend = "cpu_reference"
+    names = input_names
+    for module in modules:
+        graph, outs = module_to_graph(module, samples, names)
+        graph.microbatch = mb
+        results = None
+        if compile_for_device:
+            results = _run_compiler(graph, device, config, verify_cfg, mb)
+            executor = create_executor(devtype, results, graph=graph, microbatch=mb, device=device)
+        else:
+            executor = CPUReferenceExecutor(graph, 1)
+        if not isinstance(executor, CPUReferenceExecutor):
+            backend = getattr(devtype, "value", str(devtype))
+        stages.append(CompiledStage(module.name, graph, results, executor, [n.name for n in graph.inputs]))
+        samples = outs
+        names = None
+    output_specs = [TensorSpec(f"output_{i}", batched_shape(t.shape, mb), t.dtype) for i, t in enumerate(samples)]
+    if devtype is not None and devtype != BackendType.Golden and compile_for_device:
+        log.debug("devtype %s runs on the %s executor", devtype, backend)
+    sample_outputs = fold_microbatch([[t.detach() for t in samples]] * mb)
+    return CompiledArtifact(stages, input_specs, output_specs, mb, backend, sample_outputs)

@@ -1,0 +1,169 @@
+"""CPUDevice: runs modules on the host.
+
+PyTorch modules run natively in torch (several modules are chained: each gets the previous one's
+outputs). PyBuda modules are traced for the compile sample and run on the CPU reference (the op
+registry's torch implementations). Graph parts that the torch frontend moved off the chip (CPU
+fallback) arrive as modules with a ``to_graph`` and run on the CPU reference too.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple, Union
+
+import torch
+
+from pybuda.errors import InputError, ModuleError, PybudaError
+from pybuda.runtime.backend_api import CPUReferenceExecutor, module_to_graph
+from pybuda.runtime.device import Device, InputItem
+
+log = logging.getLogger(__name__)
+
+_LOW_PRECISION = (torch.float16, torch.bfloat16)
+
+
+class CPUDevice(Device):
+    """CPUDevice represents a CPU processor: it runs PyTorch modules natively and PyBuda modules on the
+    CPU reference.
+
+    ``optimizer_f(module) -> torch.optim.Optimizer`` and ``scheduler_f(optimizer)`` are kept for
+    training, which is not supported yet. Inputs in float16/bfloat16 are cast to float32 before the
+    forward pass, unless ``input_dtypes`` gives a dtype per input. ``mp_context`` and
+    ``retain_backward_graph`` are accepted for API compatibility.
+    """
+
+    def __init__(self, name: str, optimizer_f: Optional[Callable] = None, scheduler_f: Optional[Callable] = None,
+                 mp_context: Any = None, retain_backward_graph: bool = False,
+                 module: Union[Any, List[Any], None] = None, input_dtypes: Optional[List[torch.dtype]] = None):
+        super().__init__(name, mp_context=mp_context)
+        self.optimizer_f = optimizer_f
+        self.scheduler_f = scheduler_f
+        self.retain_backward_graph = retain_backward_graph
+        if input_dtypes is not None and not all(d is None or isinstance(d, torch.dtype) for d in input_dtypes):
+            raise PybudaError(f"CPUDevice '{name}': input_dtypes must be a list of torch dtypes, got {input_dtypes!r}")
+        self.input_dtypes = list(input_dtypes) if input_dtypes is not None else None
+        self._runners: Optional[List[Tuple[Any, Any]]] = None  # (module, CPUReferenceExecutor | None)
+        if module is not None:
+            self.place_module(module)
+
+    def _check_module_kind(self, module: Any) -> None:
+        from pybuda.module import _FrameworkModule
+
+        if isinstance(module, _FrameworkModule):
+            raise ModuleError(f"CPUDevice '{self.name}' cannot run {type(module).__name__} '{module.name}': this "
+                              f"build runs PyTorch and PyBuda modules only")
+
+    def _cast_inputs(self, tensors: Sequence[torch.Tensor]) -> List[torch.Tensor]:
+        out = []
+        for i, t in enumerate(tensors):
+            if self.input_dtypes is not None and i < len(self.input_dtypes) and self.input_dtypes[i] is not None:
+                t = t.to(self.input_dtypes[i])
+            elif self.input_dtypes is None and t.dtype in _LOW_PRECISION:
+                t = t.float()  # torch CPU kernels for fp16/bf16 are slow or missing
+            out.append(t)
+        return out
+
+    def compile_for(self, sample: InputItem, config: Any = None, verify_cfg: Any = None) -> InputItem:
+        """No compilation on a CPU: build runners (tracing PyBuda modules) and run the sample once to
+        learn the output shapes and dtypes; the outputs are the next device's sample."""
+        if not self.modules:
+            raise PybudaError(f"CPUDevice '{self.name}' has no modules; place one with place_module")
+        runners: List[Tuple[Any, Any]] = []
+        values = self._cast_inputs(sample.tensors)
+        names = sample.names
+        for module in self.modules:
+            if _runs_natively(module):
+                runners.append((module, None))
+                values = list(_call_torch(module, values, names))
+            else:
+                graph, outs = module_to_graph(module, values, names)
+                runners.append((module, CPUReferenceExecutor(graph, 1)))
+                values = list(outs)
+            names = None
+        self._runners = runners
+        return InputItem(tuple(v.detach() for v in values))
+
+    def forward_one(self, item: InputItem) -> Tuple[torch.Tensor, ...]:
+        if self._runners is None:
+            raise PybudaError(f"CPUDevice '{self.name}' was not compiled; run initialize_pipeline first")
+        values = self._cast_inputs(item.tensors)
+        names = item.names
+        for module, executor in self._runners:
+            if executor is None:
+                values = list(_call_torch(module, values, names))
+            else:
+                values = executor.run(values)
+            names = None
+        return tuple(values)
+
+    def _parameter_values(self) -> Dict[str, torch.Tensor]:
+        from pybuda.module import PyBudaModule, PyTorchModule
+
+        out: Dict[str, torch.Tensor] = {}
+        if self._runners is not None:
+            for module, executor in self._runners:
+                if isinstance(module, PyTorchModule):
+                    out.update({n: p.detach().clone() for n, p in module.module.named_parameters()})
+                elif executor is not None:
+                    out.update(executor.get_parameters())
+            return out
+        for module in self.modules:
+            if isinstance(module, PyTorchModule):
+                out.update({n: p.detach().clone() for n, p in module.module.named_parameters()})
+            elif isinstance(module, PyBudaModule):
+                out.update({p.get_name(): p.value() for p in module.get_parameters() if p.has_value()})
+        return out
+
+    def _update_parameters(self, values: Mapping[str, torch.Tensor]) -> None:
+        from pybuda.module import PyBudaModule, PyTorchModule
+
+        # Find every parameter's owner and check shapes first, so a bad update changes nothing.
+        pairs = self._runners if self._runners is not None else [(m, None) for m in self.modules]
+        owners: Dict[str, Tuple[Any, Any, Tuple[int, ...]]] = {}
+        for module, executor in pairs:
+            if executor is not None:
+                current = {k: tuple(v.shape) for k, v in executor.get_parameters().items()}
+            elif isinstance(module, PyTorchModule):
+                current = {k: tuple(p.shape) for k, p in module.module.named_parameters()}
+            elif isinstance(module, PyBudaModule):
+                current = {p.get_name(): tuple(p.shape.dims) for p in module.get_parameters()}
+            else:
+                current = {}
+            for k, shape in current.items():
+                owners.setdefault(k, (module, executor, shape))
+        unknown = sorted(set(values) - set(owners))
+        if unknown:
+            raise InputError(f"CPUDevice '{self.name}' has no parameter(s) {unknown}; it has {sorted(owners)}")
+        for k, v in values.items():
+            if tuple(v.shape) != owners[k][2]:
+                raise InputError(f"CPUDevice '{self.name}': parameter '{k}' has shape {list(owners[k][2])}, "
+                                 f"got {list(v.shape)}")
+        for k, v in values.items():
+            module, executor, _ = owners[k]
+            if executor is not None:
+                executor.update_parameters({k: v})
+            elif isinstance(module, PyTorchModule):
+                with torch.no_grad():
+                    dict(module.module.named_parameters())[k].copy_(v)
+            else:
+                module.set_parameter(k, v)
+
+
+def _runs_natively(module: Any) -> bool:
+    """PyTorch modules and CPU-fallback stages run as torch code; PyBuda modules and captured graphs
+    run on the CPU reference."""
+    from pybuda.module import PyBudaModule, PyTorchModule
+
+    if isinstance(module, PyTorchModule):
+        return True
+    return not isinstance(module, PyBudaModule) and not hasattr(module, "to_graph")
+
+
+def _call_torch(module: Any, values: Sequence[torch.Tensor], names: Optional[Sequence[str]]) -> Tuple[torch.Tensor, ...]:
+    from pybuda.module import PyTorchModule
+
+    # Named (dict) pushes become keyword arguments of a PyTorch model; fallback stages take the flat
+    # inputs in that same order.
+    if names and isinstance(module, PyTorchModule):
+        return module.forward(**dict(zip(names, values)))
+    return module.forward(*values)

@@ -1,0 +1,478 @@
+"""The Device base class: modules placed on it, its input buffer, and the command interpreter.
+
+Pushing inputs
+--------------
+``push_to_inputs`` takes ``*tensors``, one tuple/list, or one dict (its keys name the first module's
+forward arguments). Every push is checked in the caller before it is queued, so a bad push raises
+:class:`pybuda.errors.InputError` at once instead of hanging a device later (tt-buda#56):
+
+* the first push is checked against the first module's ``forward`` signature (argument count, dict
+  keys) and becomes the **compile sample** (``_first_inputs``), as in TT-Buda;
+* every later push must match it: same count (same keys for dicts), same shapes, same dtypes.
+  Dim 0 is the microbatch size, so it must match too (a TT device is compiled for that microbatch).
+
+Pushes go to ``cpu_fallback_device_pre`` when the frontend moved the start of the model to a CPU
+device. Values are detached, made contiguous and stored as torch tensors.
+
+Running
+-------
+A device executes :class:`~pybuda.runtime.commands.Command` objects in ``run_next_command``: inline
+in the caller (sequential mode) or in a worker thread/process that takes them from a command queue
+(``get_next_command``). RUN_FORWARD pops one input per loop, runs the device's modules, and pushes
+the outputs to the next device's input queue, or, on the last device, to the output queue as a list
+of :class:`pybuda.Tensor`.
+"""
+
+from __future__ import annotations
+
+import inspect
+import logging
+import queue
+from dataclasses import dataclass
+from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple, Union
+
+import numpy as np
+import torch
+
+from pybuda.errors import InputError, ModuleError, PybudaError
+from pybuda.runtime import state
+from pybuda.runtime.commands import Command, CommandType
+from pybuda.runtime.transport import get_item, put_item
+
+log = logging.getLogger(__name__)
+
+TRAINING_NOT_SUPPORTED = ("training is not supported yet in pybuda: only inference runs "
+                          "(run_inference, or initialize_pipeline(training=False) + run_forward)")
+
+
+@dataclass
+class Rejected:
+    """Response to a request the device refused (bad arguments); raised in the caller, not fatal."""
+
+    error: BaseException
+
+
+@dataclass
+class InputItem:
+    """One push: its tensors, and their names when the push was a dict (None for positional)."""
+
+    tensors: Tuple[torch.Tensor, ...]
+    names: Optional[Tuple[str, ...]] = None
+
+    def describe(self) -> str:
+        labels = self.names or tuple(str(i) for i in range(len(self.tensors)))
+        return ", ".join(f"{n}: {list(t.shape)} {str(t.dtype).replace('torch.', '')}"
+                         for n, t in zip(labels, self.tensors))
+
+
+def _to_torch_input(value: Any, label: str, device_name: str) -> torch.Tensor:
+    from pybuda.tensor import Tensor
+
+    if isinstance(value, torch.Tensor):
+        t = value
+    elif isinstance(value, Tensor):
+        if not value.has_value():
+            raise InputError(f"device '{device_name}': input {label} is a pybuda Tensor without a value")
+        t = value.value()
+    elif isinstance(value, np.ndarray):
+        t = torch.from_numpy(value)
+    else:
+        raise InputError(f"device '{device_name}': input {label} must be a torch.Tensor, numpy array or "
+                         f"pybuda.Tensor, got {type(value).__name__}")
+    return t.detach().contiguous()
+
+
+def normalize_push(args: Sequence[Any], device_name: str) -> InputItem:
+    """Turn ``push_to_inputs`` arguments (``*tensors`` | one tuple/list | one dict) into an InputItem."""
+    if len(args) == 1 and isinstance(args[0], (tuple, list)):
+        args = tuple(args[0])
+    if len(args) == 1 and isinstance(args[0], Mapping):
+        mapping = args[0]
+        if not mapping:
+            raise InputError(f"device '{device_name}': pushed an empty dict of inputs")
+        names = []
+        for key in mapping:
+            if not isinstance(key, str):
+                raise InputError(f"device '{device_name}': dict input keys must be strings, got {key!r}")
+            names.append(key)
+        return InputItem(tuple(_to_torch_input(mapping[k], repr(k), device_name) for k in names), tuple(names))
+    if not args:
+        raise InputError(f"device '{device_name}': push_to_inputs needs at least one tensor")
+    return InputItem(tuple(_to_torch_input(v, str(i), device_name) for i, v in enumerate(args)))
+
+
+def _forward_signature(module: Any) -> Optional[inspect.Signature]:
+    from pybuda.module import PyBudaModule, PyTorchModule
+
+    try:
+        if isinstance(module, PyTorchModule):
+            return inspect.signature(module.module.forward)
+        if isinstance(module, PyBudaModule):
+            return inspect.signature(module.forward)
+    except (TypeError, ValueError):  # builtins without a signature
+        return None
+    return None
+
+
+def check_against_signature(module: Any, item: InputItem, device_name: str) -> InputItem:
+    """Check a first push against ``module.forward``; dict pushes are put in signature order.
+
+    Raises InputError for too many or too few positional inputs, unknown or missing dict keys.
+    """
+    sig = _forward_signature(module)
+    if sig is None:
+        return item
+    params = list(sig.parameters.values())
+    positional = [p for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    var_pos = any(p.kind == p.VAR_POSITIONAL for p in params)
+    var_kw = any(p.kind == p.VAR_KEYWORD for p in params)
+    required = [p.name for p in params if p.default is p.empty
+                and p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)]
+    where = f"device '{device_name}', module '{module.name}'"
+    if item.names is None:
+        n = len(item.tensors)
+        if n > len(positional) and not var_pos:
+            raise InputError(f"{where}: forward takes {len(positional)} input(s) "
+                             f"({[p.name for p in positional]}), but {n} tensors were pushed")
+        missing = [name for name in required if name not in [p.name for p in positional[:n]]]
+        if missing:
+            raise InputError(f"{where}: forward needs input(s) {missing}, but only {n} tensor(s) were pushed")
+        return item
+    known = [p.name for p in params if p.kind != p.VAR_POSITIONAL and p.kind != p.VAR_KEYWORD]
+    unknown = [k for k in item.names if k not in known]
+    if unknown and not var_kw:
+        raise InputError(f"{where}: forward has no argument(s) {unknown}; it takes {known}")
+    missing = [name for name in required if name not in item.names]
+    if missing:
+        raise InputError(f"{where}: the pushed dict lacks required input(s) {missing}")
+    order = {name: i for i, name in enumerate(known)}
+    pairs = sorted(zip(item.names, item.tensors), key=lambda kv: order.get(kv[0], len(order)))
+    return InputItem(tuple(t for _, t in pairs), tuple(k for k, _ in pairs))
+
+
+class Device:
+    """A device a module can be placed on: a Tenstorrent chip (:class:`TTDevice`) or the host CPU
+    (:class:`CPUDevice`). Devices join the pipeline in creation order (see ``set_device_pipeline``)."""
+
+    def __init__(self, name: str, mp_context: Any = None):
+        if not isinstance(name, str) or not name:
+            raise PybudaError(f"a device needs a non-empty string name, got {name!r}")
+        self.name = name
+        self.mp_context = mp_context
+        self.modules: List[Any] = []
+        self.loss_module: Any = None
+        self.cpu_fallback_device_pre: Optional["Device"] = None
+        self.cpu_fallback_device_post: Optional["Device"] = None
+        self._staging: "queue.Queue[InputItem]" = queue.Queue()
+        self._input_queue: Any = self._staging
+        self._output_target: Any = None
+        self._mirror_queue: Any = None
+        self._is_last = True
+        self._first_inputs: Optional[InputItem] = None
+        self._stop_fn: Optional[Callable[[], bool]] = None
+        self._compile_count = 0
+        self._fallback_of: Optional["Device"] = None  # set on automatic CPU-fallback devices
+        self._translated_modules: Optional[List[Any]] = None  # what runs, when a frontend split the modules
+        state.register_device(self)
+
+    # --- modules ------------------------------------------------------------------------------------
+    def place_module(self, module: Union[Any, Sequence[Any]]) -> None:
+        """Place a module, or a list of modules run one after the other, on this device."""
+        from pybuda.module import Module
+
+        modules = list(module) if isinstance(module, (list, tuple)) else [module]
+        for m in modules:
+            if not isinstance(m, Module):
+                raise ModuleError(f"device '{self.name}': place_module expects pybuda Modules (wrap torch models "
+                                  f"in pybuda.PyTorchModule), got {type(m).__name__}")
+            self._check_module_kind(m)
+            if any(other.name == m.name for other in self.modules) or \
+                    sum(1 for x in modules if x.name == m.name) > 1:
+                raise ModuleError(f"device '{self.name}' already has a module named '{m.name}'; names must be unique")
+        for m in modules:
+            previous = m.get_device()
+            if previous is not None and previous is not self:
+                log.info("module '%s' moves from device '%s' to '%s'", m.name, previous.name, self.name)
+                previous.modules = [x for x in previous.modules if x is not m]
+            m._set_device(self)
+            self.modules.append(m)
+        state.mark_changed()
+
+    def _check_module_kind(self, module: Any) -> None:
+        """Subclasses reject module types they cannot run."""
+
+    def remove_modules(self) -> None:
+        """Remove every module placed on this device."""
+        for m in self.modules:
+            if m.get_device() is self:
+                m._set_device(None)
+        self.modules = []
+        state.mark_changed()
+
+    def place_loss_module(self, module: Any) -> None:
+        """Place a loss module (used by training, which is not supported yet; the device must be last)."""
+        from pybuda.module import Module
+
+        if not isinstance(module, Module):
+            raise ModuleError(f"device '{self.name}': the loss module must be a pybuda Module, got {type(module).__name__}")
+        self.loss_module = module
+        state.mark_changed()
+
+    def remove_loss_module(self) -> None:
+        """Remove the loss module."""
+        self.loss_module = None
+        state.mark_changed()
+
+    # --- inputs -----------------------------------------------------------------------------------
+    def push_to_inputs(self, *tensors: Any) -> None:
+        """Push one input (``*tensors``, a tuple, or a dict of named tensors) onto this device.
+
+        Validated at once against the first push (the compile sample): a wrong count, key, shape or
+        dtype raises InputError here. If the pipeline has failed, raises RuntimeFailure.
+        """
+        if self.cpu_fallback_device_pre is not None:
+            return self.cpu_fallback_device_pre.push_to_inputs(*tensors)
+        from pybuda.runtime import context
+
+        ctx = context.current()
+        if ctx is not None:
+            ctx.check_health()
+            if self in ctx.devices and ctx.devices[0] is not self:
+                raise InputError(f"device '{self.name}' is not the first device of the running pipeline; push "
+                                 f"inputs to '{ctx.devices[0].name}'")
+        item = self.validate_push(normalize_push(tensors, self.name))
+        if self._first_inputs is None:
+            self._first_inputs = item
+        put_item(self._input_queue, item)
+
+    def validate_push(self, item: InputItem) -> InputItem:
+        """Check ``item`` against the first push (or, for the first push, the module signature).
+
+        Returns the item as it will be queued (dict inputs in the first push's order)."""
+        first = self._first_inputs
+        if first is None:
+            if self.modules:
+                item = check_against_signature(self.modules[0], item, self.name)
+            self._check_first_push(item)
+            return item
+        expected = first.describe()
+        if first.names is not None and item.names is not None:
+            if set(item.names) != set(first.names) or len(item.names) != len(first.names):
+                raise InputError(f"device '{self.name}': pushed keys {list(item.names)}, but the first push "
+                                 f"(the compile sample) had {list(first.names)}")
+            lookup = dict(zip(item.names, item.tensors))
+            item = InputItem(tuple(lookup[k] for k in first.names), first.names)
+        elif first.names is None and item.names is not None:
+            raise InputError(f"device '{self.name}': pushed a dict {list(item.names)}, but the first push was "
+                             f"positional ({expected}); push tensors in the same form")
+        if len(item.tensors) != len(first.tensors):
+            raise InputError(f"device '{self.name}': pushed {len(item.tensors)} tensor(s), but every push must "
+                             f"have {len(first.tensors)} like the first push ({expected})")
+        labels = first.names or tuple(str(i) for i in range(len(first.tensors)))
+        for label, got, want in zip(labels, item.tensors, first.tensors):
+            if tuple(got.shape) != tuple(want.shape):
+                hint = ""
+                if got.dim() == want.dim() and got.dim() and tuple(got.shape[1:]) == tuple(want.shape[1:]):
+                    hint = (f"; dim 0 is the microbatch size, and this pipeline was compiled for microbatch "
+                            f"{want.shape[0]}")
+                raise InputError(f"device '{self.name}': input {label} has shape {list(got.shape)}, expected "
+                                 f"{list(want.shape)} (from the first push){hint}")
+            if got.dtype != want.dtype:
+                raise InputError(f"device '{self.name}': input {label} has dtype {got.dtype}, expected "
+                                 f"{want.dtype} (from the first push)")
+        return InputItem(item.tensors, first.names)
+
+    def _check_first_push(self, item: InputItem) -> None:
+        """Extra rules for the compile sample (TTDevice: a common microbatch dim)."""
+
+    def set_sample_inputs(self, sample: Any) -> None:
+        """Use ``sample`` (as for push_to_inputs) as the compile sample without queueing it.
+
+        If inputs were already pushed, the sample must match them."""
+        if self.cpu_fallback_device_pre is not None:
+            return self.cpu_fallback_device_pre.set_sample_inputs(sample)
+        args = (sample,) if isinstance(sample, (Mapping, torch.Tensor, np.ndarray)) else tuple(sample)
+        item = self.validate_push(normalize_push(args, self.name))
+        if self._first_inputs is None:
+            self._first_inputs = item
+
+    def reset_inputs(self) -> None:
+        """Forget the compile sample and drop queued inputs (the next push becomes the sample).
+
+        CPU-fallback devices from the last initialization are detached: the next pipeline splits the
+        model again for the new sample."""
+        self._first_inputs = None
+        _drain(self._staging)
+        self.cpu_fallback_device_pre = None
+        self.cpu_fallback_device_post = None
+        self._translated_modules = None
+
+    def get_first_inputs(self) -> Optional[InputItem]:
+        """The compile sample: the first push (or the sample given to initialize_pipeline)."""
+        if self.cpu_fallback_device_pre is not None:
+            return self.cpu_fallback_device_pre.get_first_inputs()
+        return self._first_inputs
+
+    @property
+    def microbatch_size(self) -> Optional[int]:
+        """Dim 0 of the compile sample (TT-Buda's microbatch), or None before the first push."""
+        first = self.get_first_inputs()
+        if first is None or not first.tensors or first.tensors[0].dim() == 0:
+            return None
+        return int(first.tensors[0].shape[0])
+
+    def push_to_target_inputs(self, *tensors: Any) -> None:
+        """Targets feed a loss module, which only training uses."""
+        raise PybudaError(TRAINING_NOT_SUPPORTED)
+
+    # --- pipeline API on one device ---------------------------------------------------------------------
+    def sync(self) -> None:
+        """Block until commands sent to this device have completed."""
+        from pybuda.runtime import context
+
+        ctx = context.current()
+        if ctx is not None and self in ctx.devices:
+            ctx.request(self, Command.sync())
+
+    def get_parameter_checkpoint(self) -> Dict[str, Any]:
+        """Current parameter values of the modules on this device, as pybuda Tensors by name."""
+        from pybuda.runtime import context
+        from pybuda.tensor import Tensor
+
+        ctx = context.current()
+        if ctx is not None and self in ctx.devices:
+            values = ctx.request(self, Command(CommandType.GET_PARAMETER_CHECKPOINT))
+        else:
+            values = self._parameter_values()
+        return {k: Tensor.create_from_torch(v) for k, v in values.items()}
+
+    def get_parameter_gradients(self) -> Dict[str, Any]:
+        """Gradients exist only in training, which is not supported yet."""
+        raise PybudaError(TRAINING_NOT_SUPPORTED)
+
+    def update_device_parameters(self, parameters: Mapping[str, Any]) -> None:
+        """Replace parameter values on this device (by name; shapes must match)."""
+        from pybuda.runtime import context
+        from pybuda.tensor import _as_torch
+
+        if not isinstance(parameters, Mapping):
+            raise InputError(f"device '{self.name}': parameters must be a dict of name -> tensor, "
+                             f"got {type(parameters).__name__}")
+        values = {}
+        for k, v in parameters.items():
+            try:
+                values[k] = _as_torch(v).detach().clone()
+            except InputError as e:
+                raise InputError(f"device '{self.name}', parameter '{k}': {e}") from None
+        ctx = context.current()
+        if ctx is not None and self in ctx.devices:
+            ctx.request(self, Command(CommandType.UPDATE_DEVICE_PARAMETERS, {"parameters": values}))
+        else:
+            self._update_parameters(values)
+
+    # --- what subclasses implement -------------------------------------------------------------------
+    def compile_for(self, sample: InputItem, config: Any, verify_cfg: Any = None) -> InputItem:
+        """Prepare to run pushes shaped like ``sample``; return sample outputs for the next device."""
+        raise NotImplementedError
+
+    def forward_one(self, item: InputItem) -> Tuple[torch.Tensor, ...]:
+        """Run one push through the modules on this device."""
+        raise NotImplementedError
+
+    def _parameter_values(self) -> Dict[str, torch.Tensor]:
+        raise NotImplementedError
+
+    def _update_parameters(self, values: Mapping[str, torch.Tensor]) -> None:
+        raise NotImplementedError
+
+    def shutdown_device(self) -> None:
+        """Release what the device holds after the pipeline stops (executors)."""
+
+    # --- command interpreter -------------------------------------------------------------------------
+    def get_next_command(self, command_queue: Any) -> Command:
+        """Wait for the next command (polling, so a shutdown ends the wait)."""
+        return get_item(command_queue, stop=self._stop_fn)
+
+    def run_next_command(self, cmd: Command) -> Any:
+        """Execute one command; returns the response of commands that have one."""
+        t = cmd.command_type
+        if t == CommandType.RUN_FORWARD:
+            self._run_forward(int(cmd.params.get("loop_count", 1)))
+            return None
+        if t == CommandType.COMPILE:
+            self._compile_count += 1
+            return self.compile_for(cmd.params["sample"], cmd.params.get("config"), cmd.params.get("verify_cfg"))
+        if t == CommandType.SYNC:
+            return True
+        if t == CommandType.GET_PARAMETER_CHECKPOINT:
+            return self._parameter_values()
+        if t == CommandType.UPDATE_DEVICE_PARAMETERS:
+            try:
+                self._update_parameters(cmd.params["parameters"])
+            except InputError as e:  # bad names/shapes: nothing was changed, the device keeps running
+                return Rejected(e)
+            return True
+        if t in (CommandType.RUN_BACKWARD, CommandType.RUN_OPTIMIZER, CommandType.RUN_SCHEDULERS,
+                 CommandType.GET_PARAMETER_GRADIENTS):
+            raise PybudaError(TRAINING_NOT_SUPPORTED)
+        if t == CommandType.QUIT:
+            return None
+        raise PybudaError(f"device '{self.name}': unknown command {cmd!r}")
+
+    def _pop_input(self) -> InputItem:
+        if self._stop_fn is None:  # sequential: inputs were counted before the run started
+            try:
+                return self._input_queue.get_nowait()
+            except queue.Empty:
+                raise InputError(f"device '{self.name}' has no queued input to run; push inputs first") from None
+        return get_item(self._input_queue, stop=self._stop_fn)
+
+    def _run_forward(self, loop_count: int) -> None:
+        i = 0
+        while loop_count == 0 or i < loop_count:
+            item = self._pop_input()
+            outputs = self.forward_one(item)
+            self._emit(outputs)
+            i += 1
+
+    def _emit(self, outputs: Sequence[torch.Tensor]) -> None:
+        if self._output_target is None:
+            raise PybudaError(f"device '{self.name}' is not connected to a pipeline")
+        outputs = tuple(o.detach() for o in outputs)
+        if self._is_last:
+            from pybuda.tensor import Tensor
+
+            put_item(self._output_target, [Tensor.create_from_torch(o) for o in outputs])
+        else:
+            put_item(self._output_target, InputItem(outputs))
+            if self._mirror_queue is not None:
+                from pybuda.tensor import Tensor
+
+                put_item(self._mirror_queue, [Tensor.create_from_torch(o) for o in outputs])
+
+    # --- pickling into a device process -----------------------------------------------------------------
+    _TRANSIENT = ("_staging", "cpu_fallback_device_pre", "cpu_fallback_device_post", "_fallback_of", "_stop_fn",
+                  "_artifact", "_runners")
+
+    def __getstate__(self) -> Dict[str, Any]:
+        st = self.__dict__.copy()
+        for key in self._TRANSIENT:
+            if key in st:
+                st[key] = None
+        return st
+
+    def __setstate__(self, st: Dict[str, Any]) -> None:
+        self.__dict__.update(st)
+        self._staging = queue.Queue()
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}('{self.name}', modules={[m.name for m in self.modules]})"
+
+
+def _drain(q: Any) -> List[Any]:
+    items = []
+    while True:
+        try:
+            items.append(q.get_nowait())
+        except queue.Empty:
+            return items

@@ -1,0 +1,170 @@
+"""Translating framework modules before a pipeline starts (TT-Buda's
+``_translate_framework_modules_on_devices``), including the automatic CPU-fallback devices.
+
+A PyTorch module placed on a TTDevice is captured by the torch frontend
+(:func:`pybuda.frontend.torch.capture`) for one sample of the device's first push. The frontend may
+split it into ``(pre, device_graph, post)``: ``pre``/``post`` are CPU callables. Each becomes a
+:class:`CPUDevice` (``cpu<i>_fallback``) inserted into the pipeline before/after the TTDevice:
+
+* pushes to the TTDevice are redirected to the pre device (``cpu_fallback_device_pre``), and inputs
+  already queued on the TTDevice move there;
+* the TTDevice compiles the device graph (a :class:`CapturedGraphModule`) instead of re-capturing.
+
+Fallback devices are not registered as user devices: they are rebuilt at every initialization, and
+``set_device_pipeline``/creation order only ever lists the user's devices.
+
+The captured stages have static per-sample shapes, so CPU fallback stages run once per sample of a
+microbatch, like the device graph (see :mod:`pybuda.runtime.backend_api`).
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any, Callable, List, Optional, Sequence, Tuple
+
+import torch
+
+from pybuda.errors import CompileError
+from pybuda.module import Module, PyTorchModule
+from pybuda.runtime import state
+from pybuda.runtime.backend_api import fold_microbatch, split_microbatch
+from pybuda.runtime.device import Device
+
+log = logging.getLogger(__name__)
+
+
+class CapturedGraphModule(Module):
+    """A module whose ``ir.Graph`` is already captured (the device part of a framework model)."""
+
+    def __init__(self, name: str, graph: Any):
+        super().__init__(name)
+        self.graph = graph
+
+    def to_graph(self, *sample_inputs: torch.Tensor, **kwargs: Any):
+        """Return ``(graph, outputs for the sample)``; outputs come from the CPU reference."""
+        from pybuda.verify import run_graph_on_cpu
+
+        return self.graph, run_graph_on_cpu(self.graph, list(sample_inputs))
+
+
+class CpuFallbackModule(Module):
+    """A CPU stage of a split framework model: ``fn(*tensors) -> tuple`` run once per sample.
+
+    ``per_sample_shapes`` are the stage's input shapes at capture (one sample); pushes carrying a
+    microbatch are cut into samples and the outputs joined again along dim 0.
+    """
+
+    def __init__(self, name: str, fn: Callable[..., Any], per_sample_shapes: Sequence[Sequence[int]]):
+        super().__init__(name)
+        self.fn = fn
+        self.per_sample_shapes = [tuple(s) for s in per_sample_shapes]
+
+    def forward(self, *tensors: torch.Tensor) -> Tuple[torch.Tensor, ...]:
+        samples = split_microbatch(list(tensors), self.per_sample_shapes, f"CPU fallback stage '{self.name}'")
+        with torch.no_grad():
+            outs = [list(_as_tuple(self.fn(*s))) for s in samples]
+        return tuple(fold_microbatch(outs))
+
+
+def _as_tuple(value: Any) -> Tuple[torch.Tensor, ...]:
+    if isinstance(value, torch.Tensor):
+        return (value,)
+    return tuple(value)
+
+
+def undo_translation(device: Device) -> None:
+    """Detach fallback devices from a previous initialization; queued inputs come back to ``device``."""
+    pre = device.cpu_fallback_device_pre
+    if pre is not None:
+        while True:
+            try:
+                device._staging.put(pre._staging.get_nowait())
+            except Exception:
+                break
+        if device._first_inputs is None:
+            device._first_inputs = pre._first_inputs
+    device.cpu_fallback_device_pre = None
+    device.cpu_fallback_device_post = None
+    device._translated_modules = None
+
+
+def translate_pipeline(devices: Sequence[Device], config: Any) -> List[Device]:
+    """The pipeline to run: the user's devices, with CPU-fallback devices around split TTDevices."""
+    from pybuda.runtime.ttdevice import TTDevice
+
+    pipeline: List[Device] = []
+    counter = [0]
+    for d in devices:
+        undo_translation(d)
+        if isinstance(d, TTDevice) and any(isinstance(m, PyTorchModule) for m in d.modules):
+            pre, post = _translate_tt(d, config, counter)
+            pipeline.extend(x for x in (pre, d, post) if x is not None)
+        else:
+            pipeline.append(d)
+    return pipeline
+
+
+def _translate_tt(device: Device, config: Any, counter: List[int]) -> Tuple[Optional[Device], Optional[Device]]:
+    from pybuda.frontend.torch import capture
+    from pybuda.runtime.cpudevice import CPUDevice
+    from pybuda.verify import run_graph_on_cpu
+
+    sample = device._first_inputs
+    if sample is None:
+        return None, None  # reported by initialize_pipeline (no sample)
+    values = [t[0:1] if t.dim() else t for t in sample.tensors]  # one sample: dim 0 is the microbatch
+    names = sample.names
+    translated: List[Module] = []
+    pre_dev = post_dev = None
+    for module in device.modules:
+        if not isinstance(module, PyTorchModule):
+            translated.append(module)
+            values, names = _trace_values(module, values, names), None
+            continue
+        args = dict(zip(names, values)) if names else tuple(values)
+        result = capture(module, args, graph_name=module.name, config=config)
+        pre, graph, post = result.split_for_devices()
+        if (pre is not None or post is not None) and len(device.modules) > 1:
+            raise CompileError(f"TTDevice '{device.name}': module '{module.name}' needs CPU fallback, which is only "
+                               f"possible when it is the only module on its device", stage="GENERATE_INITIAL_GRAPH")
+        flat = result.flatten_inputs(**dict(zip(names, values))) if names else result.flatten_inputs(*values)
+        device_inputs = flat
+        if pre is not None:
+            with torch.no_grad():
+                device_inputs = list(_as_tuple(pre(*flat)))
+            with state.unregistered():
+                pre_dev = CPUDevice(f"cpu{counter[0]}_fallback",
+                                    module=CpuFallbackModule(f"{module.name}_cpu_pre", pre, [t.shape for t in flat]))
+            counter[0] += 1
+        translated.append(CapturedGraphModule(module.name, graph))
+        outs = run_graph_on_cpu(graph, device_inputs)
+        if post is not None:
+            with state.unregistered():
+                post_dev = CPUDevice(f"cpu{counter[0]}_fallback",
+                                     module=CpuFallbackModule(f"{module.name}_cpu_post", post, [t.shape for t in outs]))
+            counter[0] += 1
+        values, names = outs, None
+    device._translated_modules = translated
+    if pre_dev is not None:
+        pre_dev._first_inputs = sample
+        while True:
+            try:
+                pre_dev._staging.put(device._staging.get_nowait())
+            except Exception:
+                break
+        pre_dev._fallback_of = device
+        device.cpu_fallback_device_pre = pre_dev
+    if post_dev is not None:
+        post_dev._fallback_of = device
+        device.cpu_fallback_device_post = post_dev
+    if pre_dev is not None or post_dev is not None:
+        log.info("TTDevice '%s' runs with CPU fallback: %s", device.name,
+                 " -> ".join(d.name for d in (pre_dev, device, post_dev) if d is not None))
+    return pre_dev, post_dev
+
+
+def _trace_values(module: Module, values: List[torch.Tensor], names: Optional[Sequence[str]]) -> List[torch.Tensor]:
+    from pybuda.runtime.backend_api import module_to_graph
+
+    _, outs = module_to_graph(module, values, names)
+    return list(outs)

@@ -1,0 +1,197 @@
+"""TTDevice: one or more Tenstorrent chips, here always the simulated chip.
+
+There is no silicon to find (:func:`detect_available_devices` returns ``[]``), so a TTDevice asked for
+``BackendType.Silicon`` (TT-Buda's default) runs as ``BackendType.Golden`` and says so once in the
+log. The arch defaults follow TT-Buda's rule for non-silicon devices: Grayskull, unless
+``GOLDEN_WORMHOLE_B0`` (Wormhole B0) or ``PYBUDA_GOLDEN_BLACKHOLE`` (Blackhole) is set.
+
+Compiling traces the modules for one sample of the first push (dim 0 is the microbatch), runs the
+compiler (``pybuda.passes.pipeline.compile_graph``) for the device descriptor, and gets an executor
+per graph from :func:`pybuda.runtime.backend_api.create_executor`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from typing import Any, Dict, List, Mapping, Optional, Tuple, Union
+
+import torch
+
+from pybuda.arch.types import BackendDevice, BackendType
+from pybuda.config import DeviceMode, runtime_env
+from pybuda.errors import ConfigError, InputError, PybudaError
+from pybuda.runtime.backend_api import CompiledArtifact, compile_modules
+from pybuda.runtime.device import Device, InputItem
+from pybuda.tensor import DataFormat
+
+log = logging.getLogger(__name__)
+
+_silicon_notice_given = False
+
+
+def detect_available_devices() -> List[BackendDevice]:
+    """Archs of the Tenstorrent cards on this machine: none, pybuda only simulates chips."""
+    return []
+
+
+def _silicon_notice(name: str, arch: BackendDevice) -> None:
+    global _silicon_notice_given
+    if not _silicon_notice_given:
+        _silicon_notice_given = True
+        log.warning("No Tenstorrent silicon found: TTDevice '%s' runs on the simulated %s chip (BackendType.Golden)",
+                    name, arch.value)
+
+
+class TTDevice(Device):
+    """TTDevice represents one or more Tenstorrent devices that will receive modules to run.
+
+    ``num_chips``/``chip_ids`` follow TT-Buda: neither given → chip 0; ``num_chips=N`` → chips
+    ``0..N-1``; ``num_chips=0`` → all detected chips (one simulated chip here). ``optimizer`` and
+    ``scheduler`` are kept for training, which is not supported yet. ``fp32_fallback`` is the device
+    format float32 tensors get. ``device_mode=DeviceMode.CompileOnly`` compiles without running.
+    """
+
+    def __init__(self, name: str, num_chips: Optional[int] = None, chip_ids: Optional[List[Any]] = None,
+                 arch: Optional[Union[BackendDevice, str]] = None, devtype: Optional[BackendType] = None,
+                 device_mode: Optional[DeviceMode] = None, optimizer: Any = None, scheduler: Any = None,
+                 fp32_fallback: DataFormat = DataFormat.Float16_b, mp_context: Any = None,
+                 module: Union[Any, List[Any], None] = None):
+        env = runtime_env()
+        if devtype is not None and not isinstance(devtype, BackendType):
+            raise ConfigError(f"TTDevice '{name}': devtype must be a pybuda.BackendType, got {devtype!r}")
+        requested = devtype if devtype is not None else (BackendType.Golden if env.devmode else BackendType.Silicon)
+        if arch is not None and not isinstance(arch, BackendDevice):
+            if not isinstance(arch, str):
+                raise ConfigError(f"TTDevice '{name}': arch must be a pybuda.BackendDevice, got {arch!r}")
+            arch = BackendDevice.from_string(arch)
+        if arch is None:
+            arch = (BackendDevice.Wormhole_B0 if env.golden_wormhole_b0 else
+                    BackendDevice.Blackhole if env.golden_blackhole else BackendDevice.Grayskull)
+        if requested == BackendType.Silicon and not detect_available_devices():
+            _silicon_notice(name, arch)
+            requested = BackendType.Golden
+        self.requested_devtype = devtype
+        self.devtype = requested
+        self.arch = arch
+        self.chip_ids = _chip_ids(name, num_chips, chip_ids)
+        self.num_chips = len(self.chip_ids)
+        if device_mode is not None and not isinstance(device_mode, DeviceMode):
+            raise ConfigError(f"TTDevice '{name}': device_mode must be a pybuda.DeviceMode, got {device_mode!r}")
+        self.device_mode = device_mode if device_mode is not None else DeviceMode.CompileAndRun
+        self.optimizer = optimizer
+        self.scheduler = scheduler
+        self.fp32_fallback = DataFormat.from_json(fp32_fallback)
+        self._artifact: Optional[CompiledArtifact] = None
+        super().__init__(name, mp_context=mp_context)
+        if module is not None:
+            self.place_module(module)
+
+    def _check_first_push(self, item: InputItem) -> None:
+        dims = []
+        for label, t in zip(item.names or range(len(item.tensors)), item.tensors):
+            if t.dim() == 0:
+                raise InputError(f"TTDevice '{self.name}': input {label} is a 0-d tensor; dim 0 of every input is "
+                                 f"the microbatch size, so inputs need at least one dimension")
+            dims.append(int(t.shape[0]))
+        if len(set(dims)) > 1:
+            raise InputError(f"TTDevice '{self.name}': inputs disagree on dim 0 {dims}; dim 0 of every input is the "
+                             f"microbatch size and must be the same for all of them")
+
+    def get_device_config(self, compiler_cfg: Any = None):
+        """The device descriptor compiled for: the arch (or the config's ``device_config`` preset, which must
+        be of the same arch), the harvesting mask and the chip count."""
+        from pybuda.arch import get_device_descriptor
+        from pybuda.config import _get_global_compiler_config
+
+        cfg = compiler_cfg or _get_global_compiler_config()
+        resolve = getattr(cfg, "resolved_harvesting_mask", None)  # harvested_rows (NoC rows) -> mask
+        mask = (resolve(self.arch) if resolve is not None else getattr(cfg, "harvesting_mask", 0)) or 0
+        preset = getattr(cfg, "device_config", None)
+        if not preset:
+            return get_device_descriptor(self.arch, harvesting_mask=mask, num_chips=self.num_chips)
+        desc = get_device_descriptor(None, device_config=preset, harvesting_mask=mask, num_chips=self.num_chips)
+        if desc.arch != self.arch:
+            raise ConfigError(f"TTDevice '{self.name}' is {self.arch.value}, but device_config '{preset}' is "
+                              f"{desc.arch.value}")
+        return desc
+
+    def compile_for(self, sample: InputItem, config: Any = None, verify_cfg: Any = None) -> InputItem:
+        """Trace and compile the modules for ``sample``; returns sample outputs (shapes/dtypes for the
+        next device: the traced single-sample values repeated over the microbatch)."""
+        from pybuda.config import _get_global_compiler_config
+
+        if not self.modules:
+            raise PybudaError(f"TTDevice '{self.name}' has no modules; place one with place_module")
+        cfg = dataclasses.replace(config or _get_global_compiler_config())
+        cfg.fp32_fallback = self.fp32_fallback
+        if self.num_chips > 1:
+            cfg.num_chips = self.num_chips
+        mb = int(sample.tensors[0].shape[0]) if sample.tensors and sample.tensors[0].dim() else 1
+        modules = self._translated_modules if self._translated_modules is not None else self.modules
+        self._artifact = compile_modules(modules, sample.tensors, cfg, devtype=self.devtype,
+                                         device=self.get_device_config(cfg), microbatch=mb, verify_cfg=verify_cfg,
+                                         input_names=sample.names, compile_for_device=True)
+        return InputItem(tuple(self._artifact.sample_outputs))
+
+    def forward_one(self, item: InputItem) -> Tuple[torch.Tensor, ...]:
+        if self.device_mode == DeviceMode.CompileOnly:
+            raise PybudaError(f"TTDevice '{self.name}' was compiled with DeviceMode.CompileOnly and cannot run inputs")
+        if self._artifact is None:
+            raise PybudaError(f"TTDevice '{self.name}' was not compiled; run initialize_pipeline first")
+        return tuple(self._artifact.run(list(item.tensors)))
+
+    def get_compiled_results(self) -> Optional[List[Any]]:
+        """The compiler's results for each module (None before compile, or for uncompiled graphs)."""
+        return self._artifact.compile_results if self._artifact is not None else None
+
+    def _parameter_values(self) -> Dict[str, torch.Tensor]:
+        from pybuda.module import PyBudaModule, PyTorchModule
+
+        if self._artifact is not None:
+            return {k: v.detach().clone() for k, v in self._artifact.get_parameters().items()}
+        out: Dict[str, torch.Tensor] = {}
+        for module in self.modules:
+            if isinstance(module, PyBudaModule):
+                out.update({p.get_name(): p.value() for p in module.get_parameters() if p.has_value()})
+            elif isinstance(module, PyTorchModule):
+                out.update({n: p.detach().clone() for n, p in module.module.named_parameters()})
+        return out
+
+    def _update_parameters(self, values: Mapping[str, torch.Tensor]) -> None:
+        from pybuda.module import PyBudaModule
+
+        if self._artifact is not None:
+            self._artifact.update_parameters(values)
+            return
+        owners = {p.get_name(): (m, p) for m in self.modules if isinstance(m, PyBudaModule)
+                  for p in m.get_parameters()}
+        unknown = sorted(set(values) - set(owners))
+        if unknown:
+            raise InputError(f"TTDevice '{self.name}' has no parameter(s) {unknown} (before compile, only PyBuda "
+                             f"module parameters can be set)")
+        for k, v in values.items():
+            if tuple(v.shape) != tuple(owners[k][1].shape.dims):
+                raise InputError(f"TTDevice '{self.name}': parameter '{k}' has shape {list(owners[k][1].shape.dims)}, "
+                                 f"got {list(v.shape)}")
+        for k, v in values.items():
+            owners[k][0].set_parameter(k, v)
+
+    def shutdown_device(self) -> None:
+        if self._artifact is not None:
+            self._artifact.close()
+
+
+def _chip_ids(name: str, num_chips: Optional[int], chip_ids: Optional[List[Any]]) -> List[Any]:
+    if chip_ids:
+        ids = list(chip_ids)
+        if num_chips is not None and num_chips != len(ids):
+            raise ConfigError(f"TTDevice '{name}': num_chips={num_chips} does not match chip_ids={ids}")
+        return ids
+    if num_chips is None:
+        return [0]
+    if not isinstance(num_chips, int) or isinstance(num_chips, bool) or num_chips < 0:
+        raise ConfigError(f"TTDevice '{name}': num_chips must be a non-negative int, got {num_chips!r}")
+    if num_chips == 0:
+        return [0]  # "all detected chips": the one simulated chip
+    return list(range(num_chips))
