@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Dict, Optional, Tuple
+from typing import Dict, List, Optional, Tuple
 
 
 @dataclass(frozen=True)
@@ -13,6 +13,12 @@ class OpModel:
     The op's output (t, rt, ct) in tiles is split as ``rt = grid_r * mblock_m * ublock_rt`` and
     ``ct = grid_c * mblock_n * ublock_ct``; ``t`` is the op's z times any t-streaming factor. Matmuls
     (and reduces) block their inner dimension as ``K = m_k * u_kt`` tiles.
+
+    T-streaming: ``t_stream_dir`` ``r`` (or ``rz``) slices the output rows into ``t_stream_factor[0]``
+    t-slices, ``c`` (or ``cz``) the columns into ``t_stream_factor[1]``; so with factors (fr, fc) the
+    op computes ``t = z·fr·fc`` slices of ``(rt/fr, ct/fc)`` tiles. The netlist emitter undoes a
+    producer's streaming with ``vstack``/``hstack`` and applies the consumer's with ``vslice``/``hslice``
+    (see :func:`pybuda.balancer.legalizer.stream_edge_tms`).
     """
 
     grid_shape: Tuple[int, int]
@@ -28,19 +34,52 @@ class OpModel:
     prologue_inputs: Tuple[int, ...] = ()  # input indices whose parameters sit in L1 for the epoch
     l1_bytes: int = 0  # estimated L1 use per core
     cycles: int = 0  # estimated cycles per input (kernel vs bandwidth, whichever dominates)
+    kernel_cycles: int = 0  # the kernel (math) part of ``cycles``, backend/cost.py
+    dram_inputs: Tuple[int, ...] = ()  # parameter/constant inputs streamed from DRAM every input
 
     @property
     def cores(self) -> int:
         return self.grid_shape[0] * self.grid_shape[1]
 
+    @property
+    def out_rt(self) -> int:
+        """Output tile rows per t-slice (after t-streaming)."""
+        return self.grid_shape[0] * self.mblock[0] * self.ublock[0]
+
+    @property
+    def out_ct(self) -> int:
+        """Output tile columns per t-slice (after t-streaming)."""
+        return self.grid_shape[1] * self.mblock[1] * self.ublock[1]
+
+    @property
+    def mblock_tiles(self) -> int:
+        """Tiles of one output macro-block (one core, one t-slice)."""
+        return self.mblock[0] * self.mblock[1] * self.ublock[0] * self.ublock[1]
+
+    @property
+    def stream_factor(self) -> int:
+        """The t-streaming factor (1 when not streaming)."""
+        return self.t_stream_factor[0] * self.t_stream_factor[1]
+
 
 @dataclass
 class BalancerSolution:
-    """The chosen op model of every op, and the policy that chose them."""
+    """The chosen op model of every op, and the policy that chose them.
+
+    ``epoch_breaks`` lists ops the policy wants to start a new epoch at (Ribbon commits epochs,
+    SingleOpPerEpoch breaks at every op); the placer honours them along with the user's breaks.
+    ``target_cycles`` is the global per-op cycle target of NLP/Ribbon; ``legal_counts`` the number of
+    legal op models each op had.
+    """
 
     policy: str
     op_models: Dict[str, OpModel] = field(default_factory=dict)
     target_cycles: Optional[int] = None
+    epoch_breaks: List[str] = field(default_factory=list)
+    legal_counts: Dict[str, int] = field(default_factory=dict)
 
     def __getitem__(self, op_name: str) -> OpModel:
         return self.op_models[op_name]
+
+    def __contains__(self, op_name: str) -> bool:
+        return op_name in self.op_models

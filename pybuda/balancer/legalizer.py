@@ -1,0 +1,683 @@
+"""Legal op models: every (t-streaming, grid) layout of an op that the netlist and the chip accept.
+
+For each op the legalizer enumerates
+
+* **t-streaming** options: none, or a factor ``f`` dividing the output's tile rows (``r``) or columns
+  (``c``) when ``enable_t_streaming`` is set (or an override asks for it) and the op type can stream;
+* **grids** ``(gr, gc)`` with ``gr | rt/fr``, ``gc | ct/fc`` that fit the harvested worker grid (or fit
+  it transposed when auto-transposing placement is enabled);
+* per grid one **blocking**: the largest ublock within the Dest limit (``ublock_rt·ublock_ct ≤ 8``, ≤ 4
+  with a Float32/Int32 accumulator; spec §1.3) dividing the per-core block, ``ublock_order r``;
+  for matmuls and r/c reduces ``u_kt·m_k = K`` with the largest ``u_kt`` that fits L1 (all divisors
+  of K are tried when ``enable_enumerate_u_kt``, else K and 1); ``buf_size_mb`` 2, or 1 when 2 does
+  not fit L1 or does not divide/multiply ``t`` (net2pipe's "divisible either direction" rule);
+  parameters resident in L1 (prologue) when they fit, largest parameters moved to DRAM first;
+* an **L1 check** per core with the buffer sizes of spec §5.3 in each operand's data format against
+  ``DeviceDescriptor.l1_pybuda_budget_bytes`` (op-buffer space minus PyBuda's 100 KiB DRAM-IO reserve);
+* the **cost** from :mod:`pybuda.backend.cost`.
+
+Results are cached by an op *signature* (type, shapes, formats, attributes, TMs, input kinds,
+overrides), so the ~24 identical layers of a transformer are legalised once.
+
+Overrides (``CompilerConfig.balancer_op_overrides``): ``grid_shape``, ``t_stream_dir``,
+``t_stream_shape``, ``u_kt``, ``force_dram_parameters``, ``input_buffer_multiplier`` and
+``output_buffer_multiplier``. An override that cannot be honoured raises
+:class:`~pybuda.errors.CompileError` naming the op and the reason.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from dataclasses import dataclass
+from functools import lru_cache
+from typing import Any, Dict, FrozenSet, List, Optional, Sequence, Tuple
+
+from pybuda.backend import cost
+from pybuda.balancer.tms import apply_tm, apply_tms, has_reshaping_tms, parse_tm
+from pybuda.balancer.types import OpModel
+from pybuda.errors import CompileError
+from pybuda.netlist.model import BINARY_OPS, COPY_OPS, SFPU_OPS
+from pybuda.tensor import DataFormat
+
+log = logging.getLogger(__name__)
+
+STAGE = "BALANCER_PASS"
+
+_MATMUL = frozenset({"matmul", "depthwise"})
+_NO_STREAM_TYPES = frozenset({"splice", "embedding", "tilizer", "topk", "ethernet_datacopy", "drainer", "buffer"})
+_PARAM_KINDS = frozenset({"parameter", "constant"})
+
+
+@lru_cache(maxsize=None)
+def divisors(n: int) -> Tuple[int, ...]:
+    """Positive divisors of ``n``, ascending."""
+    small, large = [], []
+    i = 1
+    while i * i <= n:
+        if n % i == 0:
+            small.append(i)
+            if i != n // i:
+                large.append(n // i)
+        i += 1
+    return tuple(small + large[::-1])
+
+
+def divisible_either_direction(a: int, b: int) -> bool:
+    """True when ``a`` divides ``b`` or ``b`` divides ``a`` (net2pipe's rule for buffer/t and stacks)."""
+    return a % b == 0 or b % a == 0
+
+
+@lru_cache(maxsize=None)
+def ublock_candidates(rows: int, cols: int, dest_tiles: int, prefer_wide: bool = True) -> Tuple[Tuple[int, int], ...]:
+    """Ublocks (rt, ct) of a per-core block of ``rows × cols`` tiles whose sides divide the block and
+    whose area fits ``dest_tiles``, best first: larger area, then wider (a matmul's unpack cost falls
+    with ublock_ct, spec §6.1 V2) or, with ``prefer_wide=False``, taller."""
+    cands = [(ur, uc) for ur in divisors(rows) if ur <= dest_tiles
+             for uc in divisors(cols) if ur * uc <= dest_tiles]
+    cands.sort(key=lambda u: (-(u[0] * u[1]), -(u[1] if prefer_wide else u[0])))
+    return tuple(cands)
+
+
+def pick_ublock(rows: int, cols: int, dest_tiles: int, prefer_wide: bool = True) -> Tuple[int, int]:
+    """The preferred ublock of a ``rows × cols`` per-core block (see :func:`ublock_candidates`)."""
+    return ublock_candidates(rows, cols, dest_tiles, prefer_wide)[0]
+
+
+def stack_block(consumer_type: str, index: int, model: OpModel, horizontal: bool, bias: bool = False) -> Optional[int]:
+    """The consumer block (tiles) along a stacked dimension of input ``index`` that the netlist pins,
+    or None: matmul in0 u_kt (h) / ublock rows (v), in1 ublock cols (h) / u_kt (v), bias the ublock;
+    eltwise, copy and SFPU ops their ublock (mirrors ``pybuda.netlist.validate.stack_factors``)."""
+    if consumer_type == "matmul":
+        if index == 0:
+            return model.u_kt if horizontal else model.ublock[0]
+        if index == 1:
+            return model.ublock[1] if horizontal else model.u_kt
+        if index == 2 and bias:
+            return model.ublock[1] if horizontal else model.ublock[0]
+        return None
+    if consumer_type in COPY_OPS or consumer_type in SFPU_OPS or consumer_type in BINARY_OPS:
+        return model.ublock[1] if horizontal else model.ublock[0]
+    return None
+
+
+def stacks_ok(shape: Tuple[int, int, int], tms: Sequence[Any], consumer_type: str, index: int, model: OpModel,
+              bias: bool = False) -> bool:
+    """Spec §2.3 "stack factors must divide the consumer grid and its mblock/ublock dimensions, in one
+    direction or the other", as the netlist validator checks it: at every ``hstack``/``vstack`` of the
+    edge, the stacked slice width and the consumer's block along that dimension divide one another."""
+    for tm in tms:
+        name, _ = parse_tm(tm)
+        if name in ("hstack", "vstack"):
+            horizontal = name == "hstack"
+            block = stack_block(consumer_type, index, model, horizontal, bias)
+            width = shape[2] if horizontal else shape[1]
+            if block and width and width % block and block % width:
+                return False
+        try:
+            shape = apply_tm(shape, tm)
+        except ValueError:
+            return False
+    return True
+
+
+# --------------------------------------------------------------------------------------------------
+# Per-op facts
+# --------------------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class OpFacts:
+    """What the legalizer needs to know about an op, derived once from the graph (hashable)."""
+
+    type: str
+    z: int
+    rt: int
+    ct: int
+    k: int  # matmul inner dim / reduced dim of an r|c reduce, in tiles; 1 otherwise
+    reduce_dim: str  # r | c | z | ""
+    in_kinds: Tuple[str, ...]  # "op" or the queue kind (input, parameter, constant, ...)
+    in_raw: Tuple[Tuple[int, int], ...]  # (z, tiles) of each input as stored
+    in_dfs: Tuple[DataFormat, ...]
+    out_df: DataFormat
+    intermed_df: DataFormat
+    acc_df: DataFormat
+    has_bias: bool
+    gradient_op: bool
+    stream_dirs: FrozenSet[str]
+    grid_limits: Tuple[int, int]  # extra limits on (grid_r, grid_c) from fused reduces; 0 = none
+    output_dest: str  # "op" | "dram" | "host"
+    fused_intermediates: int
+    fused_max_m_k: int
+    bias_attr: bool  # the netlist ``bias`` attribute (pins the bias operand's stack block)
+    stacked_inputs: Tuple[Tuple[int, Tuple[int, int, int], Tuple[Any, ...]], ...]  # (index, shape, tms) with stacks
+
+    @property
+    def n_inputs(self) -> int:
+        return len(self.in_kinds)
+
+
+def _freeze(value: Any) -> Any:
+    if isinstance(value, dict):
+        return tuple(sorted((str(k), _freeze(v)) for k, v in value.items()))
+    if isinstance(value, (list, tuple)):
+        return tuple(_freeze(v) for v in value)
+    if isinstance(value, (set, frozenset)):
+        return tuple(sorted(repr(v) for v in value))
+    try:
+        hash(value)
+        return value
+    except TypeError:
+        return repr(value)
+
+
+def _fused_spec(op: Any, graph: Any) -> Optional[dict]:
+    fid = op.attrs.get("fused_op_id")
+    table = getattr(graph, "fused_ops", None) or {}
+    if fid is not None:
+        for key in (fid, str(fid), int(fid) if str(fid).isdigit() else None):
+            if key is not None and key in table:
+                return table[key]
+    return op.attrs.get("fused_op") or op.tags.get("fused_op")
+
+
+def _fused_sub_ops(spec: Optional[dict]) -> List[dict]:
+    subs: List[dict] = []
+    for schedule in (spec or {}).get("schedules", []) or []:
+        for entry in schedule:
+            subs.extend(entry.values())
+    return subs
+
+
+# --------------------------------------------------------------------------------------------------
+# The legalizer
+# --------------------------------------------------------------------------------------------------
+
+class Legalizer:
+    """Enumerates and caches legal op models for the ops of one lowered graph on one device."""
+
+    def __init__(self, graph: Any, device: Any, config: Any):
+        self.graph = graph
+        self.device = device
+        self.config = config
+        self.rows, self.cols = device.grid_rows, device.grid_cols
+        self.budget = int(device.l1_pybuda_budget_bytes)
+        self.bandwidth = cost.device_bandwidth(device)
+        self.allow_transpose = bool(getattr(config, "enable_auto_transposing_placement", False))
+        self._cache: Dict[Any, List[OpModel]] = {}
+        self._facts: Dict[str, OpFacts] = {}
+        self._output_queues: Dict[str, List[Any]] = {}
+        for q in graph.queues.values():
+            if q.producer is not None:
+                self._output_queues.setdefault(q.producer, []).append(q)
+
+    # -- facts -------------------------------------------------------------------------------------
+    def facts(self, op: Any) -> OpFacts:
+        """Derived facts of ``op`` (cached per op name)."""
+        hit = self._facts.get(op.name)
+        if hit is None:
+            hit = self._facts[op.name] = self._make_facts(op)
+        return hit
+
+    def _make_facts(self, op: Any) -> OpFacts:
+        g = self.graph
+        shape = op.shape
+        in_shapes: List[Tuple[int, int, int]] = []
+        kinds: List[str] = []
+        raw: List[Tuple[int, int]] = []
+        for i, name in enumerate(op.inputs):
+            if name in g.ops:
+                kinds.append("op")
+            elif name in g.queues:
+                kinds.append(str(g.queues[name].kind))
+            else:
+                raise CompileError(f"input {i} '{name}' is neither an op nor a queue of the lowered graph",
+                                   stage=STAGE, op=op.name)
+            s = g.shape_of(name)
+            raw.append((s.z, s.tiles))
+            try:
+                in_shapes.append(apply_tms((s.z, s.rt, s.ct), op.input_tms.get(i, ())))
+            except ValueError as e:
+                raise CompileError(f"input {i} '{name}': {e}", stage=STAGE, op=op.name) from None
+        k, reduce_dim = 1, ""
+        if op.type in _MATMUL and op.attrs.get("identity") and len(in_shapes) > 1:
+            k = in_shapes[1][1]  # sparse matmul: in0 is the sparse picker, K blocks in1's rows
+        elif op.type in _MATMUL and in_shapes:
+            k = in_shapes[0][2]
+            if len(in_shapes) > 1 and in_shapes[1][1] != k:
+                raise CompileError(f"matmul inner dimensions differ: input 0 has {k} tile columns, input 1 has "
+                                   f"{in_shapes[1][1]} tile rows (after TMs)", stage=STAGE, op=op.name)
+        elif op.type == "reduce" and in_shapes:
+            reduce_dim = str(op.attrs.get("dim", "r")).lower()
+            k = in_shapes[0][1] if reduce_dim == "r" else in_shapes[0][2] if reduce_dim == "c" else 1
+        in_dfs = tuple(op.in_df) if len(op.in_df) == len(op.inputs) else tuple(g.df_of(n) for n in op.inputs)
+        has_bias = op.type in _MATMUL and (bool(op.attrs.get("bias")) or
+                                           (len(op.inputs) >= 3 and not op.attrs.get("identity")))
+        outs = self._output_queues.get(op.name, [])
+        cfg = self.config
+        output_dest = "op"
+        if outs:
+            output_dest = "host" if getattr(cfg, "output_queues_on_host", True) and any(
+                q.kind == "output" for q in outs) else "dram"
+        # Fused ops: reduces and matmuls inside need the contracted dimension on one core.
+        spec = _fused_spec(op, g) if op.type == "fused_op" else None
+        subs = _fused_sub_ops(spec)
+        limit_r = limit_c = 0
+        max_mk = 1
+        for sub in subs:
+            stype = str(sub.get("type", ""))
+            sattrs = sub.get("attributes", {}) or {}
+            if stype == "reduce":
+                dim = str(sattrs.get("dim", sub.get("dim", "c"))).lower()
+                if dim == "r":
+                    limit_r = 1
+                elif dim == "c":
+                    limit_c = 1
+            elif stype in _MATMUL:
+                limit_c = 1
+                max_mk = max(max_mk, int(sattrs.get("m_k", sub.get("m_k", 1)) or 1))
+        dirs = self._stream_dirs(op, shape.z, reduce_dim, bool(outs), limit_r, limit_c)
+        stacked = []
+        for i, name in enumerate(op.inputs):
+            tms = tuple(op.input_tms.get(i, ()))
+            if any(parse_tm(tm)[0] in ("hstack", "vstack") for tm in tms):
+                s_in = g.shape_of(name)
+                stacked.append((i, (s_in.z, s_in.rt, s_in.ct), _freeze(tms)))
+        return OpFacts(
+            type=op.type, z=shape.z, rt=shape.rt, ct=shape.ct, k=k, reduce_dim=reduce_dim, in_kinds=tuple(kinds),
+            in_raw=tuple(raw), in_dfs=in_dfs, out_df=op.out_df, intermed_df=op.intermed_df, acc_df=op.acc_df,
+            has_bias=has_bias, gradient_op=bool(op.gradient_op), stream_dirs=dirs, grid_limits=(limit_r, limit_c),
+            output_dest=output_dest, fused_intermediates=int((spec or {}).get("intermediates", 0) or 0),
+            fused_max_m_k=max_mk, bias_attr=bool(op.attrs.get("bias")), stacked_inputs=tuple(stacked))
+
+    @staticmethod
+    def _stream_dirs(op: Any, z: int, reduce_dim: str, feeds_queue: bool, limit_r: int, limit_c: int) -> FrozenSet[str]:
+        """Directions this op may t-stream in. Not: ops writing queues (the queue/host would see the
+        slices), untilizing or gradient ops, splice and other data-movement ops; matmuls only with
+        z == 1 (the other operand is broadcast along z); reduces only across the reduced dimension."""
+        if op.type in _NO_STREAM_TYPES or op.untilize_output or op.gradient_op or feeds_queue:
+            return frozenset()
+        if op.type in _MATMUL:
+            if z != 1 or op.attrs.get("accumulate") or op.attrs.get("identity"):
+                return frozenset()
+            return frozenset({"r", "c"})
+        if op.type == "reduce":
+            return frozenset({"c"} if reduce_dim == "r" else {"r"} if reduce_dim == "c" else set())
+        dirs = {"r", "c"}
+        if limit_r:
+            dirs.discard("r")
+        if limit_c:
+            dirs.discard("c")
+        return frozenset(dirs)
+
+    def signature(self, op: Any) -> Tuple[Any, ...]:
+        """Cache key: everything the legal op models and their costs depend on."""
+        f = self.facts(op)
+        override = self.config.balancer_op_overrides.get(op.name)
+        fused = _freeze(_fused_spec(op, self.graph)) if op.type == "fused_op" else None
+        return (f, _freeze(op.attrs), _freeze(op.input_tms), op.math_fidelity, bool(op.untilize_output),
+                _freeze(dataclasses.asdict(override)) if override is not None else None, fused)
+
+    # -- enumeration -------------------------------------------------------------------------------
+    def models(self, op: Any) -> List[OpModel]:
+        """All legal op models of ``op``; raises CompileError if there is none."""
+        key = self.signature(op)
+        hit = self._cache.get(key)
+        if hit is None:
+            hit = self._cache[key] = self._enumerate(op)
+        return hit
+
+    def _stream_options(self, op: Any, f: OpFacts, override: Any) -> List[Tuple[int, int]]:
+        shape = getattr(override, "t_stream_shape", None) if override else None
+        direction = getattr(override, "t_stream_dir", None) if override else None
+        direction = {"rz": "r", "cz": "c", None: None}.get(direction, direction)
+        if shape is not None:
+            fr, fc = int(shape[0]), int(shape[1])
+            if fr < 1 or fc < 1 or (fr > 1 and fc > 1):
+                raise CompileError(f"override_t_stream_shape {tuple(shape)}: one factor must be 1",
+                                   stage=STAGE, op=op.name)
+            if direction == "n" and (fr, fc) != (1, 1):
+                raise CompileError(f"override_t_stream_shape {tuple(shape)} contradicts t_stream_dir 'n'",
+                                   stage=STAGE, op=op.name)
+            if direction in ("r", "c") and ((direction == "r" and fc > 1) or (direction == "c" and fr > 1)):
+                raise CompileError(f"override_t_stream_shape {tuple(shape)} contradicts t_stream_dir "
+                                   f"'{override.t_stream_dir}'", stage=STAGE, op=op.name)
+            for d, factor, dim, dim_name in (("r", fr, f.rt, "rows"), ("c", fc, f.ct, "columns")):
+                if factor > 1 and d not in f.stream_dirs:
+                    raise CompileError(f"override t-streaming in '{d}': a {op.type} op "
+                                       f"{self._why_no_stream(op, f, d)}", stage=STAGE, op=op.name)
+                if dim % factor:
+                    raise CompileError(f"override_t_stream_shape {tuple(shape)}: factor {factor} does not divide "
+                                       f"the op's {dim} tile {dim_name}", stage=STAGE, op=op.name)
+            return [(fr, fc)]
+        if direction == "n":
+            return [(1, 1)]
+        if direction in ("r", "c"):
+            if direction not in f.stream_dirs:
+                raise CompileError(f"override_t_stream_dir '{override.t_stream_dir}': a {op.type} op "
+                                   f"{self._why_no_stream(op, f, direction)}", stage=STAGE, op=op.name)
+            dim = f.rt if direction == "r" else f.ct
+            opts = [(d, 1) if direction == "r" else (1, d) for d in divisors(dim) if d > 1]
+            if not opts:
+                raise CompileError(f"override_t_stream_dir '{override.t_stream_dir}': the op has a single tile "
+                                   f"{'row' if direction == 'r' else 'column'}, nothing to stream",
+                                   stage=STAGE, op=op.name)
+            return opts
+        opts = [(1, 1)]
+        if self.config.enable_t_streaming:
+            if "r" in f.stream_dirs:
+                opts += [(d, 1) for d in divisors(f.rt) if d > 1]
+            if "c" in f.stream_dirs:
+                opts += [(1, d) for d in divisors(f.ct) if d > 1]
+        return opts
+
+    @staticmethod
+    def _why_no_stream(op: Any, f: OpFacts, d: str) -> str:
+        if f.output_dest != "op":
+            return "that writes a queue cannot t-stream"
+        if op.untilize_output or op.gradient_op:
+            return "that untilizes or accumulates gradients cannot t-stream"
+        if op.type in _MATMUL:
+            return "can t-stream only with z == 1 and without accumulate/sparse attributes"
+        if op.type == "reduce":
+            return f"reducing over '{f.reduce_dim}' cannot stream in '{d}'"
+        return "cannot t-stream in that direction"
+
+    def _enumerate(self, op: Any) -> List[OpModel]:
+        f = self.facts(op)
+        override = self.config.balancer_op_overrides.get(op.name)
+        grid_override = tuple(override.grid_shape) if override is not None and override.grid_shape else None
+        u_kt_override = override.u_kt if override is not None else None
+        if u_kt_override is not None:
+            if f.type not in _MATMUL and not (f.type == "reduce" and f.reduce_dim in ("r", "c")):
+                raise CompileError(f"override_u_kt({u_kt_override}): only matmul and r/c reduce ops have u_kt",
+                                   stage=STAGE, op=op.name)
+            if u_kt_override < 1 or f.k % u_kt_override:
+                raise CompileError(f"override_u_kt({u_kt_override}) does not divide the inner dimension "
+                                   f"K = {f.k} tiles (u_kt·m_k must equal K)", stage=STAGE, op=op.name)
+        streams = self._stream_options(op, f, override)
+        if grid_override is not None:
+            self._check_grid_override(op, f, grid_override, streams)
+        dest = self.device.max_ublock_tiles(f.acc_df)
+        diag = _Diag()
+        models: List[OpModel] = []
+        for fr, fc in streams:
+            rt_s, ct_s = f.rt // fr, f.ct // fc
+            t = f.z * fr * fc
+            for gr in divisors(rt_s):
+                if f.grid_limits[0] and gr > f.grid_limits[0]:
+                    break
+                for gc in divisors(ct_s):
+                    if f.grid_limits[1] and gc > f.grid_limits[1]:
+                        break
+                    if grid_override is not None and (gr, gc) != grid_override:
+                        continue
+                    if not self._grid_fits(gr, gc):
+                        continue
+                    m = self._fit(op, f, override, t, (fr, fc), gr, gc, dest, diag)
+                    if m is not None:
+                        models.append(m)
+        if not models:
+            raise CompileError(self._no_model_reason(op, f, grid_override, diag), stage=STAGE, op=op.name)
+        models.sort(key=lambda m: (m.cores, m.stream_factor, m.cycles, m.grid_shape))
+        return models
+
+    def _grid_fits(self, gr: int, gc: int) -> bool:
+        if gr <= self.rows and gc <= self.cols:
+            return True
+        return self.allow_transpose and gc <= self.rows and gr <= self.cols
+
+    def _check_grid_override(self, op: Any, f: OpFacts, grid: Tuple[int, int], streams: List[Tuple[int, int]]) -> None:
+        gr, gc = grid
+        if gr < 1 or gc < 1:
+            raise CompileError(f"override_op_size{grid}: grid sides must be positive", stage=STAGE, op=op.name)
+        if not self._grid_fits(gr, gc):
+            raise CompileError(f"override_op_size{grid} does not fit the device's {self.rows}x{self.cols} worker grid",
+                               stage=STAGE, op=op.name)
+        if f.grid_limits[0] and gr > f.grid_limits[0] or f.grid_limits[1] and gc > f.grid_limits[1]:
+            raise CompileError(f"override_op_size{grid}: this fused op reduces along a dimension that must stay on "
+                               f"one core (grid limit {f.grid_limits})", stage=STAGE, op=op.name)
+        if not any((f.rt // fr) % gr == 0 and (f.ct // fc) % gc == 0 for fr, fc in streams):
+            raise CompileError(
+                f"override_op_size{grid}: grid rows {gr} must divide the op's {f.rt} tile rows and grid columns {gc} "
+                f"its {f.ct} tile columns (after t-streaming {[s for s in streams]})", stage=STAGE, op=op.name)
+
+    def _no_model_reason(self, op: Any, f: OpFacts, grid: Optional[Tuple[int, int]], diag: "_Diag") -> str:
+        budget_kib = self.budget / 1024
+        if diag.stacks:
+            return ("no blocking lines up with the hstack/vstack TMs on its inputs (the stacked slice width and the "
+                    "op's ublock / u_kt along that dimension must divide one another)")
+        if diag.min_l1 is not None:
+            what = f"override_op_size{grid}: " if grid else ""
+            return (f"{what}no op model fits L1: the smallest layout tried needs {diag.min_l1 / 1024:.0f} KiB per core, "
+                    f"the op-buffer budget is {budget_kib:.0f} KiB (shape z={f.z} rt={f.rt} ct={f.ct}, "
+                    f"{self.rows}x{self.cols} grid)")
+        return (f"no grid of the {self.rows}x{self.cols} worker grid divides the op's {f.rt}x{f.ct} tiles "
+                f"(t-streaming {'on' if self.config.enable_t_streaming else 'off'})")
+
+    # -- one (stream, grid) -------------------------------------------------------------------------
+    def _fit(self, op: Any, f: OpFacts, override: Any, t: int, stream: Tuple[int, int], gr: int, gc: int,
+             dest: int, diag: "_Diag") -> Optional[OpModel]:
+        """The best legal blocking of one (t-stream, grid) choice, or None if nothing fits L1.
+
+        Preference: the largest ublock, then parameters in prologue (largest moved to DRAM first), then
+        the largest u_kt, then double buffering."""
+        rows = (f.rt // stream[0]) // gr
+        cols = (f.ct // stream[1]) // gc
+        has_k = f.type in _MATMUL or (f.type == "reduce" and f.reduce_dim in ("r", "c"))
+        if not has_k:
+            u_kts: Sequence[int] = (1,)
+        elif override is not None and override.u_kt is not None:
+            u_kts = (int(override.u_kt),)
+        elif self.config.enable_enumerate_u_kt:
+            u_kts = divisors(f.k)[::-1]
+        else:
+            u_kts = tuple(sorted({f.k, 1}, reverse=True))
+        out_mult = override.output_buffer_multiplier if override is not None else None
+        if out_mult:
+            bufs: Sequence[int] = (int(out_mult),)
+        else:
+            bufs = tuple(b for b in (2, 1) if divisible_either_direction(b, t))
+        in_mult = dict(override.input_buffer_multiplier) if override is not None else {}
+        params = [i for i, kind in enumerate(f.in_kinds) if kind in _PARAM_KINDS]
+        force_dram = override.force_dram_parameters if override is not None else None
+        if force_dram is None:
+            force_dram = bool(self.config.default_dram_parameters)
+        tile_out = cost.tile_size_bytes(f.out_df)
+        in_tiles = [cost.tile_size_bytes(f.in_dfs[i] if i < len(f.in_dfs) else f.out_df) for i in range(f.n_inputs)]
+        t_in = t  # t of the operands (matmul accumulate is not streamed; its z is folded into K blocking)
+        for ur, uc in ublock_candidates(rows, cols, dest, f.type != "reduce" or f.reduce_dim != "c"):
+            mb = (rows // ur, cols // uc)
+            mb_tiles = mb[0] * mb[1] * ur * uc
+            fixed = 0
+            if f.fused_intermediates:
+                fixed += f.fused_intermediates * ur * uc * f.fused_max_m_k * cost.tile_size_bytes(f.intermed_df)
+            # Prologue footprint of each parameter: its per-core slice for every t (as the netlist
+            # validator sizes a resident buffer).
+            prologue_bytes = {i: t_in * self._operand_slice_tiles(f, i, mb[0] * ur, mb[1] * uc) * in_tiles[i]
+                              for i in params}
+            prologue_sets: List[Tuple[int, ...]] = []
+            if params and not force_dram:
+                current = sorted(params)
+                while current:
+                    prologue_sets.append(tuple(current))
+                    current = sorted(sorted(current, key=lambda i: prologue_bytes[i])[:-1])
+            prologue_sets.append(())
+            for pset in prologue_sets:
+                p_bytes = sum(prologue_bytes[i] for i in pset)
+                for u_kt in u_kts:
+                    m_k = f.k // u_kt if has_k else 1
+                    in_bytes = p_bytes
+                    for i in range(f.n_inputs):
+                        if i not in pset:
+                            tiles = self._stream_buffer_tiles(f, i, ur, uc, mb, u_kt) * in_mult.get(i, 1)
+                            in_bytes += tiles * in_tiles[i]
+                    interm = 0
+                    if (f.type in _MATMUL and (m_k > 1 or f.has_bias)) or f.gradient_op or \
+                            (f.type == "reduce" and m_k > 1):
+                        interm = mb_tiles * cost.tile_size_bytes(f.intermed_df)
+                    for buf in bufs:
+                        l1 = buf * mb_tiles * tile_out + in_bytes + interm + fixed
+                        if l1 > self.budget:
+                            diag.saw(l1)
+                            continue
+                        model = OpModel(grid_shape=(gr, gc), t=t, mblock=mb, ublock=(ur, uc), u_kt=u_kt, m_k=m_k,
+                                        buf_size_mb=buf, t_stream_factor=stream)
+                        if f.stacked_inputs and not all(
+                                stacks_ok(shape, tms, f.type, i, model, f.bias_attr)
+                                for i, shape, tms in f.stacked_inputs):
+                            diag.stacks = True
+                            break  # another u_kt or ublock may line up with the stacked slices
+                        return self._model(op, f, t, stream, (gr, gc), mb, (ur, uc), u_kt, m_k, buf, pset,
+                                           tuple(i for i in params if i not in pset), l1, override)
+        return None
+
+    @staticmethod
+    def _operand_slice_tiles(f: OpFacts, i: int, rows: int, cols: int) -> int:
+        """Tiles of operand ``i`` one core reads per t-slice (spec §2.3 operand shapes)."""
+        if f.type in _MATMUL:
+            if i == 0:
+                return rows * f.k
+            if i == 1:
+                return f.k * cols
+            return rows * cols
+        if f.type == "reduce":
+            return f.k * cols if f.reduce_dim == "r" else rows * f.k if f.reduce_dim == "c" else rows * cols
+        return rows * cols
+
+    @staticmethod
+    def _stream_buffer_tiles(f: OpFacts, i: int, ur: int, uc: int, mb: Tuple[int, int], u_kt: int) -> int:
+        """Input buffer of a streamed operand (spec §5.3): matmul in0 one ublock column of the K block,
+        in1 one ublock row, bias one output mblock; reduce r/c a K block; others 2 ublocks."""
+        if f.type in _MATMUL:
+            if i == 0:
+                return 2 * mb[0] * ur * u_kt
+            if i == 1:
+                return 2 * u_kt * mb[1] * uc
+            if i == 2 and f.has_bias:
+                return mb[0] * mb[1] * ur * uc
+            return 2 * ur * uc
+        if f.type == "reduce" and f.reduce_dim in ("r", "c"):
+            return 2 * u_kt * (uc if f.reduce_dim == "r" else ur)
+        return 2 * ur * uc
+
+    def _model(self, op: Any, f: OpFacts, t: int, stream: Tuple[int, int], grid: Tuple[int, int], mb: Tuple[int, int],
+               ub: Tuple[int, int], u_kt: int, m_k: int, buf: int, pset: Tuple[int, ...], dram: Tuple[int, ...],
+               l1: int, override: Any) -> OpModel:
+        if stream == (1, 1):
+            direction = "n"
+        else:
+            direction = "r" if stream[0] > 1 else "c"
+            requested = getattr(override, "t_stream_dir", None) if override is not None else None
+            if requested in ("rz", "cz") and requested[0] == direction:
+                direction = requested
+        model = OpModel(grid_shape=grid, t=t, mblock=mb, ublock=ub, ublock_order="r", u_kt=u_kt, m_k=m_k,
+                        buf_size_mb=buf, t_stream_dir=direction, t_stream_factor=stream, prologue_inputs=pset,
+                        l1_bytes=int(l1), dram_inputs=dram)
+        sources = []
+        for i, kind in enumerate(f.in_kinds):
+            if kind == "op":
+                sources.append("op")
+            elif kind in _PARAM_KINDS:
+                sources.append("prologue" if i in pset else "dram")
+            elif kind == "input":
+                sources.append(input_queue_loc(self.config, self.device))
+            else:
+                sources.append("dram")
+        caps = tuple(None if kind == "op" else f.in_raw[i][1] for i, kind in enumerate(f.in_kinds))
+        ctx = cost.BandwidthContext(tuple(sources), f.output_dest, caps)
+        br = cost.op_cycle_breakdown(op, model, self.device, ctx, fused_ops=getattr(self.graph, "fused_ops", None),
+                                     bandwidth=self.bandwidth)
+        return dataclasses.replace(model, cycles=br.cycles, kernel_cycles=br.kernel)
+
+
+class _Diag:
+    """Collects why layouts were rejected, for error messages."""
+
+    def __init__(self) -> None:
+        self.min_l1: Optional[int] = None
+        self.stacks = False
+
+    def saw(self, l1: int) -> None:
+        if self.min_l1 is None or l1 < self.min_l1:
+            self.min_l1 = l1
+
+
+# --------------------------------------------------------------------------------------------------
+# Public helpers
+# --------------------------------------------------------------------------------------------------
+
+def input_queue_loc(config: Any, device: Any) -> str:
+    """Where graph input queues live: ``host`` when ``input_queues_on_host``, except on Grayskull,
+    which cannot read host memory fast, so TT-Buda's placer moves its inputs to DRAM (spec §4.5)."""
+    arch = str(getattr(getattr(device, "arch", None), "value", "")).lower()
+    if not getattr(config, "input_queues_on_host", True) or arch == "grayskull":
+        return "dram"
+    return "host"
+
+
+def legal_op_models(op: Any, graph: Any, device: Any, config: Any) -> List[OpModel]:
+    """All legal op models of ``op`` (a BudaOp of ``graph``) on ``device`` under ``config``, sorted by
+    (cores, t-stream factor, cycles). Raises CompileError when there is none (naming the op and why)."""
+    return Legalizer(graph, device, config).models(op)
+
+
+def operand_stream(consumer: OpModel, consumer_type: str, input_index: int) -> Tuple[int, int]:
+    """The t-stream factors (fr, fc) the consumer's operand ``input_index`` must arrive with: the
+    consumer's own for eltwise-like ops; for matmuls input 0 follows row streaming and input 1 column
+    streaming (the other direction is a z-broadcast of the operand)."""
+    fr, fc = consumer.t_stream_factor
+    if consumer_type in _MATMUL:
+        if input_index == 0:
+            return (fr, 1)
+        if input_index == 1:
+            return (1, fc)
+    return (fr, fc)
+
+
+def stream_compatible(producer: Optional[OpModel], consumer: OpModel, consumer_type: str, input_index: int,
+                      edge_tms: Sequence[Any] = (), consumer_bias: bool = False) -> bool:
+    """Whether the netlist can connect ``producer`` to operand ``input_index`` of ``consumer``.
+
+    A producer without t-streaming always connects (the consumer's slices are TMs on the edge; stacks
+    among the edge's own TMs are checked by the legalizer). A streamed producer connects directly when
+    the operand expects the same streaming and the edge has no reshaping TMs; otherwise its slices are
+    stacked back first (:func:`stream_edge_tms`) and every stack on the edge must line up with the
+    consumer's block (:func:`stacks_ok`, spec §2.3)."""
+    if producer is None or producer.stream_factor == 1:
+        return True
+    tms = stream_edge_tms(producer, consumer, consumer_type, input_index, edge_tms)
+    shape = (producer.t, producer.out_rt, producer.out_ct)
+    return stacks_ok(shape, tms, consumer_type, input_index, consumer, consumer_bias)
+
+
+def stream_edge_tms(producer: Optional[OpModel], consumer: OpModel, consumer_type: str, input_index: int,
+                    edge_tms: Sequence[Any] = ()) -> List[Any]:
+    """The TM list the netlist needs on the edge into operand ``input_index`` of ``consumer``: undo the
+    producer's t-streaming (``vstack``/``hstack``), the edge's own TMs, then the consumer's streaming
+    (``vslice``/``hslice``; a z-``broadcast`` for the non-streamed matmul operand). When producer and
+    operand stream the same way and the edge has no reshaping TMs nothing is needed. ``producer`` is
+    None for queues (parameters, inputs), which hold the unstreamed tensor."""
+    tms = list(edge_tms or ())
+    p = producer.t_stream_factor if producer is not None else (1, 1)
+    o = operand_stream(consumer, consumer_type, input_index)
+    if p == o and not has_reshaping_tms(tms) and p != (1, 1):
+        return tms
+    out: List[Any] = []
+    if p[0] > 1:
+        out.append({"vstack": p[0]})
+    elif p[1] > 1:
+        out.append({"hstack": p[1]})
+    out += tms
+    if o[0] > 1:
+        out.append({"vslice": o[0]})
+    elif o[1] > 1:
+        out.append({"hslice": o[1]})
+    cfr, cfc = consumer.t_stream_factor
+    if consumer_type in _MATMUL and input_index in (0, 1) and consumer.stream_factor > 1 and o == (1, 1):
+        out.append({"broadcast": {"z": cfr * cfc}})
+    return out
+
+
+__all__ = ["Legalizer", "OpFacts", "legal_op_models", "input_queue_loc", "stream_compatible", "stream_edge_tms", "operand_stream",
+           "divisors", "pick_ublock", "ublock_candidates", "divisible_either_direction", "stack_block", "stacks_ok"]
+

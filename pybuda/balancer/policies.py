@@ -1,0 +1,562 @@
+"""Balancer policies: pick one legal op model per op (TT-Buda's PolicyType values).
+
+* **MinimizeGrid** — the fewest cores, unstreamed first, then the fastest.
+* **MaximizeTMinimizeGrid** — the largest t (most t-streaming), then the fewest cores.
+* **Random** — uniformly among the legal models, seeded by ``random_policy_seed`` (reproducible).
+* **SingleOpPerEpoch** — the fastest model of every op, one op per epoch.
+* **NLP** (default) — one global ``target_cycles``: each op takes the smallest grid whose estimated
+  cycles are ≤ target (its fastest model if none is), keeping matmul parameters in prologue (L1) when
+  a model allows it and, among equally small models, preferring the grid rows of the previous op (so
+  ops line up in rows). The target is searched over a geometric ladder from a quarter of the slowest
+  op's best time to "every op on its smallest grid", plus the matmul-workload anchor (the matmuls'
+  least core-cycles spread over one chip); each candidate's assignment is scored by packing its grids
+  into epochs with the placer's own packer and summing the slowest op of every epoch plus the
+  epoch-switch overhead amortised over the microbatch (cycles per input). The ladder's best is refined
+  with and without the row preference (kept unless it costs throughput); the best wins.
+* **Ribbon** — epoch by epoch: for each ribbon size R (the grid row count the epoch's ops share), and
+  for "no ribbon", build the epoch from the current op on (each op: its smallest model on the ribbon
+  meeting the global target, placed until the next one does not fit), then repeatedly bump the slowest op to its next faster model
+  while the epoch still fits and its utilisation improves (at most 10 times). Utilisation is the
+  epoch's useful work — matmul theoretical cycles × cores (spec §4.4), plus the minimum core-cycles of
+  non-matmul ops so epochs without matmuls compare — divided by its slowest op (plus the amortised
+  epoch overhead). Ribbons are compared by the epoch's time plus an estimate of the rest (the
+  remaining ops' cores at the target, packed as densely as NLP's estimate), so a ribbon that leaves
+  more work behind does not win on a locally good ratio. The best ribbon's epoch is committed; the op
+  after it becomes an epoch break.
+* **CNN** (deprecated in TT-Buda) runs Ribbon; an unknown name falls back to MinimizeGrid, as
+  ``policy_from_string`` does.
+
+Every policy checks producer/consumer t-stream compatibility (:func:`stream_compatible`) while it
+walks the ops in schedule order, and every cycle number comes from :mod:`pybuda.backend.cost`.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Tuple
+
+from pybuda.backend import cost
+from pybuda.balancer.legalizer import Legalizer, stream_compatible
+from pybuda.balancer.types import BalancerSolution, OpModel
+from pybuda.placer.packing import GridPacker, count_epochs
+
+log = logging.getLogger(__name__)
+
+_MATMUL = frozenset({"matmul", "depthwise"})
+RIBBON_MAX_BUMPS = 10  # PYBUDA_RIBBON2_CONSERVATIVE_OPTIMIZATION_ITERATIONS default (spec §4.4)
+
+
+def normalize_policy(name: Optional[str]) -> str:
+    """Canonical policy name: "default"/None → NLP, CNN → Ribbon, unknown → MinimizeGrid (logged)."""
+    if name in (None, "", "default"):
+        return "NLP"
+    known = {p.lower(): p for p in ("NLP", "Ribbon", "MinimizeGrid", "MaximizeTMinimizeGrid", "Random",
+                                    "SingleOpPerEpoch")}
+    key = str(name).lower()
+    if key in ("cnn", "ribbon2"):
+        return "Ribbon"
+    if key in known:
+        return known[key]
+    log.error("unknown balancer policy %r; falling back to MinimizeGrid", name)
+    return "MinimizeGrid"
+
+
+def epoch_break_flags(graph: Any, config: Any) -> List[bool]:
+    """For each op in schedule order: must it start a new epoch? (user epoch/chip breaks, placer
+    overrides that break or pin a chip, and changes of epoch type.)"""
+    breaks = set(config.op_names_to_epoch_break) | set(config.op_names_to_chip_break)
+    for name, ov in config.placer_op_overrides.items():
+        if ov.temporal_epoch_break or ov.spatial_epoch_break or ov.chip_id is not None:
+            breaks.add(name)
+    flags: List[bool] = []
+    prev_type: Optional[str] = None
+    for op in graph.ops.values():
+        flags.append(op.name in breaks or (prev_type is not None and op.epoch_type != prev_type))
+        prev_type = op.epoch_type
+    return flags
+
+
+class _Context:
+    """State shared by the policies: ops in order, candidates, producer edges, chosen models."""
+
+    def __init__(self, graph: Any, device: Any, config: Any, legalizer: Legalizer):
+        self.graph = graph
+        self.device = device
+        self.config = config
+        self.ops = list(graph.ops.values())
+        self.index = {op.name: i for i, op in enumerate(self.ops)}
+        self.cands: List[List[OpModel]] = [legalizer.models(op) for op in self.ops]
+        # Producer edges (producer op index, input index, edge TMs) per op; consumers per op.
+        self.producers: List[List[Tuple[int, int, Sequence[Any]]]] = []
+        self.consumers: List[List[Tuple[int, int]]] = [[] for _ in self.ops]
+        for ci, op in enumerate(self.ops):
+            edges = []
+            for k, name in enumerate(op.inputs):
+                pi = self.index.get(name)
+                if pi is not None:
+                    edges.append((pi, k, op.input_tms.get(k, ())))
+                    self.consumers[pi].append((ci, k))
+            self.producers.append(edges)
+        self.chosen: List[Optional[OpModel]] = [None] * len(self.ops)
+        self.breaks = epoch_break_flags(graph, config)
+        self.rows, self.cols = device.grid_rows, device.grid_cols
+        self.allow_transpose = bool(config.enable_auto_transposing_placement)
+        self.microbatch = max(1, int(getattr(graph, "microbatch", 1) or 1))
+        self.bandwidth = cost.device_bandwidth(device)
+        overrides = config.placer_op_overrides
+        self.place_args: List[Tuple[Optional[Tuple[int, int]], Optional[bool]]] = []
+        for op in self.ops:
+            ov = overrides.get(op.name)
+            start = tuple(ov.start) if ov is not None and ov.start else None
+            transpose: Optional[bool] = True if ov is not None and ov.transpose_op else (
+                None if self.allow_transpose else False)
+            self.place_args.append((start, transpose))
+
+    def compatible(self, i: int, model: OpModel, chosen: Optional[List[Optional[OpModel]]] = None) -> bool:
+        """Can ``model`` for op ``i`` connect to its already-chosen producers?"""
+        chosen = self.chosen if chosen is None else chosen
+        op = self.ops[i]
+        bias = bool(op.attrs.get("bias"))
+        for pi, k, tms in self.producers[i]:
+            if not stream_compatible(chosen[pi], model, op.type, k, tms, bias):
+                return False
+        return True
+
+    def select(self, i: int, ranked: Iterable[OpModel], chosen: Optional[List[Optional[OpModel]]] = None) -> OpModel:
+        """The first model of ``ranked`` compatible with op ``i``'s producers; if none of them is,
+        any compatible legal model; if none at all, the t-streamed producers are switched to
+        unstreamed models (which every consumer accepts) and the ranking is tried again."""
+        chosen = self.chosen if chosen is None else chosen
+        if not isinstance(ranked, list):
+            ranked = list(ranked)
+        for m in ranked:
+            if self.compatible(i, m, chosen):
+                return m
+        for m in self.cands[i]:
+            if self.compatible(i, m, chosen):
+                return m
+        if self._unstream_producers(i, chosen):
+            for m in ranked:
+                if self.compatible(i, m, chosen):
+                    return m
+        log.warning("op '%s': no op model is t-stream compatible with its producers", self.ops[i].name)
+        return ranked[0] if ranked else self.cands[i][0]
+
+    def _unstream_producers(self, i: int, chosen: List[Optional[OpModel]]) -> bool:
+        """Replace op ``i``'s t-streamed producers by unstreamed models (same grid preferred) that
+        their own producers accept. Their other consumers stay compatible: an unstreamed producer
+        connects to anything. Returns True if every streamed producer was replaced."""
+        ok = True
+        for pi, _, _ in self.producers[i]:
+            current = chosen[pi]
+            if current is None or current.stream_factor == 1:
+                continue
+            plain = sorted((m for m in self.cands[pi] if m.stream_factor == 1),
+                           key=lambda m: (m.grid_shape != current.grid_shape, m.cores, m.cycles))
+            repl = next((m for m in plain if self.compatible(pi, m, chosen)), None)
+            if repl is None:
+                ok = False
+                continue
+            chosen[pi] = repl
+        return ok
+
+    def epoch_overhead(self, cores_used: int) -> float:
+        """Epoch-switch cycles amortised over one microbatch (backend/cost.py)."""
+        return cost.epoch_overhead_cycles(0, cores_used, self.device, self.bandwidth) / self.microbatch
+
+
+# --------------------------------------------------------------------------------------------------
+# Simple policies
+# --------------------------------------------------------------------------------------------------
+
+def _sorted_cached(ctx: _Context, key: Callable[[OpModel], Any]) -> Callable[[int], List[OpModel]]:
+    cache: Dict[int, List[OpModel]] = {}
+
+    def get(i: int) -> List[OpModel]:
+        cands = ctx.cands[i]
+        hit = cache.get(id(cands))
+        if hit is None:
+            hit = cache[id(cands)] = sorted(cands, key=key)
+        return hit
+    return get
+
+
+def _run_ranked(ctx: _Context, ranked: Callable[[int], Iterable[OpModel]]) -> None:
+    for i in range(len(ctx.ops)):
+        ctx.chosen[i] = ctx.select(i, ranked(i))
+
+
+def _minimize_grid(ctx: _Context) -> None:
+    _run_ranked(ctx, lambda i: ctx.cands[i])  # legalizer order: cores, stream factor, cycles
+
+
+def _maximize_t(ctx: _Context) -> None:
+    _run_ranked(ctx, _sorted_cached(ctx, lambda m: (-m.t, m.cores, m.cycles, m.grid_shape)))
+
+
+def _single_op_per_epoch(ctx: _Context) -> List[str]:
+    _run_ranked(ctx, _sorted_cached(ctx, lambda m: (m.cycles, m.cores, m.stream_factor, m.grid_shape)))
+    return [op.name for op in ctx.ops[1:]]
+
+
+def _random(ctx: _Context, seed: int) -> None:
+    rng = random.Random(seed)
+    for i in range(len(ctx.ops)):
+        cands = ctx.cands[i]
+        pick = cands[rng.randrange(len(cands))]
+        if not ctx.compatible(i, pick):
+            order = list(cands)
+            rng.shuffle(order)
+            pick = ctx.select(i, order)
+        ctx.chosen[i] = pick
+
+
+# --------------------------------------------------------------------------------------------------
+# Target-cycle machinery shared by NLP and Ribbon
+# --------------------------------------------------------------------------------------------------
+
+class _Targets:
+    """Per-signature views of the candidates: the model an op takes for a target, cached."""
+
+    def __init__(self, ctx: _Context):
+        self.ctx = ctx
+        self._by_pref: Dict[int, List[OpModel]] = {}
+        self._fastest: Dict[int, List[OpModel]] = {}
+        self._pick: Dict[Tuple[int, int], OpModel] = {}
+        self._ranked: Dict[Tuple[int, int, Optional[int]], List[OpModel]] = {}
+        self._min_work: Dict[int, float] = {}
+
+    def _pref_key(self, i: int) -> Callable[[OpModel], Any]:
+        is_mm = self.ctx.ops[i].type in _MATMUL
+        return lambda m: (bool(m.dram_inputs) if is_mm else False, m.cores, m.stream_factor, m.cycles, m.grid_shape)
+
+    def by_pref(self, i: int) -> List[OpModel]:
+        """Candidates ordered by (matmul params in DRAM, cores, t-stream factor, cycles)."""
+        cands = self.ctx.cands[i]
+        hit = self._by_pref.get(id(cands))
+        if hit is None:
+            hit = self._by_pref[id(cands)] = sorted(cands, key=self._pref_key(i))
+        return hit
+
+    def fastest(self, i: int) -> List[OpModel]:
+        """Candidates ordered by (cycles, cores)."""
+        cands = self.ctx.cands[i]
+        hit = self._fastest.get(id(cands))
+        if hit is None:
+            hit = self._fastest[id(cands)] = sorted(cands, key=lambda m: (m.cycles, m.cores, m.stream_factor,
+                                                                          m.grid_shape))
+        return hit
+
+    def pick(self, i: int, target: int) -> OpModel:
+        """The preferred model meeting ``target`` (ignoring rows and compatibility), else the fastest."""
+        key = (id(self.ctx.cands[i]), target)
+        hit = self._pick.get(key)
+        if hit is None:
+            hit = next((m for m in self.by_pref(i) if m.cycles <= target), None) or self.fastest(i)[0]
+            self._pick[key] = hit
+        return hit
+
+    def ranked(self, i: int, target: int, row: Optional[int]) -> List[OpModel]:
+        """Models in the order op ``i`` should try them for ``target``, preferring grid rows ``row``
+        among equally good ones: the meeting models by preference, then the rest by speed (cached per
+        signature, target and row)."""
+        key = (id(self.ctx.cands[i]), target, row)
+        hit = self._ranked.get(key)
+        if hit is not None:
+            return hit
+        is_mm = self.ctx.ops[i].type in _MATMUL
+        meeting = [m for m in self.by_pref(i) if m.cycles <= target]
+        if not meeting:
+            hit = self.fastest(i)
+        else:
+            best = meeting[0]
+            head_key = (bool(best.dram_inputs) if is_mm else False, best.cores)
+            same = []
+            if row is not None:
+                same = [m for m in meeting if m.grid_shape[0] == row and
+                        (bool(m.dram_inputs) if is_mm else False, m.cores) == head_key]
+            hit = same + meeting + self.fastest(i)
+        self._ranked[key] = hit
+        return hit
+
+    def ribbon_ranked(self, i: int, target: int, ribbon: int) -> List[OpModel]:
+        """Ribbon's order: models on the ribbon (grid rows == ``ribbon``) meeting the target, smallest
+        first; then the other models meeting it; then the rest by speed (cached)."""
+        key = (id(self.ctx.cands[i]), target, -ribbon - 1)
+        hit = self._ranked.get(key)
+        if hit is None:
+            meeting = [m for m in self.by_pref(i) if m.cycles <= target]
+            on = [m for m in meeting if m.grid_shape[0] == ribbon]
+            hit = self._ranked[key] = on + meeting + self.fastest(i)
+        return hit
+
+    def min_work(self, i: int) -> float:
+        """The op's least core-cycles over its models (work that no layout avoids)."""
+        cands = self.ctx.cands[i]
+        hit = self._min_work.get(id(cands))
+        if hit is None:
+            hit = self._min_work[id(cands)] = float(min(m.cycles * m.cores for m in cands))
+        return hit
+
+
+def _score(ctx: _Context, models: Sequence[OpModel]) -> Tuple[float, int]:
+    """Estimated cycles per input of a whole solution: Σ over epochs of the slowest op plus the
+    amortised epoch overhead, epochs from the placer's packer. Returns (score, epochs)."""
+    shapes = [m.grid_shape for m in models]
+    epochs = count_epochs(shapes, ctx.breaks, ctx.rows, ctx.cols, ctx.allow_transpose)
+    n_epochs = (epochs[-1] + 1) if epochs else 0
+    slowest = [0] * n_epochs
+    cores = [0] * n_epochs
+    for e, m in zip(epochs, models):
+        if m.cycles > slowest[e]:
+            slowest[e] = m.cycles
+        cores[e] += m.cores
+    return float(sum(slowest)) + sum(ctx.epoch_overhead(c) for c in cores), n_epochs
+
+
+def assign_for_target(ctx: _Context, targets: _Targets, target: int, prefer_rows: bool) -> List[OpModel]:
+    """NLP's per-op choice for one target, in schedule order with producer compatibility: the
+    preferred model meeting ``target`` (smallest grid, matmul parameters in prologue first), with
+    ``prefer_rows`` the one sharing the previous op's grid rows among equally small ones."""
+    chosen: List[Optional[OpModel]] = [None] * len(ctx.ops)
+    row: Optional[int] = None
+    for i in range(len(ctx.ops)):
+        model = ctx.select(i, targets.ranked(i, target, row if prefer_rows else None), chosen)
+        chosen[i] = model
+        row = model.grid_shape[0]
+    return chosen  # type: ignore[return-value]
+
+
+def global_target(ctx: _Context, targets: _Targets) -> Tuple[int, bool]:
+    """NLP's global target_cycles and whether preferring the previous op's rows helps (see the module
+    docstring): returns (target, prefer_rows)."""
+    n = len(ctx.ops)
+    if n == 0:
+        return 0, True
+    chip_cores = ctx.rows * ctx.cols
+    fastest = [targets.fastest(i)[0].cycles for i in range(n)]
+    # Below a quarter of the slowest op's best time every other op is already at its fastest.
+    lo = max(1.0, max(fastest) / 4.0)
+    # Upper end: every op on its preferred smallest model.
+    hi = max(float(max(targets.by_pref(i)[0].cycles for i in range(n))), lo)
+    steps = 24
+    ratio = max(1.05, (hi / lo) ** (1.0 / steps)) if hi > lo else 1.05
+    ladder = {int(lo * ratio ** k) for k in range(steps + 1)} | {int(hi)}
+    # The matmul workload anchor: the target at which all matmuls, at their least core-cycles, would
+    # share one chip.
+    mm = [i for i, op in enumerate(ctx.ops) if op.type in _MATMUL]
+    if mm:
+        ladder.add(max(1, int(sum(targets.min_work(i) for i in mm) / chip_cores)))
+
+    scored: Dict[Tuple[int, bool], float] = {}
+
+    def evaluate(target: int, prefer_rows: bool) -> float:
+        key = (target, prefer_rows)
+        if key not in scored:
+            scored[key] = _score(ctx, assign_for_target(ctx, targets, target, prefer_rows))[0]
+        return scored[key]
+
+    for t in sorted(ladder):
+        evaluate(t, False)
+    best = min(scored, key=lambda k: (scored[k], k[0]))[0]
+    fine = ratio ** 0.25
+    for k in (-3, -2, -1, 0, 1, 2, 3):
+        t = int(best * fine ** k)
+        if t > 0:
+            evaluate(t, False)
+            evaluate(t, True)
+    # Prefer lining rows up when it costs nothing (ties go to prefer_rows=True, then smaller targets).
+    target, prefer_rows = min(scored, key=lambda k: (scored[k], not k[1], k[0]))
+    return target, prefer_rows
+
+
+# --------------------------------------------------------------------------------------------------
+# NLP
+# --------------------------------------------------------------------------------------------------
+
+def _nlp(ctx: _Context) -> int:
+    targets = _Targets(ctx)
+    target, prefer_rows = global_target(ctx, targets)
+    for i, model in enumerate(assign_for_target(ctx, targets, target, prefer_rows)):
+        ctx.chosen[i] = model
+    return target
+
+
+# --------------------------------------------------------------------------------------------------
+# Ribbon
+# --------------------------------------------------------------------------------------------------
+
+def _ribbon(ctx: _Context) -> Tuple[int, List[str]]:
+    targets = _Targets(ctx)
+    target, _ = global_target(ctx, targets)
+    n = len(ctx.ops)
+    work = []
+    mm_work: Dict[int, float] = {}
+    for i, op in enumerate(ctx.ops):
+        if op.type in _MATMUL:
+            key = id(ctx.cands[i])
+            if key not in mm_work:
+                mm_work[key] = float(min(cost.matmul_ideal_cycles(op, m, ctx.device) * m.cores for m in ctx.cands[i]))
+            work.append(mm_work[key])
+        else:
+            work.append(targets.min_work(i))
+    # Cost of the ops not yet placed, from NLP's picks at the target: their cores, packed as densely as
+    # NLP's own estimate packs them, each epoch taking that estimate's average slowest op.
+    picks = [targets.pick(i, target) for i in range(n)]
+    est_time, est_epochs = _score(ctx, picks)
+    chip_cores = ctx.rows * ctx.cols
+    density = sum(m.cores for m in picks) / max(1, est_epochs * chip_cores)
+    per_epoch = est_time / max(1, est_epochs)
+    suffix = [0.0] * (n + 1)
+    for i in range(n - 1, -1, -1):
+        suffix[i] = suffix[i + 1] + picks[i].cores
+
+    def rest(end: int) -> float:
+        return per_epoch * suffix[end] / max(1e-9, density * chip_cores)
+
+    breaks: List[str] = []
+    start = 0
+    ribbons: List[Optional[int]] = [None]  # "no ribbon": NLP's choice for every op
+    ribbons += sorted({m.grid_shape[0] for c in ctx.cands for m in c if m.grid_shape[0] <= ctx.rows})
+    while start < n:
+        best: Optional[Tuple[float, int, List[OpModel]]] = None
+        for ribbon in ribbons:
+            end, models = _ribbon_epoch(ctx, targets, start, ribbon, target)
+            models = _ribbon_bump(ctx, targets, start, models, ribbon, work)
+            slowest = max(m.cycles for m in models)
+            total = slowest + ctx.epoch_overhead(sum(m.cores for m in models)) + rest(end)
+            if best is None or total < best[0] * (1 - 1e-9):
+                best = (total, end, models)
+        assert best is not None
+        _, end, models = best
+        for k, m in enumerate(models):
+            ctx.chosen[start + k] = m
+        if end < n and not ctx.breaks[end]:
+            breaks.append(ctx.ops[end].name)
+        start = end
+    return target, breaks
+
+
+def _epoch_value(ctx: _Context, start: int, models: List[OpModel], work: List[float]) -> float:
+    slowest = max(m.cycles for m in models)
+    used = sum(m.cores for m in models)
+    return sum(work[start:start + len(models)]) / (slowest + ctx.epoch_overhead(used))
+
+
+def _ribbon_epoch(ctx: _Context, targets: _Targets, start: int, ribbon: Optional[int], target: int
+                  ) -> Tuple[int, List[OpModel]]:
+    """Fill one epoch from op ``start``: each op's smallest model on the ribbon meeting the target
+    (``ribbon=None``: the smallest meeting it, any rows), placed with the placer's packer until one
+    does not fit or an epoch break comes."""
+    packer = GridPacker(ctx.rows, ctx.cols)
+    chosen = ctx.chosen  # committed epochs' models stay visible for compatibility checks
+    i = start
+    n = len(ctx.ops)
+    while i < n:
+        if i > start and ctx.breaks[i]:
+            break
+        ranked = targets.ranked(i, target, None) if ribbon is None else targets.ribbon_ranked(i, target, ribbon)
+        model = ctx.select(i, ranked, chosen)
+        start_pos, transpose = ctx.place_args[i]
+        if packer.place(model.grid_shape[0], model.grid_shape[1], start=start_pos, transpose=transpose) is None:
+            if i == start:
+                chosen[i] = model  # does not fit an empty grid with this start; the placer reports it
+                i += 1
+            break
+        chosen[i] = model
+        i += 1
+    # Read the models back: a compatibility repair may have replaced a producer in this epoch.
+    models = [m for m in chosen[start:i] if m is not None]
+    for k in range(start, i):
+        chosen[k] = None
+    return i, models
+
+
+def _repack(ctx: _Context, start: int, models: List[OpModel]) -> bool:
+    packer = GridPacker(ctx.rows, ctx.cols)
+    for k, m in enumerate(models):
+        start_pos, transpose = ctx.place_args[start + k]
+        if packer.place(m.grid_shape[0], m.grid_shape[1], start=start_pos, transpose=transpose) is None:
+            return False
+    return True
+
+
+def _ribbon_bump(ctx: _Context, targets: _Targets, start: int, models: List[OpModel], ribbon: Optional[int],
+                 work: List[float]) -> List[OpModel]:
+    """Give the slowest op its next faster model while the epoch still fits and gets better."""
+    models = list(models)
+    value = _epoch_value(ctx, start, models, work)
+    for _ in range(RIBBON_MAX_BUMPS):
+        k = max(range(len(models)), key=lambda j: models[j].cycles)
+        i = start + k
+        current = models[k]
+        faster = [m for m in targets.by_pref(i) if m.cycles < current.cycles]
+        if not faster:
+            break
+        min_cores = min(m.cores for m in faster)
+        pool = [m for m in faster if m.cores == min_cores]
+        pool.sort(key=lambda m: (m.grid_shape[0] != ribbon, m.stream_factor, m.cycles))
+        trial_chosen = list(ctx.chosen)
+        for j, m in enumerate(models):
+            trial_chosen[start + j] = m
+        accepted = False
+        for cand in pool:
+            trial_chosen[i] = cand
+            if not ctx.compatible(i, cand, trial_chosen):
+                continue
+            if any(ci < start + len(models) and not stream_compatible(
+                    cand, trial_chosen[ci], ctx.ops[ci].type, kk, ctx.ops[ci].input_tms.get(kk, ()),
+                    bool(ctx.ops[ci].attrs.get("bias")))
+                   for ci, kk in ctx.consumers[i] if trial_chosen[ci] is not None):
+                continue
+            trial = models[:k] + [cand] + models[k + 1:]
+            if not _repack(ctx, start, trial):
+                continue
+            new_value = _epoch_value(ctx, start, trial, work)
+            if new_value > value:
+                models, value, accepted = trial, new_value, True
+            break
+        if not accepted:
+            break
+    return models
+
+
+# --------------------------------------------------------------------------------------------------
+# Entry point
+# --------------------------------------------------------------------------------------------------
+
+def balance(graph: Any, device: Any, config: Any) -> BalancerSolution:
+    """Choose an op model for every op of ``graph`` (a BudaGraph in schedule order) on ``device``
+    (a DeviceDescriptor) with the policy ``config.balancer_policy``. Raises CompileError (stage
+    BALANCER_PASS) when an op has no legal model or an override cannot be honoured."""
+    legalizer = Legalizer(graph, device, config)
+    ctx = _Context(graph, device, config, legalizer)
+    policy = normalize_policy(config.balancer_policy)
+    target: Optional[int] = None
+    breaks: List[str] = []
+    if not ctx.ops:
+        return BalancerSolution(policy=policy)
+    if policy == "MinimizeGrid":
+        _minimize_grid(ctx)
+    elif policy == "MaximizeTMinimizeGrid":
+        _maximize_t(ctx)
+    elif policy == "Random":
+        _random(ctx, int(config.random_policy_seed))
+    elif policy == "SingleOpPerEpoch":
+        breaks = _single_op_per_epoch(ctx)
+    elif policy == "Ribbon":
+        target, breaks = _ribbon(ctx)
+    else:
+        target = _nlp(ctx)
+    solution = BalancerSolution(policy=policy, target_cycles=target, epoch_breaks=breaks)
+    for i, op in enumerate(ctx.ops):
+        model = ctx.chosen[i]
+        assert model is not None
+        solution.op_models[op.name] = model
+        solution.legal_counts[op.name] = len(ctx.cands[i])
+    return solution
+
+
+__all__ = ["balance", "normalize_policy", "epoch_break_flags", "global_target"]
+
