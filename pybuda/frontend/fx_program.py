@@ -1,0 +1,635 @@
+"""Step 1 of the PyTorch frontend: ``torch.export`` a module and prepare its FX graph for mapping.
+
+:func:`export_program` runs ``torch.export.export`` on the sample inputs (their shapes and dtypes become
+static), optionally ``run_decompositions`` (only where that helps, see :func:`needs_decompositions`),
+then walks the graph once to
+
+- sort placeholders into user inputs, parameters (state-dict names kept), and constants (buffers,
+  lifted tensor constants);
+- fold constant subexpressions: a call whose operands are all known at capture time (constants,
+  buffers, shapes) is evaluated right here with torch and becomes a constant; ops that only read their
+  operand's shape (``zeros_like``, ``new_ones``, ``sym_size`` ...) fold even on activations;
+- drop assertion-only nodes (``_assert_tensor_metadata`` ...);
+- list the remaining compute nodes in topological order, and the flat model outputs.
+
+The result, :class:`FxProgram`, is what the ATen mapper (:mod:`pybuda.frontend.aten_map`) and the CPU
+fallback partitioner (:mod:`pybuda.frontend.fallback`) read. Nothing here knows about pybuda ops.
+"""
+
+from __future__ import annotations
+
+import logging
+import operator
+import os
+import re
+import time
+from dataclasses import dataclass, field
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Set, Tuple
+
+import torch
+import torch.fx
+import torch.utils._pytree as pytree
+
+from pybuda.errors import CompileError
+
+log = logging.getLogger(__name__)
+
+STAGE = "GENERATE_INITIAL_GRAPH"
+
+# Folding a constant that would be larger than this (elements) is skipped: the op stays in the graph
+# and maps like any other, so a model cannot blow up host memory at capture time.
+FOLD_MAX_ELEMENTS = 1 << 24
+
+_aten = torch.ops.aten
+
+# Calls that only check things at trace time; they produce no value the model uses.
+_DROPPED = {
+    "_assert_tensor_metadata", "_assert_async", "_assert_scalar", "sym_constrain_range",
+    "sym_constrain_range_for_size", "_functional_sym_constrain_range",
+    "_functional_sym_constrain_range_for_size", "_functional_assert_async", "_functional_assert_scalar",
+}
+
+# Ops whose result depends only on the *shape/dtype* of their tensor operands (and scalars), never on
+# the values: they fold even when the operand is an activation, because capture shapes are static.
+_SHAPE_ONLY = {
+    "zeros_like", "ones_like", "full_like", "empty_like", "new_zeros", "new_ones", "new_full", "new_empty",
+    "sym_size", "sym_numel", "sym_stride", "sym_storage_offset", "size", "numel", "dim", "scalar_tensor",
+}
+
+# ``empty*`` results are uninitialised memory in torch; fold them to zeros so captures are deterministic.
+_EMPTY_AS_ZEROS = {"empty", "empty_like", "new_empty", "empty_strided", "empty_permuted"}
+
+
+def op_name(target: Any) -> str:
+    """Short name of an FX call target: ``'add'`` for ``aten.add.Tensor``, ``'getitem'`` for getitem."""
+    packet = getattr(target, "overloadpacket", None)
+    if packet is not None:
+        return packet.__name__
+    return getattr(target, "__name__", str(target))
+
+
+def qualified_op_name(target: Any) -> str:
+    """Full name for reports: ``'aten.add.Tensor'``, ``'operator.getitem'``."""
+    if isinstance(target, torch._ops.OpOverload):
+        return str(target)
+    mod = getattr(target, "__module__", None) or ""
+    name = getattr(target, "__name__", str(target))
+    if mod in ("_operator", "operator"):
+        mod = "operator"
+    return f"{mod}.{name}" if mod else name
+
+
+# --- source locations -----------------------------------------------------------------------------
+_TORCH_DIR = os.path.dirname(torch.__file__) + os.sep
+_PYBUDA_FRONTEND_DIR = os.path.dirname(__file__) + os.sep
+_FRAME = re.compile(r'File "([^"]+)", line (\d+), in (\S+)')
+
+
+def source_location(node: torch.fx.Node) -> str:
+    """``file:line`` of the model code that created ``node`` (the last frame outside torch itself).
+
+    Falls back to ``<module path>`` from ``nn_module_stack`` when torch recorded no stack trace.
+    """
+    trace = node.meta.get("stack_trace")
+    if trace:
+        frames = _FRAME.findall(trace)
+        user = [f for f in frames if not f[0].startswith(_TORCH_DIR) and not f[0].startswith(_PYBUDA_FRONTEND_DIR)]
+        pick = (user or frames)[-1] if frames else None
+        if pick is not None:
+            return f"{pick[0]}:{pick[1]}"
+    layer = module_path(node)
+    return f"<{layer or 'model'}>"
+
+
+def source_code_line(node: torch.fx.Node) -> str:
+    """The text of the source line :func:`source_location` points at (empty when unknown)."""
+    trace = node.meta.get("stack_trace") or ""
+    lines = trace.splitlines()
+    loc = source_location(node)
+    for i, line in enumerate(lines):
+        m = _FRAME.search(line)
+        if m and f"{m.group(1)}:{m.group(2)}" == loc and i + 1 < len(lines):
+            return lines[i + 1].strip()
+    return ""
+
+
+def module_path(node: torch.fx.Node) -> str:
+    """Dotted path of the innermost ``nn.Module`` that ran ``node`` ('' for the root module)."""
+    stack = node.meta.get("nn_module_stack")
+    if not stack:
+        return ""
+    path = list(stack.values())[-1][0]
+    return path if isinstance(path, str) else ""
+
+
+# --- the prepared program -------------------------------------------------------------------------
+@dataclass
+class FxProgram:
+    """An exported, constant-folded FX graph ready to be mapped onto pybuda ops.
+
+    ``consts`` maps FX nodes to values known at capture time (tensors, or Python values such as the
+    tuple a folded ``split`` returns); ``params`` maps parameter placeholders to (state-dict name,
+    tensor); ``compute`` lists the nodes that remain to run, in topological order.
+    """
+
+    name: str
+    exported: Any  # torch.export.ExportedProgram (None for graphs handed over by torch.compile)
+    graph_module: torch.fx.GraphModule
+    user_inputs: List[torch.fx.Node]
+    input_names: List[str]
+    params: Dict[torch.fx.Node, Tuple[str, torch.Tensor]]
+    consts: Dict[torch.fx.Node, Any]
+    const_names: Dict[torch.fx.Node, str]
+    compute: List[torch.fx.Node]
+    output_leaves: List[Any]  # fx.Node (tensor output) or a Python value (constant output)
+    out_spec: Any
+    in_spec: Any
+    timings: Dict[str, float] = field(default_factory=dict)
+    dropped_mutations: List[str] = field(default_factory=list)
+
+    @property
+    def output_nodes(self) -> List[torch.fx.Node]:
+        """The flat outputs that are graph values (in output order), constants excluded."""
+        return [o for o in self.output_leaves if isinstance(o, torch.fx.Node)]
+
+
+def meta_val(node: torch.fx.Node) -> Any:
+    """The FakeTensor (or list/tuple of them, or SymInt) torch recorded as ``node``'s value."""
+    return node.meta.get("val", node.meta.get("example_value"))
+
+
+# --- export ---------------------------------------------------------------------------------------
+_DATA_DEPENDENT_MARKERS = ("data-dependent", "GuardOnDataDependentSymNode", "data dependent",
+                           "Could not guard on", "Could not extract specialized integer")
+
+
+def _is_data_dependent(exc: BaseException) -> bool:
+    seen = set()
+    while exc is not None and id(exc) not in seen:
+        seen.add(id(exc))
+        text = f"{type(exc).__name__}: {exc}"
+        if any(m in text for m in _DATA_DEPENDENT_MARKERS):
+            return True
+        exc = exc.__cause__ or exc.__context__
+    return False
+
+
+def _essential_lines(exc: BaseException) -> str:
+    """The first line of torch's message plus the user frame it points at (when it gives one)."""
+    text = str(exc).strip()
+    first = text.splitlines()[0] if text else type(exc).__name__
+    where = ""
+    m = re.search(r"The following call raised this error:\s*\n\s*(File .+?)\n\s*(.+?)\n", text + "\n")
+    if m:
+        where = f" at {m.group(1).strip()}: {m.group(2).strip()}"
+    else:
+        frames = [f for f in _FRAME.findall(text) if not f[0].startswith(_TORCH_DIR)]
+        if frames:
+            where = f" at {frames[-1][0]}:{frames[-1][1]}"
+    return f"{type(exc).__name__}: {first}{where}"
+
+
+def run_export(module: torch.nn.Module, args: Tuple[Any, ...], kwargs: Mapping[str, Any], name: str):
+    """``torch.export.export`` with errors turned into :class:`CompileError` naming the model."""
+    try:
+        return torch.export.export(module, tuple(args), kwargs=dict(kwargs) if kwargs else None, strict=False)
+    except Exception as e:  # torch raises many unrelated exception types here
+        if _is_data_dependent(e):
+            raise CompileError(
+                f"model '{name}' has data-dependent control flow (a Python branch, loop bound or shape "
+                f"that depends on tensor values), which cannot be captured as a static graph: "
+                f"{_essential_lines(e)}. Rewrite the branch with torch.where / torch.cond, or run the "
+                f"model on a CPUDevice.", stage=STAGE) from e
+        raise CompileError(f"model '{name}' could not be captured with torch.export: {_essential_lines(e)}",
+                           stage=STAGE) from e
+
+
+def has_mutations(graph: torch.fx.Graph) -> bool:
+    """True when the graph still holds in-place or out= ops (export's training IR may)."""
+    for node in graph.nodes:
+        if node.op == "call_function" and isinstance(node.target, torch._ops.OpOverload):
+            if node.target._schema.is_mutable:
+                return True
+    return False
+
+
+def needs_decompositions(ep, keep: Set[str]) -> bool:
+    """Decompose only when it helps: mutations to functionalize, or ops with no direct mapping.
+
+    ``run_decompositions`` costs about as much as the export itself on large models, so a graph made
+    only of ops the mapper handles directly skips it. Ops that only compute constants (from buffers,
+    ``arange`` ...) do not count: they are folded at capture time whatever they are.
+    """
+    from torch.export.graph_signature import InputKind
+
+    const_inputs = {spec.arg.name for spec in ep.graph_signature.input_specs
+                    if spec.kind in (InputKind.BUFFER, InputKind.CONSTANT_TENSOR) and hasattr(spec.arg, "name")}
+    constant: Set[torch.fx.Node] = set()
+    for node in ep.graph.nodes:
+        if node.op == "placeholder":
+            if node.name in const_inputs:
+                constant.add(node)
+            continue
+        if node.op == "get_attr":
+            constant.add(node)
+            continue
+        if node.op != "call_function":
+            continue
+        target = node.target
+        if isinstance(target, torch._ops.OpOverload) and target._schema.is_mutable:
+            return True
+        if all(d in constant for d in node.all_input_nodes) and _foldable(node):
+            constant.add(node)
+            continue
+        if isinstance(target, torch._ops.OpOverload):
+            name = op_name(target)
+            if name not in keep and name not in _DROPPED and name not in _SHAPE_ONLY and _decomposable(target):
+                return True
+    return False
+
+
+def _decomposable(target: torch._ops.OpOverload) -> bool:
+    # Ops in the Core-ATen table, and composite ops (defined in terms of other ATen ops), which
+    # run_decompositions always expands.
+    if target in decomposable_ops():
+        return True
+    try:
+        return torch._C._dispatch_has_kernel_for_dispatch_key(target.name(), "CompositeImplicitAutograd")
+    except Exception:  # pragma: no cover - private API moved
+        return True
+
+
+_DECOMPOSABLE: Optional[Set[Any]] = None
+
+
+def decomposable_ops() -> Set[Any]:
+    """ATen overloads that torch.export's default table can decompose (computed once)."""
+    global _DECOMPOSABLE
+    if _DECOMPOSABLE is None:
+        _DECOMPOSABLE = set(torch.export.default_decompositions().keys())
+    return _DECOMPOSABLE
+
+
+def _hop_inline_plan(node: torch.fx.Node) -> Optional[Tuple[torch.fx.Node, Sequence[Any]]]:
+    """(subgraph get_attr node, operands) when ``node`` is a grad-mode/autocast wrapper safe to inline."""
+    name = getattr(node.target, "__name__", "") or getattr(node.target, "name", lambda: "")()
+    if name == "wrap_with_set_grad_enabled":
+        sub, operands = node.args[1], node.args[2:]
+    elif name == "wrap_with_autocast":
+        if node.args[2]:  # autocast enabled: inlining would change the numerics
+            return None
+        sub, operands = node.args[4], node.args[5:]
+    else:
+        return None
+    if not isinstance(sub, torch.fx.Node) or sub.op != "get_attr":
+        return None
+    return sub, operands
+
+
+def inline_wrapper_subgraphs(gm: torch.fx.GraphModule) -> int:
+    """Inline ``wrap_with_set_grad_enabled`` (and disabled ``wrap_with_autocast``) subgraphs.
+
+    torch.export wraps code under ``torch.no_grad()``/``autocast(enabled=False)`` (rotary embeddings,
+    for instance) in such higher-order ops; for inference the wrapper means nothing, and inlining it
+    lets the ops inside map (and fold) like any other. Returns how many wrappers were inlined.
+    """
+    graph = gm.graph
+    count = 0
+    changed = True
+    while changed:
+        changed = False
+        for node in list(graph.nodes):
+            if node.op != "call_function" or not isinstance(node.target, torch._ops.HigherOrderOperator):
+                continue
+            plan = _hop_inline_plan(node)
+            if plan is None:
+                continue
+            sub_attr, operands = plan
+            sub = getattr(gm, sub_attr.target)
+            env: Dict[torch.fx.Node, Any] = {}
+            placeholders = [n for n in sub.graph.nodes if n.op == "placeholder"]
+            env.update(zip(placeholders, operands))
+            outputs: Any = ()
+            with graph.inserting_before(node):
+                for sn in sub.graph.nodes:
+                    if sn.op == "placeholder":
+                        continue
+                    if sn.op == "output":
+                        outputs = torch.fx.node.map_arg(sn.args[0], env.__getitem__)
+                        continue
+                    if sn.op == "get_attr":
+                        value = getattr(sub, sn.target)
+                        attr = f"_inlined_{sub_attr.target}_{sn.target}".replace(".", "_")
+                        setattr(gm, attr, value)
+                        env[sn] = graph.get_attr(attr)
+                        env[sn].meta = dict(sn.meta)
+                        continue
+                    env[sn] = graph.node_copy(sn, env.__getitem__)
+            outputs = list(outputs) if isinstance(outputs, (list, tuple)) else [outputs]
+            for user in list(node.users):
+                if user.target is operator.getitem:
+                    user.replace_all_uses_with(outputs[user.args[1]])
+                    graph.erase_node(user)
+            if node.users:
+                return count  # used as a whole tuple somewhere: leave it (it will fall back)
+            graph.erase_node(node)
+            if not sub_attr.users:
+                graph.erase_node(sub_attr)
+            count += 1
+            changed = True
+    if count:
+        graph.lint()
+        gm.recompile()
+    return count
+
+
+def _is_view(target: Any) -> bool:
+    if not isinstance(target, torch._ops.OpOverload):
+        return target is operator.getitem  # items of split/unbind alias their input
+    returns = target._schema.returns
+    return any(r.alias_info is not None and not r.alias_info.is_write for r in returns)
+
+
+def _functional_variant(target: torch._ops.OpOverload) -> Optional[torch._ops.OpOverload]:
+    name = op_name(target)
+    if not name.endswith("_") or name.startswith("_"):
+        return None
+    packet = getattr(torch.ops.aten, name[:-1], None)
+    overload = getattr(packet, target._overloadname, None) if packet is not None else None
+    return overload if isinstance(overload, torch._ops.OpOverload) and not overload._schema.is_mutable else None
+
+
+def functionalize_inplace(graph: torch.fx.Graph) -> bool:
+    """Rewrite in-place ops on private intermediates (``x += y``, ``relu_``) into functional ops.
+
+    Only provably safe cases are rewritten: the mutated tensor is the first argument, was produced by
+    a non-aliasing op, and nothing reads it after the mutation except through the in-place op's
+    result. Returns False (and changes nothing) when any other mutation remains; the caller then runs
+    torch's full functionalization (``run_decompositions``), which is much slower on large models.
+    """
+    order = {n: i for i, n in enumerate(graph.nodes)}
+    plan: List[Tuple[torch.fx.Node, torch._ops.OpOverload]] = []
+    no_ops: List[torch.fx.Node] = []
+    for node in graph.nodes:
+        target = node.target
+        if node.op != "call_function" or not isinstance(target, torch._ops.OpOverload):
+            continue
+        if not target._schema.is_mutable:
+            continue
+        if op_name(target) in _INPLACE_DROPOUT:
+            args = bind(target, node.args, node.kwargs)
+            if not args.get("train") or not args.get("p"):
+                no_ops.append(node)  # eval-mode in-place dropout changes nothing
+                continue
+        functional = _functional_variant(target)
+        writes = [i for i, a in enumerate(target._schema.arguments) if a.alias_info is not None and a.alias_info.is_write]
+        if functional is None or writes != [0] or not node.args or not isinstance(node.args[0], torch.fx.Node):
+            return False
+        mutated = node.args[0]
+        if mutated.op != "call_function" or _is_view(mutated.target):
+            return False
+        if isinstance(mutated.target, torch._ops.OpOverload) and mutated.target._schema.is_mutable and \
+                not any(p[0] is mutated for p in plan):
+            return False
+        for user in mutated.users:
+            if user is not node and (order[user] > order[node] or _is_view(user.target)):
+                return False
+        plan.append((node, functional))
+    for node, functional in plan:
+        node.target = functional
+    for node in no_ops:
+        node.replace_all_uses_with(node.args[0])
+        graph.erase_node(node)
+    return True
+
+
+_INPLACE_DROPOUT = {"dropout_", "feature_dropout_", "alpha_dropout_", "feature_alpha_dropout_"}
+
+
+_SCHEMA_CACHE: Dict[Any, Tuple[Tuple[str, Any], ...]] = {}
+
+
+def bind(target: Any, args: Sequence[Any], kwargs: Mapping[str, Any]) -> Dict[str, Any]:
+    """An ATen call's arguments by schema name, defaults filled in (None where there is no default).
+
+    Non-ATen targets give ``{"args": [...], **kwargs}``.
+    """
+    if not isinstance(target, torch._ops.OpOverload):
+        return {"args": list(args), **kwargs}
+    spec = _SCHEMA_CACHE.get(target)
+    if spec is None:
+        spec = tuple((a.name, a.default_value if a.has_default_value() else None) for a in target._schema.arguments)
+        _SCHEMA_CACHE[target] = spec
+    out: Dict[str, Any] = {}
+    for i, (name, default) in enumerate(spec):
+        if i < len(args):
+            out[name] = args[i]
+        elif name in kwargs:
+            out[name] = kwargs[name]
+        else:
+            out[name] = default
+    return out
+def decomposition_table(keep: Set[str]):
+    """Core-ATen decompositions minus the ops the mapper handles directly (they map better whole)."""
+    table = torch.export.default_decompositions()
+    for op in list(table.keys()):
+        if op_name(op) in keep:
+            table.pop(op)
+    return table
+
+
+def run_decompositions(ep, keep: Set[str], name: str):
+    """Decompose to a Core-ATen-like set, keeping the high-level ops in ``keep``."""
+    try:
+        return ep.run_decompositions(decomposition_table(keep))
+    except Exception as e:
+        raise CompileError(f"model '{name}': decomposing the exported graph failed: {_essential_lines(e)}",
+                           stage=STAGE) from e
+
+
+# --- preparation ----------------------------------------------------------------------------------
+def _foldable(node: torch.fx.Node) -> bool:
+    target = node.target
+    if isinstance(target, torch._ops.OpOverload):
+        if torch.Tag.nondeterministic_seeded in getattr(target, "tags", ()):
+            return False
+        if target._schema.is_mutable:
+            return False
+        name = op_name(target)
+        if "dropout" in name:
+            return False
+        return True
+    # Python-level calls (getitem, operator.* on sizes, math functions) are pure.
+    return target is operator.getitem or getattr(target, "__module__", "") in ("_operator", "operator", "math",
+                                                                              "torch.fx.experimental.sym_node")
+
+
+def _zeros_for(val: Any) -> Any:
+    if isinstance(val, torch.Tensor):
+        return torch.zeros(tuple(int(d) for d in val.shape), dtype=val.dtype)
+    return val
+
+
+def _numel(value: Any) -> int:
+    if isinstance(value, torch.Tensor):
+        return value.numel()
+    if isinstance(value, (list, tuple)):
+        return sum(_numel(v) for v in value)
+    return 0
+
+
+def prepare(ep, name: str, module: Optional[torch.nn.Module] = None,
+            input_parameters: Optional[Mapping[int, Tuple[str, torch.Tensor]]] = None) -> FxProgram:
+    """Sort placeholders, fold constants and list compute nodes of an ExportedProgram.
+
+    ``input_parameters`` turns some user inputs (by position) into parameters, for graphs that receive
+    their weights as arguments (torch.compile hands modules over that way).
+    """
+    from torch.export.graph_signature import InputKind, OutputKind
+
+    t0 = time.perf_counter()
+    gm = ep.graph_module
+    sig = ep.graph_signature
+    input_parameters = dict(input_parameters or {})
+    spec_by_name = {spec.arg.name: spec for spec in sig.input_specs if hasattr(spec.arg, "name")}
+
+    user_inputs: List[torch.fx.Node] = []
+    params: Dict[torch.fx.Node, Tuple[str, torch.Tensor]] = {}
+    consts: Dict[torch.fx.Node, Any] = {}
+    const_names: Dict[torch.fx.Node, str] = {}
+    compute: List[torch.fx.Node] = []
+    user_index = 0
+    for node in gm.graph.nodes:
+        if node.op == "placeholder":
+            spec = spec_by_name.get(node.name)
+            kind = spec.kind if spec is not None else InputKind.USER_INPUT
+            if kind == InputKind.USER_INPUT:
+                if user_index in input_parameters:
+                    params[node] = input_parameters[user_index]
+                else:
+                    val = meta_val(node)
+                    if isinstance(val, torch.Tensor):
+                        user_inputs.append(node)
+                    else:
+                        # A non-tensor argument was specialised by export; its value is fixed.
+                        consts[node] = val
+                user_index += 1
+            elif kind == InputKind.PARAMETER:
+                params[node] = (spec.target, ep.state_dict[spec.target])
+            elif kind == InputKind.BUFFER:
+                value = ep.state_dict[spec.target] if spec.target in ep.state_dict else ep.constants[spec.target]
+                consts[node] = value.detach()
+                const_names[node] = spec.target
+            elif kind in (InputKind.CONSTANT_TENSOR, getattr(InputKind, "CUSTOM_OBJ", None)):
+                consts[node] = ep.constants[spec.target]
+                const_names[node] = spec.target
+            else:  # TOKEN and other internal inputs
+                raise CompileError(f"model '{name}': unsupported exported input kind {kind} for '{node.name}'",
+                                   stage=STAGE)
+        elif node.op == "get_attr":
+            value = gm
+            for part in node.target.split("."):
+                value = getattr(value, part)
+            consts[node] = value
+            const_names[node] = node.target
+        elif node.op == "call_function":
+            oname = op_name(node.target)
+            if oname in _DROPPED:
+                continue
+            deps = node.all_input_nodes
+            if all(d in consts for d in deps) and _foldable(node):
+                value = _try_fold(node, consts)
+                if value is not _NOT_FOLDED:
+                    consts[node] = value
+                    continue
+            elif oname in _SHAPE_ONLY or (oname in _EMPTY_AS_ZEROS and all(d in consts for d in deps)):
+                value = _try_fold(node, consts, shape_only=True)
+                if value is not _NOT_FOLDED:
+                    consts[node] = value
+                    continue
+            compute.append(node)
+        elif node.op == "output":
+            outputs_node = node
+        else:
+            raise CompileError(f"model '{name}': unexpected FX node kind '{node.op}' ({node.name})", stage=STAGE)
+
+    # Outputs: only USER_OUTPUT values are model outputs; buffer/input mutations (e.g. BatchNorm running
+    # stats in training mode) are dropped, as inference on a device does not update them.
+    flat_out = list(outputs_node.args[0])
+    leaves: List[Any] = []
+    dropped: List[str] = []
+    for spec, value in zip(sig.output_specs, flat_out):
+        if spec.kind == OutputKind.USER_OUTPUT:
+            leaves.append(value)
+        else:
+            dropped.append(f"{spec.kind.name}:{getattr(spec, 'target', '')}")
+    if dropped:
+        log.warning("model '%s': ignoring state updates the model makes while running (%s); "
+                    "capture the model in eval() mode to avoid them", name, ", ".join(dropped))
+
+    # torch.export names user-input placeholders after the forward() arguments (nested inputs get
+    # suffixes); those become the graph's input names.
+    in_spec = out_spec = None
+    if ep.module_call_graph:
+        in_spec = ep.module_call_graph[0].signature.in_spec
+        out_spec = ep.module_call_graph[0].signature.out_spec
+    prog = FxProgram(name=name, exported=ep, graph_module=gm, user_inputs=user_inputs,
+                     input_names=[p.name for p in user_inputs], params=params, consts=consts,
+                     const_names=const_names, compute=compute, output_leaves=leaves, out_spec=out_spec,
+                     in_spec=in_spec, dropped_mutations=dropped)
+    prog.timings["fold"] = time.perf_counter() - t0
+    return prog
+
+
+_NOT_FOLDED = object()
+
+
+def _try_fold(node: torch.fx.Node, consts: Mapping[torch.fx.Node, Any], shape_only: bool = False) -> Any:
+    def value_of(n: torch.fx.Node) -> Any:
+        if n in consts:
+            return consts[n]
+        return _zeros_for(meta_val(n))  # shape-only ops: any values of the right shape will do
+
+    args = torch.fx.node.map_arg(node.args, value_of)
+    kwargs = torch.fx.node.map_arg(node.kwargs, value_of)
+    target = node.target
+    oname = op_name(target)
+    try:
+        with torch.no_grad():
+            value = target(*args, **kwargs)
+    except Exception as e:  # leave it to the mapper, which will say what is wrong
+        log.debug("could not fold %s (%s): %s", node.name, qualified_op_name(target), e)
+        return _NOT_FOLDED
+    if oname in _EMPTY_AS_ZEROS and isinstance(value, torch.Tensor):
+        value = torch.zeros_like(value)
+    if _numel(value) > FOLD_MAX_ELEMENTS:
+        return _NOT_FOLDED
+    if isinstance(value, torch.Tensor):
+        value = value.detach()
+        # Folded views may alias a buffer; own the memory so later in-place use cannot change it.
+        if value._base is not None:
+            value = value.clone()
+    return value
+
+
+def flatten_sample_inputs(sample_inputs: Any) -> Tuple[Tuple[Any, ...], Dict[str, Any]]:
+    """Normalise sample inputs to (args, kwargs): a tensor, a tuple/list of them, or a dict of kwargs."""
+    from pybuda.tensor import Tensor as BudaTensor, _as_torch
+
+    def conv(v: Any) -> Any:
+        if isinstance(v, BudaTensor):
+            return _as_torch(v)
+        try:
+            import numpy as np
+
+            if isinstance(v, np.ndarray):
+                return torch.from_numpy(v)
+        except ImportError:  # pragma: no cover
+            pass
+        return v
+
+    if isinstance(sample_inputs, dict):
+        return (), {k: pytree.tree_map(conv, v) for k, v in sample_inputs.items()}
+    if isinstance(sample_inputs, (torch.Tensor, BudaTensor)):
+        return (conv(sample_inputs),), {}
+    return tuple(pytree.tree_map(conv, v) for v in sample_inputs), {}

@@ -1,0 +1,191 @@
+"""CPU fallback: unsupported ops split the model into [CPU pre, device graph, CPU post] (TT-Buda §1.6)."""
+
+import pathlib
+
+import pytest
+import torch
+from torch import nn
+
+from pybuda.config import CompilerConfig
+from pybuda.errors import CompileError, UnsupportedOpError
+from pybuda.frontend.torch import capture, split_for_devices
+from pybuda.verify import run_graph_on_cpu
+
+THIS_FILE = pathlib.Path(__file__).resolve()
+
+
+def line_of(marker: str) -> int:
+    """Line number of the source line carrying ``# <marker>`` in this file."""
+    for i, line in enumerate(THIS_FILE.read_text().splitlines(), start=1):
+        if line.rstrip().endswith(f"# <{marker}>"):
+            return i
+    raise AssertionError(f"marker {marker} not found")
+
+
+@torch.library.custom_op("pybuda_test::mystery", mutates_args=())
+def mystery(x: torch.Tensor) -> torch.Tensor:
+    """A custom op pybuda knows nothing about."""
+    return x * 3 - 1
+
+
+@mystery.register_fake
+def _(x):
+    return torch.empty_like(x)
+
+
+class SortFirst(nn.Module):
+    """An unmapped op right after the input, another right before the output."""
+
+    def __init__(self):
+        super().__init__()
+        self.a = nn.Linear(8, 8)
+        self.b = nn.Linear(8, 8)
+
+    def forward(self, x):
+        y = torch.sort(x, dim=-1).values  # <sort>
+        y = torch.relu(self.a(y))
+        z = self.b(y).softmax(-1)
+        return torch.cumprod(z, dim=-1), y  # <cumprod>
+
+
+class MiddleOp(nn.Module):
+    """A custom op deep in the model: the smaller side (here the tail) moves to the CPU."""
+
+    def __init__(self):
+        super().__init__()
+        self.head = nn.Sequential(*[nn.Linear(8, 8) for _ in range(4)])
+        self.tail = nn.Sequential(nn.Linear(8, 8), nn.Tanh())
+
+    def forward(self, x):
+        return self.tail(mystery(self.head(x)))  # <mystery>
+
+
+def x_input():
+    return torch.randn(2, 3, 8, generator=torch.Generator().manual_seed(0))
+
+
+def test_pre_and_post_stages_run_end_to_end(fe):
+    model = SortFirst().eval()
+    x = x_input()
+    result = capture(model, (x,))
+    report = result.report
+    assert report.op_names() == ["aten.sort.default", "aten.cumprod.default"]
+    sort_op, cumprod_op = report.fallback_ops
+    assert (sort_op.side, cumprod_op.side) == ("pre", "post")
+    assert sort_op.location == f"{THIS_FILE}:{line_of('sort')}"
+    assert cumprod_op.location == f"{THIS_FILE}:{line_of('cumprod')}"
+    assert "torch.sort" in sort_op.code
+    text = str(report)
+    assert "aten.sort.default" in text and "CPU pre" in text and "CPU post" in text
+    assert {"sort", "cumprod"}.isdisjoint({n.op_type for n in result.graph.ops})
+    assert isinstance(result.pre, torch.fx.GraphModule) and isinstance(result.post, torch.fx.GraphModule)
+    fe.matches(result.run(x), fe.torch_outputs(model, (x,)))
+
+
+def test_split_for_devices_contract(fe):
+    """pre(*user_inputs) -> device inputs; device outputs -> post(*) -> model outputs."""
+    model = SortFirst().eval()
+    x = x_input()
+    pre, graph, post = split_for_devices(model, (x,))
+    device_in = pre(x)
+    assert isinstance(device_in, tuple)
+    assert [tuple(t.shape) for t in device_in] == [n.shape for n in graph.inputs]
+    device_out = run_graph_on_cpu(graph, list(device_in))
+    assert len(device_out) == len(graph.outputs)
+    final = post(*device_out)
+    fe.matches(list(final), fe.torch_outputs(model, (x,)))
+    # y is a model output computed on the device but consumed by nobody on the CPU: it passes through post.
+    assert len(final) == 2
+
+
+def test_middle_op_falls_back_the_smaller_side(fe, caplog):
+    model = MiddleOp().eval()
+    x = x_input()
+    with caplog.at_level("WARNING"):
+        result = capture(model, (x,))
+    (op,) = result.report.fallback_ops
+    assert op.aten_op == "pybuda_test.mystery.default" and op.side == "post"
+    assert op.location == f"{THIS_FILE}:{line_of('mystery')}"
+    assert op.moved_with > 0  # the tail moved with it
+    assert result.pre is None and result.post is not None
+    assert 0 < result.report.host_fraction < 0.5
+    fe.matches(result.run(x), fe.torch_outputs(model, (x,)))
+
+
+def test_fallback_disabled_lists_every_unsupported_op_with_its_line():
+    class ThreeBadOps(nn.Module):
+        def forward(self, x):
+            a = torch.sort(x).values  # <bad1>
+            b = mystery(a)  # <bad2>
+            return torch.cumprod(b, 1)  # <bad3>
+
+    config = CompilerConfig()
+    config.enable_tvm_cpu_fallback = False
+    with pytest.raises(UnsupportedOpError) as info:
+        capture(ThreeBadOps(), (x_input(),), config=config)
+    ops = info.value.ops
+    assert [o.framework_op for o in ops] == ["aten.sort.default", "pybuda_test.mystery.default", "aten.cumprod.default"]
+    assert [o.location for o in ops] == [f"{THIS_FILE}:{line_of(m)}" for m in ("bad1", "bad2", "bad3")]
+    message = str(info.value)
+    assert "3 unsupported op(s)" in message and f"test_fallback.py:{line_of('bad2')}" in message
+
+
+def test_cpu_fallback_ops_config_moves_an_op_type_to_the_cpu(fe):
+    model = SortFirst().eval()
+    config = CompilerConfig()
+    config.cpu_fallback_ops = ["embedding", "softmax"]
+    x = x_input()
+    result = capture(model, (x,), config=config)
+    ops = {f.aten_op: f for f in result.report.fallback_ops}
+    assert "aten.softmax.int" in ops
+    assert "in cpu_fallback_ops" in ops["aten.softmax.int"].reason
+    assert "softmax" not in {n.op_type for n in result.graph.ops}
+    fe.matches(result.run(x), fe.torch_outputs(model, (x,)))
+
+
+def test_embedding_is_a_default_fallback_op_and_parameters_are_shared():
+    class Tied(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.emb = nn.Embedding(20, 8)
+            self.proj = nn.Linear(8, 8)
+
+        def forward(self, ids):
+            h = self.proj(self.emb(ids))
+            return h @ self.emb.weight.t()  # the embedding table is also used on the device
+
+    model = Tied().eval()
+    ids = torch.randint(0, 20, (2, 5))
+    result = capture(model, (ids,))
+    assert result.report.fallback_ops[0].side == "pre"
+    assert result.report.shared_parameters == ["emb.weight"]
+    assert result.pre.emb_weight is model.emb.weight  # the CPU stage holds the model's own parameter
+    with torch.no_grad():
+        assert torch.allclose(result.run(ids)[0], model(ids), atol=1e-5)
+
+
+def test_model_output_that_is_an_input_passes_through():
+    class Echo(nn.Module):
+        def forward(self, x, y):
+            return x, torch.sort(y).values
+
+    x, y = x_input(), x_input() + 1
+    result = capture(Echo(), (x, y))
+    out = result.run(x, y)
+    assert torch.equal(out[0], x) and torch.equal(out[1], torch.sort(y).values)
+    assert any(n.op_type == "nop" for n in result.graph.ops)
+
+
+def test_data_dependent_control_flow_is_a_clear_compile_error():
+    class Branchy(nn.Module):
+        def forward(self, x):
+            if x.sum() > 0:  # <branch>
+                return x * 2
+            return x
+
+    with pytest.raises(CompileError) as info:
+        capture(Branchy(), (x_input(),), graph_name="branchy")
+    message = str(info.value)
+    assert "model 'branchy' has data-dependent control flow" in message
+    assert f"line {line_of('branch')}" in message and "if x.sum() > 0" in message
+    assert info.value.stage == "GENERATE_INITIAL_GRAPH"
