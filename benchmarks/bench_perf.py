@@ -1,0 +1,89 @@
+"""Speed of the performance model and of ``pybuda benchmark --perf-only``, against PyTorch in the same run.
+
+Reported:
+
+* ``pybuda benchmark -m bert -c large -mb 64 -df Bfp8_b -mf LoFi --device-config wh_n150 --perf-only``:
+  wall seconds split into model build, compile and perf model + reports (target: the whole command in
+  <= 60 s on 2 cores);
+* :func:`pybuda.backend.perf.estimate` and the three report files on that netlist: seconds, and the ratio
+  to one eager PyTorch forward of the same model at batch 1 measured here, now;
+* with ``--calibrate``: the modeled vs published throughput table (perf_calibration.md §1).
+
+    .venv/bin/python benchmarks/bench_perf.py [--repeat 3] [--calibrate]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _best(fn, repeat: int) -> float:
+    fn()
+    best = float("inf")
+    for _ in range(repeat):
+        t0 = time.perf_counter()
+        fn()
+        best = min(best, time.perf_counter() - t0)
+    return best
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--calibrate", action="store_true", help="also print the calibration table (slow)")
+    args = ap.parse_args()
+
+    from pybuda import benchmark
+    from pybuda.backend.perf import estimate_compiled
+    from pybuda.backend.perf_report import write_reports
+
+    with tempfile.TemporaryDirectory() as tmp:
+        # 1. the whole command, as a user runs it (a fresh process: imports included)
+        cmd = [sys.executable, "-m", "pybuda.cli", "benchmark", "-m", "bert", "-c", "large", "-mb", "64", "-df",
+               "Bfp8_b", "-mf", "LoFi", "--device-config", "wh_n150", "--perf-only"]
+        t0 = time.perf_counter()
+        proc = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, env=dict(os.environ, PYBUDA_BUILD_DIR=tmp))
+        wall = time.perf_counter() - t0
+        print(f"pybuda benchmark bert large mb64 Bfp8_b/LoFi wh_n150 --perf-only: {wall:.1f} s wall "
+              f"(target <= 60 s), rc {proc.returncode}")
+        for line in proc.stdout.splitlines()[1:3]:
+            print("   ", line.strip())
+
+        # 2. the perf model alone on that compile, against a PyTorch forward of the same model
+        parser = argparse.ArgumentParser()
+        benchmark.add_arguments(parser)
+        ns = parser.parse_args(["-m", "bert", "-c", "large", "-mb", "64", "-df", "Bfp8_b", "-mf", "LoFi",
+                                "--device-config", "wh_n150", "--perf-only"])
+        plan = benchmark._plan(ns)
+        spec = benchmark._model(plan, 1)
+        cfg = benchmark._compiler_config(plan, ns)
+        cfg.backend_output_dir = tmp
+        results, compile_s = benchmark._compile_only(spec, cfg, 64)
+        t_est = _best(lambda: estimate_compiled(results, microbatch=64), args.repeat)
+        report = estimate_compiled(results, microbatch=64)
+        t_rep = _best(lambda: write_reports(report, Path(tmp) / "reports"), args.repeat)
+        with torch.no_grad():
+            t_torch = _best(lambda: spec.module(*spec.example_inputs), args.repeat)
+        print(f"compile (in process): {compile_s:.1f} s, {report.num_epochs} epochs, {len(report.ops)} ops")
+        print(f"{'step':<34}{'seconds':>10}{'vs torch fwd':>14}")
+        print(f"{'torch forward, batch 1':<34}{t_torch:>10.3f}{1.0:>14.2f}")
+        print(f"{'perf.estimate':<34}{t_est:>10.3f}{t_est / t_torch:>14.2f}")
+        print(f"{'write_reports (csv/json/html)':<34}{t_rep:>10.3f}{t_rep / t_torch:>14.2f}")
+
+    if args.calibrate:
+        # the calibration points and the table printer live with the calibration test
+        subprocess.run([sys.executable, str(ROOT / "tests" / "perf" / "test_calibration.py")], cwd=ROOT / "tests" / "perf")
+
+
+if __name__ == "__main__":
+    main()
