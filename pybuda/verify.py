@@ -209,7 +209,7 @@ def run_graph_on_cpu(graph: Graph, inputs: Sequence[torch.Tensor],
                 outputs.append(values[node.operands[0]])
             if not return_intermediates:
                 # Free values nobody needs any more: keeps memory flat on large models.
-                for operand in node.operands:
+                for operand in set(node.operands):  # user_map counts a user once, however many uses
                     users_left[operand] -= 1
                     if users_left[operand] == 0 and graph[operand].kind != INPUT:
                         values.pop(operand, None)

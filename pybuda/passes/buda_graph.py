@@ -13,6 +13,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Dict, Iterator, List, Optional, Tuple
 
+import torch
+
 from pybuda.tensor import DataFormat, MathFidelity
 
 
@@ -27,9 +29,11 @@ class TileShape:
 
     @property
     def tiles(self) -> int:
+        """Number of tiles."""
         return self.w * self.z * self.rt * self.ct
 
     def as_tuple(self) -> Tuple[int, int, int, int]:
+        """(w, z, rt, ct)."""
         return (self.w, self.z, self.rt, self.ct)
 
 
@@ -84,25 +88,32 @@ class BudaGraph:
     fused_ops: Dict[int, Dict[str, Any]] = field(default_factory=dict)  # netlist fused_ops section
     input_order: List[str] = field(default_factory=list)  # input queue names in module-input order
     output_order: List[str] = field(default_factory=list)  # output queue names in module-output order
+    # Values of parameter and constant queues, each of shape ``queue.original_shape`` (framework layout,
+    # unpadded); :func:`pybuda.passes.device_layout.to_device_layout` turns one into queue data.
+    tensors: Dict[str, torch.Tensor] = field(default_factory=dict)
 
     def add_op(self, op: BudaOp) -> BudaOp:
+        """Append an op (names are unique across ops and queues)."""
         if op.name in self.ops or op.name in self.queues:
             raise ValueError(f"lowered graph '{self.name}' already has '{op.name}'")
         self.ops[op.name] = op
         return op
 
     def add_queue(self, queue: BudaQueue) -> BudaQueue:
+        """Add a queue (names are unique across ops and queues)."""
         if queue.name in self.ops or queue.name in self.queues:
             raise ValueError(f"lowered graph '{self.name}' already has '{queue.name}'")
         self.queues[queue.name] = queue
         return queue
 
     def shape_of(self, name: str) -> TileShape:
+        """Output shape of an op or queue."""
         if name in self.ops:
             return self.ops[name].shape
         return self.queues[name].shape
 
     def df_of(self, name: str) -> DataFormat:
+        """Data format a reader of ``name`` sees: the op's out_df or the queue's df."""
         if name in self.ops:
             return self.ops[name].out_df
         return self.queues[name].df

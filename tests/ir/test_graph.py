@@ -73,3 +73,14 @@ def test_cpu_execution_checks_inputs():
         run_graph_on_cpu(g, [])
     with pytest.raises(InputError, match=r"expects shape \[2, 3\]"):
         run_graph_on_cpu(g, [torch.randn(3, 3)])
+
+
+def test_an_operand_used_twice_by_one_op_stays_alive():
+    g = Graph("sq")
+    g.add_input("x", (2, 2))
+    g.add_op("e", "exp", ["x"])
+    g.add_op("sq", "multiply", ["e", "e"])
+    g.add_op("out", "add", ["sq", "e"])
+    g.add_output("o", "out")
+    x = torch.randn(2, 2)
+    assert torch.allclose(run_graph_on_cpu(g, [x])[0], x.exp() ** 2 + x.exp())

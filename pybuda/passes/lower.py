@@ -1,0 +1,1117 @@
+"""Lowering: the per-sample ``ir.Graph`` becomes a :class:`BudaGraph` of backend ops on 32x32 tiles.
+
+Every value is a device tensor in canonical form (:mod:`pybuda.passes.device_layout`: leading dims
+folded into ``z`` = the op's ``t``, rows/cols padded to tiles). How each kind of op is expressed in the
+netlist - the golden backend executes exactly this:
+
+**Elementwise.** ``add``/``subtract``/``multiply``/``maximum`` and the SFPU unaries keep their names
+(``leaky_relu`` -> ``lrelu {slope}``, integer ``pow`` -> ``power {exp}``, ``gelu`` ``approximate='tanh'``
+-> ``approximate_mode: true``, ``relu`` -> ``nop`` with ``relu_en/relu_threshold/relu_mode`` using the
+registry's relu semantics, ``buffer`` -> ``nop``). Broadcasting becomes input TMs on the smaller
+operand: ``broadcast: {z: f}`` when its z is 1, ``broadcast: {r|c: tiles}`` for a size-1 row/column dim.
+Tile broadcasts repeat whole tiles, so a size-1 dim must first fill its whole tile ("replicated"): a
+parameter/constant is replicated at compile time (a derived queue ``<name>.rep_r`` / ``.rep_c``); an
+activation gets a matmul with the constant ``E`` (``E[i,0]=1``: ``E @ x``; or ``E[0,j]=1``: ``x @ E``).
+Results of sum/avg reductions are replicated already (below), so a softmax/layernorm needs no ``E``.
+
+**Matmul.** ``matmul`` with ``in0 (t, M, K)``, ``in1 (t, K, N)``; a side with z == 1 gets
+``broadcast: {z: t}``; a bias becomes input 2 with ``broadcast: {r: M}`` (the backend broadcasts row 0
+within each tile) - bias/gelu/relu fusion is done afterwards by :mod:`pybuda.passes.fuse_matmul_epilogue`.
+When K is not a multiple of 32 and neither operand's padding is known to be zero, one operand is
+multiplied by a 0/1 mask first.
+
+**Reductions.** ``reduce_sum``/``reduce_avg`` over columns: ``x @ ones[C, 32]`` (scale 1 or 1/C, zero on
+padding rows), which replicates the result over the 32 columns of its tile; over rows:
+``ones[32, R] @ x``; over a leading (z) dim: a sparse row picker on ``vstack``-ed slices that sums them.
+``reduce_max`` -> ``reduce {type: max, dim: r|c}`` (padding first pushed to -1e30 by an ``add`` when the
+dim is not tile-aligned), or ``reduce {dim: z, z: n}`` over the innermost leading dim.
+
+**TMs.** A chain of IR TMs becomes the shortest sequence of netlist TMs (``transpose``, ``hslice``,
+``hstack``, ``vslice``, ``vstack``) that moves every element where the IR says, verified on index
+tensors; the TMs travel to the consuming op's ``input_N_tms`` (a ``nop`` carries them where a TM is not
+allowed, e.g. a transpose on matmul input 0 or on a binary input on Grayskull). Other data movement
+(general reshapes, ``index``/``select``/``narrow``, ``pad``, ``concatenate``, ``broadcast``/``repeat`` of
+activations) is done with pickers: a sparse row picker (``matmul`` with ``identity: true``, encoding in
+:mod:`pybuda.passes.pickers`) on ``vstack``-ed rows and/or a dense column picker ``x @ P``, followed by
+``vslice`` on the consumer; concatenation sums one placed picker output per operand with ``add``.
+
+**Convolutions** (channel-last, see :mod:`pybuda.passes.channel_last`) use TT-Buda's sparse-matmul
+im2col: activations are pixels x channels; a sparse picker gathers, for each of the ``kh*kw`` kernel
+positions, the input pixel under every output pixel (zero outside the image = zero padding), stacked
+along rows; the weight matmul reads it with ``[vslice: kk, hstack: kk]`` so one row holds all kernel
+positions' channels, against weights reshaped at compile time to ``[kk*Cin_pad, Cout]`` (block-diagonal
+for grouped convs). Depthwise convs multiply the picked pixels by per-position weights
+(``[kk, 32, C]``, ``broadcast r``) and sum positions with a second sparse picker. ``max_pool2d``: picker,
+``add`` of a -1e30 mask on positions outside the image, ``reduce {dim: z, type: max, z: kk}`` after
+``vslice: kk``; ``avg_pool2d``: one weighted picker. Conv outputs stay "flat" (one row per pixel,
+``H*W`` rows, no per-row padding) until an op needs the canonical ``[H, W, C]`` form, when a picker
+(or a ``vslice`` when W is a multiple of 32) converts it.
+
+Embedding and ops without a device form (comparisons, ``argmax``, ``cumsum``, ``resize`` ...) raise a
+CompileError naming the op.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, replace
+from typing import Any, Dict, List, Optional, Sequence, Tuple
+
+import numpy as np
+import torch
+
+from pybuda.errors import CompileError
+from pybuda.ir.graph import CONSTANT, INPUT, OP, PARAMETER, Graph, Node
+from pybuda.netlist.model import TM, Broadcast, HSlice, HStack, Transpose, VSlice, VStack
+from pybuda.ops import registry
+from pybuda.ops.common import normalize_dim
+from pybuda.passes import pickers
+from pybuda.passes.buda_graph import BudaGraph, BudaOp, BudaQueue, TileShape
+from pybuda.passes.context import CompileContext
+from pybuda.passes.device_layout import canonical_zrc, tiles
+from pybuda.passes.tile_tms import apply_tms, tms_shape
+from pybuda.tensor import DataFormat
+
+TILE = 32
+ZERO, REP, JUNK = "zero", "rep", "junk"
+
+BINARY = {"add": "add", "subtract": "subtract", "multiply": "multiply", "maximum": "maximum"}
+UNARY = {"abs": "abs", "exp": "exp", "log": "log", "reciprocal": "reciprocal", "sqrt": "sqrt",
+         "sigmoid": "sigmoid", "sine": "sine", "cosine": "cosine", "tanh": "tanh", "square": "square",
+         "gelu": "gelu", "leaky_relu": "lrelu", "relu": "nop", "pow": "power", "buffer": "nop",
+         "dropout": "dropout"}
+#: Unary ops with f(0) == 0 keep zero padding zero.
+ZERO_PRESERVING = {"abs", "sqrt", "square", "gelu", "leaky_relu", "relu", "tanh", "sine", "pow", "buffer",
+                   "dropout"}
+GATHER_OPS = {"reshape", "transpose", "hslice", "hstack", "vslice", "vstack", "index", "select", "narrow",
+              "pad", "pad_tile", "concatenate", "broadcast", "repeat", "buda_pad", "buda_unpad",
+              "interleave", "binary_stack", "pixel_shuffle"}
+TRANSPOSE_OK_INPUT0 = {"nop", "datacopy"} | set(UNARY.values())
+
+
+@dataclass(frozen=True)
+class DVal:
+    """A device value: producer (op or queue), pending TMs for consumers, logical canonical shape."""
+
+    src: str
+    tms: Tuple[TM, ...]
+    z: int
+    r: int
+    c: int
+    pad_r: str = ZERO
+    pad_c: str = ZERO
+    layout: str = "canonical"  # or "flat": NHWC [1, H, W, C] stored as [1, H*W, C]
+    spatial: Optional[Tuple[int, int]] = None  # (H, W) of a flat value
+    is_queue_value: bool = False  # an untouched parameter/constant (value known at compile time)
+
+    @property
+    def tshape(self) -> Tuple[int, int, int]:
+        """(z, rt, ct) in tiles."""
+        return (self.z, tiles(self.r), tiles(self.c))
+
+
+@dataclass(frozen=True)
+class Lazy:
+    """A chain of single-input data-movement ops not yet lowered: they are matched as one mapping."""
+
+    base: DVal
+    base_shape: Tuple[int, ...]
+    ops: Tuple[Tuple[str, Any], ...]  # (op_type, attrs as a hashable tuple)
+    shape: Tuple[int, ...]
+    name: str
+
+
+def lower_to_buda(graph: Graph, ctx: CompileContext) -> BudaGraph:
+    """Lower the per-sample IR graph to backend ops (see the module docstring for every decision)."""
+    return _Lowering(graph, ctx).run()
+
+
+class _Lowering:
+    def __init__(self, graph: Graph, ctx: CompileContext):
+        self.g = graph
+        self.ctx = ctx
+        self.bg = BudaGraph(name=graph.name, microbatch=ctx.microbatch)
+        self.vals: Dict[str, DVal] = {}
+        self.pending: Dict[str, Tuple[str, torch.Tensor, Dict[str, Any], bool]] = {}
+        self.values: Dict[str, torch.Tensor] = {}  # framework values of queue-backed DVals
+        self.cache: Dict[Any, Any] = {}
+        self.node: Optional[Node] = None
+
+    # ------------------------------------------------------------------------------------------------
+    def err(self, message: str) -> CompileError:
+        """A CompileError naming the stage and the IR op being lowered."""
+        return self.ctx.error(message, op=self.node.name if self.node is not None else None)
+
+    def run(self) -> BudaGraph:
+        """Lower every node in order, then create the output queues."""
+        for node in self.g:
+            self.node = node
+            if node.kind == INPUT:
+                self.vals[node.name] = self._input(node)
+            elif node.kind in (PARAMETER, CONSTANT):
+                self.vals[node.name] = self._leaf(node)
+            elif node.kind == OP:
+                self.vals[node.name] = self._op(node)
+        self.node = None
+        for node in self.g.outputs:
+            self.node = node
+            self._output(node)
+        self.node = None
+        return self.bg
+
+    # --- names, queues, emitting -------------------------------------------------------------------------
+    def _name(self, base: str) -> str:
+        name, i = base, 1
+        while name in self.bg.ops or name in self.bg.queues or name in self.pending:
+            name = f"{base}_{i}"
+            i += 1
+        return name
+
+    def _input(self, node: Node) -> DVal:
+        z, r, c = canonical_zrc(node.shape)
+        tags = {"device_shape": tuple(node.shape), "batched": bool(node.tags.get("batched")),
+                "host_tms": list(node.tags.get("host_tms", [])),
+                "dtype": node.tags.get("device_dtype") or str(node.dtype).replace("torch.", ""),
+                "framework_shape": tuple(node.tags.get("framework_shape", node.shape))}
+        q = BudaQueue(node.name, "input", TileShape(1, z, tiles(r), tiles(c)),
+                      original_shape=tags["framework_shape"], requires_grad=node.requires_grad, tags=tags)
+        self.bg.add_queue(q)
+        self.bg.input_order.append(node.name)
+        return DVal(node.name, (), z, r, c)
+
+    def _leaf(self, node: Node) -> DVal:
+        value = self.g.tensors[node.name]
+        kind = "parameter" if node.kind == PARAMETER else "constant"
+        tags = {"device_shape": tuple(value.shape), "dtype": str(value.dtype).replace("torch.", "")}
+        if "consteval" in node.tags:
+            tags["consteval"] = node.tags["consteval"]
+        self.pending[node.name] = (kind, value, tags, node.requires_grad)
+        self.values[node.name] = value
+        z, r, c = canonical_zrc(value.shape)
+        return DVal(node.name, (), z, r, c, is_queue_value=True)
+
+    def _queue_value(self, base: DVal, purpose: str, value: torch.Tensor, extra_tags: Optional[dict] = None) -> DVal:
+        """A queue derived at compile time from a parameter/constant (replicated, reshaped, ...)."""
+        key = ("derived", base.src, purpose)
+        if key in self.cache:
+            return self.cache[key]
+        kind, _, tags, requires_grad = self._leaf_info(base.src)
+        name = self._name(f"{base.src}.{purpose}")
+        tags = {"device_shape": tuple(value.shape), "derived_from": base.src, "transform": purpose,
+                **{k: v for k, v in tags.items() if k == "consteval"}, **(extra_tags or {})}
+        self.pending[name] = (kind, value, tags, requires_grad)
+        self.values[name] = value
+        z, r, c = canonical_zrc(value.shape)
+        dv = DVal(name, (), z, r, c, is_queue_value=True)
+        self.cache[key] = dv
+        return dv
+
+    def _leaf_info(self, name: str):
+        if name in self.pending:
+            return self.pending[name]
+        q = self.bg.queues[name]
+        return (q.kind, self.bg.tensors[name], q.tags, q.requires_grad)
+
+    def _const(self, key: Any, name: str, value: torch.Tensor, tags: Optional[dict] = None) -> DVal:
+        """A compiler-made constant queue, shared by every op that needs the same value."""
+        key = ("const", key)
+        if key in self.cache:
+            return self.cache[key]
+        qname = self._name(name)
+        t = {"device_shape": tuple(value.shape), "compiler_constant": True, **(tags or {})}
+        self.pending[qname] = ("constant", value, t, False)
+        self.values[qname] = value
+        z, r, c = canonical_zrc(value.shape)
+        dv = DVal(qname, (), z, r, c, is_queue_value=True)
+        self.cache[key] = dv
+        return dv
+
+    def _ensure_queue(self, v: DVal) -> None:
+        if v.src in self.pending:
+            kind, value, tags, requires_grad = self.pending.pop(v.src)
+            q = BudaQueue(v.src, kind, TileShape(1, *_tile3(canonical_zrc(value.shape))),
+                          original_shape=tuple(value.shape), requires_grad=requires_grad, tags=dict(tags))
+            if tags.get("df") == "RawUInt32":
+                q.df = DataFormat.RawUInt32
+            self.bg.add_queue(q)
+            self.bg.tensors[v.src] = value
+
+    def emit(self, name: str, op_type: str, inputs: Sequence[Tuple[DVal, Sequence[TM]]], out: Tuple[int, int, int],
+             attrs: Optional[dict] = None, pad: Tuple[str, str] = (JUNK, JUNK), layout: str = "canonical",
+             spatial: Optional[Tuple[int, int]] = None, tags: Optional[dict] = None) -> DVal:
+        """Add one BudaOp reading ``inputs`` (value, extra TMs), with output logical shape ``out`` (z, r, c).
+
+        Pending TMs a consumer input may not carry (a transpose outside matmul input 1 / unary input 0 /
+        non-GS binary input 0) are applied by a nop first. Shapes are checked (a mismatch is a compiler bug).
+        """
+        srcs: List[str] = []
+        in_tms: Dict[int, List[TM]] = {}
+        for i, (v, extra) in enumerate(inputs):
+            tms = tuple(v.tms) + tuple(extra)
+            if not self._tms_legal(op_type, i, tms, attrs or {}):
+                v = self._materialize(v)
+                tms = tuple(extra)
+            self._ensure_queue(v)
+            srcs.append(v.src)
+            if tms:
+                in_tms[i] = [tm.to_obj() for tm in tms]
+        z, r, c = out
+        op_tags = {"ir_node": self.node.name if self.node is not None else None,
+                   "ir_op_type": self.node.op_type if self.node is not None and self.node.kind == OP else None}
+        op_tags.update(tags or {})
+        op = BudaOp(self._name(name), op_type, srcs, TileShape(1, z, tiles(r), tiles(c)), attrs=dict(attrs or {}),
+                    input_tms=in_tms, tags=op_tags)
+        self._check_shapes(op)
+        self.bg.add_op(op)
+        return DVal(op.name, (), z, r, c, pad[0], pad[1], layout, spatial)
+
+    def _tms_legal(self, op_type: str, index: int, tms: Sequence[TM], attrs: dict) -> bool:
+        if not any(isinstance(t, Transpose) for t in tms):
+            return True
+        if op_type == "matmul":
+            return index == 1
+        if op_type in TRANSPOSE_OK_INPUT0:
+            return index == 0
+        if op_type in BINARY.values():
+            return index == 0 and not self.ctx.is_grayskull
+        return False
+
+    def _materialize(self, v: DVal) -> DVal:
+        """Apply a value's pending TMs with a nop, so it can feed any input."""
+        if not v.tms:
+            return v
+        key = ("nop", v.src, v.tms)
+        if key not in self.cache:
+            self.cache[key] = self.emit(f"{v.src}.tm_nop", "nop", [(v, ())], (v.z, v.r, v.c),
+                                        pad=(v.pad_r, v.pad_c), layout=v.layout, spatial=v.spatial)
+        return self.cache[key]
+
+    def _check_shapes(self, op: BudaOp) -> None:
+        shapes = []
+        for i, name in enumerate(op.inputs):
+            s = self.bg.shape_of(name)
+            try:
+                shapes.append(tms_shape((s.z, s.rt, s.ct), op.input_tms.get(i, [])))
+            except Exception as e:  # pragma: no cover - compiler bug
+                raise self.err(f"internal: TMs {op.input_tms.get(i)} do not apply to {name}: {e}")
+        out = (op.shape.z, op.shape.rt, op.shape.ct)
+        ok = True
+        if op.type == "matmul" and op.attrs.get("identity"):
+            ok = shapes[1][0] in (1, out[0]) and shapes[1][2] == out[2]
+        elif op.type == "matmul":
+            a, b = shapes[0], shapes[1]
+            ok = a[0] == b[0] == out[0] and a[1] == out[1] and b[2] == out[2] and a[2] == b[1]
+            if len(shapes) > 2:
+                ok = ok and shapes[2] == out
+        elif op.type == "reduce":
+            d = op.attrs["dim"]
+            a = shapes[0]
+            ok = {"r": a[0] == out[0] and out[1] == 1 and a[2] == out[2],
+                  "c": a[0] == out[0] and out[2] == 1 and a[1] == out[1],
+                  "z": a[0] == out[0] * op.attrs.get("z", 1) and a[1:] == out[1:]}[d]
+        else:
+            ok = all(s == out for s in shapes)
+        if not ok:
+            raise self.err(f"internal: lowered {op.type} '{op.name}' has inconsistent shapes: inputs (after TMs) "
+                           f"{shapes}, output {out}")
+
+    # --- dispatch ------------------------------------------------------------------------------------------
+    def _get(self, name: str) -> DVal:
+        """The lowered value of IR node ``name`` (resolving a pending TM chain)."""
+        v = self.vals[name]
+        if isinstance(v, Lazy):
+            saved, self.node = self.node, self.g[v.name]
+            try:
+                v = self._resolve(v)
+            finally:
+                self.node = saved
+            self.vals[name] = v
+        return v
+
+    def _op(self, node: Node):
+        t = node.op_type
+        if t in GATHER_OPS and len(node.operands) == 1:
+            src = self.vals[node.operands[0]]
+            attrs = _hashable(node.attrs)
+            if isinstance(src, Lazy):
+                return Lazy(src.base, src.base_shape, src.ops + ((t, attrs),), tuple(node.shape), node.name)
+            return Lazy(src, tuple(self.g[node.operands[0]].shape), ((t, attrs),), tuple(node.shape), node.name)
+        ops = [self._get(o) for o in node.operands]
+        if t in ("conv2d", "max_pool2d", "avg_pool2d"):
+            return self._conv_or_pool(node, ops)
+        if t in UNARY:
+            return self._unary(node, ops[0])
+        if t in BINARY:
+            return self._binary(node, ops[0], ops[1])
+        if t == "matmul":
+            return self._matmul(node, [self._canonical(v) for v in ops])
+        if t in ("reduce_sum", "reduce_avg", "reduce_max"):
+            return self._reduce(node, ops[0])
+        if t in GATHER_OPS:
+            return self._gather_pickers(node, [self._canonical(v) for v in ops],
+                                        [tuple(self.g[o].shape) for o in node.operands], tuple(node.shape))
+        if t == "constant":
+            return self._leaf_constant_op(node)
+        raise self.err(f"'{t}' has no device implementation; run it on the CPU (cpu_fallback_ops) or "
+                       f"rewrite the model without it")
+
+    def _leaf_constant_op(self, node: Node) -> DVal:
+        value = registry.evaluate("constant", [], node.attrs)
+        dv = self._const(("constant_op", node.name), node.name, value)
+        return dv
+
+    # --- layouts --------------------------------------------------------------------------------------------
+    def _canonical(self, v: DVal) -> DVal:
+        """A flat NHWC value in canonical [H, W, C] form."""
+        if v.layout != "flat":
+            return v
+        key = ("canon", v.src, v.tms)
+        if key in self.cache:
+            return self.cache[key]
+        h, w = v.spatial
+        if h == 1:
+            out = replace(v, layout="canonical", spatial=None, z=1, r=w)
+        elif w % TILE == 0:
+            out = replace(v, tms=tuple(v.tms) + (VSlice(factor=h),), layout="canonical", spatial=None, z=h, r=w)
+        else:
+            wp = tiles(w) * TILE
+            hw = np.arange(h * w)
+            picked = self._row_pick(v, f"{v.src}.unflatten", out_rows=(hw // w) * wp + hw % w, in_rows=hw,
+                                    values=np.ones(h * w, np.float32), out_r=h * wp, k_r=h * w)
+            out = replace(picked, tms=(VSlice(factor=h),), z=h, r=w, layout="canonical", spatial=None, pad_r=ZERO)
+        self.cache[key] = out
+        return out
+
+    def _flat(self, v: DVal, h: int, w: int) -> DVal:
+        """A canonical NHWC [1, H, W, C] value (z=H) in flat form [1, H*W, C]."""
+        if v.layout == "flat":
+            return v
+        key = ("flat", v.src, v.tms)
+        if key in self.cache:
+            return self.cache[key]
+        if h == 1:
+            out = replace(v, layout="flat", spatial=(1, w))
+        elif w % TILE == 0:
+            out = replace(v, tms=tuple(v.tms) + (VStack(factor=h),), z=1, r=h * w, layout="flat", spatial=(h, w))
+        else:
+            wp = tiles(w) * TILE
+            hw = np.arange(h * w)
+            src = replace(v, tms=tuple(v.tms) + (VStack(factor=h),), z=1, r=h * wp)
+            out = self._row_pick(src, f"{v.src}.flatten", out_rows=hw, in_rows=(hw // w) * wp + hw % w,
+                                 values=np.ones(h * w, np.float32), out_r=h * w, k_r=h * wp)
+            out = replace(out, layout="flat", spatial=(h, w), pad_r=ZERO)
+        self.cache[key] = out
+        return out
+
+    # --- pickers ---------------------------------------------------------------------------------------------
+    def _row_pick(self, v: DVal, name: str, out_rows, in_rows, values, out_r: int, k_r: int,
+                  key: Any = None, out_t=None, num_t: int = 1) -> DVal:
+        """Sparse row picker: row i of output slice t = sum of values * in rows (see pickers for the encoding).
+
+        ``v`` presents ``k_r`` rows in one slice (z == 1, e.g. after ``vstack``); ``out_t`` gives each entry's
+        output slice (``num_t`` slices of ``out_r`` rows)."""
+        if v.z != 1:
+            raise self.err(f"internal: row picker on a value with z={v.z}")
+        out_rt, k_rt = tiles(out_r), tiles(k_r)
+        if tiles(v.r) != k_rt:
+            raise self.err(f"internal: row picker expects {k_rt} row tiles, value has {tiles(v.r)}")
+        pkey = ("picker", key) if key is not None else None
+        if pkey is not None and pkey in self.cache:
+            sp = self.cache[pkey]
+        else:
+            sp = pickers.build_sparse_picker(out_rows, in_rows, values, out_rt, k_rt, out_t, num_t)
+            if pkey is not None:
+                self.cache[pkey] = sp
+        ckey = key if key is not None else (name, id(sp))
+        tiles_q = self._const(("sparse_tiles", ckey), f"{name}.sparse", sp.tiles, {"sparse_tiles": True})
+        index_q = self._const(("sparse_index", ckey), f"{name}.index", sp.index, {"df": "RawUInt32", "sparse_index": True})
+        attrs = {"identity": True, "num_sparse_tiles": sp.num_sparse_tiles, "num_index_tiles": sp.num_index_tiles,
+                 "indices_len": sp.indices_len, "act_t": 1}
+        return self.emit(name, "matmul", [(tiles_q, ()), (v, ()), (index_q, ())], (num_t, out_r, v.c), attrs,
+                         pad=(ZERO, v.pad_c), tags={"picker": "sparse", "min_fidelity": "HiFi2"})
+
+    def _col_pick(self, v: DVal, name: str, sources: np.ndarray, key: Any = None) -> DVal:
+        """Dense column picker: out col j = in col sources[j] (or zero when -1)."""
+        p = pickers.column_picker(v.c, sources)
+        q = self._const(("colpick", key if key is not None else (name, v.c, sources.tobytes())), f"{name}.colpick", p)
+        extra = (Broadcast(dim="z", factor=v.z),) if v.z > 1 else ()
+        return self.emit(name, "matmul", [(v, ()), (q, extra)], (v.z, v.r, len(sources)), pad=(v.pad_r, ZERO),
+                         tags={"picker": "column", "min_fidelity": "HiFi3"})
+
+    # --- elementwise ----------------------------------------------------------------------------------------
+    def _unary(self, node: Node, v: DVal) -> DVal:
+        t = node.op_type
+        attrs: Dict[str, Any] = {}
+        if t == "relu":
+            attrs = {"relu_en": True, "relu_threshold": float(node.attrs["threshold"]), "relu_mode": node.attrs["mode"]}
+        elif t == "leaky_relu":
+            attrs = {"slope": float(node.attrs["alpha"])}
+        elif t == "gelu" and node.attrs.get("approximate") == "tanh":
+            attrs = {"approximate_mode": True}
+        elif t == "pow":
+            e = node.attrs["exponent"]
+            if not float(e).is_integer() or e < 0:
+                raise self.err(f"pow with exponent {e} should have been decomposed")
+            attrs = {"exp": int(e)}
+        elif t == "dropout":
+            attrs = {"p": float(node.attrs["p"]), "seed": int(node.attrs["seed"])}
+        if t in ZERO_PRESERVING:
+            pad = (v.pad_r, v.pad_c)
+        else:
+            pad = (REP if v.pad_r == REP else JUNK, REP if v.pad_c == REP else JUNK)
+        return self.emit(node.name, UNARY[t], [(v, ())], (v.z, v.r, v.c), attrs, pad=pad, layout=v.layout,
+                         spatial=v.spatial)
+
+    def _binary(self, node: Node, a: DVal, b: DVal) -> DVal:
+        out_shape = tuple(node.shape)
+        shapes = [_right_align(self.g[o].shape, len(out_shape)) for o in node.operands]
+        operands = [a, b]
+        layout, spatial = "canonical", None
+        flat = [v for v in operands if v.layout == "flat"]
+        if flat:
+            h, w = flat[0].spatial
+            ok = len(out_shape) == 4 and out_shape[0] == 1 and tuple(out_shape[1:3]) == (h, w)
+            for s in shapes:
+                if ok and s[1] * s[2] > 1 and (tuple(s[1:3]) != (h, w) or s[0] != 1):
+                    ok = False
+            if ok:
+                layout, spatial = "flat", (h, w)
+                operands = [self._flat(v, h, w) if s[1] * s[2] > 1 else self._canonical(v)
+                            for v, s in zip(operands, shapes)]
+            else:
+                operands = [self._canonical(v) for v in operands]
+        if layout == "flat":
+            z, r, c = 1, spatial[0] * spatial[1], out_shape[-1]
+        else:
+            z, r, c = canonical_zrc(out_shape)
+        inputs = []
+        pads_r, pads_c = [], []
+        for i, (v, s) in enumerate(zip(operands, shapes)):
+            if layout == "canonical" and len(s) > 2 and v.z not in (1, z):
+                v = self._expand_leading(v, s, out_shape, i)
+            elif layout == "canonical" and len(s) > 2 and v.z == z and tuple(s[:-2]) != tuple(out_shape[:-2]) and z > 1:
+                v = self._expand_leading(v, s, out_shape, i)
+            extra: List[TM] = []
+            bc_r, bc_c = v.r == 1 and r > 1, v.c == 1 and c > 1
+            # A compile-time operand next to a replicated one stays replicated for free.
+            if v.is_queue_value and not v.tms:
+                others = [o for o in operands if o is not v]
+                if c == 1 and v.c == 1 and any(o.pad_c == REP for o in others):
+                    v = self._rep(v, "c")
+                if r == 1 and v.r == 1 and any(o.pad_r == REP for o in others):
+                    v = self._rep(v, "r")
+            if bc_c:
+                v = self._rep(v, "c")
+                if tiles(c) > 1:
+                    extra.append(Broadcast(dim="c", factor=tiles(c)))
+            if bc_r:
+                v = self._rep(v, "r")
+                if tiles(r) > 1:
+                    extra.append(Broadcast(dim="r", factor=tiles(r)))
+            if v.z == 1 and z > 1:
+                extra.insert(0, Broadcast(dim="z", factor=z))
+            pads_r.append(JUNK if bc_r else v.pad_r)
+            pads_c.append(JUNK if bc_c else v.pad_c)
+            inputs.append((v, tuple(extra)))
+        pad = (_combine_pad(node.op_type, pads_r, r), _combine_pad(node.op_type, pads_c, c))
+        # A transpose cannot ride on input 1 of a binary op; commutative ops can swap their inputs.
+        if node.op_type in ("add", "multiply", "maximum") and any(isinstance(t, Transpose) for t in
+                                                                  tuple(inputs[1][0].tms) + inputs[1][1]):
+            inputs = [inputs[1], inputs[0]]
+        return self.emit(node.name, BINARY[node.op_type], inputs, (z, r, c), pad=pad, layout=layout, spatial=spatial)
+
+    def _expand_leading(self, v: DVal, s: Sequence[int], out_shape: Sequence[int], index: int) -> DVal:
+        """An operand that broadcasts over some (not all) leading dims: only compile-time values can."""
+        if not v.is_queue_value:
+            raise self.err(f"operand {index} of shape {list(s)} broadcasts over some but not all leading dims of "
+                           f"{list(out_shape)}; the device can only broadcast z as a whole")
+        value = self.values[v.src].reshape(s)
+        target = tuple(out_shape[:-2]) + tuple(s[-2:])
+        return self._queue_value(v, f"expand{'x'.join(map(str, target))}", value.expand(target).contiguous())
+
+    def _rep(self, v: DVal, dim: str) -> DVal:
+        """Make a size-1 row/col dim fill its whole tile (so tile broadcasts repeat the right value)."""
+        if (v.pad_r if dim == "r" else v.pad_c) == REP:
+            return v
+        if v.is_queue_value and not v.tms:
+            value = self.values[v.src]
+            z, r, c = canonical_zrc(value.shape)
+            v3 = value.reshape(z, r, c)
+            if dim == "r":
+                value = v3.expand(z, TILE, c).contiguous() if r == 1 else v3
+            else:
+                value = v3.expand(z, r, TILE).contiguous() if c == 1 else v3
+            dv = self._queue_value(v, f"rep_{dim}", value)
+            return replace(dv, r=v.r, c=v.c, pad_r=REP if dim == "r" else v.pad_r, pad_c=REP if dim == "c" else v.pad_c)
+        key = ("rep", v.src, v.tms, dim)
+        if key not in self.cache:
+            self.cache[key] = self._rep_activation(v, dim)
+        return self.cache[key]
+
+    def _rep_activation(self, v: DVal, dim: str) -> DVal:
+        if dim == "r":
+            e = self._const("bcast_r", "tile_bcast_r", pickers.tile_broadcast_r())
+            extra = (Broadcast(dim="z", factor=v.z),) if v.z > 1 else ()
+            return self.emit(f"{v.src}.tile_bcast_r", "matmul", [(e, extra), (v, ())], (v.z, 1, v.c),
+                             pad=(REP, v.pad_c), tags={"picker": "tile_broadcast", "tile_broadcast_dim": "r",
+                                                        "data_input": 1, "min_fidelity": "HiFi2"})
+        e = self._const("bcast_c", "tile_bcast_c", pickers.tile_broadcast_c())
+        extra = (Broadcast(dim="z", factor=v.z),) if v.z > 1 else ()
+        return self.emit(f"{v.src}.tile_bcast_c", "matmul", [(v, ()), (e, extra)], (v.z, v.r, 1),
+                         pad=(v.pad_r, REP), tags={"picker": "tile_broadcast", "tile_broadcast_dim": "c",
+                                                        "data_input": 0, "min_fidelity": "HiFi3"})
+
+    # --- matmul ---------------------------------------------------------------------------------------------
+    def _matmul(self, node: Node, ops: List[DVal]) -> DVal:
+        a, b = ops[0], ops[1]
+        sa, sb = self.g[node.operands[0]].shape, self.g[node.operands[1]].shape
+        out_shape = tuple(node.shape)
+        z, m, n = canonical_zrc(out_shape)
+        k = sa[-1]
+        if len(sa) > 2 and a.z not in (1, z) or len(sb) > 2 and b.z not in (1, z):
+            raise self.err(f"matmul batch dims {list(sa[:-2])} x {list(sb[:-2])} -> {list(out_shape[:-2])} mix "
+                           f"broadcast and non-broadcast leading dims")
+        for v, s, i in ((a, sa, 0), (b, sb, 1)):
+            if len(s) > 2 and v.z == z and z > 1 and tuple(s[:-2]) != tuple(out_shape[:-2]):
+                ops[i] = self._expand_leading(v, s, out_shape, i)
+        a, b = ops[0], ops[1]
+        if k % TILE and a.pad_c != ZERO and b.pad_r != ZERO:
+            b = self._zero_rows(b) if not b.is_queue_value else b
+            if b.pad_r != ZERO:
+                a = self._zero_cols(a)
+        ea = (Broadcast(dim="z", factor=z),) if a.z == 1 and z > 1 else ()
+        eb = (Broadcast(dim="z", factor=z),) if b.z == 1 and z > 1 else ()
+        inputs = [(a, ea), (b, eb)]
+        attrs: Dict[str, Any] = {}
+        if len(ops) == 3:
+            bias = ops[2]
+            sbias = _right_align(self.g[node.operands[2]].shape, len(out_shape))
+            if sbias[-1] != out_shape[-1] or (len(sbias) > 2 and any(d != 1 for d in sbias[:-2]) and
+                                              tuple(sbias[:-2]) != tuple(out_shape[:-2])):
+                raise self.err(f"matmul bias of shape {list(sbias)} does not broadcast onto rows of {list(out_shape)}")
+            extra: List[TM] = []
+            if bias.z == 1 and z > 1:
+                extra.append(Broadcast(dim="z", factor=z))
+            if bias.r == 1 and tiles(m) > 1:
+                extra.append(Broadcast(dim="r", factor=tiles(m)))
+            inputs.append((bias, tuple(extra)))
+            attrs["bias"] = True
+        return self.emit(node.name, "matmul", inputs, (z, m, n), attrs, pad=(a.pad_r, b.pad_c))
+
+    def _zero_rows(self, v: DVal) -> DVal:
+        mask = self._const(("row_mask", v.r), f"row_mask_{v.r}", pickers.row_mask(v.r))
+        extra = [Broadcast(dim="c", factor=tiles(v.c))] if tiles(v.c) > 1 else []
+        if v.z > 1:
+            extra.insert(0, Broadcast(dim="z", factor=v.z))
+        return self.emit(f"{v.src}.zero_pad_r", "multiply", [(v, ()), (mask, tuple(extra))], (v.z, v.r, v.c),
+                         pad=(ZERO, v.pad_c), layout=v.layout, spatial=v.spatial)
+
+    def _zero_cols(self, v: DVal) -> DVal:
+        mask = self._const(("col_mask", v.c), f"col_mask_{v.c}", pickers.col_mask(v.c))
+        extra = [Broadcast(dim="r", factor=tiles(v.r))] if tiles(v.r) > 1 else []
+        if v.z > 1:
+            extra.insert(0, Broadcast(dim="z", factor=v.z))
+        return self.emit(f"{v.src}.zero_pad_c", "multiply", [(v, ()), (mask, tuple(extra))], (v.z, v.r, v.c),
+                         pad=(v.pad_r, ZERO), layout=v.layout, spatial=v.spatial)
+
+    # --- reductions -----------------------------------------------------------------------------------------
+    def _reduce(self, node: Node, v: DVal) -> DVal:
+        shape = tuple(self.g[node.operands[0]].shape)
+        n = len(shape)
+        d = normalize_dim(node.attrs["dim"], n)
+        kind = node.op_type
+        if kind == "reduce_max" and node.attrs.get("stride", -1) != -1:
+            raise self.err("reduce_max with a stride has no device form")
+        if v.layout == "flat":
+            if kind != "reduce_max" and d in (1, 2) and n == 4:
+                return self._reduce_flat_spatial(node, v, d)
+            if d != n - 1:
+                v = self._canonical(v)
+        size = shape[d]
+        scale = 1.0 / size if kind == "reduce_avg" else 1.0
+        if v.layout == "flat":  # reduce over channels of a flat value
+            d_kind = "c"
+        elif d == n - 1:
+            d_kind = "c"
+        elif d == n - 2:
+            d_kind = "r"
+        else:
+            d_kind = "z"
+        out_z, out_r, out_c = (v.z, v.r, 1) if d_kind == "c" else ((v.z, 1, v.c) if d_kind == "r" else (None, v.r, v.c))
+        if kind == "reduce_max":
+            return self._reduce_max(node, v, d_kind, shape, d)
+        if d_kind == "c":
+            ones = self._const(("ones_c", size, scale), f"reduce_c_{size}_{'avg' if scale != 1 else 'sum'}",
+                               pickers.ones_reduce_c(size, scale))
+            extra = (Broadcast(dim="z", factor=v.z),) if v.z > 1 else ()
+            return self.emit(node.name, "matmul", [(v, ()), (ones, extra)], (out_z, out_r, out_c),
+                             pad=(v.pad_r, REP), layout=v.layout, spatial=_reduced_spatial(v, "c"),
+                             tags={"reduce": kind})
+        if d_kind == "r":
+            ones = self._const(("ones_r", size, scale), f"reduce_r_{size}_{'avg' if scale != 1 else 'sum'}",
+                               pickers.ones_reduce_r(size, scale))
+            extra = (Broadcast(dim="z", factor=v.z),) if v.z > 1 else ()
+            return self.emit(node.name, "matmul", [(ones, extra), (v, ())], (out_z, out_r, out_c),
+                             pad=(REP, v.pad_c), tags={"reduce": kind})
+        # A leading dim: sum slices with a sparse picker over the vstack-ed slices.
+        lead = shape[:n - 2] if n > 2 else ()
+        rp = tiles(v.r) * TILE
+        src_z = np.arange(v.z).reshape(lead)
+        out_lead = list(lead)
+        out_lead[d] = 1
+        dst_z = np.broadcast_to(np.arange(math.prod(out_lead)).reshape(out_lead), lead).reshape(-1)
+        rows = np.arange(rp)
+        out_rows = (dst_z[:, None] * rp + rows[None, :]).reshape(-1)
+        in_rows = (src_z.reshape(-1)[:, None] * rp + rows[None, :]).reshape(-1)
+        src = replace(v, tms=tuple(v.tms) + ((VStack(factor=v.z),) if v.z > 1 else ()), z=1, r=v.z * rp)
+        zo = math.prod(out_lead)
+        picked = self._row_pick(src, node.name, out_rows, in_rows, np.full(len(out_rows), scale, np.float32),
+                                out_r=zo * rp, k_r=v.z * rp, key=("zreduce", tuple(lead), d, rp, scale))
+        return replace(picked, tms=(VSlice(factor=zo),) if zo > 1 else (), z=zo, r=v.r, pad_r=v.pad_r)
+
+    def _reduce_max(self, node: Node, v: DVal, d_kind: str, shape, d: int) -> DVal:
+        n = len(shape)
+        if d_kind == "c":
+            if v.c % TILE:
+                mask = self._const(("neg_c", v.c), f"neg_mask_c_{v.c}", pickers.neg_col_mask(v.c))
+                extra = [Broadcast(dim="r", factor=tiles(v.r))] if tiles(v.r) > 1 else []
+                if v.z > 1:
+                    extra.insert(0, Broadcast(dim="z", factor=v.z))
+                v = self.emit(f"{node.name}.mask", "add", [(v, ()), (mask, tuple(extra))], (v.z, v.r, v.c),
+                              pad=(v.pad_r, JUNK), layout=v.layout, spatial=v.spatial)
+            return self.emit(node.name, "reduce", [(v, ())], (v.z, v.r, 1), {"dim": "c", "type": "max"},
+                             pad=(v.pad_r, JUNK), layout=v.layout, spatial=_reduced_spatial(v, "c"))
+        if d_kind == "r":
+            if v.r % TILE:
+                mask = self._const(("neg_r", v.r), f"neg_mask_r_{v.r}", pickers.neg_row_mask(v.r))
+                extra = [Broadcast(dim="c", factor=tiles(v.c))] if tiles(v.c) > 1 else []
+                if v.z > 1:
+                    extra.insert(0, Broadcast(dim="z", factor=v.z))
+                v = self.emit(f"{node.name}.mask", "add", [(v, ()), (mask, tuple(extra))], (v.z, v.r, v.c),
+                              pad=(JUNK, v.pad_c))
+            return self.emit(node.name, "reduce", [(v, ())], (v.z, 1, v.c), {"dim": "r", "type": "max"},
+                             pad=(JUNK, v.pad_c))
+        if d != n - 3:
+            raise self.err(f"reduce_max over dim {d} of {list(shape)}: only the innermost leading dim (z) can be "
+                           f"reduced on the device")
+        f = shape[d]
+        return self.emit(node.name, "reduce", [(v, ())], (v.z // f, v.r, v.c), {"dim": "z", "type": "max", "z": f},
+                         pad=(v.pad_r, v.pad_c))
+
+    def _reduce_flat_spatial(self, node: Node, v: DVal, d: int) -> DVal:
+        h, w = v.spatial
+        scale = 1.0 / (h if d == 1 else w) if node.op_type == "reduce_avg" else 1.0
+        hh, ww = np.meshgrid(np.arange(h), np.arange(w), indexing="ij")
+        in_rows = (hh * w + ww).reshape(-1)
+        if d == 2:  # over W: out (H, 1)
+            out_rows, oh, ow = hh.reshape(-1), h, 1
+        else:  # over H: out (1, W)
+            out_rows, oh, ow = ww.reshape(-1), 1, w
+        picked = self._row_pick(v, node.name, out_rows, in_rows, np.full(len(in_rows), scale, np.float32),
+                                out_r=oh * ow, k_r=h * w, key=("spatial_reduce", h, w, d, scale))
+        return replace(picked, layout="flat", spatial=(oh, ow)) if oh > 1 else replace(
+            picked, layout="canonical", spatial=None, z=1, r=ow)
+
+    # --- data movement --------------------------------------------------------------------------------------
+    def _resolve(self, lz: Lazy) -> DVal:
+        """Lower a chain of data-movement ops: tile TMs when they realise it; else a column picker that
+        selects/reorders the columns the chain keeps followed by TMs (e.g. splitting fused QKV columns
+        into heads); else general pickers."""
+        v = self._canonical(lz.base)
+        key = ("resolve", lz.base_shape, lz.ops)
+        plan = self.cache.get(key)
+        if plan is None:
+            plan = self._plan_chain(lz)
+            self.cache[key] = plan
+        kind, cols, tms = plan
+        if kind == "pickers":
+            return self._gather_pickers(self.g[lz.name], [v], [lz.base_shape], lz.shape, chain=lz)
+        if cols is not None:
+            v = self._col_pick(v, f"{lz.name}.select_cols", cols, key=("select_cols", lz.base_shape, lz.ops))
+        zo, ro, co = canonical_zrc(lz.shape)
+        if not tms and (v.z, v.r, v.c) == (zo, ro, co):
+            return v
+        pad_r, pad_c = (v.pad_c, v.pad_r) if sum(isinstance(t, Transpose) for t in tms) % 2 else (v.pad_r, v.pad_c)
+        if any(not isinstance(t, Transpose) for t in tms):
+            pad_r, pad_c = JUNK, JUNK
+        return replace(v, tms=tuple(v.tms) + tuple(tms), z=zo, r=ro, c=co, pad_r=pad_r, pad_c=pad_c,
+                       is_queue_value=v.is_queue_value and not tms)
+
+    def _plan_chain(self, lz: Lazy):
+        """("tms", None, tms) | ("tms", column_sources, tms) | ("pickers", None, None)."""
+        zi, ri, ci = canonical_zrc(lz.base_shape)
+        zo, ro, co = canonical_zrc(lz.shape)
+        expected = self._index_map([lz.base_shape], lz.ops).reshape(zo, ro, co)
+        tms = _match_mapping((zi, ri, ci), expected)
+        if tms is not None:
+            return ("tms", None, tms)
+        valid = expected[expected >= 0]
+        if valid.numel() == 0:
+            return ("pickers", None, None)
+        used = torch.unique(valid % ci)
+        if used.numel() < ci:
+            # Keep only the columns the chain reads, in order, then try the TMs again.
+            position = torch.full((ci,), -1, dtype=torch.int64)
+            position[used] = torch.arange(used.numel())
+            cu = used.numel()
+            remapped = torch.where(expected >= 0, (expected // ci) * cu + position[expected.clamp(min=0) % ci],
+                                   torch.full_like(expected, -1))
+            tms = _match_mapping((zi, ri, cu), remapped)
+            if tms is not None:
+                return ("tms", used.numpy(), tms)
+        return ("pickers", None, None)
+
+    def _index_map(self, in_shapes, ops, node: Optional[Node] = None) -> torch.Tensor:
+        """Source of every output element as a flat index over the inputs (in order), -1 = zero."""
+        offsets = np.cumsum([0] + [math.prod(s) for s in in_shapes])
+        idx = [torch.arange(int(offsets[i]) + 1, int(offsets[i + 1]) + 1, dtype=torch.int64).reshape(s)
+               for i, s in enumerate(in_shapes)]
+        for op_type, attrs in ops:
+            attrs = _unhashable(attrs)
+            if op_type in ("pad", "buda_pad") and attrs.get("value", 0.0) != 0.0:
+                raise self.err(f"{op_type} with a non-zero value has no device form yet")
+            if op_type == "pad" and attrs.get("mode", "constant") != "constant":
+                raise self.err(f"pad mode '{attrs['mode']}' has no device form yet")
+            idx = [registry.evaluate(op_type, idx, attrs)]
+        return idx[0].to(torch.int64) - 1
+
+    def _gather_pickers(self, node: Node, ops: List[DVal], in_shapes, out_shape, chain: Optional[Lazy] = None) -> DVal:
+        """Data movement as row pickers (sparse, on vstack-ed rows) and/or column pickers, summed per input."""
+        op_list = chain.ops if chain is not None else ((node.op_type, _hashable(node.attrs)),)
+        emap = self._index_map(in_shapes, op_list)
+        zo, ro, co = canonical_zrc(out_shape)
+        emap = emap.reshape(zo, ro, co).numpy()
+        sizes = [math.prod(s) for s in in_shapes]
+        offsets = np.cumsum([0] + sizes)
+        parts: List[DVal] = []
+        for k, (v, s) in enumerate(zip(ops, in_shapes)):
+            zi, ri, ci = canonical_zrc(s)
+            mine = (emap >= offsets[k]) & (emap < offsets[k + 1])
+            if not mine.any():
+                continue
+            local = np.where(mine, emap - offsets[k], -1)
+            src_row = np.where(local >= 0, local // ci, -1).reshape(zo * ro, co)  # source row index zi*ri + i
+            src_col = np.where(local >= 0, local % ci, -1).reshape(zo * ro, co)
+            # Output columns that take their rows from the same source rows form one part: a column picker
+            # (placing those columns) followed by a row picker; the parts are summed. A plain gather is one
+            # part; a reshape that merges f rows into one is f parts.
+            vectors, group_of = np.unique(src_row.T, axis=0, return_inverse=True)
+            group_of = np.asarray(group_of).reshape(-1)
+            groups = [g for g in range(len(vectors)) if (vectors[g] >= 0).any()]
+            if len(groups) > 32:
+                raise self.err(f"{node.op_type} from {list(s)} to {list(out_shape)} moves data in a way the device "
+                               f"cannot express cheaply ({len(groups)} picker parts); run it on the CPU or change "
+                               f"the model's layout")
+            for g in groups:
+                cols = np.nonzero(group_of == g)[0]
+                col_map = np.full(co, -1, dtype=np.int64)
+                for j in cols:
+                    vals = src_col[:, j][src_col[:, j] >= 0]
+                    if vals.size and vals.min() != vals.max():
+                        raise self.err(f"{node.op_type} from {list(s)} to {list(out_shape)}: output column {j} reads "
+                                       f"several source columns; the device cannot express it")
+                    if vals.size:
+                        col_map[j] = vals[0]
+                parts.append(self._place(node, v, k, g, col_map, vectors[g], (zi, ri, ci), (zo, ro, co)))
+        if not parts:
+            raise self.err(f"{node.op_type} produces only padding; it has no device form")
+        out = parts[0]
+        for i, p in enumerate(parts[1:], start=1):
+            out = self.emit(f"{node.name}.join{i}", "add", [(out, ()), (p, ())], (zo, ro, co), pad=(ZERO, ZERO))
+        return out
+
+    def _place(self, node: Node, v: DVal, k: int, g: int, col_map: np.ndarray, row_map: np.ndarray, src, dst) -> DVal:
+        """One picker part: output column j = input column col_map[j]; output row r = input row row_map[r]."""
+        zi, ri, ci = src
+        zo, ro, co = dst
+        cur = v
+        if not (co == ci and np.array_equal(col_map, np.arange(ci))):
+            cur = self._col_pick(cur, f"{node.name}.cols{k}_{g}", col_map)
+        rp_in, rp_out = tiles(ri) * TILE, tiles(ro) * TILE
+        if not (zo == zi and ro == ri and np.array_equal(row_map, np.arange(zi * ri))):
+            out_idx = np.nonzero(row_map >= 0)[0]
+            srcs = row_map[out_idx]
+            out_rows = (out_idx // ro) * rp_out + out_idx % ro
+            in_rows = (srcs // ri) * rp_in + srcs % ri
+            stacked = replace(cur, tms=tuple(cur.tms) + ((VStack(factor=zi),) if zi > 1 else ()), z=1, r=zi * rp_in)
+            cur = self._row_pick(stacked, f"{node.name}.rows{k}_{g}", out_rows, in_rows,
+                                 np.ones(len(out_rows), np.float32), out_r=zo * rp_out, k_r=zi * rp_in)
+            cur = replace(cur, tms=(VSlice(factor=zo),) if zo > 1 else (), z=zo, r=ro, pad_r=ZERO)
+        return replace(cur, z=zo, r=ro, c=co)
+
+    # --- convolution and pooling -----------------------------------------------------------------------------
+    def _conv_or_pool(self, node: Node, ops: List[DVal]) -> DVal:
+        attrs = node.attrs
+        if not attrs.get("channel_last", False):
+            raise self.err(f"{node.op_type} must be channel-last by lowering (the channel_last pass converts NCHW)")
+        x = ops[0]
+        in_shape = tuple(self.g[node.operands[0]].shape)
+        out_shape = tuple(node.shape)
+        if len(in_shape) != 4 or in_shape[0] != 1:
+            raise self.err(f"{node.op_type} needs one sample [1, H, W, C] per device run, got {list(in_shape)}")
+        _, h, w, cin = in_shape
+        _, ho, wo, cout = out_shape
+        if node.op_type == "conv2d":
+            kh, kw = self.g[node.operands[1]].shape[2:]
+            dil = attrs["dilation"]
+        else:
+            kh, kw = attrs["kernel_size"]
+            dil = attrs.get("dilation", (1, 1))
+        stride, pads = attrs["stride"], attrs["padding"]
+        pad_l, pad_t = pads[0], pads[2]
+        kk = kh * kw
+        trivial = kk == 1 and stride == (1, 1) and pad_l == 0 and pad_t == 0 and (h, w) == (ho, wo)
+        # Input rows: flat (h*W + w) or canonical via vstack H (h*Wp + w).
+        if x.layout == "flat" or h == 1:
+            src = x if x.layout == "flat" else replace(x, layout="flat", spatial=(1, w))
+            in_pitch, k_r = w, h * w
+        else:
+            wp = tiles(w) * TILE
+            src = replace(x, tms=tuple(x.tms) + (VStack(factor=h),), z=1, r=h * wp)
+            in_pitch, k_r = wp, h * wp
+        out_hw = ho * wo
+        out_rp = tiles(out_hw) * TILE
+        if node.op_type == "avg_pool2d":
+            return self._avg_pool(node, src, in_pitch, k_r, (h, w), (ho, wo), (kh, kw), stride, (pad_t, pad_l), cin)
+        if trivial and node.op_type == "conv2d":
+            picked, kk_eff = x, 1
+        else:
+            pos, oh, ow, ih, iw, valid = _window(h, w, ho, wo, kh, kw, stride, dil, (pad_t, pad_l))
+            out_rows = oh * wo + ow
+            in_rows = ih * in_pitch + iw
+            key = ("window", h, w, ho, wo, kh, kw, stride, dil, pad_t, pad_l, in_pitch)
+            # One t slice per kernel position: slice ``pos`` holds the input pixel under every output pixel.
+            picked = self._row_pick(src, f"{node.name}.im2col", out_rows[valid], in_rows[valid],
+                                    np.ones(int(valid.sum()), np.float32), out_r=out_hw, k_r=k_r, key=key,
+                                    out_t=pos[valid], num_t=kk)
+            kk_eff = kk
+        if node.op_type == "max_pool2d":
+            if not valid.all():
+                # Positions outside the image picked zeros; push them to -1e30 so the max ignores them.
+                mask_rows = np.zeros((kk, out_rp), np.float32)
+                mask_rows[pos[~valid], (oh * wo + ow)[~valid]] = pickers.NEG_LARGE
+                m = torch.from_numpy(mask_rows[:, :, None]).expand(kk, out_rp, TILE).contiguous()
+                mq = self._const(("pool_mask",) + key, f"{node.name}.pad_mask", m)
+                extra = (Broadcast(dim="c", factor=tiles(cin)),) if tiles(cin) > 1 else ()
+                picked = self.emit(f"{node.name}.mask", "add", [(picked, ()), (replace(mq, r=out_hw), extra)],
+                                   (kk, out_hw, cin), pad=(JUNK, picked.pad_c))
+            if kk == 1:
+                out = picked
+            else:
+                out = self.emit(node.name, "reduce", [(picked, ())], (1, out_hw, cin),
+                                {"dim": "z", "type": "max", "z": kk}, pad=(JUNK, x.pad_c))
+            return replace(out, r=out_hw, layout="flat", spatial=(ho, wo))
+        return self._conv_weights(node, ops, picked, kk_eff, (kh, kw), cin, cout, out_hw, out_rp, x)
+
+    def _conv_weights(self, node, ops, picked: DVal, kk: int, kernel, cin, cout, out_hw, out_rp, x) -> DVal:
+        """The matmul (or depthwise multiply + sum) that applies the weights to picked pixels."""
+        groups = node.attrs["groups"]
+        wv = ops[1]
+        if not wv.is_queue_value:
+            raise self.err("conv2d weights must be a parameter or constant (computed weights are not supported)")
+        weight = self.values[wv.src]
+        ho, wo = self.g[node.name].shape[1:3]
+        bias = ops[2] if len(ops) == 3 else None
+        if bias is not None and not bias.is_queue_value:
+            raise self.err("conv2d bias must be a parameter or constant")
+        direct = picked is x  # 1x1, stride 1, no padding: the weights apply to the pixels as they are
+        if direct:
+            z, rows, layout, spatial = x.z, x.r, x.layout, x.spatial
+        else:
+            z, rows, layout, spatial = 1, out_hw, "flat", (ho, wo)
+        depthwise = groups > 1 and groups == cin and cout == cin
+        if depthwise and not direct:
+            wrows = self._queue_value(wv, "depthwise_rows", pickers.depthwise_weight_rows(weight),
+                                      {"consteval_transform": "depthwise_weight_rows"})
+            extra = (Broadcast(dim="r", factor=tiles(out_rp)),) if tiles(out_rp) > 1 else ()
+            prod = self.emit(f"{node.name}.dw_mul", "multiply",
+                             [(picked, ()), (replace(wrows, r=1, pad_r=REP), extra)], (kk, out_hw, cin),
+                             pad=(ZERO, JUNK))
+            if kk > 1:
+                src = replace(prod, tms=(VStack(factor=kk),), z=1, r=kk * out_rp)
+                pos = np.repeat(np.arange(kk), out_hw)
+                pix = np.tile(np.arange(out_hw), kk)
+                out = self._row_pick(src, f"{node.name}.dw_sum", pix, pos * out_rp + pix,
+                                     np.ones(len(pix), np.float32), out_r=out_hw, k_r=kk * out_rp,
+                                     key=("dwsum", kk, out_hw, out_rp))
+            else:
+                out = replace(prod, r=out_hw)
+            if bias is not None:
+                bq = self._queue_value(bias, "rep_r", self.values[bias.src].reshape(1, cout).expand(TILE, cout).contiguous())
+                bq = replace(bq, r=1, pad_r=REP)
+                extra = (Broadcast(dim="r", factor=tiles(out_hw)),) if tiles(out_hw) > 1 else ()
+                out = self.emit(f"{node.name}.bias", "add", [(out, ()), (bq, extra)], (1, out_hw, cout), pad=(JUNK, JUNK))
+            return replace(out, r=out_hw, layout="flat", spatial=(ho, wo))
+        cin_pad = tiles(cin) * TILE
+        wmat = self._queue_value(wv, f"im2col_weights_g{groups}", pickers.block_diag_weights(weight, groups, cin_pad),
+                                 {"consteval_transform": "block_diag_weights", "groups": groups, "cin_pad": cin_pad})
+        if direct:
+            a = x
+            wextra = (Broadcast(dim="z", factor=z),) if z > 1 else ()
+        else:
+            tms = (HStack(factor=kk),) if kk > 1 else ()
+            a = replace(picked, tms=tuple(picked.tms) + tms, z=1, r=out_hw, c=kk * cin_pad)
+            wextra = ()
+        inputs = [(a, ()), (wmat, wextra)]
+        attrs: Dict[str, Any] = {}
+        if bias is not None:
+            bq = self._queue_value(bias, "row", self.values[bias.src].reshape(1, cout))
+            extra: List[TM] = [Broadcast(dim="z", factor=z)] if z > 1 else []
+            if tiles(rows) > 1:
+                extra.append(Broadcast(dim="r", factor=tiles(rows)))
+            inputs.append((bq, tuple(extra)))
+            attrs["bias"] = True
+        out = self.emit(node.name, "matmul", inputs, (z, rows, cout), attrs, pad=(a.pad_r, ZERO), layout=layout,
+                        spatial=spatial)
+        return out
+
+    def _avg_pool(self, node, src, in_pitch, k_r, hw, out_hw2, kernel, stride, pads, cin) -> DVal:
+        h, w = hw
+        ho, wo = out_hw2
+        kh, kw = kernel
+        a = node.attrs
+        pos, oh, ow, ih, iw, valid = _window(h, w, ho, wo, kh, kw, stride, (1, 1), pads)
+        if a.get("divisor_override"):
+            div = np.full(len(pos), float(a["divisor_override"]))
+        elif a.get("count_include_pad", True):
+            pad_r_total = (ho - 1) * stride[0] + kh - h - pads[0]
+            pad_c_total = (wo - 1) * stride[1] + kw - w - pads[1]
+            hs = oh * stride[0] - pads[0]
+            ws = ow * stride[1] - pads[1]
+            he = np.minimum(hs + kh, h + max(pad_r_total, 0))
+            we = np.minimum(ws + kw, w + max(pad_c_total, 0))
+            div = ((he - hs) * (we - ws)).astype(np.float64)
+        else:
+            counts = np.zeros(ho * wo)
+            np.add.at(counts, (oh * wo + ow)[valid], 1)
+            div = counts[oh * wo + ow]
+        values = (1.0 / div)[valid].astype(np.float32)
+        out = self._row_pick(src, node.name, (oh * wo + ow)[valid], (ih * in_pitch + iw)[valid], values,
+                             out_r=ho * wo, k_r=k_r)
+        return replace(out, r=ho * wo, layout="flat", spatial=(ho, wo))
+
+    # --- outputs --------------------------------------------------------------------------------------------
+    def _output(self, node: Node) -> None:
+        v = self._canonical(self._get(node.operands[0]))
+        consumers = sum(1 for op in self.bg.ops.values() if v.src in op.inputs)
+        feeds_queue = any(q.producer == v.src for q in self.bg.queues.values())
+        producer = self.bg.ops.get(v.src)
+        # An untilizing op feeds only its output queue; matmuls/z-reduces are not given that job (an
+        # untilizing matmul would be limited to m_k == 1).
+        awkward = producer is not None and (producer.type == "matmul" or producer.attrs.get("dim") == "z")
+        if v.src in self.bg.queues or v.src in self.pending or v.tms or consumers or feeds_queue or awkward:
+            v = self.emit(f"{node.name}.out_nop", "nop", [(v, ())], (v.z, v.r, v.c), pad=(v.pad_r, v.pad_c),
+                          tags={"output_nop": True})
+        src_shape = tuple(self.g[node.operands[0]].shape)
+        tags = {"device_shape": src_shape, "batched": bool(node.tags.get("batched")),
+                "host_tms": list(node.tags.get("host_tms", [])),
+                "framework_shape": tuple(node.tags.get("framework_shape", node.shape))}
+        q = BudaQueue(node.name, "output", TileShape(1, v.z, tiles(v.r), tiles(v.c)), producer=v.src,
+                      original_shape=tags["framework_shape"], tags=tags)
+        self.bg.add_queue(q)
+        self.bg.output_order.append(node.name)
+        if self.ctx.config.output_queues_on_host:
+            self.bg.ops[v.src].untilize_output = True
+
+
+# --- helpers --------------------------------------------------------------------------------------------------
+
+
+def _tile3(zrc):
+    z, r, c = zrc
+    return (z, tiles(r), tiles(c))
+
+
+def _right_align(shape: Sequence[int], rank: int) -> Tuple[int, ...]:
+    return (1,) * (rank - len(shape)) + tuple(shape)
+
+
+def _combine_pad(op: str, pads: Sequence[str], size: int) -> str:
+    if size % TILE == 0:
+        return ZERO
+    if size == 1 and all(p == REP for p in pads):
+        return REP
+    if op == "multiply" and any(p == ZERO for p in pads):
+        return ZERO
+    if op in ("add", "subtract", "maximum") and all(p == ZERO for p in pads):
+        return ZERO
+    return JUNK
+
+
+def _reduced_spatial(v: DVal, dim: str):
+    return v.spatial if v.layout == "flat" else None
+
+
+def _hashable(value: Any) -> Any:
+    if isinstance(value, dict):
+        return tuple(sorted((k, _hashable(v)) for k, v in value.items()))
+    if isinstance(value, (list, tuple)):
+        return tuple(_hashable(v) for v in value)
+    return value
+
+
+def _unhashable(value: Any) -> Any:
+    """Attrs back from :func:`_hashable` (a sorted tuple of pairs) as a dict."""
+    if isinstance(value, tuple) and all(isinstance(p, tuple) and len(p) == 2 and isinstance(p[0], str)
+                                        for p in value):
+        return {k: v for k, v in value}
+    return value
+
+
+def _divisors(n: int) -> List[int]:
+    return [d for d in range(2, n + 1) if n % d == 0]
+
+
+def _match_mapping(src: Tuple[int, int, int], expected: torch.Tensor) -> Optional[List[TM]]:
+    """The shortest netlist TM sequence moving every element of a canonical ``src`` (z, r, c) to where
+    ``expected`` (the source flat index of each output element, -1 = none) says, or None.
+
+    Candidates are checked on padded index tensors, so a sequence that would move padding into the
+    valid region (a slice of an unaligned dim) is rejected by the check itself."""
+    zi, ri, ci = src
+    zo, ro, co = expected.shape
+    if (zi * ri * ci) != expected.numel() or (expected < 0).any():
+        return None
+    if (zi, ri, ci) == (zo, ro, co) and torch.equal(expected.reshape(-1), torch.arange(expected.numel())):
+        return []
+    padded = torch.full((zi, tiles(ri) * TILE, tiles(ci) * TILE), -1, dtype=torch.int64)
+    padded[:, :ri, :ci] = torch.arange(zi * ri * ci).reshape(zi, ri, ci)
+    for seq in _tm_candidates((zi, tiles(ri), tiles(ci)), (zo, tiles(ro), tiles(co))):
+        if torch.equal(apply_tms(padded, seq)[:, :ro, :co], expected):
+            return list(seq)
+    return None
+
+
+def _tm_candidates(start: Tuple[int, int, int], target: Tuple[int, int, int], max_len: int = 3):
+    """TM sequences (shortest first) taking tile shape ``start`` to ``target``."""
+    frontier = [((), start)]
+    if start == target:
+        yield ()
+    for _ in range(max_len):
+        nxt = []
+        for seq, shape in frontier:
+            z, rt, ct = shape
+            moves: List[TM] = [Transpose()]
+            moves += [HSlice(factor=f) for f in _divisors(ct)]
+            moves += [VSlice(factor=f) for f in _divisors(rt)]
+            moves += [HStack(factor=f) for f in _divisors(z)]
+            moves += [VStack(factor=f) for f in _divisors(z)]
+            for m in moves:
+                s2 = tms_shape(shape, [m])
+                seq2 = seq + (m,)
+                if s2 == target:
+                    yield seq2
+                if s2[0] * s2[1] * s2[2] == z * rt * ct:
+                    nxt.append((seq2, s2))
+        frontier = nxt[:400]
+
+
+def _window(h, w, ho, wo, kh, kw, stride, dil, pads):
+    """Every (kernel position, output pixel) pair with its input pixel; ``valid`` = inside the image."""
+    pos, oh, ow = np.meshgrid(np.arange(kh * kw), np.arange(ho), np.arange(wo), indexing="ij")
+    pos, oh, ow = pos.reshape(-1), oh.reshape(-1), ow.reshape(-1)
+    ki, kj = pos // kw, pos % kw
+    ih = oh * stride[0] + ki * dil[0] - pads[0]
+    iw = ow * stride[1] + kj * dil[1] - pads[1]
+    valid = (ih >= 0) & (ih < h) & (iw >= 0) & (iw < w)
+    return pos, oh, ow, ih, iw, valid
