@@ -92,18 +92,15 @@ def main(args: argparse.Namespace) -> int:
 
 
 def _print_compile_summary(results) -> None:
-    if results is None:
-        print("\n(no compile results available: the device ran on the CPU reference)")
+    if isinstance(results, list):  # one entry per module on the device
+        results = next((r for r in results if r is not None), None)
+    if results is None or results.netlist is None:
+        print("\n(no netlist: the device ran on the CPU reference)")
         return
-    summary = results.summary
-    if summary is not None:
-        print(f"\nnetlist: {results.netlist_filename}")
-        print(str(summary))
-    try:
-        from pybuda.backend.perf import estimate
+    print(f"\nnetlist: {results.netlist_filename}")
+    if results.summary is not None:
+        print(str(results.summary))
+    from pybuda.backend.perf import estimate_compiled
 
-        report = estimate(results.netlist, results.device, config=results.config)
-        print(f"\nmodelled on the card: {report.samples_per_second:,.0f} samples/s, "
-              f"bottleneck {report.bottleneck}")
-    except ImportError:
-        log.info("performance model not available")
+    print("\nperformance model:")
+    print(estimate_compiled(results).summary(max_epochs=4))

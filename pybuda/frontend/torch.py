@@ -142,7 +142,8 @@ def _fallback_set(config: Any) -> Tuple[bool, set]:
 
 def capture(module: Union["torch.nn.Module", Any], sample_inputs: Any, graph_name: Optional[str] = None,
             config: Any = None, *, decompose: Union[bool, str] = "auto",
-            input_parameters: Optional[Mapping[int, Tuple[str, torch.Tensor]]] = None) -> CaptureResult:
+            input_parameters: Optional[Mapping[int, Tuple[str, torch.Tensor]]] = None,
+            for_device: bool = False) -> CaptureResult:
     """Capture a PyTorch model into a pybuda graph (plus CPU fallback stages).
 
     Args:
@@ -156,6 +157,10 @@ def capture(module: Union["torch.nn.Module", Any], sample_inputs: Any, graph_nam
             ops or ops without a direct mapping), True or False.
         input_parameters: turn user inputs (by flat position) into parameters ``(name, value)``; used
             by the torch.compile backend, which receives weights as inputs.
+        for_device: the graph will be compiled for the chip, so ops the compiler cannot lower
+            (``pybuda.passes.capabilities``: integer math, ops without a lowering) count as unsupported
+            too: they fall back to the CPU, or are listed in UnsupportedOpError with fallback off.
+            Without it the graph only has to run on the CPU reference.
 
     Raises:
         UnsupportedOpError: fallback is disabled and some ops have no mapping (lists every one with its
@@ -189,7 +194,7 @@ def capture(module: Union["torch.nn.Module", Any], sample_inputs: Any, graph_nam
     prog = fx_program.prepare(ep, name, nn_module, input_parameters)
     timings["fold"] = prog.timings["fold"]
     t = time.perf_counter()
-    result = _map_program(prog, config)
+    result = _map_program(prog, config, for_device)
     timings["map"] = time.perf_counter() - t
     result.timings = timings
     result._kwarg_order = list(kwargs)
@@ -243,7 +248,20 @@ def _standins(graph: Graph, node: torch.fx.Node) -> Any:
     return one(val, "")
 
 
-def _map_program(prog: FxProgram, config: Any) -> CaptureResult:
+def _device_unsupported(graph: Graph, created: Sequence[str]) -> Optional[str]:
+    """Why the chip cannot run one of the ops just created for an FX node (None if it can)."""
+    from pybuda.passes.capabilities import unsupported_reason
+
+    for name in created:
+        node = graph.nodes.get(name)
+        if node is not None and node.kind == "op":
+            reason = unsupported_reason(graph, node)
+            if reason is not None:
+                return reason
+    return None
+
+
+def _map_program(prog: FxProgram, config: Any, for_device: bool = False) -> CaptureResult:
     enabled, fallback_names = _fallback_set(config)
     graph = Graph(prog.name)
     b = Builder(graph)
@@ -251,12 +269,18 @@ def _map_program(prog: FxProgram, config: Any) -> CaptureResult:
     unsupported: Dict[torch.fx.Node, str] = {}
     host: Dict[torch.fx.Node, str] = {}
     for node in prog.compute:
+        before = len(graph.nodes)
         try:
             env[node] = aten_map.convert_node(b, node, env)
         except Unsupported as e:
             unsupported[node] = str(e)
             env[node] = _standins(graph, node)
             continue
+        if for_device:
+            reason = _device_unsupported(graph, list(graph.nodes)[before:])
+            if reason is not None:
+                unsupported[node] = reason
+                continue
         if enabled and fallback_names:
             hit = op_name(node.target) if op_name(node.target) in fallback_names else \
                 next((t for t in b.op_types if t in fallback_names), None)

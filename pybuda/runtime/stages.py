@@ -122,7 +122,7 @@ def _translate_tt(device: Device, config: Any, counter: List[int]) -> Tuple[Opti
             values, names = _trace_values(module, values, names), None
             continue
         args = dict(zip(names, values)) if names else tuple(values)
-        result = capture(module, args, graph_name=module.name, config=config)
+        result = capture(module, args, graph_name=module.name, config=config, for_device=True)
         pre, graph, post = result.split_for_devices()
         if (pre is not None or post is not None) and len(device.modules) > 1:
             raise CompileError(f"TTDevice '{device.name}': module '{module.name}' needs CPU fallback, which is only "
