@@ -3,8 +3,9 @@
 An op can run on the device when lowering handles its type directly (``lower.py``'s tables) or a
 decomposition rewrites it into such ops (``decompose.py``), and it computes on floating-point data:
 the chip's formats are floats and block floats, so integer arithmetic (index math, masks built with
-integer ops) belongs on the host. The one integer-to-float step the compiler absorbs is a cast
-applied directly to a graph input (the input is then pushed in a float format). The torch frontend
+integer ops) belongs on the host. The one integer-to-float step the compiler absorbs is a cast of
+integer data to float: its integer producer is either a graph input or an integer op, which runs on
+the host, so on the device the cast reads an input, which is then pushed in a float format. The torch frontend
 sends everything this module rejects to the CPU fallback devices, with the reason in its report.
 """
 
@@ -12,7 +13,7 @@ from __future__ import annotations
 
 from typing import FrozenSet, Optional
 
-from pybuda.ir.graph import INPUT, Graph, Node
+from pybuda.ir.graph import Graph, Node
 
 
 def device_op_types() -> FrozenSet[str]:
@@ -30,12 +31,10 @@ def unsupported_reason(graph: Graph, node: Node) -> Optional[str]:
     if op_type not in device_op_types():
         return f"'{op_type}' has no device implementation"
     if op_type == "cast":
+        if node.dtype.is_floating_point:
+            return None
         src = graph[node.operands[0]]
-        if src.dtype.is_floating_point and node.dtype.is_floating_point:
-            return None
-        if node.dtype.is_floating_point and src.kind == INPUT:
-            return None
-        return f"cast from {src.dtype} to {node.dtype} needs integer data on the device"
+        return f"cast from {src.dtype} to {node.dtype} produces integer data on the device"
     if not node.dtype.is_floating_point:
         return f"'{op_type}' computes {str(node.dtype).replace('torch.', '')} data; the device computes in float formats"
     for operand in node.operands:

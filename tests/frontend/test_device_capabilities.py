@@ -1,0 +1,63 @@
+"""Capturing for the chip: ops the compiler cannot lower go to the CPU (or are reported as unsupported)."""
+
+import pytest
+import torch
+
+import pybuda
+from pybuda.errors import UnsupportedOpError
+from pybuda.frontend.torch import capture
+from pybuda.verify import calculate_pcc
+
+
+class MaskedScores(torch.nn.Module):
+    """Integer mask arithmetic (host work on the chip) feeding float math (device work)."""
+
+    def __init__(self):
+        super().__init__()
+        self.proj = torch.nn.Linear(32, 32)
+
+    def forward(self, x, mask):
+        keep = (mask.unsqueeze(-1) * 2 - 1).to(torch.float32)  # int64 ops, then a cast
+        return torch.softmax(self.proj(x) * keep, dim=-1)
+
+
+def _inputs():
+    torch.manual_seed(0)
+    return torch.randn(1, 16, 32), torch.randint(0, 2, (1, 16))
+
+
+def test_integer_ops_fall_back_to_cpu_when_capturing_for_the_device():
+    model = MaskedScores().eval()
+    result = capture(model, _inputs(), config=pybuda.CompilerConfig(), for_device=True)
+    pre, graph, post = result.split_for_devices()
+    assert pre is not None and post is None
+    assert all(n.dtype.is_floating_point for n in graph.ops)
+    report = str(result.report)
+    assert "int64" in report or "integer" in report
+
+
+def test_cpu_reference_capture_keeps_integer_ops_in_the_graph():
+    result = capture(MaskedScores().eval(), _inputs(), config=pybuda.CompilerConfig())
+    pre, graph, post = result.split_for_devices()
+    assert pre is None and any(not n.dtype.is_floating_point for n in graph.ops)
+
+
+def test_fallback_off_lists_device_unsupported_ops():
+    config = pybuda.CompilerConfig(enable_tvm_cpu_fallback=False)
+    with pytest.raises(UnsupportedOpError) as info:
+        capture(MaskedScores().eval(), _inputs(), config=config, for_device=True)
+    assert "test_device_capabilities.py" in str(info.value)
+
+
+def test_model_with_integer_preprocessing_runs_on_the_simulated_chip():
+    model = MaskedScores().eval()
+    x, mask = _inputs()
+    module = pybuda.PyTorchModule("masked", model)
+    pybuda.TTDevice("tt0", module=module, arch=pybuda.BackendDevice.Wormhole_B0)
+    try:
+        out = pybuda.run_inference(inputs=[(x, mask)]).get()[0].value()
+    finally:
+        pybuda.shutdown()
+        pybuda.pybuda_reset()
+    with torch.no_grad():
+        assert calculate_pcc(model(x, mask), out) >= 0.99
