@@ -23,7 +23,7 @@ test: $(STAMP)
 	$(PY) -m pytest -n 2 -q -p no:cacheprovider
 
 bench: $(STAMP)
-	$(PY) -m benchmarks.run_all
+	PY=$(PY) benchmarks/run_all.sh
 
 clean:
 	rm -rf $(VENV) tt_build
