@@ -124,5 +124,16 @@ class BudaGraph:
         users += [q.name for q in self.queues.values() if q.producer == name]
         return users
 
+    def reader_map(self) -> Dict[str, List[str]]:
+        """Every name's readers (ops and output queues) in one pass; use it where many are asked for."""
+        out: Dict[str, List[str]] = {}
+        for op in self.ops.values():
+            for name in op.inputs:
+                out.setdefault(name, []).append(op.name)
+        for q in self.queues.values():
+            if q.producer is not None:
+                out.setdefault(q.producer, []).append(q.name)
+        return out
+
     def __iter__(self) -> Iterator[BudaOp]:
         return iter(list(self.ops.values()))

@@ -28,26 +28,16 @@ def fuse_matmul_epilogues(bg: BudaGraph, ctx: CompileContext) -> BudaGraph:
     """Fold bias adds, gelu and relu into their producers (in place); returns ``bg``."""
     counts = {"bias": 0, "gelu": 0, "relu": 0}
     for kind, fn in (("bias", _try_bias), ("gelu", _try_gelu), ("relu", _try_relu)):
-        readers = _readers(bg)
+        readers = bg.reader_map()
         for op in list(bg.ops.values()):
             if op.name not in bg.ops:
                 continue
             if fn(bg, op, readers, ctx):
                 counts[kind] += 1
-                readers = _readers(bg)
+                readers = bg.reader_map()
     ctx.notes["fused_epilogues"] = counts
     return bg
 
-
-def _readers(bg: BudaGraph) -> Dict[str, List[str]]:
-    out: Dict[str, List[str]] = {}
-    for op in bg.ops.values():
-        for name in op.inputs:
-            out.setdefault(name, []).append(op.name)
-    for q in bg.queues.values():
-        if q.producer is not None:
-            out.setdefault(q.producer, []).append(q.name)
-    return out
 
 
 def _sole_reader(bg: BudaGraph, name: str, readers) -> BudaOp:

@@ -37,7 +37,7 @@ def fuse_elementwise_ops(bg: BudaGraph, ctx: CompileContext) -> BudaGraph:
     if not ctx.config.enable_auto_fusing:
         return bg
     dont = set(ctx.config.op_names_dont_fuse)
-    readers = _readers(bg)
+    readers = bg.reader_map()
     order = list(bg.ops)
     position = {n: i for i, n in enumerate(order)}
     taken: Set[str] = set()
@@ -78,16 +78,6 @@ def fuse_elementwise_ops(bg: BudaGraph, ctx: CompileContext) -> BudaGraph:
     ctx.notes["fused_sub_ops"] = sum(len(g) for g in groups)
     return bg
 
-
-def _readers(bg: BudaGraph) -> Dict[str, List[str]]:
-    out: Dict[str, List[str]] = {}
-    for op in bg.ops.values():
-        for name in op.inputs:
-            out.setdefault(name, []).append(op.name)
-    for q in bg.queues.values():
-        if q.producer is not None:
-            out.setdefault(q.producer, []).append(q.name)
-    return out
 
 
 def _tile_broadcast_source(bg: BudaGraph, name: str, reader: str, readers) -> Optional[BudaOp]:
