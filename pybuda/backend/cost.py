@@ -297,23 +297,49 @@ def _matmul_cycles(arch: str, in_dfs: Sequence[DataFormat], acc_df: DataFormat, 
                   + big_u * b.u_kt * b.ublock_rt * (1 + b.ublock_ct) * unpack_tile_w)
 
 
+def _sparse_products_per_core(attrs: Mapping[str, Any], b: _Blocking) -> int:
+    """Tile rows of in0·in1 products one core of a sparse matmul performs per input, for each of its
+    output tile columns: ``ceil(indices_len / grid_r)``.
+
+    The index holds one entry per non-zero (output row tile, K row tile) pair over every t, sorted by
+    output row, so the grid rows split it evenly. Zero blocks of ``m_k`` cost nothing: the kernel walks
+    the index, not K (a convolution's im2col picker has ``m_k`` = the whole activation height while
+    each output row touches only kernel-size rows). Without ``indices_len`` (hand-written netlists)
+    every unique sparse tile is assumed used once per core row [D]."""
+    indices = int(attrs.get("indices_len", 0) or 0)
+    if indices <= 0:
+        indices = int(attrs.get("num_sparse_tiles", 0) or 0)
+    return max(1, math.ceil(indices / max(1, b.grid_r)))
+
+
+#: Sparse matmul fidelity scaling (spec §6.1: the V2 formula reads LoFi and HiFi2 tables, "HiFi3
+#: scales by 1.2 and HiFi4 by 1.7", relative to HiFi2).
+_SPARSE_FIDELITY = {1: 1.0, 2: 2.0, 3: 2.4, 4: 3.4}
+
+
 def _sparse_matmul_cycles(arch: str, in_dfs: Sequence[DataFormat], acc_df: DataFormat,
                           fidelity: MathFidelity, attrs: Mapping[str, Any], b: _Blocking) -> float:
-    """Sparse ("identity") matmul. The spec names BBE's formulas but gives no parameters, so this
-    charges the dense per-tile math cost for the non-zero tiles only: each core multiplies its share
-    of ``num_sparse_tiles`` by its output columns, plus the dense per-ublock overhead [D]."""
-    sparse_tiles = int(attrs.get("num_sparse_tiles", 0) or 0)
-    if sparse_tiles <= 0:
-        return _matmul_cycles(arch, in_dfs, acc_df, fidelity, attrs, b)
-    per_core = math.ceil(sparse_tiles / max(1, b.grid_r))
-    cols = b.mblock_n * b.ublock_ct
-    f = fidelity_phases(fidelity)
+    """Sparse ("identity") matmul: the dense formula (GS V1 / WH V2) applied to the work the core
+    really does, one tile product per index entry and output tile column.
+
+    The spec names BBE's sparse formulas but gives no parameters. The per-core work is
+    ``P = ceil(indices_len / grid_r)`` products for each of the ``mblock_n·ublock_ct`` output columns
+    — exactly a dense matmul producing one row of ublocks with ``u_kt = P`` (one K step per product),
+    so the dense parameters cost it [D]: math per product, unpack of one sparse tile plus the
+    activation ublock row per product, and the per-ublock overhead once per output ublock column
+    (one K block, so no Dest spill). Fidelity uses the sparse V2 scaling (HiFi3 ×1.2, HiFi4 ×1.7 of
+    HiFi2; spec §6.1)."""
+    products = _sparse_products_per_core(attrs, b)
+    cols_ub = b.mblock_n
+    uc = b.ublock_ct
+    f_sparse = _SPARSE_FIDELITY.get(fidelity_phases(fidelity), float(fidelity_phases(fidelity)))
     if arch == "grayskull":
         _, ub_w, tile_w = _GS_MATMUL_V1
-        return b.t * (b.ublocks * b.m_k * ub_w) + per_core * cols * tile_w * f
+        return cols_ub * ub_w + cols_ub * products * uc * tile_w * f_sparse
     math_w, _, unpack_ub_w, unpack_tile_w = _WH_MATMUL[_wh_matmul_set(in_dfs, acc_df, attrs)]
-    return (b.t * b.ublocks * b.m_k * unpack_ub_w
-            + per_core * cols * (f * math_w + 2 * unpack_tile_w))
+    return (cols_ub * products * uc * f_sparse * math_w
+            + cols_ub * unpack_ub_w
+            + cols_ub * products * (1 + uc) * unpack_tile_w)
 
 
 def _fused_cycles(arch: str, op: Any, b: _Blocking, fused_ops: Optional[Mapping[Any, Any]]) -> float:
@@ -384,11 +410,16 @@ def _kernel_of(op: Any, b: _Blocking, arch_key: str, fused_ops: Optional[Mapping
 
 def matmul_ideal_cycles(op: Any, op_model: Any, arch: Any) -> int:
     """Theoretical math cycles per core per input of a matmul (tile products × ideal cycles per
-    product × fidelity phases; spec §6.2), 0 for other ops. Ribbon's utilisation metric uses it."""
+    product × fidelity phases; spec §6.2), 0 for other ops. A sparse matmul's products are its index
+    entries (``indices_len``), not its dense ``m_k·u_kt`` blocks. Ribbon's utilisation metric uses it."""
     if op.type not in _MATMUL_OPS:
         return 0
     b = _blocking(op_model)
-    tile_macs = b.t * b.tiles * b.m_k * b.u_kt
+    if op.attrs.get("identity"):
+        # sparse: only the index's non-zero products are work (see _sparse_products_per_core)
+        tile_macs = _sparse_products_per_core(op.attrs, b) * b.mblock_n * b.ublock_ct
+    else:
+        tile_macs = b.t * b.tiles * b.m_k * b.u_kt
     return _clamp(tile_macs * _IDEAL_TILE_MAC_CYCLES[_arch_key(arch)] * fidelity_phases(op.math_fidelity))
 
 

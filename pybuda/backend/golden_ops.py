@@ -10,7 +10,7 @@ result before packing, except that multiplies go through the fidelity model when
 from __future__ import annotations
 
 import math
-from typing import Callable, Dict, Optional, Sequence
+from typing import Callable, Dict, Optional, Sequence, Tuple
 
 import torch
 
@@ -87,12 +87,93 @@ def tile_broadcast(x: torch.Tensor, dim: str) -> torch.Tensor:
 # Op math
 # --------------------------------------------------------------------------------------------------
 
-def _mul(a: torch.Tensor, b: torch.Tensor, fidelity: Optional[MathFidelity]) -> torch.Tensor:
-    return a * b if fidelity is None else formats.fidelity_multiply(a, b, fidelity)
+# Fidelity (spec §4.6). The executed phases of one fidelity factor into at most two products of masked
+# operands (see ``formats.fidelity_matmul``); each operand contributes one or two masked "pieces":
+#   LoFi {0}: Bhi·Ahi   HiFi2 {0,1}: Bhi·Aused   HiFi2_B {0,2}: Bused·Ahi
+#   HiFi3 {0,1,2}: Bhi·Aused + Blo·Ahi   HiFi4: Bused·Aused
+# Splitting per operand lets the golden compute (and cache) the pieces of a constant operand once.
+_A_HI, _A_USED = 0xFFF80000, 0xFFFFC000
+_B_HI, _B_USED = 0xFFFE0000, 0xFFFFE000
+_PIECES = {  # phases -> (SrcA masks, SrcB masks); "lo" is used minus hi
+    (0,): ((_A_HI,), (_B_HI,)),
+    (0, 1): ((_A_USED,), (_B_HI,)),
+    (0, 2): ((_A_HI,), (_B_USED,)),
+    (0, 1, 2): ((_A_USED, _A_HI), (_B_HI, "lo")),
+    (0, 1, 2, 3): ((_A_USED,), (_B_USED,)),
+}
 
 
-def _matmul(a: torch.Tensor, b: torch.Tensor, fidelity: Optional[MathFidelity]) -> torch.Tensor:
-    return torch.matmul(a, b) if fidelity is None else formats.fidelity_matmul(a, b, fidelity)
+def _i32(v: int) -> int:
+    v &= 0xFFFFFFFF
+    return v - (1 << 32) if v & 0x80000000 else v
+
+
+def _bitmask(x: torch.Tensor, mask: int) -> torch.Tensor:
+    if x.dtype != torch.float32:
+        x = x.to(torch.float32)
+    return (x.view(torch.int32) & _i32(mask)).view(torch.float32)
+
+
+def fidelity_pieces(x: torch.Tensor, role: str, fidelity: MathFidelity) -> Tuple[torch.Tensor, ...]:
+    """The masked pieces of one multiplier operand: ``role`` "a" (SrcA, 5 bits per pass) or "b" (SrcB,
+    7 bits per pass). Combine a SrcB and a SrcA operand's pieces with :func:`fidelity_combine`."""
+    a_masks, b_masks = _PIECES.get(formats.fidelity_phases(fidelity), _PIECES[(0, 1, 2, 3)])
+    if role == "a":
+        return tuple(_bitmask(x, m) for m in a_masks)
+    hi = _bitmask(x, b_masks[0])
+    if len(b_masks) == 1:
+        return (hi,)
+    return (hi, _bitmask(x, _B_USED) - hi)  # exact: same sign and exponent
+
+
+def fidelity_combine(op, b_pieces: Sequence[torch.Tensor], a_pieces: Sequence[torch.Tensor]) -> torch.Tensor:
+    """Sum of ``op(srcb_piece, srca_piece)`` over the executed phase groups (float32 accumulation)."""
+    out = op(b_pieces[0], a_pieces[0])
+    if len(b_pieces) > 1:
+        out = out + op(b_pieces[1], a_pieces[1])
+    return out
+
+
+def _cached(cache: Optional[Dict], key, fn):
+    """``fn()``, memoised in ``cache`` (the per-input dict the golden keeps for constant operands)."""
+    if cache is None:
+        return fn()
+    if key not in cache:
+        cache[key] = fn()
+    return cache[key]
+
+
+def _pieces(x: torch.Tensor, role: str, fidelity: MathFidelity, cache: Optional[Dict]):
+    return _cached(cache, ("fidelity", role, fidelity), lambda: fidelity_pieces(x, role, fidelity))
+
+
+def gemm(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """``a @ b`` on device tensors ``[N, t, R, K] @ [Nb, tb, K, C]``; a constant ``b`` (Nb = 1) is never
+    copied per input: with tb = 1 the whole batch is one GEMM of ``(N·t·R) x K``."""
+    if b.shape[0] == 1 and a.shape[0] >= 1:
+        n, t, r, k = a.shape
+        if b.shape[1] == 1:
+            return torch.matmul(a.reshape(n * t * r, k), b[0, 0]).reshape(n, t, r, b.shape[-1])
+        if n > 1 and b.shape[1] == t:
+            out = torch.matmul(a.transpose(0, 1).reshape(t, n * r, k), b[0])
+            return out.reshape(t, n, r, b.shape[-1]).transpose(0, 1).contiguous()
+    return torch.matmul(a, b)
+
+
+def _mul(a: torch.Tensor, b: torch.Tensor, fidelity: Optional[MathFidelity],
+         caches: Sequence[Optional[Dict]] = (None, None)) -> torch.Tensor:
+    """ELWMUL: in0 → SrcA, in1 → SrcB (see ``formats.fidelity_multiply``)."""
+    if fidelity is None:
+        return a * b
+    return fidelity_combine(torch.mul, _pieces(b, "b", fidelity, caches[1]), _pieces(a, "a", fidelity, caches[0]))
+
+
+def _matmul(a: torch.Tensor, b: torch.Tensor, fidelity: Optional[MathFidelity],
+            caches: Sequence[Optional[Dict]] = (None, None)) -> torch.Tensor:
+    """Matrix unit: in0 → SrcB (7 bits), in1 → SrcA (5 bits) (see ``formats.fidelity_matmul``)."""
+    if fidelity is None:
+        return gemm(a, b)
+    return fidelity_combine(gemm, _pieces(a, "b", fidelity, caches[0]), _pieces(b, "a", fidelity, caches[1]))
 
 
 def _gelu(x: torch.Tensor, approximate: bool = False) -> torch.Tensor:
@@ -136,54 +217,75 @@ UNARY: Dict[str, Callable[[torch.Tensor, Dict], torch.Tensor]] = {
 }
 
 
-def binary(op_type: str, a: torch.Tensor, b: torch.Tensor, fidelity: Optional[MathFidelity]) -> torch.Tensor:
+def binary(op_type: str, a: torch.Tensor, b: torch.Tensor, fidelity: Optional[MathFidelity],
+           caches: Sequence[Optional[Dict]] = (None, None)) -> torch.Tensor:
     """add / subtract / multiply / maximum (ELWADD and ELWSUB ignore fidelity)."""
     if op_type == "add":
         return a + b
     if op_type == "subtract":
         return a - b
     if op_type == "multiply":
-        return _mul(a, b, fidelity)
+        return _mul(a, b, fidelity, caches)
     if op_type == "maximum":
         return torch.maximum(a, b)
     raise NetlistError("type", f"golden backend does not implement binary op '{op_type}'")
 
 
+def _decode_sparse(tiles_in: torch.Tensor, index: torch.Tensor, count: int):
+    """(t, out_rt, in_rt) of each quadruple and the gathered sparse tiles ``[L, 32, 32]``."""
+    quads = index[0].reshape(-1)[: 4 * count].round().to(torch.int64).reshape(-1, 4)
+    qt, qr, qk, qs = quads.unbind(1)
+    return qt, qr, qk, tiles_in[0, 0].reshape(-1, TILE, TILE)[qs]
+
+
 def sparse_matmul(inputs: Sequence[torch.Tensor], attrs: Dict, out_shape: nl.TileShape3,
-                  fidelity: Optional[MathFidelity]) -> torch.Tensor:
+                  fidelity: Optional[MathFidelity], caches: Sequence[Optional[Dict]] = ()) -> torch.Tensor:
     """The ``identity: true`` matmul (TT-Buda's sparse matmul, as the compiler encodes it in
     ``pybuda.passes.pickers``): input 0 holds S unique 32x32 sparse tiles stacked vertically, input 2
     the RawUInt32 index of ``indices_len`` quadruples (t, out_rt, in_rt, s); output row-tile ``out_rt`` of
     slice ``t`` is the sum of ``tile_s @ in1[t][in_rt]`` over its quadruples. Each quadruple is one
-    tile product on the matrix unit (sparse tile -> SrcB, activation -> SrcA), all done in one batch."""
+    tile product on the matrix unit (sparse tile -> SrcB, activation -> SrcA), all done in one batch.
+    When inputs 0 and 2 are constants (they always are) the decoded quadruples and the sparse tiles'
+    fidelity pieces are computed once and kept in their ``caches``."""
     tiles_in, act, index = inputs[0], inputs[1], inputs[2]
     n, t_in, k, cols = act.shape
     count = int(attrs.get("indices_len", 0))
     out = torch.zeros(n, out_shape.t * out_shape.rt, TILE, cols, dtype=torch.float32)
     if count:
-        quads = index[0].reshape(-1)[: 4 * count].round().to(torch.int64).reshape(-1, 4)
-        qt, qr, qk, qs = quads.unbind(1)
-        sparse_tiles = tiles_in[0, 0].reshape(-1, TILE, TILE)[qs]  # [L, 32, 32]
+        # Derived values depend on inputs 0 and 2: kept with input 0's cache, keyed by input 2's.
+        both = len(caches) > 2 and caches[0] is not None and caches[2] is not None
+        cache0 = caches[0] if both else None
+        tag = id(caches[2]) if both else None
+        qt, qr, qk, sparse_tiles = _cached(cache0, ("sparse", tag, count),
+                                           lambda: _decode_sparse(tiles_in, index, count))
         act_tiles = act.reshape(n, t_in, k // TILE, TILE, cols)[:, qt if t_in > 1 else torch.zeros_like(qt), qk]
-        contrib = _matmul(sparse_tiles.unsqueeze(0), act_tiles, fidelity)  # [n, L, 32, C]
-        out.index_add_(1, qt * out_shape.rt + qr, contrib)
+        if fidelity is None:
+            contrib = torch.matmul(sparse_tiles.unsqueeze(0), act_tiles)  # [n, L, 32, C]
+        else:
+            b_pieces = _cached(cache0, ("sparse_fidelity", tag, count, fidelity),
+                               lambda: fidelity_pieces(sparse_tiles.unsqueeze(0), "b", fidelity))
+            contrib = fidelity_combine(torch.matmul, b_pieces, fidelity_pieces(act_tiles, "a", fidelity))
+        rows = _cached(cache0, ("sparse_rows", tag, count, out_shape.rt), lambda: qt * out_shape.rt + qr)
+        out.index_add_(1, rows, contrib)
     return out.reshape(n, out_shape.t, out_shape.rt * TILE, cols)
 
 
 def matmul(inputs: Sequence[torch.Tensor], attrs: Dict, fidelity: Optional[MathFidelity],
-           out_shape: Optional[nl.TileShape3] = None) -> torch.Tensor:
+           out_shape: Optional[nl.TileShape3] = None, caches: Optional[Sequence[Optional[Dict]]] = None) -> torch.Tensor:
     """Tile-blocked matmul per t slice; ``accumulate`` + ``z`` sums groups of z slices; ``bias`` is
     broadcast within each tile from its row 0; ``sfpu_op: gelu`` applies gelu to the result.
-    ``identity: true`` selects the sparse form (:func:`sparse_matmul`)."""
+    ``identity: true`` selects the sparse form (:func:`sparse_matmul`). ``caches``: per input, a dict
+    for derived values of a constant operand (its fidelity pieces, a broadcast bias), or None."""
+    caches = list(caches) if caches is not None else [None] * len(inputs)
     if attrs.get("identity"):
-        return sparse_matmul(inputs, attrs, out_shape, fidelity)
-    out = _matmul(inputs[0], inputs[1], fidelity)
+        return sparse_matmul(inputs, attrs, out_shape, fidelity, caches)
+    out = _matmul(inputs[0], inputs[1], fidelity, caches[:2])
     if attrs.get("accumulate"):
         z = int(attrs.get("z", out.shape[1]))
         n, t, r, c = out.shape
         out = out.reshape(n, t // z, z, r, c).sum(dim=2)
     if attrs.get("bias"):
-        out = out + tile_broadcast(inputs[2], "r")
+        out = out + _cached(caches[2], "tile_broadcast_r", lambda: tile_broadcast(inputs[2], "r"))
     if attrs.get("sfpu_op") == "gelu":
         out = _gelu(out)
     return out

@@ -10,7 +10,7 @@ The model is mechanistic: the same parameters (:class:`PerfConfig`) for every mo
 1. **Per op** (cycles per core per input, i.e. per sample of the microbatch): kernel cycles and the
    op's own data-movement bounds come from :mod:`pybuda.backend.cost` (the single source of truth, the
    balancer uses the same numbers): NoC pipes from producer ops, DRAM queues, host queues over PCIe.
-   Sparse matmuls are costed by their real tile products (:mod:`pybuda.backend.perf_kernels`).
+   Sparse matmuls are costed by their real tile products (``indices_len``), in cost.py too.
 2. **Shared links, per epoch.** Every DRAM channel serves all readers and writers of the queues placed
    on it in that epoch, so in steady state a channel must move its bytes of one input within one input
    interval: ``bytes_on_channel / channel_bw`` bounds every op that touches it. A matmul fetches in0
@@ -41,7 +41,6 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
 from pybuda.backend import cost
-from pybuda.backend.perf_kernels import DenseEquivalent, sparse_dense_equivalent
 from pybuda.errors import ConfigError, NetlistError
 from pybuda.netlist.model import (
     NON_TENSIX_OPS, EndLoop, Execute, GraphDef, Loop, Netlist, NetlistOp, Program, QueueDef, StaticVar, Var,
@@ -373,10 +372,24 @@ class _UnitMatmul:
 
     type = "matmul"
     math_fidelity = MathFidelity.LoFi
+    attrs: Dict[str, Any] = {}
 
 
 _UNIT_MATMUL = _UnitMatmul()
-_UNIT_MODEL = DenseEquivalent(grid_shape=(1, 1), t=1, mblock=(1, 1), ublock=(1, 1), m_k=1, u_kt=1)
+
+
+class _UnitModel:
+    """A one-core, one-tile blocking (the fields cost.py reads)."""
+
+    grid_shape = (1, 1)
+    t = 1
+    mblock = (1, 1)
+    ublock = (1, 1)
+    m_k = 1
+    u_kt = 1
+
+
+_UNIT_MODEL = _UnitModel()
 
 
 def _fused_table(netlist: Netlist) -> Dict[Any, Dict[str, Any]]:
@@ -603,13 +616,6 @@ class _Estimator:
         quiet = ["prologue"] * n
         base = breakdown(quiet, "op")
         kernel, ideal = base.kernel, None
-        equivalent = sparse_dense_equivalent(op)
-        if equivalent is not None:
-            # cost.py's sparse formula charges every zero block; cost the real work instead (perf_kernels)
-            dense = _CostOp(op)
-            dense.attrs = {k: v for k, v in op.attributes.items() if k != "identity"}
-            kernel = cost.kernel_cycles(dense, equivalent, self.device, self.fused)
-            ideal = cost.matmul_ideal_cycles(dense, equivalent, self.device)
         bounds = {"kernel": kernel, "noc": base.output_bw, "dram": 0, "pcie": 0, "eth": 0}
         label = {"op": "noc", "dram": "dram", "host": "pcie"}
         for kind in sorted(set(sources) - {"prologue"}):

@@ -150,6 +150,8 @@ class OpFacts:
     fused_max_m_k: int
     bias_attr: bool  # the netlist ``bias`` attribute (pins the bias operand's stack block)
     stacked_inputs: Tuple[Tuple[int, Tuple[int, int, int], Tuple[Any, ...]], ...]  # (index, shape, tms) with stacks
+    sparse: bool = False  # identity (sparse) matmul: in0 = unique sparse tiles, in2 = the index
+    untilize: bool = False  # writes an untilized (row-major) output queue
 
     @property
     def n_inputs(self) -> int:
@@ -168,6 +170,39 @@ def _freeze(value: Any) -> Any:
         return value
     except TypeError:
         return repr(value)
+
+
+def _freeze_tm(tm: Any) -> Any:
+    """One TM in a hashable form that :func:`parse_tm` still reads: ``("hstack", 9)``,
+    ``("broadcast", "r", 2)``, ``("pad", (1, 0, 0.0))``, ``"transpose"``.
+
+    Plain :func:`_freeze` turns ``{"hstack": 9}`` into ``(("hstack", 9),)``, whose first element is a
+    tuple, so ``parse_tm`` named it ``"('hstack', 9)"`` and every stack check on it passed silently
+    (ResNet-50 on wh_n150 then failed netlist validation with a stack_factors error)."""
+    if isinstance(tm, str):
+        return tm
+    name, arg = parse_tm(tm)
+    if name == "broadcast" and isinstance(arg, dict) and len(arg) == 1:
+        (dim, factor), = arg.items()
+        return (name, dim, _freeze(factor))
+    if arg is None:
+        return (name,)
+    if isinstance(arg, dict):
+        # multi-key args (pad {rt, ct}): keep the dict semantics through a frozen mapping
+        return (name, _FrozenDict(arg))
+    return (name, _freeze(arg))
+
+
+class _FrozenDict(dict):
+    """A hashable dict for TM arguments with several keys (read-only by convention)."""
+
+    def __hash__(self) -> int:  # type: ignore[override]
+        return hash(_freeze(dict(self)))
+
+
+def _freeze_tms(tms: Sequence[Any]) -> Tuple[Any, ...]:
+    """A TM list as a hashable tuple of :func:`_freeze_tm` forms (``parse_tm``/``apply_tm`` accept them)."""
+    return tuple(_freeze_tm(tm) for tm in tms or ())
 
 
 def _fused_spec(op: Any, graph: Any) -> Optional[dict]:
@@ -281,13 +316,14 @@ class Legalizer:
             tms = tuple(op.input_tms.get(i, ()))
             if any(parse_tm(tm)[0] in ("hstack", "vstack") for tm in tms):
                 s_in = g.shape_of(name)
-                stacked.append((i, (s_in.z, s_in.rt, s_in.ct), _freeze(tms)))
+                stacked.append((i, (s_in.z, s_in.rt, s_in.ct), _freeze_tms(tms)))
         return OpFacts(
             type=op.type, z=shape.z, rt=shape.rt, ct=shape.ct, k=k, reduce_dim=reduce_dim, in_kinds=tuple(kinds),
             in_raw=tuple(raw), in_dfs=in_dfs, out_df=op.out_df, intermed_df=op.intermed_df, acc_df=op.acc_df,
             has_bias=has_bias, gradient_op=bool(op.gradient_op), stream_dirs=dirs, grid_limits=(limit_r, limit_c),
             output_dest=output_dest, fused_intermediates=int((spec or {}).get("intermediates", 0) or 0),
-            fused_max_m_k=max_mk, bias_attr=bool(op.attrs.get("bias")), stacked_inputs=tuple(stacked))
+            fused_max_m_k=max_mk, bias_attr=bool(op.attrs.get("bias")), stacked_inputs=tuple(stacked),
+            sparse=op.type in _MATMUL and bool(op.attrs.get("identity")), untilize=bool(op.untilize_output))
 
     @staticmethod
     def _stream_dirs(op: Any, z: int, reduce_dim: str, feeds_queue: bool, limit_r: int, limit_c: int) -> FrozenSet[str]:
@@ -394,6 +430,9 @@ class Legalizer:
             if u_kt_override < 1 or f.k % u_kt_override:
                 raise CompileError(f"override_u_kt({u_kt_override}) does not divide the inner dimension "
                                    f"K = {f.k} tiles (u_kt·m_k must equal K)", stage=STAGE, op=op.name)
+            if f.untilize and f.type in _MATMUL and u_kt_override != f.k:
+                raise CompileError(f"override_u_kt({u_kt_override}): this matmul untilizes its output, which needs "
+                                   f"m_k == 1, i.e. u_kt == K = {f.k}", stage=STAGE, op=op.name)
         streams = self._stream_options(op, f, override)
         if grid_override is not None:
             self._check_grid_override(op, f, grid_override, streams)
@@ -468,6 +507,10 @@ class Legalizer:
             u_kts: Sequence[int] = (1,)
         elif override is not None and override.u_kt is not None:
             u_kts = (int(override.u_kt),)
+        elif f.untilize and f.type in _MATMUL:
+            # the untilizer packs rows of whole output tiles once: an untilizing matmul cannot spill
+            # partial sums over several K blocks, so m_k must be 1 (netlist rule untilize_output)
+            u_kts = (f.k,)
         elif self.config.enable_enumerate_u_kt:
             u_kts = divisors(f.k)[::-1]
         else:
@@ -493,7 +536,7 @@ class Legalizer:
                 fixed += f.fused_intermediates * ur * uc * f.fused_max_m_k * cost.tile_size_bytes(f.intermed_df)
             # Prologue footprint of each parameter: its per-core slice for every t (as the netlist
             # validator sizes a resident buffer).
-            prologue_bytes = {i: t_in * self._operand_slice_tiles(f, i, mb[0] * ur, mb[1] * uc) * in_tiles[i]
+            prologue_bytes = {i: self._prologue_tiles(f, i, t_in, mb[0] * ur, mb[1] * uc) * in_tiles[i]
                               for i in params}
             prologue_sets: List[Tuple[int, ...]] = []
             if params and not force_dram:
@@ -531,6 +574,18 @@ class Legalizer:
                                            tuple(i for i in params if i not in pset), l1, override)
         return None
 
+    @classmethod
+    def _prologue_tiles(cls, f: OpFacts, i: int, t: int, rows: int, cols: int) -> int:
+        """Tiles of parameter ``i`` resident in L1 on one core: its per-core slice for every t. A sparse
+        matmul's picker tiles and index are one table shared by every t and core row (the kernel
+        indexes into it), so they take their queue's tiles once — but never less than the netlist
+        validator's generic prologue figure (``t`` output mblocks, pybuda.netlist.operands), so every
+        model the legalizer accepts also passes the validator's L1 rule."""
+        if f.sparse and i != 1:
+            raw = f.in_raw[i][1] if i < len(f.in_raw) else 0
+            return max(raw, t * rows * cols)
+        return t * cls._operand_slice_tiles(f, i, rows, cols)
+
     @staticmethod
     def _operand_slice_tiles(f: OpFacts, i: int, rows: int, cols: int) -> int:
         """Tiles of operand ``i`` one core reads per t-slice (spec §2.3 operand shapes)."""
@@ -547,7 +602,16 @@ class Legalizer:
     @staticmethod
     def _stream_buffer_tiles(f: OpFacts, i: int, ur: int, uc: int, mb: Tuple[int, int], u_kt: int) -> int:
         """Input buffer of a streamed operand (spec §5.3): matmul in0 one ublock column of the K block,
-        in1 one ublock row, bias one output mblock; reduce r/c a K block; others 2 ublocks."""
+        in1 one ublock row, bias one output mblock; reduce r/c a K block; others 2 ublocks.
+
+        A sparse matmul's in0 (picker tiles) and in2 (index) are consumed in index order, not as a
+        rows x K strip: streamed, each needs a double-buffered strip for one ublock row of one K block
+        (``2·ublock_rt·u_kt`` picker tiles, 2 index tiles), never more than the whole queue and never
+        less than the validator's generic 2 ublocks. Its in1, the activation, streams like a dense in1."""
+        if f.sparse and i != 1:
+            raw = f.in_raw[i][1] if i < len(f.in_raw) else 1 << 30
+            strip = min(raw, 2 * ur * u_kt if i == 0 else 2)
+            return max(strip, 2 * ur * uc)
         if f.type in _MATMUL:
             if i == 0:
                 return 2 * mb[0] * ur * u_kt

@@ -386,10 +386,51 @@ def queue_allocation(ctx: Ctx):
                 yield path, f"host channel {ch} does not exist ({ctx.device.host_memory_channels} channels)"
 
 
+def _queue_lifetimes(netlist: Netlist) -> Dict[str, Dict[str, List[Tuple[int, int]]]]:
+    """Dynamic queues: for each queue named by ``allocate_queue``/``deallocate_queue``, per program the
+    (first, last) instruction intervals it is live in. An allocation without a later deallocation lives
+    to the end of the program; a deallocation without an allocation from the start. A queue absent from
+    a program's allocate/deallocate instructions is not live in that program. Queues never named are
+    static (absent from the result) and live everywhere, always."""
+    out: Dict[str, Dict[str, List[Tuple[int, int]]]] = {}
+    for prog in netlist.programs:
+        open_: Dict[str, int] = {}
+        n = len(prog.instructions)
+        for i, instr in enumerate(prog.instructions):
+            if isinstance(instr, AllocateQueue):
+                for name in instr.names:
+                    open_.setdefault(name, i)
+            elif isinstance(instr, DeallocateQueue):
+                for name in instr.names:
+                    start = open_.pop(name, 0)
+                    out.setdefault(name, {}).setdefault(prog.name, []).append((start, i))
+        for name, start in open_.items():
+            out.setdefault(name, {}).setdefault(prog.name, []).append((start, n))
+    return out
+
+
+def _lifetimes_overlap(a: Optional[Dict[str, List[Tuple[int, int]]]],
+                       b: Optional[Dict[str, List[Tuple[int, int]]]]) -> bool:
+    """Whether two queues can be live at once: a static queue (None) overlaps everything; two dynamic
+    queues overlap when some program has intersecting live intervals (a deallocation and a later
+    allocation at distinct instructions do not intersect)."""
+    if a is None or b is None:
+        return True
+    for prog, spans_a in a.items():
+        for s1, e1 in spans_a:
+            for s2, e2 in b.get(prog, ()):
+                if s1 <= e2 and s2 <= e1:
+                    return True
+    return False
+
+
 @rule
 def queue_dram_overlap(ctx: Ctx):
-    """Buffers of different queues in the same DRAM (or host) channel of a chip do not overlap, unless
-    one queue aliases the other."""
+    """Buffers of different queues in the same DRAM (or host) channel of a chip do not overlap while
+    both queues are live, unless one queue aliases the other. Queues with ``allocate_queue`` /
+    ``deallocate_queue`` lifetimes (epoch-to-epoch queues) are live only between the two instructions,
+    so queues whose lifetimes are disjoint in every program may share the same addresses."""
+    lifetimes = _queue_lifetimes(ctx.netlist)
     spans: Dict[Tuple[int, str, int], List[Tuple[int, int, str, int]]] = {}
     for q in ctx.netlist.queues.values():
         allocs = q.allocations
@@ -410,6 +451,8 @@ def queue_dram_overlap(ctx: Ctx):
                     break
                 q1, q2 = ctx.netlist.queues[name], ctx.netlist.queues[name2]
                 if name == name2 or q1.alias == name2 or q2.alias == name or (q1.alias and q1.alias == q2.alias):
+                    continue
+                if not _lifetimes_overlap(lifetimes.get(name), lifetimes.get(name2)):
                     continue
                 yield (f"{_q(name2, loc)}", f"overlaps queue {name!r} in {loc} channel {ch} of device {dev} "
                                              f"at {start2:#x} (its buffer {i} is [{start:#x}, {end:#x}))")

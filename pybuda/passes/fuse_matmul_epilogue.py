@@ -14,8 +14,6 @@ Each fusion needs the intermediate value to have exactly one reader (no other op
 
 from __future__ import annotations
 
-from typing import Dict, List
-
 from pybuda.netlist.model import Transpose
 from pybuda.passes.tile_tms import normalize_tm
 from pybuda.passes.buda_graph import BudaGraph, BudaOp

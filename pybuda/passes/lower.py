@@ -996,8 +996,10 @@ class _Lowering:
         consumers = sum(1 for op in self.bg.ops.values() if v.src in op.inputs)
         feeds_queue = any(q.producer == v.src for q in self.bg.queues.values())
         producer = self.bg.ops.get(v.src)
-        # An untilizing op feeds only its output queue; matmuls/z-reduces are not given that job (an
-        # untilizing matmul would be limited to m_k == 1).
+        # An untilizing op feeds only its output queue. The balancer keeps an untilizing matmul at
+        # m_k == 1 (netlist rule untilize_output), but with the whole K block in L1 that does not always
+        # fit (MobileNetV2's 1280x1000 classifier on Grayskull needs 512 KiB per core), and a z-reduce
+        # cannot untilize at all, so those hand the job to a nop.
         awkward = producer is not None and (producer.type == "matmul" or producer.attrs.get("dim") == "z")
         if v.src in self.bg.queues or v.src in self.pending or v.tms or consumers or feeds_queue or awkward:
             v = self.emit(f"{node.name}.out_nop", "nop", [(v, ())], (v.z, v.r, v.c), pad=(v.pad_r, v.pad_c),

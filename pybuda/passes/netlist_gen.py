@@ -216,26 +216,3 @@ def queue_lifetimes(netlist: Netlist, program: str = PROGRAM_NAME) -> Dict[str, 
             for n in instr.names:
                 out[n] = (open_.pop(n, 0), i)
     return out
-
-
-def validate_netlist(netlist: Netlist, device: Any) -> None:
-    """:func:`pybuda.netlist.validate`, except that DRAM overlaps between two queues whose
-    allocate/deallocate lifetimes are disjoint are allowed (that is what the lifetimes are for)."""
-    from pybuda.netlist import check
-
-    lifetimes = queue_lifetimes(netlist)
-    for err in check(netlist, device):
-        if err.rule == "queue_dram_overlap" and _disjoint_overlap(err, lifetimes):
-            continue
-        raise err
-
-
-def _disjoint_overlap(err: Any, lifetimes: Dict[str, Tuple[int, int]]) -> bool:
-    import re
-
-    a = re.match(r"queues\.(.+?)\.(dram|host)$", str(err.path))
-    b = re.search(r"overlaps queue '(.+?)'", str(err))
-    if not a or not b:
-        return False
-    la, lb = lifetimes.get(a.group(1)), lifetimes.get(b.group(1))
-    return la is not None and lb is not None and (la[1] < lb[0] or lb[1] < la[0])

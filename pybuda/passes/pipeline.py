@@ -209,12 +209,13 @@ def _pre_netlist(s: _State) -> None:
 
 def _generate_netlist(s: _State) -> None:
     from pybuda.passes.artifacts import write_artifacts
-    from pybuda.passes.netlist_gen import generate_netlist, validate_netlist
+    from pybuda.netlist import validate
+    from pybuda.passes.netlist_gen import generate_netlist
 
     netlist = generate_netlist(s.bg, s.results.balancer_solution, s.results.placer_solution, s.ctx)
     s.results.netlist = netlist
     try:
-        validate_netlist(netlist, s.ctx.device)
+        validate(netlist, s.ctx.device)
     except PybudaError as e:
         raise s.ctx.error(f"the generated netlist is invalid (a compiler bug): {e}") from e
     s.results.artifacts = write_artifacts(s.results, s.ctx)

@@ -215,3 +215,45 @@ def test_tile_sizes_follow_arch():
     assert cost.tile_size_bytes(DF.Bfp8_b) == 1120
     assert cost.tile_size_bytes(DF.Float32) == 4128
     assert cost.tile_size_bytes(DF.Invalid) == 2080
+
+
+# --- sparse matmul -----------------------------------------------------------------------------------
+
+def _sparse(indices_len, m_k, fidelity=MF.LoFi, in_df=DF.Bfp8_b):
+    return _op("matmul", 3, in_df=in_df, fidelity=fidelity,
+               attrs={"identity": True, "num_sparse_tiles": 9, "num_index_tiles": 1, "indices_len": indices_len,
+                      "m_k": m_k})
+
+
+def test_sparse_matmul_work_follows_indices_len_not_m_k():
+    """A conv im2col picker: m_k = the whole activation height, but the work is one tile product per
+    index entry (indices_len) per output tile column, split over the grid rows."""
+    m = _model(mblock=(8, 2), ublock=(1, 2), m_k=1568, u_kt=1, grid=(4, 1))
+    small = cost.kernel_cycles(_sparse(400, 1568), m, WH)
+    # m_k does not matter, indices_len does (linearly in the products)
+    assert cost.kernel_cycles(_sparse(400, 7), _model(mblock=(8, 2), ublock=(1, 2), m_k=7, grid=(4, 1)), WH) == small
+    big = cost.kernel_cycles(_sparse(800, 1568), m, WH)
+    assert 1.8 * small < big < 2.0 * small
+    # by hand (WH V2, BFP set, LoFi): P = 100 products per core, mblock_n = 2 ublocks of 2 columns
+    math_w, _, unpack_ub_w, unpack_tile_w = 14.16, 22.11, 192.76, 3.97
+    p = 400 / 4
+    expected = 2 * p * 2 * 1 * math_w + 2 * unpack_ub_w + 2 * p * (1 + 2) * unpack_tile_w
+    assert small == int(expected)
+    # ideal: P products x 4 output columns x 16 cycles (LoFi)
+    assert cost.matmul_ideal_cycles(_sparse(400, 1568), m, WH) == int(p * 4 * 16)
+
+
+def test_sparse_matmul_fidelity_scaling():
+    m = _model(mblock=(1, 1), ublock=(1, 1), grid=(1, 1))
+    lo = cost.kernel_cycles(_sparse(1000, 1, MF.LoFi), m, WH)
+    hi3 = cost.kernel_cycles(_sparse(1000, 1, MF.HiFi3), m, WH)
+    hi2 = cost.kernel_cycles(_sparse(1000, 1, MF.HiFi2), m, WH)
+    # math share scales 1 : 2 : 2.4 (spec §6.1 sparse V2: HiFi3 = 1.2 x HiFi2)
+    assert math.isclose((hi3 - lo) / (hi2 - lo), 1.4, rel_tol=1e-3)
+
+
+def test_perf_and_cost_share_one_sparse_formula():
+    """The stopgap perf_kernels module is gone: perf.py costs sparse matmuls through cost.py."""
+    import importlib.util
+
+    assert importlib.util.find_spec("pybuda.backend.perf_kernels") is None

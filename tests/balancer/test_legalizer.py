@@ -338,3 +338,60 @@ def test_l1_estimate_covers_the_netlist_validators_accounting():
             assert usage.total <= m.l1_bytes, (op.name, m, usage.buffers)
             checked += 1
     assert checked > 100
+
+
+def test_stacked_input_facts_keep_dict_tms_recognisable():
+    """Regression: the facts' frozen TMs must still parse as hstack/vstack. Frozen as ``(("hstack", 9),)``
+    they read as an unknown TM, so every blocking passed the stack check and ResNet-50 on wh_n150 failed
+    netlist validation (stack_factors)."""
+    from pybuda.balancer.tms import parse_tm
+
+    g = _graph("nop", (1, 7, 9), [(9, 7, 1)], ["op"], tms={0: [{"hstack": 9}]})
+    leg = Legalizer(g, WH, CompilerConfig())
+    (index, shape, tms), = leg.facts(g.ops["x"]).stacked_inputs
+    assert [parse_tm(tm)[0] for tm in tms] == ["hstack"]
+    hash(tms)
+    g = _graph("nop", (1, 2, 18), [(9, 2, 2)], ["op"], tms={0: [{"hstack": 9}]})
+    models = Legalizer(g, WH, CompilerConfig()).models(g.ops["x"])
+    assert models
+    for m in models:
+        # slice width 2: the ublock width must divide 2 or be a multiple of it (3 and 9 are not)
+        assert m.ublock[1] % 2 == 0 or 2 % m.ublock[1] == 0, m
+        assert stacks_ok((9, 2, 2), [{"hstack": 9}], "nop", 0, m)
+
+
+def test_untilizing_matmul_keeps_m_k_1():
+    """Netlist rule untilize_output: an untilizing matmul needs m_k == 1, so the legalizer only offers
+    u_kt == K for it (and rejects a u_kt override that splits K)."""
+    g = _graph("matmul", (1, 4, 4), [(1, 4, 16), (1, 16, 4)], ["input", "parameter"])
+    g.ops["x"].untilize_output = True
+    cfg = CompilerConfig()
+    cfg.enable_enumerate_u_kt = True
+    models = Legalizer(g, WH, cfg).models(g.ops["x"])
+    assert models and all(m.m_k == 1 and m.u_kt == 16 for m in models)
+    cfg.balancer_op_overrides["x"] = OpOverride(u_kt=4)
+    with pytest.raises(CompileError, match="m_k == 1"):
+        Legalizer(g, WH, cfg).models(g.ops["x"])
+    g.ops["x"].untilize_output = False  # the same override is fine for a matmul that does not untilize
+    assert all(m.m_k == 4 for m in Legalizer(g, WH, cfg).models(g.ops["x"]))
+
+
+def test_sparse_matmul_l1_counts_picker_tiles_not_a_dense_in0():
+    """An identity matmul's in0 holds the S unique picker tiles (and in2 the index), resident whole; it
+    is not a dense rows x K strip. With K = 1568 tiles (ResNet-50's stem im2col) the dense model could
+    not fit any grid with the picker in prologue."""
+    k, out_r, cols = 1568, 392, 2
+    g = _graph("matmul", (1, out_r, cols), [(1, 12, 1), (1, k, cols), (1, 4, 1)], ["constant", "op", "constant"],
+               attrs={"identity": True, "num_sparse_tiles": 12, "num_index_tiles": 4, "indices_len": 3000},
+               dfs=[DF.Float16_b, DF.Float16_b, DF.RawUInt32])
+    leg = Legalizer(g, WH, CompilerConfig())
+    f = leg.facts(g.ops["x"])
+    assert f.sparse
+    models = leg.models(g.ops["x"])
+    assert any(0 in m.prologue_inputs and 2 in m.prologue_inputs for m in models)
+    for m in models:
+        rows = m.mblock[0] * m.ublock[0]
+        expected_in0 = max(12, m.t * rows * m.mblock[1] * m.ublock[1])
+        assert leg._prologue_tiles(f, 0, m.t, rows, m.mblock[1] * m.ublock[1]) == expected_in0
+        # nothing like rows x K tiles of in0 is charged
+        assert m.l1_bytes < rows * k * tile_size_bytes(DF.Float16_b) or rows * k < 64

@@ -570,3 +570,44 @@ def test_dram_overflow_with_device():
     assert [e.rule for e in check(n, get_device_descriptor(device_config="wh_n150"))] == ["queue_allocation"]
     n.queues["act"].dram = ((6, 0x30000000),)  # WH has channels 0..5
     assert [e.rule for e in check(n, get_device_descriptor(device_config="wh_n150"))] == ["queue_allocation"]
+
+
+def _two_dynamic_queues(n, first_live, second_live):
+    """Two e2e-style queues sharing channel 4 at the same address, each allocated/deallocated around
+    the instruction ranges given (indices into the program's instruction list, inserted in order)."""
+    from pybuda.netlist import DeallocateQueue
+
+    for name in ("e2e_a", "e2e_b"):
+        q = copy.deepcopy(n.queues["bias"])
+        q.name = name
+        q.dram = ((4, 0x30000000),)
+        n.queues[name] = q
+    instrs = prog(n)
+    execute = instrs[4]
+    body = []
+    for name, live in (("e2e_a", first_live), ("e2e_b", second_live)):
+        body.append((live[0], AllocateQueue(names=(name,))))
+        body.append((live[1], DeallocateQueue(names=(name,))))
+    # rebuild: allocate/deallocate markers around copies of the execute, in slot order
+    new = instrs[:4]
+    for slot in range(3):
+        new += [ins for s, ins in body if s == slot and isinstance(ins, AllocateQueue)]
+        new.append(copy.deepcopy(execute))
+        new += [ins for s, ins in body if s == slot and not isinstance(ins, AllocateQueue)]
+    new += instrs[5:]
+    n.programs[0].instructions[:] = new
+
+
+def test_queue_dram_overlap_is_lifetime_aware():
+    """Queues whose allocate/deallocate lifetimes are disjoint may share DRAM; overlapping lifetimes
+    may not; a static queue overlaps every queue at the same addresses."""
+    n = base()
+    _two_dynamic_queues(n, first_live=(0, 0), second_live=(1, 2))  # a: execute 0; b: executes 1-2
+    assert check(n, rules=["queue_dram_overlap"]) == []
+    n = base()
+    _two_dynamic_queues(n, first_live=(0, 1), second_live=(1, 2))  # both live during execute 1
+    assert [e.rule for e in check(n, rules=["queue_dram_overlap"])] == ["queue_dram_overlap"]
+    n = base()
+    _two_dynamic_queues(n, first_live=(0, 0), second_live=(1, 2))
+    n.queues["e2e_b"].dram = ((3, 0x30000000),)  # on top of the static bias queue
+    assert [e.rule for e in check(n, rules=["queue_dram_overlap"])] == ["queue_dram_overlap"]
