@@ -43,6 +43,7 @@ __all__ = [
     "op_cycles",
     "matmul_ideal_cycles",
     "epoch_overhead_cycles",
+    "distinct_fetchers",
 ]
 
 CYCLES_CLAMP = 1 << 30  # spec §6.1: "The result is clamped to [0, 2^30]".
@@ -567,13 +568,31 @@ def op_cycle_breakdown(op: Any, op_model: Any, device: Any, input_bandwidth_cont
         cap = ctx.input_tile_caps[i] if i < len(ctx.input_tile_caps) else None
         if cap is not None:
             tiles = min(tiles, cap)
-        per_source[src] = per_source.get(src, 0.0) + tiles * tile_size_bytes(df)
-    input_bw = 0.0
-    for src, nbytes in per_source.items():
-        input_bw = max(input_bw, nbytes / _rate(src, bw, cores))
+        # Shared sources (DRAM, PCIe) are split among the *distinct fetches*, not the cores: a matmul
+        # operand is fetched once per grid row (in0) or column (in1) and multicast along it, so a
+        # taller sparse-matmul grid does not multiply the activation's DRAM/PCIe traffic.
+        fetchers = distinct_fetchers(op, b, i)
+        per_source[src] = per_source.get(src, 0.0) + tiles * tile_size_bytes(df) / _rate(src, bw, fetchers)
+    input_bw = max(per_source.values(), default=0.0)
     out_bytes = b.t * b.tiles * tile_size_bytes(op.out_df)
     output_bw = out_bytes / _rate(ctx.output_dest, bw, cores)
     return CycleBreakdown(kernel=kernel, input_bw=_clamp(math.ceil(input_bw)), output_bw=_clamp(math.ceil(output_bw)))
+
+
+def distinct_fetchers(op: Any, b: Any, index: int) -> int:
+    """How many times operand ``index``'s per-core slice is fetched from its source per input: a dense
+    matmul's in0 once per grid row and in1 once per grid column (NoC multicast along the row/column);
+    a sparse matmul's in1 (the activation) once per grid column, its picker tiles and index per core;
+    every operand of every other op once per core. ``b`` is a blocking or an OpModel-like object."""
+    grid = getattr(b, "grid_shape", None)
+    grid_r, grid_c = (int(grid[0]), int(grid[1])) if grid is not None else (b.grid_r, b.grid_c)
+    if op.type in _MATMUL_OPS:
+        sparse = bool(op.attrs.get("identity"))
+        if index == 0 and not sparse:
+            return max(1, grid_r)
+        if index == 1:
+            return max(1, grid_c)
+    return max(1, grid_r * grid_c)
 
 
 def _rate(source: str, bw: DeviceBandwidth, cores: int) -> float:

@@ -37,6 +37,7 @@ class QueueState:
         self.qdef = qdef
         self.entries = qdef.entries
         self.slots: List[Optional[torch.Tensor]] = [None] * qdef.entries
+        self._batch: List[Optional[Tuple[torch.Tensor, int]]] = [None] * qdef.entries
         self.rd = 0
         self.wr = 0
         self.version = 0  # bumped on every write: the golden caches values derived from ram entries
@@ -59,10 +60,36 @@ class QueueState:
 
     def write(self, position: int, value: torch.Tensor) -> None:
         self.slots[position % self.entries] = value
+        self._batch[position % self.entries] = None
         self.version += 1
+
+    def write_batch(self, position: int, values: torch.Tensor) -> int:
+        """Write entries ``values[i]`` at consecutive positions from ``position``; returns the next one.
+        Remembers that they are slices of one tensor, so that reading them back in order is a view."""
+        for i, entry in enumerate(values):
+            slot = position % self.entries
+            self.slots[slot] = entry
+            self._batch[slot] = (values, i)
+            position = self.advance(position, 1)
+        self.version += 1
+        return position
+
+    def read_entries(self, positions: Sequence[int]) -> torch.Tensor:
+        """Entries at ``positions`` as ``[n, t, R, C]`` (a view when they were written as one batch)."""
+        first = self._batch[positions[0] % self.entries]
+        if first is not None:
+            batch, i0 = first
+            if i0 + len(positions) <= batch.shape[0] and all(
+                    self._batch[p % self.entries] is not None and self._batch[p % self.entries][0] is batch
+                    and self._batch[p % self.entries][1] == i0 + k for k, p in enumerate(positions)):
+                return batch[i0:i0 + len(positions)]
+        if len(positions) == 1:
+            return self.slot(positions[0]).unsqueeze(0)
+        return torch.stack([self.slot(p) for p in positions])
 
     def zero(self) -> None:
         self.slots = [torch.zeros(self.entry_shape) for _ in range(self.entries)]
+        self._batch = [None] * self.entries
         self.version += 1
 
     def advance(self, pointer: int, count: int) -> int:
@@ -120,18 +147,19 @@ class GoldenDevice:
             raise InputError(f"queue '{queue_name}' is written by op '{q.qdef.input}', not by the host")
         if values.dim() == 3:
             values = values.unsqueeze(0)
+        values_in = values
         if values.shape[0] > q.free_slots():
             raise InputError(f"queue '{queue_name}' has room for {q.free_slots()} more entries, "
                              f"got {values.shape[0]}")
         values = self._to_device(q, values)
-        for entry in values:
-            q.write(q.wr, entry.clone())
-            q.wr = q.advance(q.wr, 1)
+        q.wr = q.write_batch(q.wr, values.clone() if values.data_ptr() == values_in.data_ptr() else values)
 
     def write_ram(self, queue_name: str, value: torch.Tensor, entry: int = 0) -> None:
         """Write one entry ``[t, R, C]`` of a parameter/constant queue (random access)."""
         q = self._queue(queue_name)
-        q.write(entry, self._to_device(q, value.reshape(q.entry_shape) if value.dim() != 3 else value))
+        value = value.reshape(q.entry_shape) if value.dim() != 3 else value
+        stored = self._to_device(q, value)
+        q.write(entry, stored.clone() if stored.data_ptr() == value.data_ptr() else stored)
 
     def read_ram(self, queue_name: str, entry: int = 0) -> torch.Tensor:
         return self._queue(queue_name).slot(entry).clone()
@@ -141,11 +169,10 @@ class GoldenDevice:
         q = self._queue(queue_name)
         if count > q.occupancy:
             raise InputError(f"queue '{queue_name}' holds {q.occupancy} entries, {count} requested")
-        out = []
-        for _ in range(count):
-            out.append(q.slot(q.rd))
-            q.rd = q.advance(q.rd, 1)
-        return torch.stack(out)
+        positions = [q.rd + i for i in range(count)]
+        out = q.read_entries(positions).clone()
+        q.rd = q.advance(q.rd, count)
+        return out
 
     # --- programs -----------------------------------------------------------------------------
     def run_program(self, name: str, params: Optional[Mapping[str, int]] = None) -> ExecuteStats:
@@ -300,9 +327,9 @@ class GoldenDevice:
         attrs = op.attributes
         cls = op.op_class
         if cls == "matmul":
-            out = golden_ops.matmul(inputs, attrs, fidelity, op.shape, caches)
+            out = golden_ops.matmul(inputs, attrs, fidelity, op.shape, caches, op.in_df)
         elif cls == "binary":
-            out = golden_ops.binary(op.type, inputs[0], inputs[1], fidelity, caches)
+            out = golden_ops.binary(op.type, inputs[0], inputs[1], fidelity, caches, op.in_df)
         elif cls == "unary":
             out = golden_ops.UNARY[op.type](inputs[0], attrs)
         elif cls == "reduce":
@@ -336,8 +363,10 @@ class GoldenDevice:
         result: Optional[torch.Tensor] = None
         for schedule in fused.schedules:
             for sub in schedule:
-                xs, sub_caches = [], []
+                xs, sub_caches, sub_dfs = [], [], []
                 for k, src in enumerate(sub.inputs):
+                    sub_dfs.append(op.in_df[int(src[5:])] if src.startswith("input") else
+                                   op.intermed_df if src.startswith("intermed") and not self.fast else None)
                     tms = sub.input_tms.get(k, ())
                     cache = None
                     if src.startswith("input") and caches[int(src[5:])] is not None:
@@ -350,7 +379,7 @@ class GoldenDevice:
                     sub_caches.append(cache)
                 kind = nl.op_class(sub.type)
                 if kind == "binary":
-                    y = golden_ops.binary(sub.type, xs[0], xs[1], fidelity, sub_caches)
+                    y = golden_ops.binary(sub.type, xs[0], xs[1], fidelity, sub_caches, sub_dfs)
                 elif kind == "unary":
                     y = golden_ops.UNARY[sub.type](xs[0], sub.attributes)
                 else:
@@ -387,9 +416,7 @@ class GoldenDevice:
         if value.shape[0] > q.free_slots():
             raise NetlistError(f"queues.{qname}", f"op '{op.name}' writes {value.shape[0]} entries into a queue with "
                                                   f"room for {q.free_slots()} (the host must pop outputs)")
-        for entry in value:
-            q.write(q.wr, entry)
-            q.wr = q.advance(q.wr, 1)
+        q.wr = q.write_batch(q.wr, value)
 
 
 def _apply_tms(x: torch.Tensor, tms) -> torch.Tensor:

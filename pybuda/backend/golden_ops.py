@@ -17,7 +17,7 @@ import torch
 from pybuda.backend import formats
 from pybuda.errors import NetlistError
 from pybuda.netlist import model as nl
-from pybuda.tensor import MathFidelity
+from pybuda.tensor import DataFormat, MathFidelity
 
 TILE = 32
 
@@ -114,22 +114,46 @@ def _bitmask(x: torch.Tensor, mask: int) -> torch.Tensor:
     return (x.view(torch.int32) & _i32(mask)).view(torch.float32)
 
 
-def fidelity_pieces(x: torch.Tensor, role: str, fidelity: MathFidelity) -> Tuple[torch.Tensor, ...]:
+_KEPT_FRACTION_BITS = {_A_HI: 4, _A_USED: 9, _B_HI: 6, _B_USED: 10}
+
+
+def fraction_bits(df) -> int:
+    """Most mantissa bits after the leading one that a value stored in ``df`` can have (23 if unknown).
+    A fidelity mask keeping at least that many bits leaves such values unchanged."""
+    if df is None:
+        return 23
+    info = formats.format_info(df)
+    if info.df == DataFormat.Float32:
+        return 23
+    if info.is_bfp or info.is_integer:  # magnitudes of man_bits bits: one leading bit, the rest fraction
+        return min(23, info.man_bits - 1)
+    return info.man_bits
+
+
+def fidelity_pieces(x: torch.Tensor, role: str, fidelity: MathFidelity, df=None) -> Tuple[torch.Tensor, ...]:
     """The masked pieces of one multiplier operand: ``role`` "a" (SrcA, 5 bits per pass) or "b" (SrcB,
-    7 bits per pass). Combine a SrcB and a SrcA operand's pieces with :func:`fidelity_combine`."""
+    7 bits per pass). Combine a SrcB and a SrcA operand's pieces with :func:`fidelity_combine`.
+    ``df``: the operand's format when known; masks that cannot change its values are skipped (a SrcB
+    "lo" piece that is then zero is dropped, saving a product)."""
     a_masks, b_masks = _PIECES.get(formats.fidelity_phases(fidelity), _PIECES[(0, 1, 2, 3)])
+    bits = fraction_bits(df)
+
+    def masked(m: int) -> torch.Tensor:
+        return x if _KEPT_FRACTION_BITS[m] >= bits and x.dtype == torch.float32 else _bitmask(x, m)
+
     if role == "a":
-        return tuple(_bitmask(x, m) for m in a_masks)
-    hi = _bitmask(x, b_masks[0])
-    if len(b_masks) == 1:
+        return tuple(masked(m) for m in a_masks)
+    hi = masked(b_masks[0])
+    if len(b_masks) == 1 or _KEPT_FRACTION_BITS[b_masks[0]] >= bits:
         return (hi,)
     return (hi, _bitmask(x, _B_USED) - hi)  # exact: same sign and exponent
 
 
 def fidelity_combine(op, b_pieces: Sequence[torch.Tensor], a_pieces: Sequence[torch.Tensor]) -> torch.Tensor:
-    """Sum of ``op(srcb_piece, srca_piece)`` over the executed phase groups (float32 accumulation)."""
+    """Sum of ``op(srcb_piece, srca_piece)`` over the executed phase groups (float32 accumulation).
+    A SrcB operand with a single piece (its "lo" part is zero) needs only the first product."""
     out = op(b_pieces[0], a_pieces[0])
-    if len(b_pieces) > 1:
+    if len(b_pieces) > 1 and len(a_pieces) > 1:
         out = out + op(b_pieces[1], a_pieces[1])
     return out
 
@@ -143,8 +167,8 @@ def _cached(cache: Optional[Dict], key, fn):
     return cache[key]
 
 
-def _pieces(x: torch.Tensor, role: str, fidelity: MathFidelity, cache: Optional[Dict]):
-    return _cached(cache, ("fidelity", role, fidelity), lambda: fidelity_pieces(x, role, fidelity))
+def _pieces(x: torch.Tensor, role: str, fidelity: MathFidelity, cache: Optional[Dict], df=None):
+    return _cached(cache, ("fidelity", role, fidelity, df), lambda: fidelity_pieces(x, role, fidelity, df))
 
 
 def gemm(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
@@ -161,19 +185,21 @@ def gemm(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
 
 
 def _mul(a: torch.Tensor, b: torch.Tensor, fidelity: Optional[MathFidelity],
-         caches: Sequence[Optional[Dict]] = (None, None)) -> torch.Tensor:
+         caches: Sequence[Optional[Dict]] = (None, None), dfs: Sequence = (None, None)) -> torch.Tensor:
     """ELWMUL: in0 → SrcA, in1 → SrcB (see ``formats.fidelity_multiply``)."""
     if fidelity is None:
         return a * b
-    return fidelity_combine(torch.mul, _pieces(b, "b", fidelity, caches[1]), _pieces(a, "a", fidelity, caches[0]))
+    return fidelity_combine(torch.mul, _pieces(b, "b", fidelity, caches[1], dfs[1]),
+                            _pieces(a, "a", fidelity, caches[0], dfs[0]))
 
 
 def _matmul(a: torch.Tensor, b: torch.Tensor, fidelity: Optional[MathFidelity],
-            caches: Sequence[Optional[Dict]] = (None, None)) -> torch.Tensor:
+            caches: Sequence[Optional[Dict]] = (None, None), dfs: Sequence = (None, None)) -> torch.Tensor:
     """Matrix unit: in0 → SrcB (7 bits), in1 → SrcA (5 bits) (see ``formats.fidelity_matmul``)."""
     if fidelity is None:
         return gemm(a, b)
-    return fidelity_combine(gemm, _pieces(a, "b", fidelity, caches[0]), _pieces(b, "a", fidelity, caches[1]))
+    return fidelity_combine(gemm, _pieces(a, "b", fidelity, caches[0], dfs[0]),
+                            _pieces(b, "a", fidelity, caches[1], dfs[1]))
 
 
 def _gelu(x: torch.Tensor, approximate: bool = False) -> torch.Tensor:
@@ -218,14 +244,14 @@ UNARY: Dict[str, Callable[[torch.Tensor, Dict], torch.Tensor]] = {
 
 
 def binary(op_type: str, a: torch.Tensor, b: torch.Tensor, fidelity: Optional[MathFidelity],
-           caches: Sequence[Optional[Dict]] = (None, None)) -> torch.Tensor:
+           caches: Sequence[Optional[Dict]] = (None, None), dfs: Sequence = (None, None)) -> torch.Tensor:
     """add / subtract / multiply / maximum (ELWADD and ELWSUB ignore fidelity)."""
     if op_type == "add":
         return a + b
     if op_type == "subtract":
         return a - b
     if op_type == "multiply":
-        return _mul(a, b, fidelity, caches)
+        return _mul(a, b, fidelity, caches, dfs)
     if op_type == "maximum":
         return torch.maximum(a, b)
     raise NetlistError("type", f"golden backend does not implement binary op '{op_type}'")
@@ -239,7 +265,8 @@ def _decode_sparse(tiles_in: torch.Tensor, index: torch.Tensor, count: int):
 
 
 def sparse_matmul(inputs: Sequence[torch.Tensor], attrs: Dict, out_shape: nl.TileShape3,
-                  fidelity: Optional[MathFidelity], caches: Sequence[Optional[Dict]] = ()) -> torch.Tensor:
+                  fidelity: Optional[MathFidelity], caches: Sequence[Optional[Dict]] = (),
+                  dfs: Sequence = (None, None, None)) -> torch.Tensor:
     """The ``identity: true`` matmul (TT-Buda's sparse matmul, as the compiler encodes it in
     ``pybuda.passes.pickers``): input 0 holds S unique 32x32 sparse tiles stacked vertically, input 2
     the RawUInt32 index of ``indices_len`` quadruples (t, out_rt, in_rt, s); output row-tile ``out_rt`` of
@@ -263,15 +290,16 @@ def sparse_matmul(inputs: Sequence[torch.Tensor], attrs: Dict, out_shape: nl.Til
             contrib = torch.matmul(sparse_tiles.unsqueeze(0), act_tiles)  # [n, L, 32, C]
         else:
             b_pieces = _cached(cache0, ("sparse_fidelity", tag, count, fidelity),
-                               lambda: fidelity_pieces(sparse_tiles.unsqueeze(0), "b", fidelity))
-            contrib = fidelity_combine(torch.matmul, b_pieces, fidelity_pieces(act_tiles, "a", fidelity))
+                               lambda: fidelity_pieces(sparse_tiles.unsqueeze(0), "b", fidelity, dfs[0]))
+            contrib = fidelity_combine(torch.matmul, b_pieces, fidelity_pieces(act_tiles, "a", fidelity, dfs[1]))
         rows = _cached(cache0, ("sparse_rows", tag, count, out_shape.rt), lambda: qt * out_shape.rt + qr)
         out.index_add_(1, rows, contrib)
     return out.reshape(n, out_shape.t, out_shape.rt * TILE, cols)
 
 
 def matmul(inputs: Sequence[torch.Tensor], attrs: Dict, fidelity: Optional[MathFidelity],
-           out_shape: Optional[nl.TileShape3] = None, caches: Optional[Sequence[Optional[Dict]]] = None) -> torch.Tensor:
+           out_shape: Optional[nl.TileShape3] = None, caches: Optional[Sequence[Optional[Dict]]] = None,
+           dfs: Optional[Sequence] = None) -> torch.Tensor:
     """Tile-blocked matmul per t slice; ``accumulate`` + ``z`` sums groups of z slices; ``bias`` is
     broadcast within each tile from its row 0; ``sfpu_op: gelu`` applies gelu to the result.
     ``identity: true`` selects the sparse form (:func:`sparse_matmul`). ``caches``: per input, a dict

@@ -32,6 +32,19 @@ The model is mechanistic: the same parameters (:class:`PerfConfig`) for every mo
 
 Every constant is a field of :class:`PerfConfig` with its source. Facts: netlist_backend_spec §5.4,
 §6 and perf_calibration §2.
+
+Calibration mechanisms (perf_calibration §1; the same parameters for every model and card):
+
+* **Sparse matmuls cost their index, not K** (cost.py ``_sparse_matmul_cycles``): one tile product per
+  ``indices_len`` entry and output column, split over the grid rows; the former stopgap module
+  ``perf_kernels`` is gone, so the balancer and this model read one formula.
+* **Shared sources are split among distinct fetches** (cost.py ``distinct_fetchers``): a matmul
+  operand is fetched once per grid row/column and multicast, so the per-op DRAM/PCIe bound of a tall
+  sparse-matmul grid no longer charges every core the whole activation. This was a balancer-visible
+  error too: it kept ResNet-50's stem im2col on 4 cores (451k cycles/image, −42 % on n150).
+* Not (yet) modelled, and why the BERT-Large n150 point stays high: TT-Buda's own placement for it is
+  less ideal than ours (11 % of LoFi peak, perf_calibration §1); SFPU ``exp`` cost per vector mode is
+  read from the spec's single ``vector: r`` number only.
 """
 
 from __future__ import annotations
@@ -679,14 +692,7 @@ class _Estimator:
         sent along the row, in1 once per grid column and sent down the column. A sparse matmul's in0 and
         index are per-core data (each core its own picker tiles and indices); its in1, the activation,
         is multicast like a dense in1. Every other operand, of every other op, is fetched by each core."""
-        cores = max(1, op.grid_size[0] * op.grid_size[1])
-        if op.type in ("matmul", "depthwise"):
-            sparse = bool(op.attr("identity"))
-            if index == 0 and not sparse:
-                return max(1, op.grid_size[0])
-            if index == 1:
-                return max(1, op.grid_size[1])
-        return cores
+        return cost.distinct_fetchers(_CostOp(op), _CostModel(op), index)
 
     @staticmethod
     def _spread(acc: Dict[Tuple[int, int], float], q: QueueDef, nbytes: float) -> None:

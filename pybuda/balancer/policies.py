@@ -423,7 +423,10 @@ def _ribbon(ctx: _Context) -> Tuple[int, List[str]]:
         best: Optional[Tuple[float, int, List[OpModel]]] = None
         for ribbon in ribbons:
             end, models = _ribbon_epoch(ctx, targets, start, ribbon, target)
-            models = _ribbon_bump(ctx, targets, start, models, ribbon, work)
+            models = _ribbon_bump(ctx, targets, start, models, ribbon, work,
+                                  lambda ms: max(m.cycles for m in ms) + ctx.epoch_overhead(sum(m.cores for m in ms))
+                                  + rest(start + len(ms)))
+            end = start + len(models)  # the bump may have left trailing ops to the next epoch
             slowest = max(m.cycles for m in models)
             total = slowest + ctx.epoch_overhead(sum(m.cores for m in models)) + rest(end)
             if best is None or total < best[0] * (1 - 1e-9):
@@ -482,9 +485,27 @@ def _repack(ctx: _Context, start: int, models: List[OpModel]) -> bool:
     return True
 
 
+def _trim_to_fit(ctx: _Context, start: int, models: List[OpModel], keep: int) -> Optional[List[OpModel]]:
+    """The longest prefix of ``models`` that still holds op ``keep`` and packs on one chip, or None.
+    Stream compatibility is unaffected: dropping consumers only turns edges into epoch-to-epoch queues."""
+    for length in range(len(models) - 1, keep, -1):
+        if any(m.stream_factor > 1 and any(ci >= start + length for ci, _kk in ctx.consumers[start + j])
+               for j, m in enumerate(models[:length])):
+            continue  # a t-streamed producer cannot feed a queue
+        if _repack(ctx, start, models[:length]):
+            return models[:length]
+    return None
+
+
 def _ribbon_bump(ctx: _Context, targets: _Targets, start: int, models: List[OpModel], ribbon: Optional[int],
-                 work: List[float]) -> List[OpModel]:
-    """Give the slowest op its next faster model while the epoch still fits and gets better."""
+                 work: List[float], score: Optional[Any] = None) -> List[OpModel]:
+    """Give the slowest op its next faster model while the epoch still fits and gets better.
+
+    When the faster model does not fit a full epoch, the epoch may instead end earlier: the trailing
+    ops (after the slowest) move to the next epoch to make room, accepted only if ``score`` (the
+    epoch's time plus the estimated time of everything after it; lower is better) improves. Without
+    this, a large op packed early with a small grid (a convolution's im2col picker on 4 of 72 cores)
+    stayed the bottleneck of a full epoch of small ops that could have run in the next one."""
     models = list(models)
     value = _epoch_value(ctx, start, models, work)
     for _ in range(RIBBON_MAX_BUMPS):
@@ -512,6 +533,10 @@ def _ribbon_bump(ctx: _Context, targets: _Targets, start: int, models: List[OpMo
                 continue
             trial = models[:k] + [cand] + models[k + 1:]
             if not _repack(ctx, start, trial):
+                trimmed = _trim_to_fit(ctx, start, trial, k) if score is not None else None
+                if trimmed is not None and score(trimmed) < score(models) * (1 - 1e-9):
+                    models, value, accepted = trimmed, _epoch_value(ctx, start, trimmed, work), True
+                    break
                 continue
             new_value = _epoch_value(ctx, start, trial, work)
             if new_value > value:

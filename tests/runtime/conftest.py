@@ -36,6 +36,10 @@ def clean_runtime(monkeypatch, _build_dir, _watchdog_file):
     # CPU-only pipelines would default to one spawned process per device (seconds each on a loaded
     # machine); tests opt into concurrency with the fixtures below.
     monkeypatch.setenv("PYBUDA_FORCE_SEQUENTIAL", "1")
+    # These tests check the runtime's plumbing against exact float32 results, so the golden backend runs
+    # in plain float32 here; the chip's numerics are tested in tests/backend, tests/golden and the seed
+    # example tests.
+    monkeypatch.setenv("PYBUDA_GOLDEN_FAST", "1")
     pybuda.pybuda_reset()
     faulthandler.dump_traceback_later(TEST_TIME_LIMIT_S, exit=True, file=_watchdog_file)
     try:
