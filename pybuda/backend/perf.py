@@ -42,6 +42,22 @@ Calibration mechanisms (perf_calibration §1; the same parameters for every mode
   operand is fetched once per grid row/column and multicast, so the per-op DRAM/PCIe bound of a tall
   sparse-matmul grid no longer charges every core the whole activation. This was a balancer-visible
   error too: it kept ResNet-50's stem im2col on 4 cores (451k cycles/image, −42 % on n150).
+* **Large streamed DRAM queues are spread over the channels** (placer/dram.py ``_spread_grid``; a
+  compiler change, not a model constant). Evidence: the per-channel accounting below showed ResNet-50
+  e150 epoch 0 bound at 946k cycles/image by one GS channel holding the 3.3 MB/image input queue
+  (grid [1,1]) and the stem im2col's 805 KB index table re-read by each of its 8 core rows; TT-Buda's
+  placer gives input queues a grid of buffers over the channels. Device-side inputs, e2e queues and
+  streamed (non-prologue) constants with an entry ≥ 256 KiB now get up to one buffer per channel, and
+  ``_spread`` charges each buffer's channel its share. ResNet-50 e150 652 → ~876 img/s (epoch 0 now
+  kernel-bound on the stem sparse matmul); BERT-Large e150 111 → ~145 sen/s — its former +12 % match
+  was an artefact of the single-channel 384×1024 input queue, so BERT-Large is now ~1.5–1.6× fast on
+  *both* cards: the missing mechanism is BERT-specific.
+* Checked and not the BERT n150 gap (model numbers, microbatch 64, 74 epochs): epoch switches
+  (launch + binaries + prologue at measured DRAM rates) are 3 % of device time, pipeline fill 4 %;
+  binary-cache overflow (74 > 32 epochs) re-sends 26M cycles of binaries per microbatch over PCIe,
+  which overlaps the 333M-cycle device time; host tilize/PCIe of the inputs/outputs (13M) overlaps too;
+  DRAM channels already use the measured per-channel rate (spec §5.4). exp is already costed at the
+  exact (non-approximate) 1771 cycles/tile. The remaining ~1.6× is in steady-state op cycles.
 * Not (yet) modelled, and why the BERT-Large n150 point stays high: TT-Buda's own placement for it is
   less ideal than ours (11 % of LoFi peak, perf_calibration §1); SFPU ``exp`` cost per vector mode is
   read from the spec's single ``vector: r`` number only.

@@ -9,7 +9,11 @@ Every queue of the lowered graph and every epoch-to-epoch queue gets a :class:`Q
 * **Blocking.** A queue read by an op is split like that operand of its first reader (grid sides are
   the gcd of the queue's tile rows/columns and the reader's split of that operand; transposed edges
   swap them); a queue written by an op (outputs, e2e, accumulators) takes the producer's grid, t,
-  mblock and ublock — an untilizing producer writes a 1x1 queue. Host queues are 1x1.
+  mblock and ublock — an untilizing producer writes a 1x1 queue. Host queues are 1x1. A large
+  streamed DRAM queue (device-side input, e2e, or a parameter/constant some reader streams instead
+  of keeping it in L1) whose entry is ≥ ``SPREAD_MIN_ENTRY_BYTES`` gets a finer grid — up to one
+  buffer per DRAM channel, refining the reader's/producer's split along the tensor's tile rows and
+  columns — so that one channel does not serve the whole read (as TT-Buda spreads input queues).
 * **Size.** Each buffer is ``32 + entries · entry_size`` bytes with ``entry_size = t · mblock · ublock
   tiles · tile_size(df)`` (spec §1.2). Entries: parameters, constants and accumulators 1; e2e queues
   the microbatch; inputs and outputs microbatch × ``io_queue_multiplier``.
@@ -153,6 +157,10 @@ def _specs(graph: Any, solution: Any, result: PlacerSolution, config: Any, devic
                 chip = int(manual[0])
             if manual[1] is not None:
                 channel, loc = int(manual[1]), "dram"
+        if loc == "dram" and _streamed(kind, reads, solution):
+            grid = _spread_grid(shape.rt, shape.ct, tuple(grid), len(device.dram_channels),
+                                tile_size_bytes(q.df) * shape.z * shape.rt * shape.ct)
+            t, mblock, ublock = _split(shape.rt, shape.ct, shape.z, grid)
         if loc == "host" and grid != (1, 1):
             t, mblock, ublock = _merge_to_single(t, mblock, ublock, grid)
             grid = (1, 1)
@@ -171,9 +179,52 @@ def _specs(graph: Any, solution: Any, result: PlacerSolution, config: Any, devic
         epochs = result.epochs
         lifetime = (epochs[e2e.producer_epoch].temporal_epoch,
                     max(epochs[e].temporal_epoch for e in e2e.consumer_epochs))
-        specs.append(_QueueSpec(name, "epoch_to_epoch", chip, "dram", pm.grid_shape, pm.t, pm.mblock, pm.ublock,
+        grid, t, mblock, ublock = tuple(pm.grid_shape), pm.t, tuple(pm.mblock), tuple(pm.ublock)
+        if not producer.untilize_output:
+            rt, ct = grid[0] * mblock[0] * ublock[0], grid[1] * mblock[1] * ublock[1]
+            spread = _spread_grid(rt, ct, grid, len(device.dram_channels), tile_size_bytes(producer.out_df) * t * rt * ct)
+            if spread != grid:
+                grid = spread
+                t, mblock, ublock = _split(rt, ct, t, grid)
+        specs.append(_QueueSpec(name, "epoch_to_epoch", chip, "dram", grid, t, mblock, ublock,
                                 producer.out_df, e2e.entries, first, e2e.producer_epoch % 2, channel, lifetime))
     return specs
+
+
+#: A streamed DRAM queue whose entry is at least this large is split into more buffers, one per channel
+#: where the tensor's tile grid allows, so that one channel does not serve a whole large read [D].
+SPREAD_MIN_ENTRY_BYTES = 256 * 1024
+
+
+def _streamed(kind: str, reads: Sequence[Tuple[Any, int]], solution: Any) -> bool:
+    """True for a queue read every input from DRAM: a device-side input, or a parameter/constant that
+    some reader streams (not resident in L1 as a prologue), e.g. a sparse matmul's index table."""
+    if kind == "input":
+        return True
+    if kind not in ("parameter", "constant"):
+        return False
+    for op, k in reads:
+        model = solution.op_models.get(op.name)
+        if model is not None and k not in tuple(getattr(model, "prologue_inputs", ())):
+            return True
+    return False
+
+
+def _spread_grid(rt: int, ct: int, grid: Tuple[int, int], channels: int, entry_bytes: int) -> Tuple[int, int]:
+    """A finer buffer grid for a large streamed DRAM queue, as TT-Buda's placer gives input queues a
+    grid of buffers spread over the channels: the largest (a, b) with the reader's split (grid) dividing
+    it, a | rt, b | ct and a·b ≤ channels. Each buffer then goes to its own channel (round robin)."""
+    a0, b0 = grid
+    if entry_bytes < SPREAD_MIN_ENTRY_BYTES or a0 * b0 >= channels:
+        return grid
+    best = grid
+    for a in range(a0, min(rt, channels) + 1, a0):
+        if rt % a:
+            continue
+        for b in range(b0, min(ct, channels // a) + 1, b0):
+            if ct % b == 0 and a * b > best[0] * best[1]:
+                best = (a, b)
+    return best
 
 
 def _merge_to_single(t: int, mblock: Tuple[int, int], ublock: Tuple[int, int], grid: Tuple[int, int]
