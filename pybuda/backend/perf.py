@@ -58,6 +58,31 @@ Calibration mechanisms (perf_calibration §1; the same parameters for every mode
   which overlaps the 333M-cycle device time; host tilize/PCIe of the inputs/outputs (13M) overlaps too;
   DRAM channels already use the measured per-channel rate (spec §5.4). exp is already costed at the
   exact (non-approximate) 1771 cycles/tile. The remaining ~1.6× is in steady-state op cycles.
+* **Fork/join stalls and gather pipes** are implemented but *off by default* (``PerfConfig.fork_join_stalls``,
+  ``PerfConfig.gather_pipes``), because neither, as the spec states it, moves all four calibration
+  points the right way with one parameter set:
+
+  - *Fork/join* (NBS §6.4: ops pipeline over macro-blocks, a consumer frees producer space only after
+    math on the block): ``_fork_join`` treats each fork P → … → join J as a marked-graph loop whose
+    tokens are the short path's buffers (P's ``buf_size_mb``, J's input buffer, intermediate ops'
+    output buffers, in inputs: ``buf_size_mb / t``) and whose latency is every op on the loop at its
+    per-mblock time ``cycles / t``; the interval per input is at least latency / tokens. With the
+    netlists our compiler emits (no fork/join buffering nops or e2e queues, ``buf_size_mb`` 1–2)
+    it bounds BERT's LayerNorm (sub_mean → square → var → sqrt → recip → scale) and softmax
+    (exp → sum → recip → out) epochs: BERT-L n150 192 → 175 sen/s, but e150 145 → 53 (−47 %), and
+    ResNet-50 residual blocks (t = 1, whole-tensor mblocks, ``buf_size_mb`` 1) collapse
+    (e150 886 → 254, n150 2269 → 1115). Macro-block granularity is far too coarse for t = 1 ops whose
+    consumers stream row strips, and TT-Buda's balancer buffered ResNet's fork/joins; modelling this
+    properly needs the compiler's fork/join buffering pass (raise the short path's ``buf_size_mb`` /
+    insert buffering nops while L1 allows, else an e2e queue) plus a row-strip granularity — not done.
+  - *Gather pipes* (NBS §6.3: ~28 GB/s for a one-source pipe, ~16 down to ~10 GB/s when a consumer
+    core gathers from many producer cores; ``_gather_sources`` counts the producer cores per consumer
+    core from the two grids, matmul strips, reduces, broadcasts and transposes) instead of cost.py's
+    flat 16 B/cycle: BERT-L e150 145 → 126 (+27 %), n150 192 → 184 (+55 %), but ResNet-50 n150
+    2269 → 2062 (−29 %, fails) and e150 886 → 827, because the balancer (which still costs pipes at
+    cost.py's flat rate) leaves ResNet's max-pool im2col on 2 cores gathering a 112×112×64 activation.
+    Turning it on needs the producer grid in cost.py's ``BandwidthContext`` so the balancer sees the
+    same rate (cost.py is the single source of per-op cycles).
 * Not (yet) modelled, and why the BERT-Large n150 point stays high: TT-Buda's own placement for it is
   less ideal than ours (11 % of LoFi peak, perf_calibration §1); SFPU ``exp`` cost per vector mode is
   read from the spec's single ``vector: r`` number only.
@@ -74,7 +99,7 @@ from pybuda.errors import ConfigError, NetlistError
 from pybuda.netlist.model import (
     NON_TENSIX_OPS, EndLoop, Execute, GraphDef, Loop, Netlist, NetlistOp, Program, QueueDef, StaticVar, Var,
 )
-from pybuda.netlist.operands import op_l1_usage
+from pybuda.netlist.operands import _input_tiles as _input_buffer_tiles_raw, op_l1_usage
 from pybuda.tensor import MathFidelity
 
 __all__ = [
@@ -115,6 +140,21 @@ class PerfConfig:
     #: Per-core binary cache slots (NBS §5.2): up to this many distinct epochs on a chip keep their
     #: binaries in device DRAM; beyond it the host re-sends them over PCIe at every switch.
     binary_cache_slots: int = 32
+    #: Op→op pipe bandwidth (NBS §6.3, docs/public/performance.md): a pipe from one producer core to
+    #: one consumer core runs at ~28 GB/s after firmware overhead; a *gather* pipe, where one consumer
+    #: core assembles its operand from several producer cores (different grids or blocking, reshaping
+    #: TMs, a matmul row/column strip), at ~16 GB/s, "down to about 10" with many sources. The rate
+    #: falls linearly in log2(sources) from the 2-source to the ``gather_many_sources`` figure [D: the
+    #: spec gives the end points only].
+    #: Off by default: see the module docstring ("Fork/join stalls and gather pipes") for why.
+    gather_pipes: bool = False
+    pipe_direct_bytes_per_s: float = 28.0e9
+    pipe_gather_bytes_per_s: float = 16.0e9
+    pipe_gather_many_bytes_per_s: float = 10.0e9
+    gather_many_sources: int = 16
+    #: Model fork/join stalls (``_Estimator._fork_join``, NBS §6.4). Off by default: see the module
+    #: docstring ("Fork/join stalls and gather pipes").
+    fork_join_stalls: bool = False
     #: NoC op→op pipe latency, tt-npe write model: 40 + 10 cycles per hop (NBS §6.3).
     noc_latency_base_cycles: int = 40
     noc_latency_per_hop_cycles: int = 10
@@ -182,6 +222,10 @@ class OpPerf:
     core_utilization: float = 0.0
     math_utilization: float = 0.0
     bottleneck: bool = False
+    #: Interval (cycles per input) the worst fork/join loop starting at this op imposes when it bounds
+    #: the epoch (see ``_Estimator._fork_join``), and the join op of that loop.
+    fork_join_cycles: int = 0
+    fork_join_with: Optional[str] = None
 
     @property
     def footprint(self) -> Tuple[int, int]:
@@ -421,6 +465,15 @@ class _UnitModel:
 _UNIT_MODEL = _UnitModel()
 
 
+def _input_buffer_tiles(op: NetlistOp, index: int) -> int:
+    """Tiles of op's streaming input buffer ``index`` on one core (NBS §5.3, at least
+    ``input_buf_min_size_tiles``)."""
+    tiles = _input_buffer_tiles_raw(op, index, False)
+    if op.input_buf_min_size_tiles and index < len(op.input_buf_min_size_tiles):
+        tiles = max(tiles, int(op.input_buf_min_size_tiles[index]))
+    return tiles
+
+
 def _fused_table(netlist: Netlist) -> Dict[Any, Dict[str, Any]]:
     """The netlist's fused ops in the dict form cost.py costs a ``fused_op`` from."""
     table: Dict[Any, Dict[str, Any]] = {}
@@ -651,6 +704,17 @@ class _Estimator:
             br = breakdown([s if s == kind else "prologue" for s in sources], "op")
             key = label[kind]
             bounds[key] = max(bounds[key], br.input_bw)
+        # Op→op pipes at their direct/gather rates (NBS §6.3) instead of cost.py's flat NoC rate.
+        noc_in = 0.0
+        in_tiles = cost.input_tiles_per_core(cop, cmod)
+        for i, name in enumerate(op.inputs):
+            if sources[i] != "op" or i >= len(in_tiles):
+                continue
+            df = op.in_df[i] if i < len(op.in_df) else op.out_df
+            noc_in += in_tiles[i] * cost.tile_size_bytes(df) / self._pipe_rate(self._gather_sources(op, i))
+        out_noc = cost.output_tiles_per_core(cmod) * cost.tile_size_bytes(op.out_df) / self._pipe_rate(1)
+        if self.cfg.gather_pipes:
+            bounds["noc"] = int(math.ceil(max(noc_in, out_noc)))
         dest = self._output_dest(op)
         if dest != "op":
             bounds[label[dest]] = max(bounds[label[dest]], breakdown(quiet, dest).output_bw)
@@ -700,6 +764,64 @@ class _Estimator:
             ideal = cost.matmul_ideal_cycles(cop, cmod, self.device)
         return {"bounds": bounds, "dram_bytes": dram_bytes, "host_bytes": host_bytes, "eth_bytes": eth_bytes,
                 "ideal": ideal, "sources": sources}
+
+    def _pipe_rate(self, sources: int) -> float:
+        """Bytes per cycle of an op→op pipe into one consumer core fed by ``sources`` producer cores."""
+        c = self.cfg
+        if sources <= 1:
+            gbps = c.pipe_direct_bytes_per_s
+        else:
+            span = max(1.0, math.log2(max(2, c.gather_many_sources)) - 1.0)
+            frac = min(1.0, (math.log2(sources) - 1.0) / span)
+            gbps = c.pipe_gather_bytes_per_s + frac * (c.pipe_gather_many_bytes_per_s - c.pipe_gather_bytes_per_s)
+        return gbps / self.clock
+
+    def _gather_sources(self, op: NetlistOp, index: int) -> int:
+        """Producer cores one core of ``op`` gathers input ``index`` from (an op in the same epoch).
+
+        Without reshaping TMs the producer's and consumer's row (column) partitions of the tensor
+        overlap: a consumer block spans ``p/c`` producer blocks when the producer grid dimension ``p``
+        is a multiple of the consumer's ``c``, one when ``c`` is a multiple of ``p``, else
+        ``ceil(p/c) + 1``. A broadcast dimension comes from one producer block; a matmul's in0 needs
+        its whole row strip (every producer column), in1 its whole column strip (every producer row),
+        and a reduce the whole reduced dimension. A transpose swaps the producer's grid dimensions;
+        slice/stack TMs (t-streaming, attention heads) keep the row/column partition of each slice, so
+        they are counted like an untouched edge [D]."""
+        graph = self.op_graph.get(op.inputs[index])
+        if graph is None:
+            return 1
+        prod = graph.ops[op.inputs[index]]
+        pr, pc = prod.grid_size
+        cr, cc = op.grid_size
+        tms = op.tms_of(index)
+        if any(tm.name == "transpose" for tm in tms):
+            pr, pc = pc, pr
+        bcast = {str(getattr(tm, "dim", "")) for tm in tms if tm.name == "broadcast"}
+
+        def overlap(p: int, c: int) -> int:
+            if p % c == 0:
+                return p // c
+            if c % p == 0:
+                return 1
+            return math.ceil(p / c) + 1
+
+        sr, sc = overlap(pr, cr), overlap(pc, cc)
+        if op.type in ("matmul", "depthwise") and not op.attr("identity"):
+            if index == 0:
+                sc = pc
+            elif index == 1:
+                sr = pr
+        elif op.type == "reduce":
+            dim = str(op.attr("dim") or "r").lower()
+            if dim == "r":
+                sr = pr
+            elif dim == "c":
+                sc = pc
+        if "r" in bcast:
+            sr = 1
+        if "c" in bcast:
+            sc = 1
+        return max(1, sr * sc)
 
     @staticmethod
     def _distinct_readers(op: NetlistOp, index: int) -> int:
@@ -790,12 +912,20 @@ class _Estimator:
                            ("eth", max(eth_cycles.values(), default=0.0))):
             if cyc > steady:
                 steady, link_bound, bottleneck = int(math.ceil(cyc)), label, None
+        # Fork/join: a join whose short input path cannot buffer the long path's mblocks in flight
+        # stalls the fork (and with it the whole pipeline) — NBS §6.4.
+        fj_cycles, fj_fork, fj_join = self._fork_join(info, rows) if self.cfg.fork_join_stalls else (0.0, None, None)
+        if fj_cycles > steady:
+            steady, bottleneck, link_bound = int(math.ceil(fj_cycles)), fj_fork, "fork_join"
+            if fj_fork is not None:
+                rows[fj_fork].fork_join_cycles = int(math.ceil(fj_cycles))
+                rows[fj_fork].fork_join_with = fj_join
         steady = max(steady, 1)
         for row in rows.values():
-            row.core_utilization = row.cycles / steady
+            row.core_utilization = min(1.0, row.cycles / steady)
         if bottleneck is not None:
             rows[bottleneck].bottleneck = True
-            bneck_bound = rows[bottleneck].bound
+            bneck_bound = "fork_join" if link_bound == "fork_join" else rows[bottleneck].bound
         else:
             bneck_bound = link_bound
 
@@ -842,6 +972,110 @@ class _Estimator:
             dram_channel_cycles={f"{c}:{ch}": int(math.ceil(v)) for (c, ch), v in sorted(channel_cycles.items())},
             pcie_cycles_per_input=int(math.ceil(pcie_cycles)), prologue_bytes=int(prologue_total),
             binary_bytes=int(binary_total), host_binary_bytes=int(host_binary_total))
+
+    def _fork_join(self, info: Dict[str, Dict[str, Any]], rows: Dict[str, OpPerf]
+                   ) -> Tuple[float, Optional[str], Optional[str]]:
+        """The per-input interval fork/join loops impose, with the fork and join op of the worst one.
+
+        NBS §6.4: ops pipeline over macro-blocks; an op starts math when its input buffers hold a block
+        and pushes when its output buffer has space, and a consumer frees producer space only after math
+        on that block. A fork ``P`` whose outputs reconverge at a join ``J`` forms a loop: ``J`` frees the
+        short path's buffers only after the long path delivered the same block, so at most the short
+        path's buffer capacity ``B`` (P's ``buf_size_mb`` output mblocks, J's input buffer, and the
+        output buffers of ops on the short path) is in flight around the loop. A loop with ``B`` blocks
+        of tokens and ``L`` cycles of per-block latency (every op on it, each taking its per-mblock time
+        ``cycles / t``) completes at most ``B`` blocks per ``L`` (the cycle ratio of a marked graph), so
+        the interval per input is at least ``L / B`` (blocks counted in inputs: a buffer of ``b``
+        mblocks of a t-sliced op holds ``b / t`` inputs). Unlimited buffering — a DRAM e2e queue on the
+        short path, which the netlist expresses by routing it through a queue — puts the join outside
+        this loop (queue inputs are not op edges here). Paths are taken inside one epoch and chip.
+        """
+        succ: Dict[str, List[Tuple[str, int]]] = {n: [] for n in info}
+        for name, d in info.items():
+            for i, inp in enumerate(d["op"].inputs):
+                if inp in info and inp != name:
+                    succ[inp].append((name, i))
+        forks = [n for n, s in succ.items() if len({c for c, _ in s}) >= 2]
+        if not forks:
+            return 0.0, None, None
+        delay = {n: rows[n].cycles / max(1, info[n]["op"].t) for n in info}
+
+        def edge_cap(u: str, v: str, i: int) -> float:
+            """Inputs of u's output buffered on edge u→v (u's output buffer + v's input buffer ``i``)."""
+            pu, pv = info[u]["op"], info[v]["op"]
+            cap = pu.buf_size_mb / max(1, pu.t)
+            per_input = cost.input_tiles_per_core(_CostOp(pv), _CostModel(pv))
+            if i < len(per_input) and per_input[i] > 0:
+                cap += _input_buffer_tiles(pv, i) / per_input[i]
+            return cap
+
+        order = self._topo(info, succ)
+        pos = {n: k for k, n in enumerate(order)}
+        worst, worst_p, worst_j = 0.0, None, None
+        for p in forks:
+            outs: Dict[str, float] = {}
+            for c, i in succ[p]:  # parallel edges to one consumer (e.g. x*x): the larger buffer
+                outs[c] = max(outs.get(c, 0.0), edge_cap(p, c, i))
+            for b, cap_pb in outs.items():
+                # short path from b: fewest buffered inputs to every reachable node (DAG, topo order)
+                tok: Dict[str, float] = {b: cap_pb}
+                dly: Dict[str, float] = {b: 0.0}
+                via: Dict[str, Optional[str]] = {b: None}
+                for n in order[pos[b]:]:
+                    if n not in tok:
+                        continue
+                    for c, i in succ[n]:
+                        t_new, d_new = tok[n] + edge_cap(n, c, i), dly[n] + delay[n]
+                        if c not in tok or t_new < tok[c] - 1e-12 or (abs(t_new - tok[c]) < 1e-12 and d_new > dly[c]):
+                            tok[c], dly[c], via[c] = t_new, d_new, n
+                for a in outs:
+                    if a == b:
+                        continue
+                    # longest path a ⇝ J avoiding the short path's interior nodes
+                    for j in tok:
+                        if j == b and a == j:
+                            continue
+                        blocked = set()
+                        n = via.get(j)
+                        while n is not None:
+                            blocked.add(n)
+                            n = via.get(n)
+                        if a in blocked or a == j:
+                            continue
+                        longest: Dict[str, float] = {a: delay[a]}
+                        for n in order[pos[a]:pos[j]]:
+                            if n not in longest:
+                                continue
+                            for c, _i in succ[n]:
+                                if c == j or (c not in blocked and pos[c] < pos[j]):
+                                    v = longest[n] + (delay[c] if c != j else 0.0)
+                                    if v > longest.get(c, -1.0):
+                                        longest[c] = v
+                        if j not in longest:
+                            continue
+                        loop = delay[p] + longest[j] + dly[j] + delay[j]
+                        ratio = loop / max(tok[j], 1e-9)
+                        if ratio > worst:
+                            worst, worst_p, worst_j = ratio, p, j
+        return worst, worst_p, worst_j
+
+    @staticmethod
+    def _topo(info: Dict[str, Dict[str, Any]], succ: Dict[str, List[Tuple[str, int]]]) -> List[str]:
+        indeg = {n: 0 for n in info}
+        for n, s in succ.items():
+            for c, _ in s:
+                indeg[c] += 1
+        ready = [n for n in info if indeg[n] == 0]
+        out: List[str] = []
+        while ready:
+            n = ready.pop()
+            out.append(n)
+            for c, _ in succ[n]:
+                indeg[c] -= 1
+                if indeg[c] == 0:
+                    ready.append(c)
+        out.extend(n for n in info if n not in set(out))  # a cycle cannot happen in a valid netlist
+        return out
 
     def _fill(self, info: Dict[str, Dict[str, Any]], rows: Dict[str, OpPerf]) -> int:
         """Latency of the first input through the epoch's pipeline: the longest producer→consumer path,

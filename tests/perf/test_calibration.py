@@ -35,8 +35,10 @@ KNOWN_GAPS = {
     ("bert", "wh_n150"): "model +63 %: steady state is 93 % of device time (switch 3 %, fill 4 %; binary-cache "
                          "overflow re-sends overlap the device), 24 epochs kernel-bound on softmax exp (non-approx "
                          "1771 cycles/tile on 36 cores). Modelled ~204k cycles per layer and sample where the "
-                         "published run implies ~350k; the candidate mechanisms (attention hslice/hstack nops, NoC "
-                         "gather rates, SFPU format costs) are not yet quantified against a source",
+                         "published run implies ~350k; of the candidates, NoC gather pipes (spec §6.3, "
+                         "PerfConfig.gather_pipes) give 184 sen/s (+55 %) but push ResNet-50 n150 to -29 %, and "
+                         "macro-block fork/join loops (spec §6.4, PerfConfig.fork_join_stalls) give 175 here but "
+                         "53 (-47 %) on e150 and collapse ResNet-50, so both stay off (perf.py docstring)",
     ("resnet", "gs_e150"): "model ~-38 %: epoch 0 is now kernel-bound on the stem im2col sparse matmul "
                            "(537k cycles/image at the ideal HiFi3 rate on the 8 cores Ribbon gives it) and "
                            "epoch 3 on streamed stage-4 weights over all 8 GS channels; the earlier single-channel "

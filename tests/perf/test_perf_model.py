@@ -369,3 +369,64 @@ def test_sparse_matmul_costs_its_tile_products():
     nl_op = nl.graphs["g"].ops["sp_mm"]
     assert cost.kernel_cycles(_CostOp(nl_op), _CostModel(nl_op), N150) == row.kernel_cycles
     assert cost.matmul_ideal_cycles(_CostOp(nl_op), _CostModel(nl_op), N150) == row.ideal_math_cycles
+
+
+# --- fork/join loops and gather pipes (PerfConfig.fork_join_stalls / gather_pipes, off by default) ---
+
+def _fork_join_netlist(long_ops=3, buf=2):
+    """in -> a (fork) -> [exp x long_ops] -> j (add, join) <- a: a fork/join whose long path has
+    ``long_ops`` SFPU ops and whose short path is the direct a -> j edge."""
+    blk = dict(grid=(1, 1), mblock=(2, 2), ublock=(2, 2))
+    qs = [queue("in", entries=8, **blk), queue("out", input="j", entries=8, **blk)]
+    ops = [op("a", "nop", ["in"], **blk)]
+    prev = "a"
+    for k in range(long_ops):
+        ops.append(op(f"e{k}", "exp", [prev], loc=(0, k + 1), **blk))
+        prev = f"e{k}"
+    ops.append(op("j", "add", [prev, "a"], loc=(0, long_ops + 1), **blk))
+    for o in ops:
+        o.buf_size_mb = buf
+    return netlist(qs, [graph("g0", ops)], program([("g0", {"in": stream()})]))
+
+
+def test_fork_join_loop_bounds_interval_by_latency_over_short_path_buffer():
+    nl = _fork_join_netlist(long_ops=3, buf=2)
+    off = estimate(nl, N150)
+    on = estimate(nl, N150, config=PerfConfig(fork_join_stalls=True))
+    # off by default: the slowest op sets the interval
+    assert off.epochs[0].steady_cycles == max(r.cycles for r in off.ops)
+    # on: loop latency = a + 3 exp + j (t = 1: per-mblock time = cycles), tokens = a's 2 output mblocks
+    # plus j's 2-ublock input buffer (2 of the 4 tiles per input = 0.5 inputs)
+    loop = sum(on.op(n).cycles for n in ("a", "e0", "e1", "e2", "j"))
+    e = on.epochs[0]
+    assert e.bottleneck_bound == "fork_join" and e.bottleneck_op == "a"
+    assert e.steady_cycles == pytest.approx(loop / (2 + 8 / 16), rel=1e-3)
+    assert on.op("a").fork_join_with == "j"
+    assert on.samples_per_sec < off.samples_per_sec
+
+
+def test_fork_join_more_short_path_buffering_removes_the_stall():
+    small = estimate(_fork_join_netlist(buf=2), N150, config=PerfConfig(fork_join_stalls=True))
+    big = estimate(_fork_join_netlist(buf=8), N150, config=PerfConfig(fork_join_stalls=True))
+    assert big.epochs[0].steady_cycles < small.epochs[0].steady_cycles
+    assert big.epochs[0].bottleneck_bound != "fork_join"  # 8 mblocks cover the 5-op loop
+
+
+def test_gather_pipe_rates_follow_source_count():
+    """A consumer on one core gathering from a 1x4 producer grid reads at the gather rate, one fed by
+    a same-grid producer at the direct-pipe rate (NBS §6.3)."""
+    def nl(prod_grid):
+        qs = [queue("in", grid=prod_grid, mblock=(1, 4 // prod_grid[1]), ublock=(1, 1), entries=8),
+              queue("out", input="c", mblock=(1, 4), entries=8)]
+        p = op("p", "nop", ["in"], grid=prod_grid, mblock=(1, 4 // prod_grid[1]))
+        c = op("c", "nop", ["p"], loc=(1, 0), mblock=(1, 4))
+        return netlist(qs, [graph("g0", [p, c])], program([("g0", {"in": stream()})]))
+    cfg = PerfConfig(gather_pipes=True)
+    direct = estimate(nl((1, 1)), N150, config=cfg).op("c")
+    gather = estimate(nl((1, 4)), N150, config=cfg).op("c")
+    nbytes = 4 * TILE16
+    assert direct.noc_cycles == math.ceil(nbytes / (cfg.pipe_direct_bytes_per_s / N150.aiclk_hz))
+    # 4 sources: log2(4)-1 = 1 of the 3 steps from 16 GB/s (2 sources) to 10 GB/s (16 sources)
+    rate = (16e9 - (16e9 - 10e9) / 3) / N150.aiclk_hz
+    assert gather.noc_cycles == math.ceil(nbytes / rate)
+    assert gather.noc_cycles > direct.noc_cycles
