@@ -10,8 +10,9 @@ from __future__ import annotations
 
 import enum
 import logging
+import os
 from dataclasses import dataclass, field
-from typing import Callable, Dict, List, Mapping, Optional, Sequence, Tuple
+from typing import Callable, Dict, List, Mapping, Optional, Sequence
 
 import torch
 
@@ -28,6 +29,10 @@ class TestKind(enum.Enum):
     TRAINING_RECOMPUTE = "training_recompute"
 
 
+def _env_flag(name: str) -> bool:
+    return os.environ.get(name, "0") not in ("", "0")
+
+
 @dataclass
 class VerifyConfig:
     """What to verify and with which tolerances (TT-Buda's fields and defaults)."""
@@ -40,8 +45,11 @@ class VerifyConfig:
     relative_atol: float = 0.1
     pcc: Optional[float] = None
     dump_tensors_path: str = ""
-    run_golden: bool = False
-    golden_ignore_df_precision: bool = True
+    #: Run the netlist on the golden backend at BACKEND_GOLDEN_VERIFY (env ``PYBUDA_VERIFY_GOLDEN=1``).
+    run_golden: bool = field(default_factory=lambda: _env_flag("PYBUDA_VERIFY_GOLDEN"))
+    #: True (TT-Buda's default): that golden run is plain float32; False (or env
+    #: ``TT_BACKEND_GOLDEN_QUANTIZE=1``): it applies the chip's formats and math fidelity.
+    golden_ignore_df_precision: bool = field(default_factory=lambda: not _env_flag("TT_BACKEND_GOLDEN_QUANTIZE"))
     golden_compare_callback: Optional[Callable[[torch.Tensor, torch.Tensor], bool]] = None
     verify_all: bool = False
     verify_last: bool = True

@@ -10,6 +10,12 @@ its ``in_df``, matmuls and multiplies use the math-fidelity phases, results are 
 accumulation format ``acc_df``, attribute relu is applied, and the output is packed to ``out_df``;
 queues store values in their ``df``. ``fast=True`` skips every rounding and fidelity step (plain
 float32, BBE golden parity) for quick functional runs.
+
+Speed (``benchmarks/bench_golden.py``): an operand already stored in its ``in_df`` is not rounded
+again (TMs move decoded datums; rounding is idempotent); constant operands (ram entries, prologue
+reads) keep batch dimension 1 and are prepared once per queue write — TMs, fidelity pieces, a
+broadcast bias, decoded sparse indices — and a constant right-hand matmul operand is never copied per
+input (one GEMM over the whole batch); Dest rounding is skipped where the output packing subsumes it.
 """
 
 from __future__ import annotations
@@ -340,7 +346,8 @@ class GoldenDevice:
             out = self._run_fused(op, inputs, caches)
         else:
             raise NetlistError(f"graphs.{op.name}.type", f"golden backend does not implement op type '{op.type}'")
-        if not self.fast and op.acc_df != DataFormat.Float32 and cls in ("matmul", "binary", "fused"):
+        if not self.fast and op.acc_df != DataFormat.Float32 and cls in ("matmul", "binary", "fused") \
+                and not _packing_subsumes_dest(op):
             out = formats.accumulate(out, op.acc_df)
         out = golden_ops.apply_relu(out, attrs)
         shape = op.shape
@@ -417,6 +424,19 @@ class GoldenDevice:
             raise NetlistError(f"queues.{qname}", f"op '{op.name}' writes {value.shape[0]} entries into a queue with "
                                                   f"room for {q.free_slots()} (the host must pop outputs)")
         q.wr = q.write_batch(q.wr, value)
+
+
+# Output formats whose packing gives the same result from a value or from its Float16_b truncation:
+# bfloat16 truncation is idempotent, and B-family BFP rounding (add half an lsb, truncate, relative to
+# the block maximum's exponent E) only reads bits down to 2^(E-7), all of which the truncation keeps
+# (it keeps 7 bits below each value's own exponent, which is <= E, and never changes an exponent).
+_SUBSUMES_FLOAT16_B_DEST = {DataFormat.Float16_b, DataFormat.Bfp8_b, DataFormat.Bfp4_b, DataFormat.Bfp2_b}
+
+
+def _packing_subsumes_dest(op: nl.NetlistOp) -> bool:
+    """True when rounding to the Dest format (acc_df) cannot change what the packer produces."""
+    return op.acc_df == DataFormat.Float16_b and op.out_df in _SUBSUMES_FLOAT16_B_DEST \
+        and not op.attributes.get("relu_en")
 
 
 def _apply_tms(x: torch.Tensor, tms) -> torch.Tensor:

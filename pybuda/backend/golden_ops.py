@@ -171,16 +171,27 @@ def _pieces(x: torch.Tensor, role: str, fidelity: MathFidelity, cache: Optional[
     return _cached(cache, ("fidelity", role, fidelity, df), lambda: fidelity_pieces(x, role, fidelity, df))
 
 
-def gemm(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
-    """``a @ b`` on device tensors ``[N, t, R, K] @ [Nb, tb, K, C]``; a constant ``b`` (Nb = 1) is never
-    copied per input: with tb = 1 the whole batch is one GEMM of ``(N·t·R) x K``."""
-    if b.shape[0] == 1 and a.shape[0] >= 1:
+def gemm(a: torch.Tensor, b: torch.Tensor, cache: Optional[Dict] = None) -> torch.Tensor:
+    """``a @ b`` on device tensors ``[N, t, R, K] @ [Nb, tb, K, C]``. A constant ``b`` (Nb = 1) is never
+    copied per input: with tb = 1 the whole batch is one GEMM of ``(N·t·R) x K``; when ``a`` is one
+    slice broadcast over t (a ``broadcast: {z: t}`` TM, stride 0) and ``b`` has t slices, the t GEMMs
+    share their left operand and run as one against ``b``'s slices side by side (kept in ``cache``,
+    the constant's derived-values dict)."""
+    if b.shape[0] == 1:
         n, t, r, k = a.shape
-        if b.shape[1] == 1:
-            return torch.matmul(a.reshape(n * t * r, k), b[0, 0]).reshape(n, t, r, b.shape[-1])
-        if n > 1 and b.shape[1] == t:
+        tb, c = b.shape[1], b.shape[-1]
+        if tb == 1:
+            return torch.matmul(a.reshape(n * t * r, k), b[0, 0]).reshape(n, t, r, c)
+        if t == tb and a.stride(1) == 0:
+            def side_by_side():
+                return b, b[0].permute(1, 0, 2).reshape(k, t * c)
+            hit = _cached(cache, ("side_by_side", id(b)), side_by_side)
+            wide = hit[1] if hit[0] is b else side_by_side()[1]
+            out = torch.matmul(a[:, 0].reshape(n * r, k), wide)
+            return out.reshape(n, r, t, c).permute(0, 2, 1, 3)
+        if n > 1 and tb == t:
             out = torch.matmul(a.transpose(0, 1).reshape(t, n * r, k), b[0])
-            return out.reshape(t, n, r, b.shape[-1]).transpose(0, 1).contiguous()
+            return out.reshape(t, n, r, c).transpose(0, 1).contiguous()
     return torch.matmul(a, b)
 
 
@@ -196,9 +207,12 @@ def _mul(a: torch.Tensor, b: torch.Tensor, fidelity: Optional[MathFidelity],
 def _matmul(a: torch.Tensor, b: torch.Tensor, fidelity: Optional[MathFidelity],
             caches: Sequence[Optional[Dict]] = (None, None), dfs: Sequence = (None, None)) -> torch.Tensor:
     """Matrix unit: in0 → SrcB (7 bits), in1 → SrcA (5 bits) (see ``formats.fidelity_matmul``)."""
+    def mm(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        return gemm(x, y, caches[1])
+
     if fidelity is None:
-        return gemm(a, b)
-    return fidelity_combine(gemm, _pieces(a, "b", fidelity, caches[0], dfs[0]),
+        return mm(a, b)
+    return fidelity_combine(mm, _pieces(a, "b", fidelity, caches[0], dfs[0]),
                             _pieces(b, "a", fidelity, caches[1], dfs[1]))
 
 

@@ -223,27 +223,33 @@ def _generate_netlist(s: _State) -> None:
 
 
 def _backend_golden_verify(s: _State) -> None:
-    """With ``verify_cfg.run_golden`` and sample inputs: run the netlist on the golden backend and compare
-    its outputs with the model's (PCC and tolerances of ``verify_cfg``)."""
+    """With ``verify_cfg.run_golden`` and sample inputs: run the netlist on the golden backend (plain
+    float32 when ``verify_cfg.golden_ignore_df_precision``, else the chip's formats and fidelity) on the
+    first inputs and compare each output with the model's (``compare_tensor_to_golden``: PCC, relative
+    atol, per-dtype rtol/atol of ``verify_cfg``); a mismatch is a CompileError naming the output."""
     if s.verify_cfg is None or not getattr(s.verify_cfg, "run_golden", False):
         return
     if s.inputs is None or not _has_values(s.inputs) or not s.results.golden_outputs:
         log.warning("BACKEND_GOLDEN_VERIFY: no sample inputs with values; skipped")
         return
-    try:
-        from pybuda.backend.golden_executor import create_executor
-    except ImportError:
-        log.warning("BACKEND_GOLDEN_VERIFY: pybuda.backend.golden is not available; skipped")
-        return
-    from pybuda.verify import compare_tensor_to_golden
+    from pybuda.backend.golden_executor import GoldenExecutor
+    from pybuda.verify import calculate_pcc, compare_tensor_to_golden
 
+    vcfg = s.verify_cfg
+    fast = bool(getattr(vcfg, "golden_ignore_df_precision", True)) or bool(s.ctx.config.golden_ignore_df_precision)
     s.results.consteval_trace = dict(s.ctx.consteval_trace)
-    outs = create_executor(s.results, microbatch=s.ctx.microbatch, device=s.ctx.device).run(s.inputs)
+    outs = GoldenExecutor(s.results, microbatch=s.ctx.microbatch, fast=fast).run(s.inputs)
     s.ctx.notes["backend_golden_outputs"] = outs
+    names = [n.name for n in s.results.initial_graph.outputs] if s.results.initial_graph is not None else []
     for i, (golden, got) in enumerate(zip(s.results.golden_outputs, outs)):
-        if not compare_tensor_to_golden(f"golden backend output {i}", golden, got, verify_cfg=s.verify_cfg):
-            raise s.ctx.error(f"output {i} of the netlist on the golden backend does not match the model "
-                              f"(see the log for PCC)")
+        name = names[i] if i < len(names) else f"output {i}"
+        if not compare_tensor_to_golden(f"golden backend {name}", golden, got, verify_cfg=vcfg):
+            got_pcc = calculate_pcc(golden.to(torch.float32), got.reshape(golden.shape).to(torch.float32)) \
+                if got.numel() == golden.numel() else float("nan")
+            mode = "float32" if fast else "chip formats and fidelity"
+            raise CompileError(f"output {i} ('{name}') of the netlist on the golden backend ({mode}) does not match "
+                               f"the model: PCC {got_pcc:.6f}, required {vcfg.pcc} (and not allclose with "
+                               f"relative_atol {vcfg.relative_atol})", stage="BACKEND_GOLDEN_VERIFY")
 
 
 #: The compiler, stage by stage (TT-Buda's CompileDepth order).
