@@ -46,11 +46,6 @@ def run_on_golden(spec, df, fidelity, **config):
 
 
 def check_model(spec, df, fidelity, pcc_min, atol_rel, vision=False, **config):
-    if df == DataFormat.Float32:
-        # "Float32" means Dest accumulates in Float32 too. The compiler's default acc_df is Float16_b
-        # even for Float32 ops, and the host model truncates Dest to bfloat16 after every op: a
-        # downward bias of ~0.2% per op, a ~20% scale error after MobileNetV2's ~130 ops.
-        config.setdefault("default_accumulate_df", DataFormat.Float32)
     ref = spec.run()
     ref = ref[0] if isinstance(ref, (tuple, list)) else ref
     out = run_on_golden(spec, df, fidelity, **config)[0]

@@ -137,3 +137,31 @@ def test_integer_inputs_need_hifi4_and_int32_accumulation():
     assert bg.queues["x"].df == DF.Int32
     op = bg.ops["y"]
     assert op.math_fidelity == MF.HiFi4 and op.acc_df == DF.Int32 and op.out_df == DF.Int32
+
+
+def test_float32_models_accumulate_in_float32_where_the_chip_can():
+    """A Float32 model keeps Float32 in Dest on Wormhole (bfloat16 Dest would truncate every result);
+    Grayskull cannot, and an explicit accumulate_df always wins."""
+    import torch
+
+    import pybuda
+    from pybuda.config import CompilerConfig
+    from pybuda.passes.pipeline import pybuda_compile
+    from pybuda.tensor import DataFormat
+
+    class Tiny(pybuda.PyBudaModule):
+        def __init__(self, name):
+            super().__init__(name)
+            self.w = pybuda.Parameter(torch.randn(64, 64))
+
+        def forward(self, x):
+            return pybuda.op.Matmul("mm", x, self.w)
+
+    def acc_dfs(**kw):
+        cfg = CompilerConfig(default_df_override=DataFormat.Float32, **kw)
+        results = pybuda_compile(Tiny("t"), "t", torch.randn(1, 32, 64), compiler_cfg=cfg)
+        return {op.acc_df for op in results.lowered_graph.ops.values()}
+
+    assert acc_dfs(device_config="wh_n150") == {DataFormat.Float32}
+    assert acc_dfs(device_config="gs_e150") == {DataFormat.Float16_b}
+    assert acc_dfs(device_config="wh_n150", default_accumulate_df=DataFormat.Float16_b) == {DataFormat.Float16_b}
