@@ -10,10 +10,11 @@ to ``x.clone()`` and to a ``x.to(torch.bfloat16).float()`` round trip measured h
 from __future__ import annotations
 
 import argparse
-import time
 from typing import Callable, Dict
 
 import torch
+
+from timing import best_time, best_times
 
 from pybuda.backend import formats
 from pybuda.backend.tiles import pad_to_tiles, tilize
@@ -27,23 +28,8 @@ BERT_EDGES = [(128, 768)] * 8 + [(128, 3072)] * 2 + [(12, 128, 128)] * 3 + [(768
              [(768, 3072), (3072, 768)]
 
 
-def best_time(fn: Callable[[], object], repeat: int) -> float:
-    """Best of ``repeat`` runs after one warm-up (the machine is shared: the minimum is the signal)."""
-    return best_times({"fn": fn}, repeat)["fn"]
 
 
-def best_times(fns: Dict[str, Callable[[], object]], repeat: int) -> Dict[str, float]:
-    """Best time of each function over ``repeat`` interleaved rounds, so that load from other
-    processes on a shared machine hits every candidate alike."""
-    for fn in fns.values():
-        fn()
-    best = {name: float("inf") for name in fns}
-    for _ in range(repeat):
-        for name, fn in fns.items():
-            t0 = time.perf_counter()
-            fn()
-            best[name] = min(best[name], time.perf_counter() - t0)
-    return best
 
 
 def main() -> None:

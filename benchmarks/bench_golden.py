@@ -23,22 +23,13 @@ import cProfile
 import io
 import pstats
 import time
-from typing import Callable, Dict, List
+from typing import List
 
 import torch
 
+from timing import best_times
 
-def best_times(fns: Dict[str, Callable[[], object]], repeat: int) -> Dict[str, float]:
-    """Best time of each function over ``repeat`` interleaved rounds, after one warm-up each."""
-    for fn in fns.values():
-        fn()
-    best = {name: float("inf") for name in fns}
-    for _ in range(repeat):
-        for name, fn in fns.items():
-            t0 = time.perf_counter()
-            fn()
-            best[name] = min(best[name], time.perf_counter() - t0)
-    return best
+
 
 
 def _compile(args, microbatch: int):

@@ -1,0 +1,25 @@
+"""Timing helper shared by the benchmark scripts (run them as scripts: ``python benchmarks/bench_x.py``)."""
+
+from __future__ import annotations
+
+import time
+from typing import Callable, Dict
+
+
+def best_times(fns: Dict[str, Callable[[], object]], repeat: int) -> Dict[str, float]:
+    """Best time of each function over ``repeat`` interleaved rounds, after one warm-up each: on a
+    shared machine the minimum is the signal, and interleaving makes load hit every candidate alike."""
+    for fn in fns.values():
+        fn()
+    best = {name: float("inf") for name in fns}
+    for _ in range(repeat):
+        for name, fn in fns.items():
+            t0 = time.perf_counter()
+            fn()
+            best[name] = min(best[name], time.perf_counter() - t0)
+    return best
+
+
+def best_time(fn: Callable[[], object], repeat: int) -> float:
+    """Best of ``repeat`` runs of one function after a warm-up."""
+    return best_times({"fn": fn}, repeat)["fn"]
