@@ -65,3 +65,13 @@ def test_snapshot_is_independent_and_serialisable():
     assert snap.op_names_to_epoch_break == []
     d = snap.to_dict()
     assert d["default_math_fidelity"] == "HiFi3" and d["compile_depth"] == "FULL"
+
+
+def test_harvested_rows_reach_the_compiled_device():
+    from pybuda.passes.pipeline import resolve_device
+
+    pybuda.set_configuration_options(device_config="gs_e150")
+    assert resolve_device(None, _get_global_compiler_config()).grid_size == (10, 12)
+    pybuda.set_configuration_options(harvested_rows=[2, 5])
+    device = resolve_device(None, _get_global_compiler_config())
+    assert device.grid_size == (8, 12) and set(device.harvested_noc_rows) == {2, 5}

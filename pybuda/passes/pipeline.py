@@ -274,15 +274,28 @@ STAGES: List[Tuple[CompileDepth, Callable[[_State], None]]] = [
 # --- entry points --------------------------------------------------------------------------------------------
 
 
+def _descriptor(config: CompilerConfig, arch: Any = None, device_config: Optional[str] = None,
+                num_chips: Optional[int] = None):
+    """A device descriptor with the config's harvesting: ``harvested_rows`` (NoC rows, TT-Buda's option)
+    become a mask only once the arch is known; otherwise ``harvesting_mask`` applies."""
+    from pybuda.arch import get_device_descriptor
+
+    chips = config.num_chips if num_chips is None else num_chips
+    if not config.harvested_rows:
+        return get_device_descriptor(arch, device_config=device_config, harvesting_mask=config.harvesting_mask,
+                                     num_chips=chips)
+    base = get_device_descriptor(arch, device_config=device_config, num_chips=chips)
+    return get_device_descriptor(arch, device_config=device_config,
+                                 harvesting_mask=config.resolved_harvesting_mask(base.arch), num_chips=chips)
+
+
 def resolve_device(device: Any, config: CompilerConfig):
     """A DeviceDescriptor from a descriptor, a preset/arch name, a BackendDevice or a TTDevice."""
-    from pybuda.arch import get_device_descriptor
     from pybuda.arch.types import BackendDevice
 
     if device is None:
         if config.device_config:
-            return get_device_descriptor(device_config=config.device_config,
-                                         harvesting_mask=config.harvesting_mask, num_chips=config.num_chips)
+            return _descriptor(config, device_config=config.device_config)
         raise CompileError("no device to compile for: pass a device descriptor, a preset name (e.g. 'wh_n150') "
                            "or set device_config", stage="INIT_COMPILE")
     if hasattr(device, "grid_rows") and hasattr(device, "arch"):
@@ -291,20 +304,17 @@ def resolve_device(device: Any, config: CompilerConfig):
         from pybuda.arch import PRESETS
 
         if device.lower() in PRESETS:
-            return get_device_descriptor(device_config=device.lower(), harvesting_mask=config.harvesting_mask,
-                                         num_chips=config.num_chips)
-        return get_device_descriptor(device, harvesting_mask=config.harvesting_mask, num_chips=config.num_chips)
+            return _descriptor(config, device_config=device.lower())
+        return _descriptor(config, arch=device)
     if isinstance(device, BackendDevice):
-        return get_device_descriptor(device, device_config=config.device_config,
-                                     harvesting_mask=config.harvesting_mask, num_chips=config.num_chips)
+        return _descriptor(config, arch=device, device_config=config.device_config)
     arch = getattr(device, "arch", None)
     if arch is not None:  # a TTDevice: its arch, with the config's card preset when it is of that arch
         chips = max(1, int(getattr(device, "num_chips", 1) or 1))
         try:
-            return get_device_descriptor(arch, device_config=config.device_config,
-                                         harvesting_mask=config.harvesting_mask, num_chips=chips)
+            return _descriptor(config, arch=arch, device_config=config.device_config, num_chips=chips)
         except PybudaError:
-            return get_device_descriptor(arch, harvesting_mask=config.harvesting_mask, num_chips=chips)
+            return _descriptor(config, arch=arch, num_chips=chips)
     raise CompileError(f"cannot compile for {device!r}: expected a DeviceDescriptor, a preset name or a TTDevice",
                        stage="INIT_COMPILE")
 
