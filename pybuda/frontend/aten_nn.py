@@ -1,0 +1,435 @@
+"""Converters for ATen reductions, normalisation, matmul, convolution/pooling and misc ops.
+
+Registered into :data:`pybuda.frontend.aten_map.CONVERTERS` by the ``@converts`` decorator when
+:mod:`pybuda.frontend.aten_map` imports this module.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Sequence, Tuple
+
+import torch
+
+from pybuda.frontend.aten_map import (_as_bool, _reduce_max_or_min, out_shape_of, Builder, converts, Missing, out_dtype, out_shape, Unsupported, _dims, _is_number, _norm_dim)
+from pybuda.frontend.fx_program import meta_val, op_name
+
+# --- reductions -----------------------------------------------------------------------------------
+def _reduce(b: Builder, op_type: str, x: Any, dims: Any, final_shape: Sequence[int], dt=None) -> str:
+    v = b.tensor(x, dt)
+    shape = b.shape(v)
+    for d in _dims(dims, len(shape)):
+        if shape[d] != 1 or op_type == "reduce_avg":
+            v = b.op(op_type, [v], dim=d)
+    return b.reshape(v, final_shape)
+
+
+@converts("sum")
+def _sum(b: Builder, n, p):
+    x = p["self"]
+    if b.rank(x) == 0:
+        return b.cast(x, out_dtype(n))
+    return _reduce(b, "reduce_sum", x, p.get("dim"), out_shape(n), out_dtype(n))
+
+
+@converts("mean")
+def _mean(b: Builder, n, p):
+    x = p["self"]
+    if b.rank(x) == 0:
+        return b.cast(x, out_dtype(n))
+    return _reduce(b, "reduce_avg", x, p.get("dim"), out_shape(n), out_dtype(n))
+
+
+@converts("amax", "amin")
+def _amax(b: Builder, n, p):
+    return _reduce_max_or_min(b, p["self"], p["dim"], p["keepdim"], op_name(n.target) == "amin", out_shape(n))
+
+
+@converts("argmax", "argmin")
+def _argmax(b: Builder, n, p):
+    x = b.tensor(p["self"])
+    if op_name(n.target) == "argmin":
+        x = b.binary("multiply", x, -1, b.dtype(x))
+    if p["dim"] is None:
+        x = b.reshape(x, (math.prod(b.shape(x)),))
+        dim = 0
+    else:
+        dim = _norm_dim(p["dim"], b.rank(x))
+    return b.cast(b.reshape(b.op("argmax", [x], dim=dim), out_shape(n)), out_dtype(n))
+
+
+def _var_parts(b: Builder, n, p, final_var_shape, with_mean_shape=None):
+    x = b.tensor(p["self"], out_dtype(n) if not isinstance(meta_val(n), (list, tuple)) else meta_val(n)[0].dtype)
+    shape = b.shape(x)
+    dims = _dims(p.get("dim"), len(shape))
+    count = math.prod(shape[d] for d in dims)
+    correction = p.get("correction")
+    if correction is None:
+        unbiased = p.get("unbiased")
+        correction = 1 if unbiased is None or unbiased else 0
+    dt = b.dtype(x)
+    mean = x
+    for d in dims:
+        mean = b.op("reduce_avg", [mean], dim=d)
+    centered = b.op("subtract", [x, mean])
+    var = b.op("square", [centered])
+    for d in dims:
+        var = b.op("reduce_avg", [var], dim=d)
+    if correction != 0:
+        if count - correction <= 0:
+            raise Unsupported("variance with correction >= number of elements")
+        var = b.binary("multiply", var, count / (count - correction), dt)
+    var = b.reshape(var, final_var_shape)
+    if with_mean_shape is not None:
+        return var, b.reshape(mean, with_mean_shape)
+    return var
+
+
+@converts("var")
+def _var(b: Builder, n, p):
+    return _var_parts(b, n, p, out_shape(n))
+
+
+@converts("std")
+def _std(b: Builder, n, p):
+    return b.op("sqrt", [_var_parts(b, n, p, out_shape(n))])
+
+
+@converts("var_mean")
+def _var_mean(b: Builder, n, p):
+    return _var_parts(b, n, p, out_shape_of(n, 0), out_shape_of(n, 1))
+
+
+@converts("linalg_vector_norm")
+def _vector_norm(b: Builder, n, p):
+    dt = out_dtype(n)
+    x = b.tensor(p["self"], dt)
+    order = float(p["ord"])
+    final = out_shape(n)
+    if order == 2:
+        return b.op("sqrt", [_reduce(b, "reduce_sum", b.op("square", [x]), p.get("dim"), final)])
+    if order == 1:
+        return _reduce(b, "reduce_sum", b.op("abs", [x]), p.get("dim"), final)
+    if order == math.inf:
+        return _reduce_max_or_min(b, b.op("abs", [x]), p.get("dim"), p.get("keepdim"), False, final)
+    raise Unsupported(f"vector norm of order {order}")
+
+
+@converts("any", "all")
+def _any_all(b: Builder, n, p):
+    x = _as_bool(b, p["self"])
+    is_all = op_name(n.target) == "all"
+    if is_all:
+        x = b.op("logical_not", [x])
+    dims = p.get("dim")
+    v = b.cast(x, torch.float32)
+    v = _reduce_max_or_min(b, v, dims, p.get("keepdim"), False, out_shape(n))
+    v = b.cast(v, torch.bool)
+    return b.op("logical_not", [v]) if is_all else v
+
+
+@converts("sign")
+def _sign(b: Builder, n, p):
+    dt = out_dtype(n)
+    x = b.tensor(p["self"], dt)
+    pos = b.cast(b.binary("greater", x, 0, dt), dt)
+    neg = b.cast(b.binary("less", x, 0, dt), dt)
+    return b.op("subtract", [pos, neg])
+
+
+@converts("flip")
+def _flip(b: Builder, n, p):
+    v = b.tensor(p["self"])
+    for d in _dims(p["dims"], b.rank(v)):
+        size = b.shape(v)[d]
+        if size > 1:
+            v = b.op("adv_index", [v, b.const(torch.arange(size - 1, -1, -1), f"{n.name}.reversed")], dim=d)
+    return v
+
+
+@converts("pixel_shuffle")
+def _pixel_shuffle(b: Builder, n, p):
+    return b.op("pixel_shuffle", [p["self"]], upscale_factor=int(p["upscale_factor"]))
+
+
+@converts("softmax", "_softmax", "_safe_softmax")
+def _softmax(b: Builder, n, p):
+    x = b.tensor(p["self"], out_dtype(n))
+    return b.op("softmax", [x], dim=_norm_dim(p["dim"], b.rank(x)), stable=True)
+
+
+@converts("log_softmax", "_log_softmax")
+def _log_softmax(b: Builder, n, p):
+    x = b.tensor(p["self"], out_dtype(n))
+    return b.op("log_softmax", [x], dim=_norm_dim(p["dim"], b.rank(x)), stable=True)
+
+
+@converts("cumsum")
+def _cumsum(b: Builder, n, p):
+    x = b.tensor(p["self"], out_dtype(n))
+    return b.op("cumsum", [x], axis=_norm_dim(p["dim"], b.rank(x)), exclusive=False)
+
+
+# --- normalisation --------------------------------------------------------------------------------
+def _param_or(b: Builder, v: Any, fill: float, size: int, dt: torch.dtype, name: str) -> str:
+    if v is None:
+        return b.const(torch.full((size,), fill, dtype=dt), name)
+    return b.tensor(v)
+
+
+@converts("layer_norm", "native_layer_norm")
+def _layer_norm(b: Builder, n, p):
+    x = b.tensor(p["input"])
+    shape = b.shape(x)
+    normalized = [int(d) for d in p["normalized_shape"]]
+    size = math.prod(normalized)
+    dt = b.dtype(x)
+    w = _param_or(b, p["weight"], 1.0, size, dt, f"{n.name}.weight")
+    bias = _param_or(b, p["bias"], 0.0, size, dt, f"{n.name}.bias")
+    eps = float(p["eps"])
+    if len(normalized) == 1:
+        out = b.op("layernorm", [x, w, bias], dim=-1, epsilon=eps)
+    else:
+        flat = b.reshape(x, shape[: len(shape) - len(normalized)] + (size,))
+        out = b.reshape(b.op("layernorm", [flat, b.reshape(w, (size,)), b.reshape(bias, (size,))], dim=-1,
+                             epsilon=eps), shape)
+    if op_name(n.target) == "native_layer_norm":
+        return out, Missing("layer_norm mean"), Missing("layer_norm rstd")
+    return out
+
+
+@converts("batch_norm", "_native_batch_norm_legit_no_training", "native_batch_norm", "_native_batch_norm_legit")
+def _batch_norm(b: Builder, n, p):
+    name = op_name(n.target)
+    training = p.get("training", False)
+    if training:
+        raise Unsupported("batch norm in training mode (batch statistics); call model.eval() before compiling")
+    x = b.tensor(p["input"])
+    channels = b.shape(x)[1]
+    dt = b.dtype(x)
+    mean, var = p.get("running_mean"), p.get("running_var")
+    if mean is None or var is None:
+        raise Unsupported("batch norm without running statistics")
+    w = _param_or(b, p["weight"], 1.0, channels, dt, f"{n.name}.weight")
+    bias = _param_or(b, p["bias"], 0.0, channels, dt, f"{n.name}.bias")
+    out = b.op("batchnorm", [x, w, bias, mean, var], epsilon=float(p["eps"]))
+    if name == "batch_norm":
+        return out
+    return out, Missing("batch_norm save_mean"), Missing("batch_norm save_invstd")
+
+
+@converts("group_norm")
+def _group_norm(b: Builder, n, p):
+    x = b.tensor(p["input"])
+    shape = b.shape(x)
+    groups = int(p["num_groups"])
+    N, C = shape[0], shape[1]
+    dt = b.dtype(x)
+    eps = float(p["eps"])
+    grouped = b.reshape(x, (N, groups, math.prod(shape[1:]) // groups))
+    mean = b.op("reduce_avg", [grouped], dim=2)
+    centered = b.op("subtract", [grouped, mean])
+    var = b.op("reduce_avg", [b.op("square", [centered])], dim=2)
+    rstd = b.op("reciprocal", [b.op("sqrt", [b.binary("add", var, eps, dt)])])
+    normed = b.reshape(b.op("multiply", [centered, rstd]), shape)
+    bshape = (1, C) + (1,) * (len(shape) - 2)
+    if p["weight"] is not None:
+        normed = b.op("multiply", [normed, b.reshape(p["weight"], bshape)])
+    if p["bias"] is not None:
+        normed = b.op("add", [normed, b.reshape(p["bias"], bshape)])
+    return normed
+
+
+# --- matmul ---------------------------------------------------------------------------------------
+def _matmul(b: Builder, x: Any, y: Any, bias: Any, final_shape: Sequence[int], dt: torch.dtype) -> str:
+    a, c = b.tensor(x, dt), b.tensor(y, dt)
+    if b.rank(a) == 1:
+        a = b.reshape(a, (1,) + b.shape(a))
+    if b.rank(c) == 1:
+        c = b.reshape(c, b.shape(c) + (1,))
+    operands = [a, c] if bias is None else [a, c, b.tensor(bias, dt)]
+    return b.reshape(b.op("matmul", operands), final_shape)
+
+
+@converts("linear")
+def _linear(b: Builder, n, p):
+    w = p["weight"]
+    wt = b.transpose(w, -2, -1) if b.rank(w) == 2 else b.tensor(w)
+    return _matmul(b, p["input"], wt, p.get("bias"), out_shape(n), out_dtype(n))
+
+
+@converts("mm", "bmm", "matmul")
+def _mm(b: Builder, n, p):
+    return _matmul(b, p["self"], p.get("mat2", p.get("other")), None, out_shape(n), out_dtype(n))
+
+
+@converts("addmm", "baddbmm")
+def _addmm(b: Builder, n, p):
+    dt = out_dtype(n)
+    x, y = (p["mat1"], p["mat2"]) if "mat1" in p else (p["batch1"], p["batch2"])
+    beta, alpha = p.get("beta", 1), p.get("alpha", 1)
+    bias = p["self"]
+    if alpha != 1:
+        x = b.binary("multiply", x, alpha, dt)
+    if beta == 0:
+        bias = None
+    elif beta != 1:
+        bias = b.binary("multiply", bias, beta, dt)
+    return _matmul(b, x, y, bias, out_shape(n), dt)
+
+
+@converts("scaled_dot_product_attention")
+def _sdpa(b: Builder, n, p):
+    dt = out_dtype(n)
+    q, k, v = (b.tensor(p[key], dt) for key in ("query", "key", "value"))
+    if p.get("dropout_p", 0.0):
+        raise Unsupported("scaled_dot_product_attention with dropout")
+    qs, ks = b.shape(q), b.shape(k)
+    if p.get("enable_gqa") and qs[-3] != ks[-3]:
+        raise Unsupported("grouped-query attention (enable_gqa)")
+    scale = p.get("scale")
+    scale = float(scale) if scale is not None else 1.0 / math.sqrt(qs[-1])
+    scores = b.op("matmul", [q, b.transpose(k, -2, -1)])
+    scores = b.binary("multiply", scores, scale, dt)
+    L, S = qs[-2], ks[-2]
+    mask = p.get("attn_mask")
+    if p.get("is_causal"):
+        causal = torch.ones(L, S, dtype=torch.bool).tril()
+        scores = b.op("where", [b.const(causal, f"{n.name}.causal"), scores, b.scalar(-math.inf, dt, 1)])
+    if mask is not None:
+        if b.dtype(mask) == torch.bool:
+            scores = b.op("where", [b.tensor(mask), scores, b.scalar(-math.inf, dt, 1)])
+        else:
+            scores = b.op("add", [scores, b.tensor(mask, dt)])
+    probs = b.op("softmax", [scores], dim=b.rank(scores) - 1, stable=True)
+    return b.reshape(b.op("matmul", [probs, v]), out_shape(n))
+
+
+# --- convolution and pooling ----------------------------------------------------------------------
+def _pair(v: Any, n: int = 2) -> Tuple[int, ...]:
+    if isinstance(v, int):
+        return (v,) * n
+    v = tuple(int(x) for x in v)
+    return v * n if len(v) == 1 else v
+
+
+def _conv2d(b: Builder, x: str, w: Any, bias: Any, stride, padding, dilation, groups, transposed=False,
+            output_padding=(0, 0)) -> str:
+    stride, dilation = _pair(stride), _pair(dilation)
+    ph, pw = _pair(padding)
+    operands = [x, w] if bias is None else [x, w, bias]
+    attrs = dict(stride=stride, padding=(pw, pw, ph, ph), dilation=dilation, groups=int(groups), channel_last=False)
+    if transposed:
+        if any(_pair(output_padding)):
+            attrs["output_padding"] = _pair(output_padding)
+        return b.op("conv2d_transpose", operands, **attrs)
+    return b.op("conv2d", operands, **attrs)
+
+
+def _same_padding(kernel: Sequence[int], dilation: Sequence[int]) -> Tuple[int, ...]:
+    pads = []
+    for k, d in zip(kernel, dilation):
+        total = d * (k - 1)
+        if total % 2:
+            raise Unsupported("padding='same' with an asymmetric total padding")
+        pads.append(total // 2)
+    return tuple(pads)
+
+
+@converts("conv2d", "conv1d", "convolution", "_convolution", "conv_transpose2d", "conv_transpose1d")
+def _conv(b: Builder, n, p):
+    name = op_name(n.target)
+    x = b.tensor(p["input"])
+    w = b.tensor(p["weight"])
+    bias = p.get("bias")
+    transposed = bool(p.get("transposed", False)) or name.startswith("conv_transpose")
+    groups = p.get("groups", 1)
+    stride, dilation = p["stride"], p["dilation"]
+    padding = p["padding"]
+    spatial = b.rank(x) - 2
+    if spatial not in (1, 2):
+        raise Unsupported(f"{spatial}-d convolution")
+    if isinstance(padding, str):
+        if padding == "valid":
+            padding = [0] * spatial
+        else:
+            dil = tuple(int(d) for d in (dilation if isinstance(dilation, (list, tuple)) else [dilation]))
+            padding = _same_padding(b.shape(w)[2:], dil * spatial if len(dil) == 1 else dil)
+    output_padding = p.get("output_padding") or [0] * spatial
+    if spatial == 2:
+        out = _conv2d(b, x, w, bias, stride, padding, dilation, groups, transposed, output_padding)
+    else:
+        # 1-d convolution: run it as a 2-d one over a height-1 image.
+        xs, ws = b.shape(x), b.shape(w)
+        x2 = b.reshape(x, (xs[0], xs[1], 1, xs[2]))
+        w2 = b.reshape(w, (ws[0], ws[1], 1, ws[2]))
+        one = lambda v: (1, _pair(v, 1)[0])  # noqa: E731
+        out = _conv2d(b, x2, w2, bias, one(stride), (0, _pair(padding, 1)[0]), one(dilation), groups, transposed,
+                      (0, _pair(output_padding, 1)[0]))
+    return b.reshape(out, out_shape(n))
+
+
+def _pool_padding(padding) -> Tuple[int, int, int, int]:
+    ph, pw = _pair(padding)
+    return (pw, pw, ph, ph)
+
+
+@converts("max_pool2d", "max_pool2d_with_indices")
+def _max_pool2d(b: Builder, n, p):
+    kernel = _pair(p["kernel_size"])
+    stride = _pair(p["stride"]) if p["stride"] else kernel
+    out = b.op("max_pool2d", [p["self"]], kernel_size=kernel, stride=stride, padding=_pool_padding(p["padding"]),
+               dilation=_pair(p["dilation"]), ceil_mode=bool(p["ceil_mode"]), channel_last=False)
+    if op_name(n.target) == "max_pool2d_with_indices":
+        return out, Missing("max_pool2d indices")
+    return out
+
+
+@converts("avg_pool2d")
+def _avg_pool2d(b: Builder, n, p):
+    kernel = _pair(p["kernel_size"])
+    stride = _pair(p["stride"]) if p["stride"] else kernel
+    return b.op("avg_pool2d", [p["self"]], kernel_size=kernel, stride=stride, padding=_pool_padding(p["padding"]),
+                ceil_mode=bool(p["ceil_mode"]), count_include_pad=bool(p["count_include_pad"]),
+                divisor_override=p["divisor_override"], channel_last=False)
+
+
+@converts("adaptive_avg_pool2d", "_adaptive_avg_pool2d", "adaptive_avg_pool1d")
+def _adaptive_avg_pool(b: Builder, n, p):
+    x = b.tensor(p["self"])
+    shape = b.shape(x)
+    final = out_shape(n)
+    spatial = len(_pair(p["output_size"], 1)) if op_name(n.target) == "adaptive_avg_pool1d" else 2
+    out_sizes = final[-spatial:]
+    in_sizes = shape[-spatial:]
+    if all(o == 1 for o in out_sizes):
+        v = x
+        for d in range(len(shape) - spatial, len(shape)):
+            v = b.op("reduce_avg", [v], dim=d)
+        return b.reshape(v, final)
+    if spatial == 2 and all(i % o == 0 for i, o in zip(in_sizes, out_sizes)):
+        kernel = tuple(i // o for i, o in zip(in_sizes, out_sizes))
+        return b.op("avg_pool2d", [x], kernel_size=kernel, stride=kernel, padding=(0, 0, 0, 0), ceil_mode=False,
+                    count_include_pad=True, divisor_override=None, channel_last=False)
+    raise Unsupported(f"adaptive pooling from {list(in_sizes)} to {list(out_sizes)} (sizes must divide)")
+
+
+@converts("upsample_nearest2d", "upsample_bilinear2d")
+def _upsample(b: Builder, n, p):
+    name = op_name(n.target)
+    method = "nearest_neighbor" if "nearest" in name else "bilinear"
+    sizes = tuple(out_shape(n)[-2:])
+    attrs = dict(sizes=sizes, method=method, channel_last=False)
+    if method == "bilinear":
+        attrs["align_corners"] = bool(p.get("align_corners", False))
+    return b.op("resize2d", [p.get("self", p.get("input"))], **attrs)
+
+
+# --- misc -----------------------------------------------------------------------------------------
+@converts("fill")
+def _fill(b: Builder, n, p):
+    value = p["value"]
+    dt = out_dtype(n)
+    if _is_number(value):
+        return b.const(torch.full(out_shape(n), value, dtype=dt), n.name)
+    return b.broadcast_to(b.tensor(value, dt), out_shape(n))

@@ -1,0 +1,299 @@
+"""Converters for ATen shape manipulation and indexing ops.
+
+Registered into :data:`pybuda.frontend.aten_map.CONVERTERS` by the ``@converts`` decorator when
+:mod:`pybuda.frontend.aten_map` imports this module.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, List, Sequence, Tuple
+
+import torch
+
+from pybuda.frontend.aten_map import (Builder, Const, converts, Missing, out_dtype, out_shape, Unsupported, _dims, _norm_dim)
+from pybuda.frontend.fx_program import meta_val, op_name
+
+# --- shape manipulation ---------------------------------------------------------------------------
+@converts("view", "_unsafe_view", "reshape", "flatten", "unflatten", "view_as", "reshape_as", "squeeze_copy",
+          "view_copy", "_reshape_alias")
+def _reshape(b: Builder, n, p):
+    return b.reshape(p["self"], out_shape(n))
+
+
+@converts("squeeze")
+def _squeeze(b: Builder, n, p):
+    x = b.tensor(p["self"])
+    shape = b.shape(x)
+    dims = [d for d in _dims(p.get("dim"), len(shape)) if shape[d] == 1] if len(shape) else []
+    if len(dims) == 1:
+        return b.op("squeeze", [x], dim=dims[0])
+    return b.reshape(x, out_shape(n))
+
+
+@converts("unsqueeze")
+def _unsqueeze(b: Builder, n, p):
+    x = b.tensor(p["self"])
+    return b.op("unsqueeze", [x], dim=_norm_dim(p["dim"], b.rank(x) + 1))
+
+
+@converts("transpose", "swapaxes", "swapdims")
+def _transpose(b: Builder, n, p):
+    return b.transpose(p["self"], p.get("dim0", p.get("axis0")), p.get("dim1", p.get("axis1")))
+
+
+@converts("t", "numpy_T", "mT", "adjoint")
+def _t(b: Builder, n, p):
+    x = p["self"]
+    if b.rank(x) < 2:
+        return b.tensor(x)
+    if op_name(n.target) == "numpy_T":
+        return _permute_by(b, x, list(range(b.rank(x)))[::-1])
+    return b.transpose(x, -2, -1)
+
+
+def _permute_by(b: Builder, x: Any, dims: Sequence[int]) -> str:
+    """A permutation as a chain of transposes (at most rank-1 of them)."""
+    rank = b.rank(x)
+    dims = [d % rank for d in dims]
+    v = b.tensor(x)
+    cur = list(range(rank))  # cur[i] = source dim now at position i
+    for i in range(rank):
+        if cur[i] != dims[i]:
+            j = cur.index(dims[i])
+            v = b.transpose(v, i, j)
+            cur[i], cur[j] = cur[j], cur[i]
+    return v
+
+
+@converts("permute", "permute_copy")
+def _permute(b: Builder, n, p):
+    return _permute_by(b, p["self"], p["dims"])
+
+
+@converts("expand", "expand_as", "broadcast_to", "expand_copy")
+def _expand(b: Builder, n, p):
+    return b.broadcast_to(p["self"], out_shape(n))
+
+
+@converts("repeat")
+def _repeat(b: Builder, n, p):
+    x = b.tensor(p["self"])
+    factors = tuple(int(f) for f in p["repeats"])
+    shape = b.shape(x)
+    if len(factors) > len(shape):
+        x = b.reshape(x, (1,) * (len(factors) - len(shape)) + shape)
+    if all(f == 1 for f in factors):
+        return x
+    return b.op("repeat", [x], factors=factors)
+
+
+def _index_range(b: Builder, x: Any, dim: int, start: int, stop: int, step: int = 1) -> str:
+    size = b.shape(x)[dim]
+    if start == 0 and stop == size and step == 1:
+        return b.tensor(x)
+    if stop <= start:
+        raise Unsupported("empty slice (zero-size tensors are not supported on the device)")
+    return b.op("index", [x], dim=dim, start=start, stop=stop, stride=step)
+
+
+@converts("slice", "slice_copy")
+def _slice(b: Builder, n, p):
+    x = p["self"]
+    rank = b.rank(x)
+    dim = _norm_dim(p["dim"], rank)
+    size = b.shape(x)[dim]
+    start = p["start"] if p["start"] is not None else 0
+    end = p["end"] if p["end"] is not None else size
+    step = p["step"] or 1
+    r = range(size)[slice(start, end, step)]
+    if len(r) == 0:
+        raise Unsupported("empty slice (zero-size tensors are not supported on the device)")
+    return _index_range(b, x, dim, r.start, r.start + (len(r) - 1) * step + 1, step)
+
+
+@converts("select", "select_copy")
+def _select(b: Builder, n, p):
+    x = p["self"]
+    rank = b.rank(x)
+    dim = _norm_dim(p["dim"], rank)
+    idx = p["index"] % b.shape(x)[dim]
+    v = _index_range(b, x, dim, idx, idx + 1)
+    return b.op("squeeze", [v], dim=dim) if b.shape(v)[dim] == 1 and rank > 0 else v
+
+
+@converts("narrow", "narrow_copy")
+def _narrow(b: Builder, n, p):
+    x = p["self"]
+    dim = _norm_dim(p["dim"], b.rank(x))
+    start = p["start"] % b.shape(x)[dim]
+    return _index_range(b, x, dim, start, start + p["length"])
+
+
+@converts("split", "split_with_sizes", "chunk", "tensor_split", "unsafe_split", "unsafe_split_with_sizes",
+          "split_copy", "split_with_sizes_copy")
+def _split(b: Builder, n, p):
+    x = p["self"]
+    rank = b.rank(x)
+    dim = _norm_dim(p.get("dim", 0), rank)
+    outs = []
+    offset = 0
+    for val in meta_val(n):
+        size = int(val.shape[dim])
+        if size == 0:
+            outs.append(Missing("empty split piece"))
+            continue
+        outs.append(_index_range(b, x, dim, offset, offset + size))
+        offset += size
+    return outs
+
+
+@converts("unbind", "unbind_copy")
+def _unbind(b: Builder, n, p):
+    x = p["self"]
+    dim = _norm_dim(p.get("dim", 0), b.rank(x))
+    return [b.op("squeeze", [_index_range(b, x, dim, i, i + 1)], dim=dim) for i in range(b.shape(x)[dim])]
+
+
+@converts("cat", "concat", "concatenate")
+def _cat(b: Builder, n, p):
+    dt = out_dtype(n)
+    parts = [t for t in p["tensors"] if not (b.is_tensor(t) and math.prod(b.shape(t)) == 0)]
+    if not parts:
+        raise Unsupported("concatenation of empty tensors")
+    names = [b.tensor(t, dt) for t in parts]
+    if len(names) == 1:
+        return names[0]
+    return b.op("concatenate", names, axis=_norm_dim(p["dim"], len(out_shape(n))))
+
+
+@converts("stack")
+def _stack(b: Builder, n, p):
+    dt = out_dtype(n)
+    names = [b.tensor(t, dt) for t in p["tensors"]]
+    axis = _norm_dim(p["dim"], len(out_shape(n)))
+    if len(names) == 1:
+        return b.op("unsqueeze", names, dim=axis)
+    return b.op("stack", names, axis=axis)
+
+
+_PAD_MODES = {"constant": "constant", "reflect": "reflect", "replicate": "replicate"}
+
+
+@converts("pad", "constant_pad_nd", "reflection_pad2d", "reflection_pad1d", "replication_pad2d",
+          "replication_pad1d")
+def _pad(b: Builder, n, p):
+    name = op_name(n.target)
+    x = b.tensor(p["self"])
+    pad = [int(v) for v in (p["pad"] if "pad" in p else p["padding"])]
+    if name.startswith("reflection"):
+        mode = "reflect"
+    elif name.startswith("replication"):
+        mode = "replicate"
+    else:
+        mode = p.get("mode") or "constant"
+    if mode not in _PAD_MODES:
+        raise Unsupported(f"padding mode {mode!r}")
+    value = p.get("value")
+    value = float(value) if value is not None else 0.0
+    if any(v < 0 for v in pad):
+        raise Unsupported("negative padding (cropping)")
+    if all(v == 0 for v in pad):
+        return x
+    if len(pad) > 4:
+        raise Unsupported(f"padding of more than two dims ({pad})")
+    # pybuda's pad covers the last two dims only; trailing zero pairs are dropped.
+    if len(pad) == 4 and pad[2] == 0 and pad[3] == 0:
+        pad = pad[:2]
+    return b.op("pad", [x], pad=tuple(pad), mode=mode, value=value, channel_last=False)
+
+
+@converts("tril", "triu")
+def _tril_triu(b: Builder, n, p):
+    x = b.tensor(p["self"])
+    shape = b.shape(x)
+    rows, cols = shape[-2], shape[-1]
+    ones = torch.ones(rows, cols, dtype=torch.bool)
+    mask = torch.tril(ones, p["diagonal"]) if op_name(n.target) == "tril" else torch.triu(ones, p["diagonal"])
+    dt = b.dtype(x)
+    return b.op("where", [b.const(mask, f"{n.name}.mask"), x, b.scalar(0, dt, 1)])
+
+
+# --- indexing -------------------------------------------------------------------------------------
+def _adv_index(b: Builder, x: Any, idx: Any, dim: int, final_shape: Sequence[int]) -> str:
+    if b.dtype(idx) == torch.bool:
+        raise Unsupported("boolean-mask indexing has a data-dependent shape")
+    idx_shape = b.shape(idx)
+    flat = b.reshape(idx, (max(1, math.prod(idx_shape)),)) if len(idx_shape) != 1 else b.tensor(idx)
+    r = b.op("adv_index", [x, flat], dim=dim)
+    return b.reshape(r, final_shape)
+
+
+@converts("index")
+def _index(b: Builder, n, p):
+    x = p["self"]
+    indices = list(p["indices"])
+    used = [(d, i) for d, i in enumerate(indices) if i is not None]
+    if len(used) == 1:
+        dim, idx = used[0]
+        return _adv_index(b, x, idx, dim, out_shape(n))
+    return _multi_index(b, n, x, used)
+
+
+def _multi_index(b: Builder, n, x: Any, used: List[Tuple[int, Any]]) -> str:
+    """``x[i, j]`` with constant index tensors on adjacent dims: one gather on the flattened dims.
+
+    (Mask builders index a bool mask by broadcast batch/position index tensors like this.)
+    """
+    dims = [d for d, _ in used]
+    if dims != list(range(dims[0], dims[0] + len(dims))):
+        raise Unsupported("advanced indexing on non-adjacent dims")
+    if not all(isinstance(i, Const) for _, i in used):
+        raise Unsupported("advanced indexing with more than one index tensor computed at run time")
+    if any(i.value.dtype == torch.bool for _, i in used):
+        raise Unsupported("boolean-mask indexing has a data-dependent shape")
+    shape = b.shape(x)
+    start, stop = dims[0], dims[-1] + 1
+    sizes = shape[start:stop]
+    flat = torch.zeros((), dtype=torch.int64)
+    for (d, idx), size in zip(used, sizes):
+        flat = flat * size + idx.value.to(torch.int64) % size
+    flat = torch.broadcast_to(flat, torch.broadcast_shapes(*(i.value.shape for _, i in used))).reshape(-1)
+    merged = b.reshape(x, shape[:start] + (math.prod(sizes),) + shape[stop:])
+    out = b.op("adv_index", [merged, b.const(flat.contiguous(), f"{n.name}.flat_index")], dim=start)
+    return b.reshape(out, out_shape(n))
+
+
+@converts("index_select")
+def _index_select(b: Builder, n, p):
+    x = p["self"]
+    return _adv_index(b, x, p["index"], _norm_dim(p["dim"], b.rank(x)), out_shape(n))
+
+
+@converts("gather")
+def _gather(b: Builder, n, p):
+    """``gather(x, dim, index)`` as one adv_index over the flattened ``x`` with computed flat indices."""
+    x, idx = p["self"], p["index"]
+    xs, ish = b.shape(x), b.shape(idx)
+    rank = len(xs)
+    if rank == 0 or len(ish) != rank:
+        raise Unsupported("gather on a scalar")
+    dim = _norm_dim(p["dim"], rank)
+    strides = [math.prod(xs[k + 1:]) for k in range(rank)]
+    # Offset of every index position in the flattened x, ignoring the gathered dim.
+    base = torch.zeros(ish, dtype=torch.int64)
+    for k in range(rank):
+        if k != dim:
+            pos = torch.arange(ish[k], dtype=torch.int64).reshape([-1 if j == k else 1 for j in range(rank)])
+            base = base + pos * strides[k]
+    index = b.tensor(idx, torch.int64)
+    flat = b.op("add", [b.binary("multiply", index, strides[dim], torch.int64), b.const(base, f"{n.name}.offsets")])
+    flat = b.reshape(flat, (max(1, math.prod(ish)),))
+    out = b.op("adv_index", [b.reshape(x, (math.prod(xs),)), flat], dim=0)
+    return b.reshape(out, ish)
+
+
+@converts("embedding")
+def _embedding(b: Builder, n, p):
+    weight, indices = p["weight"], p["indices"]
+    return b.op("embedding", [weight, indices])
