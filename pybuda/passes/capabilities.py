@@ -1,6 +1,6 @@
 """Which registry ops the device can run: the compiler's answer to the frontend's fallback question.
 
-An op can run on the device when lowering handles its type directly (``lower.py``'s tables) or a
+An op can run on the device when lowering handles its type directly (the tables in ``lower_common.py``) or a
 decomposition rewrites it into such ops (``decompose.py``), and it computes on floating-point data:
 the chip's formats are floats and block floats, so integer arithmetic (index math, masks built with
 integer ops) belongs on the host. The one integer-to-float step the compiler absorbs is a cast of
@@ -18,9 +18,9 @@ from pybuda.ir.graph import Graph, Node
 
 def device_op_types() -> FrozenSet[str]:
     """Registry op types the compiler can lower (directly or through a decomposition)."""
-    from pybuda.passes import decompose, lower
+    from pybuda.passes import decompose, lower_common
 
-    direct = set(lower.UNARY) | set(lower.BINARY) | set(lower.GATHER_OPS)
+    direct = set(lower_common.UNARY) | set(lower_common.BINARY) | set(lower_common.GATHER_OPS)
     direct |= {"matmul", "reduce_sum", "reduce_avg", "reduce_max", "conv2d", "max_pool2d", "avg_pool2d", "constant"}
     return frozenset(direct | set(decompose._RULES))
 

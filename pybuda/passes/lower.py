@@ -54,7 +54,7 @@ CompileError naming the op.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
@@ -62,71 +62,27 @@ import torch
 
 from pybuda.errors import CompileError
 from pybuda.ir.graph import CONSTANT, INPUT, OP, PARAMETER, Graph, Node
-from pybuda.netlist.model import TM, Broadcast, HSlice, HStack, Transpose, VSlice, VStack
+from pybuda.netlist.model import TM, Broadcast, Transpose, VSlice, VStack
 from pybuda.ops import registry
 from pybuda.ops.common import normalize_dim
 from pybuda.passes import pickers
 from pybuda.passes.buda_graph import BudaGraph, BudaOp, BudaQueue, TileShape
 from pybuda.passes.context import CompileContext
 from pybuda.passes.device_layout import canonical_zrc, tiles
-from pybuda.passes.tile_tms import apply_tms, tms_shape
+from pybuda.passes.tile_tms import tms_shape
 from pybuda.tensor import DataFormat
-
-TILE = 32
-ZERO, REP, JUNK = "zero", "rep", "junk"
-
-BINARY = {"add": "add", "subtract": "subtract", "multiply": "multiply", "maximum": "maximum"}
-UNARY = {"abs": "abs", "exp": "exp", "log": "log", "reciprocal": "reciprocal", "sqrt": "sqrt",
-         "sigmoid": "sigmoid", "sine": "sine", "cosine": "cosine", "tanh": "tanh", "square": "square",
-         "gelu": "gelu", "leaky_relu": "lrelu", "relu": "nop", "pow": "power", "buffer": "nop",
-         "dropout": "dropout"}
-#: Unary ops with f(0) == 0 keep zero padding zero.
-ZERO_PRESERVING = {"abs", "sqrt", "square", "gelu", "leaky_relu", "relu", "tanh", "sine", "pow", "buffer",
-                   "dropout"}
-GATHER_OPS = {"reshape", "transpose", "hslice", "hstack", "vslice", "vstack", "index", "select", "narrow",
-              "pad", "pad_tile", "concatenate", "broadcast", "repeat", "buda_pad", "buda_unpad",
-              "interleave", "binary_stack", "pixel_shuffle"}
-TRANSPOSE_OK_INPUT0 = {"nop", "datacopy"} | set(UNARY.values())
-
-
-@dataclass(frozen=True)
-class DVal:
-    """A device value: producer (op or queue), pending TMs for consumers, logical canonical shape."""
-
-    src: str
-    tms: Tuple[TM, ...]
-    z: int
-    r: int
-    c: int
-    pad_r: str = ZERO
-    pad_c: str = ZERO
-    layout: str = "canonical"  # or "flat": NHWC [1, H, W, C] stored as [1, H*W, C]
-    spatial: Optional[Tuple[int, int]] = None  # (H, W) of a flat value
-    is_queue_value: bool = False  # an untouched parameter/constant (value known at compile time)
-
-    @property
-    def tshape(self) -> Tuple[int, int, int]:
-        """(z, rt, ct) in tiles."""
-        return (self.z, tiles(self.r), tiles(self.c))
-
-
-@dataclass(frozen=True)
-class Lazy:
-    """A chain of single-input data-movement ops not yet lowered: they are matched as one mapping."""
-
-    base: DVal
-    base_shape: Tuple[int, ...]
-    ops: Tuple[Tuple[str, Any], ...]  # (op_type, attrs as a hashable tuple)
-    shape: Tuple[int, ...]
-    name: str
-
+from pybuda.passes.lower_common import (
+    BINARY, GATHER_OPS, JUNK, REP, TILE, TRANSPOSE_OK_INPUT0, UNARY, ZERO, ZERO_PRESERVING, DVal, Lazy,
+    _combine_pad, _hashable, _match_mapping, _reduced_spatial, _right_align, _tile3, _unhashable,
+)
+from pybuda.passes.lower_conv import ConvPoolLowering
 
 def lower_to_buda(graph: Graph, ctx: CompileContext) -> BudaGraph:
     """Lower the per-sample IR graph to backend ops (see the module docstring for every decision)."""
     return _Lowering(graph, ctx).run()
 
 
-class _Lowering:
+class _Lowering(ConvPoolLowering):
     def __init__(self, graph: Graph, ctx: CompileContext):
         self.g = graph
         self.ctx = ctx
@@ -839,157 +795,6 @@ class _Lowering:
             cur = replace(cur, tms=(VSlice(factor=zo),) if zo > 1 else (), z=zo, r=ro, pad_r=ZERO)
         return replace(cur, z=zo, r=ro, c=co)
 
-    # --- convolution and pooling -----------------------------------------------------------------------------
-    def _conv_or_pool(self, node: Node, ops: List[DVal]) -> DVal:
-        attrs = node.attrs
-        if not attrs.get("channel_last", False):
-            raise self.err(f"{node.op_type} must be channel-last by lowering (the channel_last pass converts NCHW)")
-        x = ops[0]
-        in_shape = tuple(self.g[node.operands[0]].shape)
-        out_shape = tuple(node.shape)
-        if len(in_shape) != 4 or in_shape[0] != 1:
-            raise self.err(f"{node.op_type} needs one sample [1, H, W, C] per device run, got {list(in_shape)}")
-        _, h, w, cin = in_shape
-        _, ho, wo, cout = out_shape
-        if node.op_type == "conv2d":
-            kh, kw = self.g[node.operands[1]].shape[2:]
-            dil = attrs["dilation"]
-        else:
-            kh, kw = attrs["kernel_size"]
-            dil = attrs.get("dilation", (1, 1))
-        stride, pads = attrs["stride"], attrs["padding"]
-        pad_l, pad_t = pads[0], pads[2]
-        kk = kh * kw
-        trivial = kk == 1 and stride == (1, 1) and pad_l == 0 and pad_t == 0 and (h, w) == (ho, wo)
-        # Input rows: flat (h*W + w) or canonical via vstack H (h*Wp + w).
-        if x.layout == "flat" or h == 1:
-            src = x if x.layout == "flat" else replace(x, layout="flat", spatial=(1, w))
-            in_pitch, k_r = w, h * w
-        else:
-            wp = tiles(w) * TILE
-            src = replace(x, tms=tuple(x.tms) + (VStack(factor=h),), z=1, r=h * wp)
-            in_pitch, k_r = wp, h * wp
-        out_hw = ho * wo
-        out_rp = tiles(out_hw) * TILE
-        if node.op_type == "avg_pool2d":
-            return self._avg_pool(node, src, in_pitch, k_r, (h, w), (ho, wo), (kh, kw), stride, (pad_t, pad_l), cin)
-        if trivial and node.op_type == "conv2d":
-            picked, kk_eff = x, 1
-        else:
-            pos, oh, ow, ih, iw, valid = _window(h, w, ho, wo, kh, kw, stride, dil, (pad_t, pad_l))
-            out_rows = oh * wo + ow
-            in_rows = ih * in_pitch + iw
-            key = ("window", h, w, ho, wo, kh, kw, stride, dil, pad_t, pad_l, in_pitch)
-            # One t slice per kernel position: slice ``pos`` holds the input pixel under every output pixel.
-            picked = self._row_pick(src, f"{node.name}.im2col", out_rows[valid], in_rows[valid],
-                                    np.ones(int(valid.sum()), np.float32), out_r=out_hw, k_r=k_r, key=key,
-                                    out_t=pos[valid], num_t=kk)
-            kk_eff = kk
-        if node.op_type == "max_pool2d":
-            if not valid.all():
-                # Positions outside the image picked zeros; push them to -1e30 so the max ignores them.
-                mask_rows = np.zeros((kk, out_rp), np.float32)
-                mask_rows[pos[~valid], (oh * wo + ow)[~valid]] = pickers.NEG_LARGE
-                m = torch.from_numpy(mask_rows[:, :, None]).expand(kk, out_rp, TILE).contiguous()
-                mq = self._const(("pool_mask",) + key, f"{node.name}.pad_mask", m)
-                extra = (Broadcast(dim="c", factor=tiles(cin)),) if tiles(cin) > 1 else ()
-                picked = self.emit(f"{node.name}.mask", "add", [(picked, ()), (replace(mq, r=out_hw), extra)],
-                                   (kk, out_hw, cin), pad=(JUNK, picked.pad_c))
-            if kk == 1:
-                out = picked
-            else:
-                out = self.emit(node.name, "reduce", [(picked, ())], (1, out_hw, cin),
-                                {"dim": "z", "type": "max", "z": kk}, pad=(JUNK, x.pad_c))
-            return replace(out, r=out_hw, layout="flat", spatial=(ho, wo))
-        return self._conv_weights(node, ops, picked, kk_eff, (kh, kw), cin, cout, out_hw, out_rp, x)
-
-    def _conv_weights(self, node, ops, picked: DVal, kk: int, kernel, cin, cout, out_hw, out_rp, x) -> DVal:
-        """The matmul (or depthwise multiply + sum) that applies the weights to picked pixels."""
-        groups = node.attrs["groups"]
-        wv = ops[1]
-        if not wv.is_queue_value:
-            raise self.err("conv2d weights must be a parameter or constant (computed weights are not supported)")
-        weight = self.values[wv.src]
-        ho, wo = self.g[node.name].shape[1:3]
-        bias = ops[2] if len(ops) == 3 else None
-        if bias is not None and not bias.is_queue_value:
-            raise self.err("conv2d bias must be a parameter or constant")
-        direct = picked is x  # 1x1, stride 1, no padding: the weights apply to the pixels as they are
-        if direct:
-            z, rows, layout, spatial = x.z, x.r, x.layout, x.spatial
-        else:
-            z, rows, layout, spatial = 1, out_hw, "flat", (ho, wo)
-        depthwise = groups > 1 and groups == cin and cout == cin
-        if depthwise and not direct:
-            wrows = self._queue_value(wv, "depthwise_rows", pickers.depthwise_weight_rows(weight),
-                                      {"consteval_transform": "depthwise_weight_rows"})
-            extra = (Broadcast(dim="r", factor=tiles(out_rp)),) if tiles(out_rp) > 1 else ()
-            prod = self.emit(f"{node.name}.dw_mul", "multiply",
-                             [(picked, ()), (replace(wrows, r=1, pad_r=REP), extra)], (kk, out_hw, cin),
-                             pad=(ZERO, JUNK))
-            if kk > 1:
-                src = replace(prod, tms=(VStack(factor=kk),), z=1, r=kk * out_rp)
-                pos = np.repeat(np.arange(kk), out_hw)
-                pix = np.tile(np.arange(out_hw), kk)
-                out = self._row_pick(src, f"{node.name}.dw_sum", pix, pos * out_rp + pix,
-                                     np.ones(len(pix), np.float32), out_r=out_hw, k_r=kk * out_rp,
-                                     key=("dwsum", kk, out_hw, out_rp))
-            else:
-                out = replace(prod, r=out_hw)
-            if bias is not None:
-                bq = self._queue_value(bias, "rep_r", self.values[bias.src].reshape(1, cout).expand(TILE, cout).contiguous())
-                bq = replace(bq, r=1, pad_r=REP)
-                extra = (Broadcast(dim="r", factor=tiles(out_hw)),) if tiles(out_hw) > 1 else ()
-                out = self.emit(f"{node.name}.bias", "add", [(out, ()), (bq, extra)], (1, out_hw, cout), pad=(JUNK, JUNK))
-            return replace(out, r=out_hw, layout="flat", spatial=(ho, wo))
-        cin_pad = tiles(cin) * TILE
-        wmat = self._queue_value(wv, f"im2col_weights_g{groups}", pickers.block_diag_weights(weight, groups, cin_pad),
-                                 {"consteval_transform": "block_diag_weights", "groups": groups, "cin_pad": cin_pad})
-        if direct:
-            a = x
-            wextra = (Broadcast(dim="z", factor=z),) if z > 1 else ()
-        else:
-            tms = (HStack(factor=kk),) if kk > 1 else ()
-            a = replace(picked, tms=tuple(picked.tms) + tms, z=1, r=out_hw, c=kk * cin_pad)
-            wextra = ()
-        inputs = [(a, ()), (wmat, wextra)]
-        attrs: Dict[str, Any] = {}
-        if bias is not None:
-            bq = self._queue_value(bias, "row", self.values[bias.src].reshape(1, cout))
-            extra: List[TM] = [Broadcast(dim="z", factor=z)] if z > 1 else []
-            if tiles(rows) > 1:
-                extra.append(Broadcast(dim="r", factor=tiles(rows)))
-            inputs.append((bq, tuple(extra)))
-            attrs["bias"] = True
-        out = self.emit(node.name, "matmul", inputs, (z, rows, cout), attrs, pad=(a.pad_r, ZERO), layout=layout,
-                        spatial=spatial)
-        return out
-
-    def _avg_pool(self, node, src, in_pitch, k_r, hw, out_hw2, kernel, stride, pads, cin) -> DVal:
-        h, w = hw
-        ho, wo = out_hw2
-        kh, kw = kernel
-        a = node.attrs
-        pos, oh, ow, ih, iw, valid = _window(h, w, ho, wo, kh, kw, stride, (1, 1), pads)
-        if a.get("divisor_override"):
-            div = np.full(len(pos), float(a["divisor_override"]))
-        elif a.get("count_include_pad", True):
-            pad_r_total = (ho - 1) * stride[0] + kh - h - pads[0]
-            pad_c_total = (wo - 1) * stride[1] + kw - w - pads[1]
-            hs = oh * stride[0] - pads[0]
-            ws = ow * stride[1] - pads[1]
-            he = np.minimum(hs + kh, h + max(pad_r_total, 0))
-            we = np.minimum(ws + kw, w + max(pad_c_total, 0))
-            div = ((he - hs) * (we - ws)).astype(np.float64)
-        else:
-            counts = np.zeros(ho * wo)
-            np.add.at(counts, (oh * wo + ow)[valid], 1)
-            div = counts[oh * wo + ow]
-        values = (1.0 / div)[valid].astype(np.float32)
-        out = self._row_pick(src, node.name, (oh * wo + ow)[valid], (ih * in_pitch + iw)[valid], values,
-                             out_r=ho * wo, k_r=k_r)
-        return replace(out, r=ho * wo, layout="flat", spatial=(ho, wo))
-
     # --- outputs --------------------------------------------------------------------------------------------
     def _output(self, node: Node) -> None:
         v = self._canonical(self._get(node.operands[0]))
@@ -1014,106 +819,3 @@ class _Lowering:
         self.bg.output_order.append(node.name)
         if self.ctx.config.output_queues_on_host:
             self.bg.ops[v.src].untilize_output = True
-
-
-# --- helpers --------------------------------------------------------------------------------------------------
-
-
-def _tile3(zrc):
-    z, r, c = zrc
-    return (z, tiles(r), tiles(c))
-
-
-def _right_align(shape: Sequence[int], rank: int) -> Tuple[int, ...]:
-    return (1,) * (rank - len(shape)) + tuple(shape)
-
-
-def _combine_pad(op: str, pads: Sequence[str], size: int) -> str:
-    if size % TILE == 0:
-        return ZERO
-    if size == 1 and all(p == REP for p in pads):
-        return REP
-    if op == "multiply" and any(p == ZERO for p in pads):
-        return ZERO
-    if op in ("add", "subtract", "maximum") and all(p == ZERO for p in pads):
-        return ZERO
-    return JUNK
-
-
-def _reduced_spatial(v: DVal, dim: str):
-    return v.spatial if v.layout == "flat" else None
-
-
-def _hashable(value: Any) -> Any:
-    if isinstance(value, dict):
-        return tuple(sorted((k, _hashable(v)) for k, v in value.items()))
-    if isinstance(value, (list, tuple)):
-        return tuple(_hashable(v) for v in value)
-    return value
-
-
-def _unhashable(value: Any) -> Any:
-    """Attrs back from :func:`_hashable` (a sorted tuple of pairs) as a dict."""
-    if isinstance(value, tuple) and all(isinstance(p, tuple) and len(p) == 2 and isinstance(p[0], str)
-                                        for p in value):
-        return {k: v for k, v in value}
-    return value
-
-
-def _divisors(n: int) -> List[int]:
-    return [d for d in range(2, n + 1) if n % d == 0]
-
-
-def _match_mapping(src: Tuple[int, int, int], expected: torch.Tensor) -> Optional[List[TM]]:
-    """The shortest netlist TM sequence moving every element of a canonical ``src`` (z, r, c) to where
-    ``expected`` (the source flat index of each output element, -1 = none) says, or None.
-
-    Candidates are checked on padded index tensors, so a sequence that would move padding into the
-    valid region (a slice of an unaligned dim) is rejected by the check itself."""
-    zi, ri, ci = src
-    zo, ro, co = expected.shape
-    if (zi * ri * ci) != expected.numel() or (expected < 0).any():
-        return None
-    if (zi, ri, ci) == (zo, ro, co) and torch.equal(expected.reshape(-1), torch.arange(expected.numel())):
-        return []
-    padded = torch.full((zi, tiles(ri) * TILE, tiles(ci) * TILE), -1, dtype=torch.int64)
-    padded[:, :ri, :ci] = torch.arange(zi * ri * ci).reshape(zi, ri, ci)
-    for seq in _tm_candidates((zi, tiles(ri), tiles(ci)), (zo, tiles(ro), tiles(co))):
-        if torch.equal(apply_tms(padded, seq)[:, :ro, :co], expected):
-            return list(seq)
-    return None
-
-
-def _tm_candidates(start: Tuple[int, int, int], target: Tuple[int, int, int], max_len: int = 3):
-    """TM sequences (shortest first) taking tile shape ``start`` to ``target``."""
-    frontier = [((), start)]
-    if start == target:
-        yield ()
-    for _ in range(max_len):
-        nxt = []
-        for seq, shape in frontier:
-            z, rt, ct = shape
-            moves: List[TM] = [Transpose()]
-            moves += [HSlice(factor=f) for f in _divisors(ct)]
-            moves += [VSlice(factor=f) for f in _divisors(rt)]
-            moves += [HStack(factor=f) for f in _divisors(z)]
-            moves += [VStack(factor=f) for f in _divisors(z)]
-            for m in moves:
-                s2 = tms_shape(shape, [m])
-                seq2 = seq + (m,)
-                if s2 == target:
-                    yield seq2
-                if s2[0] * s2[1] * s2[2] == z * rt * ct:
-                    nxt.append((seq2, s2))
-        frontier = nxt[:400]
-
-
-def _window(h, w, ho, wo, kh, kw, stride, dil, pads):
-    """Every (kernel position, output pixel) pair with its input pixel; ``valid`` = inside the image."""
-    pos, oh, ow = np.meshgrid(np.arange(kh * kw), np.arange(ho), np.arange(wo), indexing="ij")
-    pos, oh, ow = pos.reshape(-1), oh.reshape(-1), ow.reshape(-1)
-    ki, kj = pos // kw, pos % kw
-    ih = oh * stride[0] + ki * dil[0] - pads[0]
-    iw = ow * stride[1] + kj * dil[1] - pads[1]
-    valid = (ih >= 0) & (ih < h) & (iw >= 0) & (iw < w)
-    return pos, oh, ow, ih, iw, valid
