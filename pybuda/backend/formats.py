@@ -395,6 +395,19 @@ def _bfp_exact(blocks: torch.Tensor, info: FormatInfo, truncate: bool) -> torch.
 _CHUNK_BLOCKS = 1 << 16
 
 
+def _i32_const(v: int) -> torch.Tensor:
+    # 0-dim int32 operands: an int32 op with one is about twice as fast as with a Python int (no
+    # wrapped-number conversion).
+    return torch.tensor(_i32(v), dtype=torch.int32)
+
+
+_EXP_FIELD = _i32_const(0x7F800000)
+_INV_FROM_LSB = _i32_const(254 << 23)  # bits(2^-k) = (254 << 23) - bits(2^k)
+_NONZERO_TO_MIN = _i32_const(0x7FFFFFFF)  # m + this (wrapping): 0 -> INT32_MAX, m >= 1 -> m - 1 - 2^31
+_F_ZERO = torch.tensor(0.0)
+_LSB_SHIFT = {n: _i32_const((n - 1) << 23) for n in (1, 3, 7)}  # BFP magnitude bits -> exponent offset
+
+
 def _bfp_fast_chunk(xc: torch.Tensor, oc: torch.Tensor, info: FormatInfo, truncate: bool) -> None:
     """Quantise ``[b, 16]`` blocks ``xc`` into ``oc`` by value arithmetic, then redo exactly (integer
     host model) the few blocks where the value arithmetic is not exact.
@@ -412,32 +425,41 @@ def _bfp_fast_chunk(xc: torch.Tensor, oc: torch.Tensor, info: FormatInfo, trunca
     Bfp2_b, and inf/NaN); A blocks whose max is below 2^-7 (where the host's "tiny values count as
     2^-15" rule can change a result) or NaN. All-zero blocks are fine.
 
-    The op sequence avoids torch.addcmul with a broadcast operand and torch.trunc, which are several
-    times slower than mul/add/floor on CPU.
+    Speed: the per-block work is a handful of ops on int32 bit patterns with 0-dim int32 operands, the
+    "is any block inexact" test is one or two scalar reductions, ``oc`` holds |x| (abs clears the sign bit
+    of NaN too), so the elementwise work is abs, a max per block, mul, add, floor, clamp, mul, copysign
+    and + 0.0. torch.addcmul with a broadcast operand and torch.trunc are several times slower on CPU.
     """
     n = info.man_bits
-    bits = xc.view(torch.int32)
-    mag = bits & 0x7FFFFFFF
-    bmax = mag.amax(dim=1)
-    top = bmax >> 23  # biased fp32 exponent of the block's largest magnitude
+    torch.abs(xc, out=oc)
+    bmax = oc.view(torch.int32).amax(dim=1)  # bit pattern of the block's largest magnitude
+    # In both families the shared exponent is the top magnitude's biased fp32 exponent, clamped (B: to
+    # the fast range [8, 253]; A: the 5-bit field, top - 112 in [0, 31]), and lsb_exp + 127 = that
+    # biased exponent - (n - 1): A rebiases by 112 and has bias 15, B has bias 127.
     if info.family == "b":
-        shared = top.clamp(8, 253)
-        ok = (bmax == 0) | ((top >= 8) & (top <= 253))
+        lo, hi = 8 << 23, 253 << 23
+        ok_lo, ok_hi = 8 << 23, (254 << 23) - 1  # nonzero block maxima the value arithmetic gets right
     else:
-        shared = (top - 112).clamp(0, 31)
-        ok = (bmax == 0) | ((top >= 120) & (bmax <= 0x7F800000))
-    lsb_exp = shared - info.bias - (n - 1)
-    lsb = ((lsb_exp + 127) << 23).view(torch.float32).unsqueeze(1)
-    inv = ((127 - lsb_exp) << 23).view(torch.float32).unsqueeze(1)
-    torch.mul(mag.view(torch.float32), inv, out=oc)
+        lo, hi = 112 << 23, 143 << 23
+        ok_lo, ok_hi = 120 << 23, 0x7F800000
+    lsb_bits = torch.bitwise_and(bmax, _EXP_FIELD).clamp_(lo, hi).sub_(_LSB_SHIFT[n])
+    inv = torch.sub(_INV_FROM_LSB, lsb_bits).view(torch.float32).unsqueeze(1)
+    lsb = lsb_bits.view(torch.float32).unsqueeze(1)
+    oc.mul_(inv)
     if not truncate:
         oc.add_(_HALF_DOWN)
     oc.floor_()
-    oc.clamp_(0, (1 << n) - 1)
+    oc.clamp_max_((1 << n) - 1)
     oc.mul_(lsb)
     oc.copysign_(xc)
-    oc.add_(0.0)  # -0.0 -> +0.0: a zero magnitude is stored with its sign cleared
-    if not bool(ok.all()):
+    oc.add_(_F_ZERO)  # -0.0 -> +0.0: a zero magnitude is stored with its sign cleared
+    # All blocks fine when no nonzero maximum is below ok_lo and none is above ok_hi. When the
+    # smallest maximum is below ok_lo (zero blocks, say), the smallest nonzero one is read off
+    # bmax + 0x7FFFFFFF (wrapping), which sends 0 to the top of the range and keeps the others' order.
+    mn, mx = torch.aminmax(bmax)
+    if int(mx) > ok_hi or (int(mn) < ok_lo
+                           and int(torch.add(bmax, _NONZERO_TO_MIN).min()) < ok_lo - 1 + _INT32_MIN):
+        ok = (bmax == 0) | ((bmax >= ok_lo) & (bmax <= ok_hi))
         idx = (~ok).nonzero().squeeze(1)
         oc[idx] = _bfp_exact(xc[idx], info, truncate)
 
@@ -455,8 +477,11 @@ def _quantize_bfp(x: torch.Tensor, info: FormatInfo, truncate: bool) -> torch.Te
         x2 = torch.nn.functional.pad(x2, (0, pad))
     blocks = x2.reshape(-1, BLOCK_DATUMS)
     out = torch.empty_like(blocks)
-    for s in range(0, blocks.shape[0], _CHUNK_BLOCKS):
-        _bfp_fast_chunk(blocks[s:s + _CHUNK_BLOCKS], out[s:s + _CHUNK_BLOCKS], info, truncate)
+    if blocks.shape[0] <= _CHUNK_BLOCKS:
+        _bfp_fast_chunk(blocks, out, info, truncate)
+    else:
+        for s in range(0, blocks.shape[0], _CHUNK_BLOCKS):
+            _bfp_fast_chunk(blocks[s:s + _CHUNK_BLOCKS], out[s:s + _CHUNK_BLOCKS], info, truncate)
     out = out.reshape(x2.shape)
     if pad:
         out = out[:, :cols]

@@ -108,10 +108,25 @@ def _i32(v: int) -> int:
     return v - (1 << 32) if v & 0x80000000 else v
 
 
+_MASK_CONSTS: Dict[int, torch.Tensor] = {}
+
+
 def _bitmask(x: torch.Tensor, mask: int) -> torch.Tensor:
+    """``x`` with its float32 bit patterns ANDed with ``mask``. A broadcast operand (stride 0, e.g. a
+    ``broadcast: {z: ...}`` TM) is masked once and broadcast again, so that it stays a broadcast (the
+    matmul then runs its shared left operand as one GEMM)."""
     if x.dtype != torch.float32:
         x = x.to(torch.float32)
-    return (x.view(torch.int32) & _i32(mask)).view(torch.float32)
+    if any(st == 0 and sz > 1 for st, sz in zip(x.stride(), x.shape)):
+        base = x
+        for d, (st, sz) in enumerate(zip(x.stride(), x.shape)):
+            if st == 0 and sz > 1:
+                base = base.narrow(d, 0, 1)
+        return _bitmask(base, mask).expand(x.shape)
+    const = _MASK_CONSTS.get(mask)
+    if const is None:  # a 0-dim int32 operand: no per-call conversion of a Python int
+        const = _MASK_CONSTS[mask] = torch.tensor(_i32(mask), dtype=torch.int32)
+    return torch.bitwise_and(x.view(torch.int32), const).view(torch.float32)
 
 
 _KEPT_FRACTION_BITS = {_A_HI: 4, _A_USED: 9, _B_HI: 6, _B_USED: 10}
