@@ -83,10 +83,7 @@ def test_bert_base_seq128(numerics):
 @pytest.mark.parametrize("name", ["resnet", "mobilenet_v2"])
 @pytest.mark.parametrize("numerics", [FP32, FP16B], ids=["Float32-HiFi4", "Float16_b-HiFi3"])
 def test_resnet50_and_mobilenet_v2(name, numerics):
-    # At Float32 the 2048->1000 (1280->1000) classifier's weights do not fit L1 as a prologue and the
-    # balancer does not fall back to streaming them from DRAM by itself: ask for DRAM parameters.
-    extra = {"default_dram_parameters": True} if numerics[0] == DataFormat.Float32 else {}
-    check_model(get_model(name, "base"), *numerics, vision=True, **extra)
+    check_model(get_model(name, "base"), *numerics, vision=True)
 
 
 # --- all-MiniLM-L6-v2 at Bfp8_b / LoFi --------------------------------------------------------------------
