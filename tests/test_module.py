@@ -6,17 +6,7 @@ import torch
 import pybuda
 from pybuda.errors import ModuleError, OpError
 from pybuda.verify import calculate_pcc, run_graph_on_cpu
-
-
-class BudaMatmul(pybuda.PyBudaModule):
-    """The seed article's example (001), as written: the legacy `Matmul(self, name, ...)` call form."""
-
-    def __init__(self, name):
-        super().__init__(name)
-        self.weights = pybuda.Parameter(1, 1, 32, 32, requires_grad=False)
-
-    def forward(self, act):
-        return pybuda.op.Matmul(self, "matmul", act, self.weights)
+from seed_modules import BudaMatmul
 
 
 def test_seed_buda_matmul_traces_prints_and_matches_torch():

@@ -8,8 +8,8 @@ import pytest
 import torch
 
 import pybuda
-import pybuda.op
-from pybuda import PyBudaModule, TTDevice
+from pybuda import TTDevice
+from seed_modules import BudaMatmul
 from pybuda.verify import calculate_pcc
 
 transformers = pytest.importorskip("transformers")
@@ -76,15 +76,6 @@ def test_seed_bert_encoder_bert_base():
 
 
 # --- seed 001, example 2, exactly as written ---
-
-class BudaMatmul(PyBudaModule):
-    def __init__(self, name):
-        super().__init__(name)
-        self.weights = pybuda.Parameter(1, 1, 32, 32, requires_grad=False)
-
-    def forward(self, act):
-        return pybuda.op.Matmul(self, "matmul", act, self.weights)
-
 
 def test_seed_buda_matmul():
     tt0 = TTDevice("grayskull0")  # Create a Tensorrent device

@@ -7,22 +7,11 @@ import pytest
 import torch
 
 import pybuda
-import pybuda.op
-from pybuda import PyBudaModule, TTDevice
+from pybuda import TTDevice
+from seed_modules import BudaMatmul
 from pybuda.runtime import ttdevice
 
 GET_TIMEOUT_S = 30
-
-
-class BudaMatmul(PyBudaModule):
-    """The seed's 'first model' (seeds/001): a matmul against a 32x32 parameter."""
-
-    def __init__(self, name):
-        super().__init__(name)
-        self.weights = pybuda.Parameter(1, 1, 32, 32, requires_grad=False)
-
-    def forward(self, act):
-        return pybuda.op.Matmul(self, "matmul", act, self.weights)
 
 
 def test_seed_buda_matmul_with_old_keywords():
