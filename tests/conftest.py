@@ -1,6 +1,7 @@
 """Suite-wide fixtures: a fresh global compiler config per test, and an opt-out for slow tests."""
 
 import os
+import sys
 
 import pytest
 
@@ -21,3 +22,15 @@ def _fresh_compiler_config():
     _clear_global_compiler_config()
     yield
     _clear_global_compiler_config()
+
+
+@pytest.fixture(autouse=True)
+def _no_devices_left_behind():
+    # Devices register globally (creation order is pipeline order), so a test that leaves one behind
+    # would silently join the next test's pipeline on the same worker. Reset after every test that
+    # touched the runtime.
+    yield
+    runtime = sys.modules.get("pybuda.runtime")
+    if runtime is not None:
+        runtime.shutdown()
+        runtime.pybuda_reset()
