@@ -257,6 +257,7 @@ def run(args: argparse.Namespace) -> Dict[str, Any]:
         "modeled_latency_ms": report.latency_s * 1e3, "modeled_math_utilization": report.math_utilization,
         "modeled_tflops": report.tflops,
         "bottleneck_op": report.bottleneck.name if report.bottleneck else None,
+        "limited_by": report.limited_by,
         "perf_report": {k: str(v) for k, v in paths.items()},
     })
     if run_seconds is not None:
@@ -283,7 +284,8 @@ def _print(record: Dict[str, Any]) -> None:
         print(f"  modeled card throughput ({record['device_config']}): {record['modeled_samples_per_sec']:,.1f} "
               f"samples/s steady state, {record['modeled_samples_per_sec_loop']:,.1f} samples/s over "
               f"{record['loop_count']} microbatch(es); latency {record['modeled_latency_ms']:.2f} ms per microbatch; "
-              f"math utilisation {record['modeled_math_utilization']:.1%} ({record['modeled_tflops']:.1f} TFLOP/s)")
+              f"math utilisation {record['modeled_math_utilization']:.1%} ({record['modeled_tflops']:.1f} TFLOP/s), "
+              f"limited by the {record['limited_by']}")
         print(f"  performance report: {record['perf_report']['html']}")
     if record.get("_summary"):
         log.info("%s", record["_summary"])

@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from typing import Any, Dict, Mapping, Optional, Sequence, Tuple
 
 from pybuda.arch.tiles import tile_size_bytes as _arch_tile_size_bytes
+from pybuda.netlist.operands import sparse_table_tiles_per_core
 from pybuda.tensor import DataFormat, MathFidelity
 
 __all__ = [
@@ -44,6 +45,8 @@ __all__ = [
     "matmul_ideal_cycles",
     "epoch_overhead_cycles",
     "distinct_fetchers",
+    "sparse_table_tiles_per_core",
+    "capped_input_tiles",
 ]
 
 CYCLES_CLAMP = 1 << 30  # spec §6.1: "The result is clamped to [0, 2^30]".
@@ -566,8 +569,7 @@ def op_cycle_breakdown(op: Any, op_model: Any, device: Any, input_bandwidth_cont
             continue
         df = dfs[i] if i < len(dfs) else op.out_df
         cap = ctx.input_tile_caps[i] if i < len(ctx.input_tile_caps) else None
-        if cap is not None:
-            tiles = min(tiles, cap)
+        tiles = capped_input_tiles(op, b, i, tiles, cap)
         # Shared sources (DRAM, PCIe) are split among the *distinct fetches*, not the cores: a matmul
         # operand is fetched once per grid row (in0) or column (in1) and multicast along it, so a
         # taller sparse-matmul grid does not multiply the activation's DRAM/PCIe traffic.
@@ -577,6 +579,18 @@ def op_cycle_breakdown(op: Any, op_model: Any, device: Any, input_bandwidth_cont
     out_bytes = b.t * b.tiles * tile_size_bytes(op.out_df)
     output_bw = out_bytes / _rate(ctx.output_dest, bw, cores)
     return CycleBreakdown(kernel=kernel, input_bw=_clamp(math.ceil(input_bw)), output_bw=_clamp(math.ceil(output_bw)))
+
+
+def capped_input_tiles(op: Any, b: Any, index: int, tiles: int, cap: Optional[int]) -> int:
+    """Tiles one core reads of operand ``index`` per input, bounded by what its queue holds (``cap``):
+    a broadcast operand is read once, a sparse matmul's index only for the core's own grid row."""
+    if cap is None:
+        return tiles
+    if op.type in _MATMUL_OPS and op.attrs.get("identity") and index in (0, 2):
+        grid = getattr(b, "grid_shape", None)
+        grid_r = int(grid[0]) if grid is not None else b.grid_r
+        cap = sparse_table_tiles_per_core(index, cap, grid_r)
+    return min(tiles, cap)
 
 
 def distinct_fetchers(op: Any, b: Any, index: int) -> int:

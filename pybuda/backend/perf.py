@@ -52,12 +52,22 @@ Calibration mechanisms (perf_calibration §1; the same parameters for every mode
   kernel-bound on the stem sparse matmul); BERT-Large e150 111 → ~145 sen/s — its former +12 % match
   was an artefact of the single-channel 384×1024 input queue, so BERT-Large is now ~1.5–1.6× fast on
   *both* cards: the missing mechanism is BERT-specific.
-* Checked and not the BERT n150 gap (model numbers, microbatch 64, 74 epochs): epoch switches
-  (launch + binaries + prologue at measured DRAM rates) are 3 % of device time, pipeline fill 4 %;
-  binary-cache overflow (74 > 32 epochs) re-sends 26M cycles of binaries per microbatch over PCIe,
-  which overlaps the 333M-cycle device time; host tilize/PCIe of the inputs/outputs (13M) overlaps too;
-  DRAM channels already use the measured per-channel rate (spec §5.4). exp is already costed at the
-  exact (non-approximate) 1771 cycles/tile. The remaining ~1.6× is in steady-state op cycles.
+* **Sparse matmul tables stay in L1** (legalizer + netlist validator, ``sparse_table_tiles_per_core``):
+  a picker's unique tiles and its grid row's share of the index are prologue, as in TT-Buda. The
+  validator used to size them as ``t`` output mblocks, so the ResNet stem's 161 KB index (49 taps) did
+  not fit and was re-read from DRAM for every image (6.4 MB/image on GS). ResNet-50 n150 −21 % → −9 %.
+* **Compiler changes TT-Buda had** (not model constants): host-side convolution *prestride*
+  (``enable_conv_prestride``, passes/prestride.py: the stem's 49 taps become 16) and no −inf padding
+  mask for a max-pool that reads a relu's output (zero padding is exact there).
+* **Binary re-sends run at the host's write rate** (``host_binary_write_bytes_per_s``). A chip that
+  runs more distinct epochs than the binary cache holds makes the host rewrite every epoch's binaries
+  each microbatch; the runtime writes them core by core through PCIe TLB windows, ~1.2 GB/s, not at
+  the 24 GB/s DMA rate. Both BERT-Large placements (49 epochs on e150, 74 on n150; the device alone
+  would give 145 and 192 sen/s) become host-bound at 120 sen/s (+21 %, +2 %); ResNet-50 (3 epochs)
+  is untouched. The rate is the one derived constant fitted here (see its field).
+* Checked and small for BERT (model numbers, microbatch 64): epoch switches (launch + binaries +
+  prologue at measured DRAM rates) are 3 % of device time, pipeline fill 4 %; host tilize/PCIe of the
+  inputs/outputs overlaps the device; DRAM channels use the measured per-channel rate (spec §5.4).
 * **Fork/join stalls and gather pipes** are implemented but *off by default* (``PerfConfig.fork_join_stalls``,
   ``PerfConfig.gather_pipes``), because neither, as the spec states it, moves all four calibration
   points the right way with one parameter set:
@@ -83,9 +93,10 @@ Calibration mechanisms (perf_calibration §1; the same parameters for every mode
     cost.py's flat rate) leaves ResNet's max-pool im2col on 2 cores gathering a 112×112×64 activation.
     Turning it on needs the producer grid in cost.py's ``BandwidthContext`` so the balancer sees the
     same rate (cost.py is the single source of per-op cycles).
-* Not (yet) modelled, and why the BERT-Large n150 point stays high: TT-Buda's own placement for it is
-  less ideal than ours (11 % of LoFi peak, perf_calibration §1); SFPU ``exp`` cost per vector mode is
-  read from the spec's single ``vector: r`` number only.
+* Not (yet) modelled: the balancer does not see the binary cache (a placement of ≤ 32 epochs per
+  chip would avoid the re-sends) nor the epoch's shared DRAM channels (ResNet-50 e150 streams its
+  stage-4 weights in one epoch); ``PYBUDA_EXP_APPROX``, which benchmarking set for BERT Bfp8_b, is
+  not applied (exp is costed exact).
 """
 
 from __future__ import annotations
@@ -140,6 +151,14 @@ class PerfConfig:
     #: Per-core binary cache slots (NBS §5.2): up to this many distinct epochs on a chip keep their
     #: binaries in device DRAM; beyond it the host re-sends them over PCIe at every switch.
     binary_cache_slots: int = 32
+    #: Rate at which the host runtime re-writes epoch binaries into the device (binary cache overflow).
+    #: The runtime writes every core's kernel binaries and overlay blob as separate programmed-I/O writes
+    #: through remapped PCIe TLB windows, not as one DMA, so it runs far below the 24 GB/s PCIe DMA rate
+    #: (NBS §5.4). [D] No published figure: inferred from the two calibration points whose placements
+    #: overflow the cache (BERT-Large on e150, 49 epochs, implies 1.09 GB/s; on n150, 74 epochs, 1.18 GB/s —
+    #: two chips with different binary sizes per epoch agreeing on one host rate); it does not touch a
+    #: model that keeps at most ``binary_cache_slots`` epochs.
+    host_binary_write_bytes_per_s: float = 1.2e9
     #: Op→op pipe bandwidth (NBS §6.3, docs/public/performance.md): a pipe from one producer core to
     #: one consumer core runs at ~28 GB/s after firmware overhead; a *gather* pipe, where one consumer
     #: core assembles its operand from several producer cores (different grids or blocking, reshaping
@@ -343,6 +362,17 @@ class PerfReport:
         worst = max(self.epochs, key=lambda e: e.total_cycles)
         return self.op(worst.bottleneck_op) if worst.bottleneck_op else None
 
+    @property
+    def limited_by(self) -> str:
+        """What sets the time per microbatch: ``device`` (the epochs), ``host binaries`` (re-sending
+        kernel binaries when the epochs overflow the binary cache) or ``host io`` (tilizing and moving
+        inputs and outputs)."""
+        host_io = self.host_input_cycles_per_microbatch + self.host_output_cycles_per_microbatch
+        host = host_io + self.host_binary_cycles_per_microbatch
+        if not self.host_overlapped or host <= self.device_cycles_per_microbatch:
+            return "device"
+        return "host binaries" if self.host_binary_cycles_per_microbatch >= host_io else "host io"
+
     def op(self, name: str) -> OpPerf:
         """The row of op ``name`` (KeyError if absent)."""
         for row in self.ops:
@@ -374,7 +404,7 @@ class PerfReport:
             "seconds_per_microbatch": self.seconds_per_microbatch,
             "samples_per_sec": self.samples_per_sec, "latency_s": self.latency_s,
             "math_utilization": self.math_utilization, "core_utilization": self.core_utilization,
-            "flops_per_sample": self.flops_per_sample, "tflops": self.tflops,
+            "flops_per_sample": self.flops_per_sample, "tflops": self.tflops, "limited_by": self.limited_by,
             "config": self.config.to_dict(),
             "epoch_table": [e.to_dict() for e in self.epochs],
             "op_table": [o.to_dict() for o in self.ops],
@@ -388,7 +418,7 @@ class PerfReport:
             f"{self.clock_hz / 1e9:.2f} GHz), microbatch {self.microbatch}:",
             f"  {self.samples_per_sec:,.1f} samples/s, latency {self.latency_s * 1e3:.2f} ms per microbatch, "
             f"{len(self.epochs)} epoch(s), math utilisation {self.math_utilization:.1%}, "
-            f"{self.tflops:.1f} TFLOP/s",
+            f"{self.tflops:.1f} TFLOP/s, limited by the {self.limited_by}",
         ]
         shown = self.epochs
         if len(shown) > max_epochs:
@@ -736,7 +766,7 @@ class _Estimator:
             q = self.netlist.queues.get(name)
             if i >= len(tiles):
                 break
-            per_core = tiles[i] if caps_t[i] is None else min(tiles[i], caps_t[i])
+            per_core = cost.capped_input_tiles(cop, cmod, i, tiles[i], caps_t[i])
             df = op.in_df[i] if i < len(op.in_df) else op.out_df
             nbytes = per_core * cost.tile_size_bytes(df) * self._distinct_readers(op, i)
             if q is None:
@@ -1202,7 +1232,8 @@ class _Estimator:
         epochs = [self._epoch(i, group, prev, overflow) for i, group in enumerate(self.groups)]
         device_cycles = sum(e.total_cycles for e in epochs)
         in_cycles, out_cycles, overlapped = self._host_transfers()
-        bin_cycles = sum(e.host_binary_bytes for e in epochs) / self.bw.pcie
+        bin_rate = self.cfg.host_binary_write_bytes_per_s / self.clock  # bytes per AI-clock cycle
+        bin_cycles = sum(e.host_binary_bytes for e in epochs) / bin_rate
         host = in_cycles + out_cycles + bin_cycles  # one host thread does all of it
         if overlapped:
             cycles = max(device_cycles, host)

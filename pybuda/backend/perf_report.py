@@ -177,6 +177,7 @@ def _summary_html(report: PerfReport) -> str:
                                 f"host out {report.host_output_cycles_per_microbatch:,}, "
                                 f"host binaries {report.host_binary_cycles_per_microbatch:,}, "
                                 f"{'overlapped' if report.host_overlapped else 'serial'})"),
+        ("limited by", report.limited_by),
         ("epochs", str(report.num_epochs)),
         ("math utilisation", f"{report.math_utilization:.1%} ({report.tflops:.2f} TFLOP/s)"),
         ("core utilisation", f"{report.core_utilization:.1%}"),

@@ -536,7 +536,7 @@ class Legalizer:
                 fixed += f.fused_intermediates * ur * uc * f.fused_max_m_k * cost.tile_size_bytes(f.intermed_df)
             # Prologue footprint of each parameter: its per-core slice for every t (as the netlist
             # validator sizes a resident buffer).
-            prologue_bytes = {i: self._prologue_tiles(f, i, t_in, mb[0] * ur, mb[1] * uc) * in_tiles[i]
+            prologue_bytes = {i: self._prologue_tiles(f, i, t_in, mb[0] * ur, mb[1] * uc, gr) * in_tiles[i]
                               for i in params}
             prologue_sets: List[Tuple[int, ...]] = []
             if params and not force_dram:
@@ -575,15 +575,14 @@ class Legalizer:
         return None
 
     @classmethod
-    def _prologue_tiles(cls, f: OpFacts, i: int, t: int, rows: int, cols: int) -> int:
+    def _prologue_tiles(cls, f: OpFacts, i: int, t: int, rows: int, cols: int, grid_r: int) -> int:
         """Tiles of parameter ``i`` resident in L1 on one core: its per-core slice for every t. A sparse
-        matmul's picker tiles and index are one table shared by every t and core row (the kernel
-        indexes into it), so they take their queue's tiles once — but never less than the netlist
-        validator's generic prologue figure (``t`` output mblocks, pybuda.netlist.operands), so every
-        model the legalizer accepts also passes the validator's L1 rule."""
+        matmul's picker tiles and index are tables the kernel walks for every t: each core keeps the
+        picker tiles and its grid row's share of the index (cost.sparse_table_tiles_per_core, the same
+        figure the netlist validator's L1 rule uses)."""
         if f.sparse and i != 1:
             raw = f.in_raw[i][1] if i < len(f.in_raw) else 0
-            return max(raw, t * rows * cols)
+            return cost.sparse_table_tiles_per_core(i, raw, grid_r)
         return t * cls._operand_slice_tiles(f, i, rows, cols)
 
     @staticmethod

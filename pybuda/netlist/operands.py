@@ -89,6 +89,15 @@ class L1Usage:
         return sum(self.buffers.values())
 
 
+def sparse_table_tiles_per_core(index: int, queue_tiles: int, grid_r: int) -> int:
+    """Tiles of a sparse matmul's constant table ``index`` (0: the unique picker tiles, 2: the index)
+    one core needs: the index is sorted by output row, so each grid row holds only its own
+    ``ceil(tiles / grid_r)`` share; the picker tiles are few and every core keeps them all."""
+    if index == 2:
+        return max(1, -(-queue_tiles // max(1, grid_r)))
+    return max(1, queue_tiles)
+
+
 def _input_tiles(op: NetlistOp, index: int, prologue: bool) -> int:
     """Tiles of input buffer ``index`` on one core (spec §5.3)."""
     mb_m, mb_n = op.mblock
@@ -133,6 +142,11 @@ def op_l1_usage(netlist: Netlist, op: NetlistOp, prologue: Collection[int] = ())
         if index >= len(op.inputs):
             break
         tiles = _input_tiles(op, index, index in prologue)
+        if index in prologue and op.type in MATMUL_OPS and op.attr("identity") and index in (0, 2) \
+                and op.inputs[index] in netlist.queues:
+            # a sparse matmul's constant tables: the picker tiles, and this core row's share of the index
+            shape = netlist.queues[op.inputs[index]].shape
+            tiles = sparse_table_tiles_per_core(index, shape.t * shape.rt * shape.ct, op.grid_size[0])
         if op.input_buf_min_size_tiles and index < len(op.input_buf_min_size_tiles):
             tiles = max(tiles, op.input_buf_min_size_tiles[index])
         try:

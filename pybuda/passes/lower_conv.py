@@ -66,7 +66,8 @@ class ConvPoolLowering:
                                     out_t=pos[valid], num_t=kk)
             kk_eff = kk
         if node.op_type == "max_pool2d":
-            if not valid.all():
+            # Positions outside the image pick zeros, which a max of values >= 0 (after a relu) ignores.
+            if not valid.all() and not _non_negative(self.g, node.operands[0]):
                 # Positions outside the image picked zeros; push them to -1e30 so the max ignores them.
                 mask_rows = np.zeros((kk, out_rp), np.float32)
                 mask_rows[pos[~valid], (oh * wo + ow)[~valid]] = pickers.NEG_LARGE
@@ -169,3 +170,23 @@ class ConvPoolLowering:
         out = self._row_pick(src, node.name, (oh * wo + ow)[valid], (ih * in_pitch + iw)[valid], values,
                              out_r=ho * wo, k_r=k_r)
         return replace(out, r=ho * wo, layout="flat", spatial=(ho, wo))
+
+
+#: Ops whose every output value is >= 0, and value-preserving ops that keep it so.
+_NON_NEGATIVE_OPS = frozenset({"sigmoid", "exp", "abs", "square", "sqrt", "softmax"})
+_SIGN_PRESERVING_OPS = frozenset({"reshape", "transpose", "max_pool2d", "select", "narrow", "squeeze",
+                                  "unsqueeze"})
+
+
+def _non_negative(graph, name: str) -> bool:
+    """True when value ``name`` of the IR graph is >= 0 everywhere by construction (a relu's output, seen
+    through layout-only ops), so zero padding cannot win a max."""
+    node = graph[name]
+    while node.kind == "op" and node.op_type in _SIGN_PRESERVING_OPS:
+        node = graph[node.operands[0]]
+    if node.kind != "op":
+        return False
+    if node.op_type == "relu":  # mode 'min' with a threshold >= 0 keeps x >= threshold, else 0
+        return node.attrs.get("mode", "min") == "min" and node.attrs.get("threshold", 0.0) >= 0
+    return node.op_type in _NON_NEGATIVE_OPS
+

@@ -142,8 +142,10 @@ def _generate_initial_graph(s: _State) -> None:
 def _post_initial_graph(s: _State) -> None:
     from pybuda.passes.channel_last import convert_convs_to_channel_last
     from pybuda.passes.decompose import decompose_high_level_ops
+    from pybuda.passes.prestride import prestride_convs
 
     s.graph = decompose_high_level_ops(s.graph, s.ctx)
+    s.graph = prestride_convs(s.graph, s.ctx)
     s.graph = convert_convs_to_channel_last(s.graph, s.ctx)
 
 

@@ -15,6 +15,7 @@ from pybuda.passes.decompose import decompose_high_level_ops
 from pybuda.passes.lower import lower_to_buda
 from pybuda.passes.microbatch import strip_microbatch
 from pybuda.passes.optimize_tms import optimize_tms
+from pybuda.passes.prestride import prestride_convs
 from pybuda.verify import calculate_pcc, run_graph_on_cpu
 
 _DEVICES = {}
@@ -36,7 +37,7 @@ def ir_passes(graph: Graph, ctx: CompileContext) -> Graph:
     """The IR stages of the pipeline (decompose .. microbatch strip), in pipeline order."""
     for node in graph.inputs + graph.outputs:
         node.tags.setdefault("framework_shape", tuple(node.shape))
-    for p in (decompose_high_level_ops, convert_convs_to_channel_last, evaluate_constants, optimize_tms,
+    for p in (decompose_high_level_ops, prestride_convs, convert_convs_to_channel_last, evaluate_constants, optimize_tms,
               strip_microbatch):
         graph = p(graph, ctx)
     return graph

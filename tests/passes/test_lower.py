@@ -346,3 +346,16 @@ def test_transposed_binary_operands_on_grayskull_go_through_a_nop():
     g2.add_output("out", "s")
     bg = check_lowering(g2, x, make_ctx(dev="wh_n150"))
     assert bg.ops["s"].input_tms == {0: ["transpose"]}  # add swaps its inputs to carry the transpose on input 0
+
+
+@pytest.mark.parametrize("act,masked", [("relu", False), ("tanh", True)])
+def test_max_pool_padding_needs_no_mask_after_a_relu(act, masked):
+    """Padded positions pick zeros; after a relu no value is below zero, so the -inf pad mask (an add and
+    a DRAM constant per input) is skipped. Any other producer keeps it, and both stay exact."""
+    g = _g("pool")
+    g.add_input("img", (1, 20, 20, 16))
+    g.add_op("a", act, ["img"])
+    g.add_op("mp", "max_pool2d", ["a"], {"kernel_size": 3, "stride": 2, "padding": 1, "channel_last": True})
+    g.add_output("out", "mp")
+    bg = check_lowering(g, [torch.randn(1, 20, 20, 16) - 2.0])  # mostly negative inputs
+    assert any(name.endswith(".mask") for name in bg.ops) == masked

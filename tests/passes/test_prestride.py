@@ -1,0 +1,82 @@
+"""Convolution prestriding (enable_conv_prestride): the host's space-to-depth turns a strided conv on a
+graph input into a stride-1 conv with a smaller kernel, with the same results."""
+
+import pytest
+import torch
+
+from pass_helpers import check_lowering, make_ctx
+from pybuda.config import CompilerConfig
+from pybuda.ir.graph import Graph
+from pybuda.passes.prestride import prestride_convs
+from pybuda.verify import run_graph_on_cpu
+
+
+def _conv_graph(c=3, h=32, w=32, cout=8, k=7, stride=2, padding=3, bias=True, extra_user=False):
+    torch.manual_seed(0)
+    g = Graph("g")
+    g.add_input("x", (1, c, h, w))
+    g.add_parameter("w", torch.randn(cout, c, k, k))
+    operands = ["x", "w"]
+    if bias:
+        g.add_parameter("b", torch.randn(cout))
+        operands.append("b")
+    g.add_op("conv", "conv2d", operands, {"stride": stride, "padding": padding})
+    g.add_output("out", "conv")
+    if extra_user:
+        g.add_op("other", "relu", ["x"])
+        g.add_output("out2", "other")
+    return g
+
+
+def _conv(graph):
+    return next(n for n in graph.ops if n.op_type == "conv2d")
+
+
+@pytest.mark.parametrize("c,h,w,k,stride,padding", [
+    (3, 32, 32, 7, 2, 3),            # ResNet's stem, small
+    (3, 33, 30, 7, 2, 3),            # odd height: the space-to-depth input gets an extra zero row
+    (1, 24, 24, 5, 3, 2),            # stride 3
+    (4, 20, 28, 3, 2, (1, 1, 0, 2)),  # asymmetric (left, right, top, bottom) padding
+    (3, 16, 16, 4, 2, 0),            # kernel a multiple of the stride, no padding
+])
+def test_prestride_gives_the_same_values(c, h, w, k, stride, padding):
+    g = _conv_graph(c, h, w, k=k, stride=stride, padding=padding)
+    p = prestride_convs(g, make_ctx())
+    conv = _conv(p)
+    assert conv.attrs["stride"] == (1, 1) and conv.attrs["padding"] == (0, 0, 0, 0)
+    assert p[conv.operands[1]].shape[1] == c * stride * stride
+    assert p[conv.operands[1]].shape[2] == -(-k // stride)
+    x = torch.randn(1, c, h, w)
+    want, got = run_graph_on_cpu(g, [x])[0], run_graph_on_cpu(p, [x])[0]
+    assert want.shape == got.shape
+    torch.testing.assert_close(got, want, atol=1e-4, rtol=1e-4)
+
+
+def test_prestride_lowers_to_a_smaller_picker_and_hoists_the_reorder_to_the_host():
+    g = _conv_graph()
+    x = torch.randn(1, 3, 32, 32)
+    plain = check_lowering(g.copy(), [x], make_ctx(CompilerConfig(enable_conv_prestride=False)))
+    strided = check_lowering(g.copy(), [x])
+
+    def picker_t(bg):
+        return max(op.shape.z for op in bg.ops.values() if op.type == "matmul" and op.attrs.get("identity"))
+
+    assert picker_t(strided) == 16 < picker_t(plain) == 49  # kernel taps: 4x4 instead of 7x7
+    host_tms = strided.queues["x"].tags["host_tms"]
+    assert [t for t, _ in host_tms][0] == "pad" and "reshape" in {t for t, _ in host_tms}
+
+
+@pytest.mark.parametrize("kwargs", [
+    {"stride": 1, "padding": 1, "k": 3},  # nothing to gain without a stride
+    {"extra_user": True},                  # the input feeds another op: the host cannot reorder it for one
+    {"c": 32},                             # 32·4 channels = 4 tile columns x 16 taps: more work than 49 x 1
+])
+def test_prestride_skips_convs_it_cannot_help(kwargs):
+    g = _conv_graph(**kwargs)
+    assert prestride_convs(g, make_ctx()) is g
+
+
+def test_prestride_follows_the_config_flag():
+    g = _conv_graph()
+    assert prestride_convs(g, make_ctx(CompilerConfig(enable_conv_prestride=False))) is g
+    assert prestride_convs(g, make_ctx()) is not g
