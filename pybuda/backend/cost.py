@@ -47,6 +47,7 @@ __all__ = [
     "distinct_fetchers",
     "sparse_table_tiles_per_core",
     "capped_input_tiles",
+    "dram_bytes_per_input",
 ]
 
 CYCLES_CLAMP = 1 << 30  # spec §6.1: "The result is clamped to [0, 2^30]".
@@ -591,6 +592,26 @@ def capped_input_tiles(op: Any, b: Any, index: int, tiles: int, cap: Optional[in
         grid_r = int(grid[0]) if grid is not None else b.grid_r
         cap = sparse_table_tiles_per_core(index, cap, grid_r)
     return min(tiles, cap)
+
+
+def dram_bytes_per_input(op: Any, op_model: Any, input_bandwidth_context: BandwidthContext) -> float:
+    """Bytes one input makes the op move over the chip's DRAM channels, summed over its cores: every
+    operand streamed from a DRAM queue (each distinct fetch of its per-core slice, capped by the
+    queue's size) and the output when it goes to a DRAM queue. The balancer adds these up per epoch,
+    because all ops of an epoch share the channels."""
+    ctx = input_bandwidth_context
+    b = _blocking(op_model)
+    dfs = list(op.in_df) if op.in_df else []
+    total = 0.0
+    for i, tiles in enumerate(_input_tiles(op, b)):
+        if ctx.source(i) != "dram":
+            continue
+        cap = ctx.input_tile_caps[i] if i < len(ctx.input_tile_caps) else None
+        df = dfs[i] if i < len(dfs) else op.out_df
+        total += capped_input_tiles(op, b, i, tiles, cap) * tile_size_bytes(df) * distinct_fetchers(op, b, i)
+    if ctx.output_dest == "dram":
+        total += b.t * b.tiles * tile_size_bytes(op.out_df) * max(1, b.grid_r * b.grid_c)
+    return total
 
 
 def distinct_fetchers(op: Any, b: Any, index: int) -> int:

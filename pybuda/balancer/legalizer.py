@@ -650,7 +650,8 @@ class Legalizer:
         ctx = cost.BandwidthContext(tuple(sources), f.output_dest, caps)
         br = cost.op_cycle_breakdown(op, model, self.device, ctx, fused_ops=getattr(self.graph, "fused_ops", None),
                                      bandwidth=self.bandwidth)
-        return dataclasses.replace(model, cycles=br.cycles, kernel_cycles=br.kernel)
+        return dataclasses.replace(model, cycles=br.cycles, kernel_cycles=br.kernel,
+                                   dram_bytes=cost.dram_bytes_per_input(op, model, ctx))
 
 
 class _Diag:

@@ -161,6 +161,13 @@ class _Context:
             chosen[pi] = repl
         return ok
 
+    def epoch_cycles(self, models: Sequence[OpModel]) -> float:
+        """Cycles per input of one epoch holding ``models``: its slowest op, or the chip's DRAM channels
+        when the epoch's ops together stream more than they move in that time (spec §5.4: every op of
+        an epoch shares the channels, which no single op's estimate sees)."""
+        slowest = max((m.cycles for m in models), default=0)
+        return max(float(slowest), sum(m.dram_bytes for m in models) / self.bandwidth.dram_total)
+
     def epoch_overhead(self, cores_used: int) -> float:
         """Epoch-switch cycles amortised over one microbatch (backend/cost.py)."""
         return cost.epoch_overhead_cycles(0, cores_used, self.device, self.bandwidth) / self.microbatch
@@ -306,13 +313,11 @@ def _score(ctx: _Context, models: Sequence[OpModel]) -> Tuple[float, int]:
     shapes = [m.grid_shape for m in models]
     epochs = count_epochs(shapes, ctx.breaks, ctx.rows, ctx.cols, ctx.allow_transpose)
     n_epochs = (epochs[-1] + 1) if epochs else 0
-    slowest = [0] * n_epochs
-    cores = [0] * n_epochs
+    members: List[List[OpModel]] = [[] for _ in range(n_epochs)]
     for e, m in zip(epochs, models):
-        if m.cycles > slowest[e]:
-            slowest[e] = m.cycles
-        cores[e] += m.cores
-    return float(sum(slowest)) + sum(ctx.epoch_overhead(c) for c in cores), n_epochs
+        members[e].append(m)
+    return (sum(ctx.epoch_cycles(ms) for ms in members)
+            + sum(ctx.epoch_overhead(sum(m.cores for m in ms)) for ms in members)), n_epochs
 
 
 def assign_for_target(ctx: _Context, targets: _Targets, target: int, prefer_rows: bool) -> List[OpModel]:
@@ -424,11 +429,10 @@ def _ribbon(ctx: _Context) -> Tuple[int, List[str]]:
         for ribbon in ribbons:
             end, models = _ribbon_epoch(ctx, targets, start, ribbon, target)
             models = _ribbon_bump(ctx, targets, start, models, ribbon, work,
-                                  lambda ms: max(m.cycles for m in ms) + ctx.epoch_overhead(sum(m.cores for m in ms))
+                                  lambda ms: ctx.epoch_cycles(ms) + ctx.epoch_overhead(sum(m.cores for m in ms))
                                   + rest(start + len(ms)))
             end = start + len(models)  # the bump may have left trailing ops to the next epoch
-            slowest = max(m.cycles for m in models)
-            total = slowest + ctx.epoch_overhead(sum(m.cores for m in models)) + rest(end)
+            total = ctx.epoch_cycles(models) + ctx.epoch_overhead(sum(m.cores for m in models)) + rest(end)
             if best is None or total < best[0] * (1 - 1e-9):
                 best = (total, end, models)
         assert best is not None
@@ -442,9 +446,8 @@ def _ribbon(ctx: _Context) -> Tuple[int, List[str]]:
 
 
 def _epoch_value(ctx: _Context, start: int, models: List[OpModel], work: List[float]) -> float:
-    slowest = max(m.cycles for m in models)
     used = sum(m.cores for m in models)
-    return sum(work[start:start + len(models)]) / (slowest + ctx.epoch_overhead(used))
+    return sum(work[start:start + len(models)]) / (ctx.epoch_cycles(models) + ctx.epoch_overhead(used))
 
 
 def _ribbon_epoch(ctx: _Context, targets: _Targets, start: int, ribbon: Optional[int], target: int
@@ -456,11 +459,17 @@ def _ribbon_epoch(ctx: _Context, targets: _Targets, start: int, ribbon: Optional
     chosen = ctx.chosen  # committed epochs' models stay visible for compatibility checks
     i = start
     n = len(ctx.ops)
+    dram = 0.0
     while i < n:
         if i > start and ctx.breaks[i]:
             break
         ranked = targets.ranked(i, target, None) if ribbon is None else targets.ribbon_ranked(i, target, ribbon)
         model = ctx.select(i, ranked, chosen)
+        # The DRAM channels are shared like the cores: an op whose streaming would push the epoch's
+        # channels past the target starts the next epoch instead.
+        dram += model.dram_bytes
+        if i > start and dram / ctx.bandwidth.dram_total > max(target, model.cycles):
+            break
         start_pos, transpose = ctx.place_args[i]
         if packer.place(model.grid_shape[0], model.grid_shape[1], start=start_pos, transpose=transpose) is None:
             if i == start:

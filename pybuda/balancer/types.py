@@ -36,6 +36,7 @@ class OpModel:
     cycles: int = 0  # estimated cycles per input (kernel vs bandwidth, whichever dominates)
     kernel_cycles: int = 0  # the kernel (math) part of ``cycles``, backend/cost.py
     dram_inputs: Tuple[int, ...] = ()  # parameter/constant inputs streamed from DRAM every input
+    dram_bytes: float = 0.0  # bytes per input over the DRAM channels (cost.dram_bytes_per_input)
 
     @property
     def cores(self) -> int:

@@ -257,3 +257,26 @@ def test_perf_and_cost_share_one_sparse_formula():
     import importlib.util
 
     assert importlib.util.find_spec("pybuda.backend.perf_kernels") is None
+
+
+def test_dram_bytes_per_input_counts_distinct_fetches_and_dram_outputs():
+    """Bytes over the DRAM channels per input: a streamed matmul weight once per grid column (multicast
+    down the column), the activation from another op not at all, and the output when it goes to DRAM."""
+    op = _op("matmul", 2)
+    m = _model(mblock=(2, 3), ublock=(2, 4), m_k=4, u_kt=2, grid=(2, 3))
+    tile = cost.tile_size_bytes(DF.Float16_b)
+    weights = cost.BandwidthContext(("op", "dram"), "op")
+    assert cost.dram_bytes_per_input(op, m, weights) == 8 * 12 * tile * 3
+    to_dram = cost.BandwidthContext(("op", "prologue"), "dram")
+    assert cost.dram_bytes_per_input(op, m, to_dram) == 4 * 12 * tile * 6
+    assert cost.dram_bytes_per_input(op, m, cost.BandwidthContext(("op", "prologue"), "op")) == 0
+
+
+def test_sparse_matmul_reads_only_its_rows_share_of_the_index():
+    op = _op("matmul", 3, attrs={"identity": True, "indices_len": 100})
+    op.in_df = [DF.Float16_b, DF.Float16_b, DF.RawUInt32]
+    m = _model(t=9, mblock=(7, 1), ublock=(7, 1), m_k=8, u_kt=4, grid=(4, 1))
+    ctx = cost.BandwidthContext(("dram", "op", "dram"), "op", (24, None, 40))
+    idx_tile = cost.tile_size_bytes(DF.RawUInt32)
+    # picker tiles whole on each of the 4 cores, index 40/4 tiles on each
+    assert cost.dram_bytes_per_input(op, m, ctx) == 4 * (24 * cost.tile_size_bytes(DF.Float16_b) + 10 * idx_tile)

@@ -391,7 +391,9 @@ def test_sparse_matmul_l1_counts_picker_tiles_not_a_dense_in0():
     assert any(0 in m.prologue_inputs and 2 in m.prologue_inputs for m in models)
     for m in models:
         rows = m.mblock[0] * m.ublock[0]
-        expected_in0 = max(12, m.t * rows * m.mblock[1] * m.ublock[1])
-        assert leg._prologue_tiles(f, 0, m.t, rows, m.mblock[1] * m.ublock[1]) == expected_in0
+        cols = m.mblock[1] * m.ublock[1]
+        # in0: every unique picker tile; in2: this core row's share of the 4 index tiles
+        assert leg._prologue_tiles(f, 0, m.t, rows, cols, m.grid_shape[0]) == 12
+        assert leg._prologue_tiles(f, 2, m.t, rows, cols, m.grid_shape[0]) == -(-4 // m.grid_shape[0])
         # nothing like rows x K tiles of in0 is charged
         assert m.l1_bytes < rows * k * tile_size_bytes(DF.Float16_b) or rows * k < 64

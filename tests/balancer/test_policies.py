@@ -118,3 +118,26 @@ def test_bert_large_on_e150_packs_densely():
     placement = place(g, sol, d, cfg)
     assert len(placement.epochs) <= 45
     assert validate_solution(g, sol, placement, d, cfg) == []
+
+
+def test_ribbon_shares_the_dram_channels_among_an_epochs_ops():
+    """With every weight streamed from DRAM, the ops of one epoch share the chip's channels: Ribbon
+    starts a new epoch rather than let their streaming together exceed the epoch's target (an op that
+    alone exceeds it still gets an epoch)."""
+    from pybuda.balancer.synthetic import chain_graph
+    from pybuda.backend import cost
+
+    g = chain_graph([(1, 4, 32)] * 8, ["matmul"] * 8, microbatch=64)
+    d = DEVICES["gs_e150"]
+    cfg = CompilerConfig(balancer_policy="Ribbon", default_dram_parameters=True)
+    sol = balance(g, d, cfg)
+    placement = place(g, sol, d, cfg)
+    assert validate_solution(g, sol, placement, d, cfg) == []
+    dram_total = cost.device_bandwidth(d).dram_total
+    by_epoch = [[sol.op_models[name] for name in placement.ops_in_epoch(e)] for e in range(len(placement.epochs))]
+    assert len(by_epoch) > 1
+    for models in by_epoch:
+        assert all(m.dram_bytes > 0 for m in models)
+        if len(models) > 1:
+            streamed = sum(m.dram_bytes for m in models) / dram_total
+            assert streamed <= max(sol.target_cycles, max(m.cycles for m in models)) * 1.0001

@@ -367,6 +367,20 @@ def test_l1_usage_of_spec_matmul():
     assert streaming.buffers["input_1"] == 2 * 2 * (2 * 2) * bfp8  # 2 x u_kt·mblock_n·ublock_ct
 
 
+def test_l1_usage_of_sparse_matmul_tables():
+    """A sparse matmul keeps its picker tiles (in0) whole and its grid row's share of the index (in2)
+    resident: the same figure the legalizer uses (cost.sparse_table_tiles_per_core)."""
+    n = parse_file(SPEC)
+    mm0 = n.graphs["fwd0"].ops["mm0"]
+    del mm0.attributes["bias"]
+    mm0.attributes["identity"] = True
+    mm0.grid_size = (2, 1)
+    usage = op_l1_usage(n, mm0, prologue={0, 2})
+    f16 = 2080
+    assert usage.buffers["input_0"] == 2 * 4 * f16    # all 8 tiles of 'act' as the picker table
+    assert usage.buffers["input_2"] == 4 * f16        # 8 tiles of 'bias' as the index, split over 2 rows
+
+
 def test_tms_may_be_given_in_yaml_form():
     op = parse_file(SPEC).graphs["fwd0"].ops["mm0"]
     built = NetlistOp(name="x", type="nop", grid_loc=(0, 0), grid_size=(1, 1), inputs=["a"], in_df=["Float16_b"],

@@ -26,24 +26,7 @@ GOAL = 0.15
 
 #: Points that miss for reasons outside the performance model, each with what has to change. They run
 #: (and print their row); xfail keeps CI green until the compiler catches up, and XPASS shows when it has.
-KNOWN_GAPS = {
-    ("bert", "gs_e150"): "model ~+47 %: was +12 % only because the 384x1024 hidden-state input queue sat in ONE "
-                         "DRAM channel; with input/e2e queues spread over the channels (placer, as TT-Buda does) "
-                         "the point shows the same BERT-wide gap as n150 — the model is ~1.5-1.6x faster than "
-                         "TT-Buda on BERT-Large on both cards, i.e. the missing mechanism is BERT-specific, not "
-                         "a card constant; not yet identified (see wh_n150)",
-    ("bert", "wh_n150"): "model +63 %: steady state is 93 % of device time (switch 3 %, fill 4 %; binary-cache "
-                         "overflow re-sends overlap the device), 24 epochs kernel-bound on softmax exp (non-approx "
-                         "1771 cycles/tile on 36 cores). Modelled ~204k cycles per layer and sample where the "
-                         "published run implies ~350k; of the candidates, NoC gather pipes (spec §6.3, "
-                         "PerfConfig.gather_pipes) give 184 sen/s (+55 %) but push ResNet-50 n150 to -29 %, and "
-                         "macro-block fork/join loops (spec §6.4, PerfConfig.fork_join_stalls) give 175 here but "
-                         "53 (-47 %) on e150 and collapse ResNet-50, so both stay off (perf.py docstring)",
-    ("resnet", "gs_e150"): "model ~-38 %: epoch 0 is now kernel-bound on the stem im2col sparse matmul "
-                           "(537k cycles/image at the ideal HiFi3 rate on the 8 cores Ribbon gives it) and "
-                           "epoch 3 on streamed stage-4 weights over all 8 GS channels; the earlier single-channel "
-                           "input queue (946k cycles/image) is fixed in the placer",
-}
+KNOWN_GAPS: dict = {}  # none at present: all four points are within the tolerance
 
 def _param(point):
     gap = KNOWN_GAPS.get((point[0], point[2]))

@@ -193,6 +193,20 @@ def test_binary_cache_overflow_makes_the_host_resend_binaries():
     assert tiny_cache.cycles_per_microbatch >= tiny_cache.host_binary_cycles_per_microbatch
 
 
+def test_report_says_whether_the_device_or_the_host_limits_the_run():
+    base = estimate(_two_epochs(), N150)
+    host_io = base.host_input_cycles_per_microbatch + base.host_output_cycles_per_microbatch
+    # a two-op netlist does less on the device than the host's tilizing of its input and output
+    assert base.limited_by == ("host io" if host_io > base.device_cycles_per_microbatch else "device")
+    # a one-slot cache and a crawling host binary writer: re-sending binaries bounds the microbatch
+    slow_host = estimate(_two_epochs(), N150, config=PerfConfig(binary_cache_slots=1,
+                                                                host_binary_write_bytes_per_s=1e6))
+    assert slow_host.limited_by == "host binaries"
+    assert slow_host.cycles_per_microbatch >= slow_host.host_binary_cycles_per_microbatch
+    assert slow_host.to_dict()["limited_by"] == "host binaries"
+    assert "limited by the host binaries" in slow_host.summary()
+
+
 def test_epoch_launch_constant_is_a_parameter():
     slow = estimate(_two_epochs(), N150, config=PerfConfig(epoch_launch_cycles=1_000_000))
     fast = estimate(_two_epochs(), N150)

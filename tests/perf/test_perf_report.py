@@ -114,7 +114,7 @@ def test_html_renders_in_chromium_without_console_errors(chromium, tmp_path):
     assert 'data-ready="1"' in dom, "the report's script did not run to the end"
     for element in ('id="summary"', 'id="epoch-bars"', 'id="op-table"', 'class="grid"'):
         assert element in dom
-    assert dom.count("<tr") == 9 + 1 + len(report.ops)  # summary rows, table header, one row per op
+    assert dom.count("<tr") == 10 + 1 + len(report.ops)  # summary rows, table header, one row per op
     assert dom.count('class="core used') == sum(r.cores for r in report.ops)
 
 
