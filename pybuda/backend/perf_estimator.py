@@ -487,6 +487,8 @@ class _Estimator:
         seconds = cycles / self.clock
         first_in = in_cycles / max(1, self.microbatch)  # the first input must arrive before anything runs
         latency = (device_cycles + in_cycles + out_cycles if not overlapped else device_cycles + first_in + out_cycles)
+        # binaries beyond the cache are rewritten for the first microbatch too: the device waits for them
+        latency = max(latency, bin_cycles + first_in + out_cycles)
         cores_per_chip = self.device.cores_per_chip
         total_core_cycles = sum(e.total_cycles * e.cores_available for e in epochs)
         ideal = sum(r.ideal_math_cycles * r.cores * next(e.input_count for e in epochs if e.index == r.epoch)
