@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any, Dict, Mapping, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from pybuda.arch.tiles import tile_size_bytes as _arch_tile_size_bytes
 from pybuda.netlist.operands import sparse_table_tiles_per_core
@@ -46,7 +46,7 @@ __all__ = [
     "epoch_overhead_cycles",
     "distinct_fetchers",
     "sparse_table_tiles_per_core",
-    "capped_input_tiles",
+    "operand_fetches",
     "dram_bytes_per_input",
 ]
 
@@ -563,35 +563,41 @@ def op_cycle_breakdown(op: Any, op_model: Any, device: Any, input_bandwidth_cont
     kernel = _kernel_of(op, b, _arch_key(device), fused_ops)
     cores = max(1, b.grid_r * b.grid_c)
     per_source: Dict[str, float] = {}
-    dfs = list(op.in_df) if op.in_df else []
-    for i, tiles in enumerate(_input_tiles(op, b)):
+    for i, (nbytes, fetchers) in enumerate(_operand_fetches(op, b, ctx.input_tile_caps)):
         src = ctx.source(i)
         if src == "prologue":
             continue
-        df = dfs[i] if i < len(dfs) else op.out_df
-        cap = ctx.input_tile_caps[i] if i < len(ctx.input_tile_caps) else None
-        tiles = capped_input_tiles(op, b, i, tiles, cap)
         # Shared sources (DRAM, PCIe) are split among the *distinct fetches*, not the cores: a matmul
         # operand is fetched once per grid row (in0) or column (in1) and multicast along it, so a
         # taller sparse-matmul grid does not multiply the activation's DRAM/PCIe traffic.
-        fetchers = distinct_fetchers(op, b, i)
-        per_source[src] = per_source.get(src, 0.0) + tiles * tile_size_bytes(df) / _rate(src, bw, fetchers)
+        per_source[src] = per_source.get(src, 0.0) + nbytes / _rate(src, bw, fetchers)
     input_bw = max(per_source.values(), default=0.0)
     out_bytes = b.t * b.tiles * tile_size_bytes(op.out_df)
     output_bw = out_bytes / _rate(ctx.output_dest, bw, cores)
     return CycleBreakdown(kernel=kernel, input_bw=_clamp(math.ceil(input_bw)), output_bw=_clamp(math.ceil(output_bw)))
 
 
-def capped_input_tiles(op: Any, b: Any, index: int, tiles: int, cap: Optional[int]) -> int:
-    """Tiles one core reads of operand ``index`` per input, bounded by what its queue holds (``cap``):
-    a broadcast operand is read once, a sparse matmul's index only for the core's own grid row."""
-    if cap is None:
-        return tiles
-    if op.type in _MATMUL_OPS and op.attrs.get("identity") and index in (0, 2):
-        grid = getattr(b, "grid_shape", None)
-        grid_r = int(grid[0]) if grid is not None else b.grid_r
-        cap = sparse_table_tiles_per_core(index, cap, grid_r)
-    return min(tiles, cap)
+def operand_fetches(op: Any, op_model: Any, input_tile_caps: Sequence[Optional[int]] = ()
+                    ) -> List[Tuple[float, int]]:
+    """For every operand: (bytes of the per-core slice one core reads per input, how many distinct
+    fetches of it there are per input). A queue operand reads at most what its queue holds
+    (``input_tile_caps[i]``: a broadcast operand is read once), a sparse matmul's index only its grid
+    row's share; see :func:`distinct_fetchers` for the fetch count."""
+    return _operand_fetches(op, _blocking(op_model), input_tile_caps)
+
+
+def _operand_fetches(op: Any, b: _Blocking, caps: Sequence[Optional[int]]) -> List[Tuple[float, int]]:
+    dfs = list(op.in_df) if op.in_df else []
+    out = []
+    for i, tiles in enumerate(_input_tiles(op, b)):
+        cap = caps[i] if i < len(caps) else None
+        if cap is not None:
+            if op.type in _MATMUL_OPS and op.attrs.get("identity") and i in (0, 2):
+                cap = sparse_table_tiles_per_core(i, cap, b.grid_r)
+            tiles = min(tiles, cap)
+        df = dfs[i] if i < len(dfs) else op.out_df
+        out.append((float(tiles * tile_size_bytes(df)), distinct_fetchers(op, b, i)))
+    return out
 
 
 def dram_bytes_per_input(op: Any, op_model: Any, input_bandwidth_context: BandwidthContext) -> float:
@@ -601,14 +607,8 @@ def dram_bytes_per_input(op: Any, op_model: Any, input_bandwidth_context: Bandwi
     because all ops of an epoch share the channels."""
     ctx = input_bandwidth_context
     b = _blocking(op_model)
-    dfs = list(op.in_df) if op.in_df else []
-    total = 0.0
-    for i, tiles in enumerate(_input_tiles(op, b)):
-        if ctx.source(i) != "dram":
-            continue
-        cap = ctx.input_tile_caps[i] if i < len(ctx.input_tile_caps) else None
-        df = dfs[i] if i < len(dfs) else op.out_df
-        total += capped_input_tiles(op, b, i, tiles, cap) * tile_size_bytes(df) * distinct_fetchers(op, b, i)
+    total = sum(nbytes * fetchers for i, (nbytes, fetchers) in enumerate(_operand_fetches(op, b, ctx.input_tile_caps))
+                if ctx.source(i) == "dram")
     if ctx.output_dest == "dram":
         total += b.t * b.tiles * tile_size_bytes(op.out_df) * max(1, b.grid_r * b.grid_c)
     return total

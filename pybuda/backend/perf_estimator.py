@@ -135,9 +135,9 @@ class _Estimator:
         if dest != "op":
             bounds[label[dest]] = max(bounds[label[dest]], breakdown(quiet, dest).output_bw)
 
-        # Bytes per input moved over shared links, summed over the op's cores.
+        # Bytes per input moved over shared links, summed over the op's distinct fetches.
         cores = max(1, op.grid_size[0] * op.grid_size[1])
-        tiles = cost.input_tiles_per_core(cop, cmod)
+        fetches = cost.operand_fetches(cop, cmod, caps_t)
         dram_bytes: Dict[Tuple[int, int], float] = {}
         host_bytes = 0.0
         eth_bytes: Dict[Tuple[int, int], float] = {}
@@ -150,11 +150,9 @@ class _Estimator:
                 eth_bytes[pair] = eth_bytes.get(pair, 0.0) + nbytes
         for i, name in enumerate(op.inputs):
             q = self.netlist.queues.get(name)
-            if i >= len(tiles):
+            if i >= len(fetches):
                 break
-            per_core = cost.capped_input_tiles(cop, cmod, i, tiles[i], caps_t[i])
-            df = op.in_df[i] if i < len(op.in_df) else op.out_df
-            nbytes = per_core * cost.tile_size_bytes(df) * self._distinct_readers(op, i)
+            nbytes = fetches[i][0] * fetches[i][1]
             if q is None:
                 producer_graph = self.op_graph.get(name)
                 if producer_graph is not None:
@@ -190,15 +188,6 @@ class _Estimator:
         """Producer cores one core of ``op`` gathers input ``index`` from
         (:func:`~pybuda.backend.perf_pipes.gather_sources`)."""
         return gather_sources(self.op_graph, op, index)
-
-    @staticmethod
-    def _distinct_readers(op: NetlistOp, index: int) -> int:
-        """How many times one input's per-core slice is fetched from its queue. A matmul's operands are
-        multicast on the NoC (net2pipe's row/column multicast pipes): in0 is fetched once per grid row and
-        sent along the row, in1 once per grid column and sent down the column. A sparse matmul's in0 and
-        index are per-core data (each core its own picker tiles and indices); its in1, the activation,
-        is multicast like a dense in1. Every other operand, of every other op, is fetched by each core."""
-        return cost.distinct_fetchers(_CostOp(op), _CostModel(op), index)
 
     @staticmethod
     def _spread(acc: Dict[Tuple[int, int], float], q: QueueDef, nbytes: float) -> None:

@@ -37,16 +37,14 @@ def prestride_convs(graph: Graph, ctx: CompileContext) -> Graph:
     if not ctx.config.enable_conv_prestride:
         return graph
     users = graph.user_map()
-    chosen = {node.name for node in graph.ops if _plan(graph, users, node) is not None}
-    if not chosen:
+    plans = {node.name: plan for node in graph.ops if (plan := _plan(graph, users, node)) is not None}
+    if not plans:
         return graph
 
     def rule(rw: Rewriter, node: Node, operands: List[str]) -> Optional[str]:
-        if node.name not in chosen:
+        if node.name not in plans:
             return None
-        plan = _plan(graph, users, node)
-        assert plan is not None
-        s, k_new, (h_after, w_after) = plan
+        s, k_new, (h_after, w_after) = plans[node.name]
         pads = node.attrs["padding"]  # (left, right, top, bottom)
         act = rw.op(f"{node.name}.prestride_pad", "pad", [operands[0]],
                     {"pad": (pads[0], w_after, pads[2], h_after)})
