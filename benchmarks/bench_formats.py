@@ -1,4 +1,4 @@
-"""Throughput of ``pybuda.backend.formats.quantize`` (and packing) against plain torch in the same run.
+"""Throughput of ``pybuda.golden.formats.quantize`` (and packing) against plain torch in the same run.
 
 The golden backend quantises every tensor edge, so ``quantize`` must keep up with memory-bound torch
 ops. Target: Bfp8_b >= 100 M datums/s on the CI CPU. Reported per format: datums/s, and the ratio
@@ -16,9 +16,9 @@ import torch
 
 from timing import best_time, best_times
 
-from pybuda.backend import formats
-from pybuda.backend.tiles import pad_to_tiles, tilize
-from pybuda.tensor import DataFormat
+from pybuda.golden import formats
+from pybuda.golden.tiles import pad_to_tiles, tilize
+from pybuda.dtypes import DataFormat
 
 FORMATS = [DataFormat.Float16_b, DataFormat.Float16, DataFormat.Lf8, DataFormat.Bfp8_b, DataFormat.Bfp8,
            DataFormat.Bfp4_b, DataFormat.Bfp2_b, DataFormat.Int8]

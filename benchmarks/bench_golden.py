@@ -36,7 +36,7 @@ def _compile(args, microbatch: int):
     from pybuda.config import CompilerConfig
     from pybuda.models import get_model
     from pybuda.passes.pipeline import pybuda_compile
-    from pybuda.tensor import DataFormat, MathFidelity
+    from pybuda.dtypes import DataFormat, MathFidelity
 
     size = {"seq_len": args.seq_len} if args.seq_len else {}
     spec = get_model(args.model, args.variant, microbatch=microbatch, **size)
@@ -65,7 +65,7 @@ def main(argv: List[str] = None) -> int:
     if args.threads:
         torch.set_num_threads(args.threads)
 
-    from pybuda.backend.golden_executor import GoldenExecutor
+    from pybuda.golden.executor import GoldenExecutor
     from pybuda.verify import calculate_pcc
 
     print(f"golden backend vs PyTorch eager float32: {args.model} {args.variant} seq {args.seq_len}, "

@@ -5,7 +5,7 @@ Reported:
 * ``pybuda benchmark -m bert -c large -mb 64 -df Bfp8_b -mf LoFi --device-config wh_n150 --perf-only``:
   wall seconds split into model build, compile and perf model + reports (target: the whole command in
   <= 60 s on 2 cores);
-* :func:`pybuda.backend.perf.estimate` and the three report files on that netlist: seconds, and the ratio
+* :func:`pybuda.perf.model.estimate` and the three report files on that netlist: seconds, and the ratio
   to one eager PyTorch forward of the same model at batch 1 measured here, now;
 * with ``--calibrate``: the modeled vs published throughput table (perf_calibration.md §1).
 
@@ -43,13 +43,13 @@ def main() -> None:
     ap.add_argument("--calibrate", action="store_true", help="also print the calibration table (slow)")
     args = ap.parse_args()
 
-    from pybuda import benchmark
-    from pybuda.backend.perf import estimate_compiled
-    from pybuda.backend.perf_report import write_reports
+    from pybuda.cli import benchmark
+    from pybuda.perf.model import estimate_compiled
+    from pybuda.perf.report import write_reports
 
     with tempfile.TemporaryDirectory() as tmp:
         # 1. the whole command, as a user runs it (a fresh process: imports included)
-        cmd = [sys.executable, "-m", "pybuda.cli", "benchmark", "-m", "bert", "-c", "large", "-mb", "64", "-df",
+        cmd = [sys.executable, "-m", "pybuda.cli.main", "benchmark", "-m", "bert", "-c", "large", "-mb", "64", "-df",
                "Bfp8_b", "-mf", "LoFi", "--device-config", "wh_n150", "--perf-only"]
         t0 = time.perf_counter()
         proc = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, env=dict(os.environ, PYBUDA_BUILD_DIR=tmp))

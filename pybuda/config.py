@@ -15,7 +15,7 @@ from dataclasses import asdict, dataclass, field, fields
 from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
 
 from pybuda.errors import ConfigError
-from pybuda.tensor import DataFormat, MathFidelity
+from pybuda.dtypes import DataFormat, MathFidelity
 
 
 class CompileDepth(enum.IntEnum):

@@ -11,7 +11,7 @@ from __future__ import annotations
 import inspect
 import logging
 import os
-from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
+from typing import Any, Dict, List, Optional, Tuple, Union
 
 import numpy as np
 import torch

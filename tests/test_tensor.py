@@ -6,9 +6,10 @@ import torch
 
 import pybuda
 from pybuda.errors import InputError
-from pybuda.tensor import DataFormat, MathFidelity, Parameter, Tensor, TensorShape, pytorch_dtype_to_buda_dataformat
+from pybuda.tensor import Parameter, Tensor, TensorShape, pytorch_dtype_to_buda_dataformat
 
 
+from pybuda.dtypes import DataFormat, MathFidelity
 def test_tensor_shape_accessors_count_from_the_end():
     s = TensorShape(2, 3, 40, 70)
     assert (s.w, s.z, s.r, s.c) == (2, 3, 40, 70)

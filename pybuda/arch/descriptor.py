@@ -19,7 +19,7 @@ from typing import Dict, List, Optional, Sequence, Tuple, Union
 from pybuda.arch.tiles import DEFAULT_TILE_DIM, LEGAL_TILE_DIMS
 from pybuda.arch.types import BackendDevice
 from pybuda.errors import ConfigError
-from pybuda.tensor import DataFormat, MathFidelity
+from pybuda.dtypes import DataFormat, MathFidelity
 
 KiB = 1024
 MiB = 1024 * KiB

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Tuple
 
-from pybuda.tensor import DataFormat
+from pybuda.dtypes import DataFormat
 
 TILE_HEADER_BYTES = 16
 TILE_ALIGNMENT_BYTES = 32

@@ -1,7 +1,7 @@
 """The balancer: legal op models per op and the policies that choose one (spec §4.4).
 
 Entry points: :func:`legal_op_models` (every legal layout of one op) and :func:`balance` (one layout
-per op under ``config.balancer_policy``). Cycle estimates come from :mod:`pybuda.backend.cost`.
+per op under ``config.balancer_policy``). Cycle estimates come from :mod:`pybuda.perf.cost`.
 """
 
 from pybuda.balancer.types import BalancerSolution, OpModel  # noqa: F401

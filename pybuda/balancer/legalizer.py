@@ -14,7 +14,7 @@ For each op the legalizer enumerates
   parameters resident in L1 (prologue) when they fit, largest parameters moved to DRAM first;
 * an **L1 check** per core with the buffer sizes of spec §5.3 in each operand's data format against
   ``DeviceDescriptor.l1_pybuda_budget_bytes`` (op-buffer space minus PyBuda's 100 KiB DRAM-IO reserve);
-* the **cost** from :mod:`pybuda.backend.cost`.
+* the **cost** from :mod:`pybuda.perf.cost`.
 
 Results are cached by an op *signature* (type, shapes, formats, attributes, TMs, input kinds,
 overrides), so the ~24 identical layers of a transformer are legalised once.
@@ -33,12 +33,12 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any, Dict, FrozenSet, List, Optional, Sequence, Tuple
 
-from pybuda.backend import cost
+from pybuda.perf import cost
 from pybuda.balancer.tms import apply_tm, apply_tms, has_reshaping_tms, parse_tm
 from pybuda.balancer.types import OpModel
 from pybuda.errors import CompileError
 from pybuda.netlist.model import BINARY_OPS, COPY_OPS, SFPU_OPS
-from pybuda.tensor import DataFormat
+from pybuda.dtypes import DataFormat
 
 log = logging.getLogger(__name__)
 

@@ -27,7 +27,7 @@
   ``policy_from_string`` does.
 
 Every policy checks producer/consumer t-stream compatibility (:func:`stream_compatible`) while it
-walks the ops in schedule order, and every cycle number comes from :mod:`pybuda.backend.cost`.
+walks the ops in schedule order, and every cycle number comes from :mod:`pybuda.perf.cost`.
 """
 
 from __future__ import annotations
@@ -36,10 +36,10 @@ import logging
 import random
 from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Tuple
 
-from pybuda.backend import cost
+from pybuda.perf import cost
 from pybuda.balancer.legalizer import Legalizer, stream_compatible
 from pybuda.balancer.types import BalancerSolution, OpModel
-from pybuda.placer.packing import GridPacker, count_epochs
+from pybuda.balancer.packing import GridPacker, count_epochs
 
 log = logging.getLogger(__name__)
 
@@ -169,7 +169,7 @@ class _Context:
         return max(float(slowest), sum(m.dram_bytes for m in models) / self.bandwidth.dram_total)
 
     def epoch_overhead(self, cores_used: int) -> float:
-        """Epoch-switch cycles amortised over one microbatch (backend/cost.py)."""
+        """Epoch-switch cycles amortised over one microbatch (perf/cost.py)."""
         return cost.epoch_overhead_cycles(0, cores_used, self.device, self.bandwidth) / self.microbatch
 
 

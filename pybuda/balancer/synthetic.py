@@ -2,7 +2,7 @@
 
 :func:`bert_encoder_graph` builds the lowered form of a BERT encoder (attention with per-head TMs,
 softmax and layernorm decomposed into eltwise/matmul/reduce ops, GELU feed-forward) directly as a
-:class:`~pybuda.passes.buda_graph.BudaGraph`, so the balancer and placer can be exercised at BERT-Large
+:class:`~pybuda.ir.lowered.BudaGraph`, so the balancer and placer can be exercised at BERT-Large
 scale without the front end. :func:`chain_graph` builds small chains for unit tests.
 """
 
@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from typing import Dict, List, Optional, Sequence
 
-from pybuda.passes.buda_graph import BudaGraph, BudaOp, BudaQueue, TileShape
-from pybuda.tensor import DataFormat, MathFidelity
+from pybuda.ir.lowered import BudaGraph, BudaOp, BudaQueue, TileShape
+from pybuda.dtypes import DataFormat, MathFidelity
 
 
 class _Builder:

@@ -34,7 +34,7 @@ class OpModel:
     prologue_inputs: Tuple[int, ...] = ()  # input indices whose parameters sit in L1 for the epoch
     l1_bytes: int = 0  # estimated L1 use per core
     cycles: int = 0  # estimated cycles per input (kernel vs bandwidth, whichever dominates)
-    kernel_cycles: int = 0  # the kernel (math) part of ``cycles``, backend/cost.py
+    kernel_cycles: int = 0  # the kernel (math) part of ``cycles``, perf/cost.py
     dram_inputs: Tuple[int, ...] = ()  # parameter/constant inputs streamed from DRAM every input
     dram_bytes: float = 0.0  # bytes per input over the DRAM channels (cost.dram_bytes_per_input)
 

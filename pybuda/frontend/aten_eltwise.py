@@ -1,6 +1,6 @@
 """Converters for elementwise ATen ops: binary, unary, type conversions and copies.
 
-Registered into :data:`pybuda.frontend.aten_map.CONVERTERS` by the ``@converts`` decorator when
+Registered into :data:`pybuda.frontend.aten_builder.CONVERTERS` by the ``@converts`` decorator when
 :mod:`pybuda.frontend.aten_map` imports this module.
 """
 
@@ -8,11 +8,10 @@ from __future__ import annotations
 
 import math
 import operator
-from typing import Tuple
 
 import torch
 
-from pybuda.frontend.aten_map import (_as_bool, _reduce_max_or_min, out_shape_of, Builder, converts, Missing, out_dtype, out_shape, Unsupported, _dims, _is_number, _norm_dim, _promote)
+from pybuda.frontend.aten_builder import (_as_bool, _reduce_max_or_min, out_shape_of, Builder, converts, Missing, out_dtype, out_shape, Unsupported, _is_number, _norm_dim, _promote)
 from pybuda.frontend.fx_program import meta_val, op_name
 
 # --- elementwise binary ---------------------------------------------------------------------------

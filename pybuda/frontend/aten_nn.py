@@ -1,6 +1,6 @@
 """Converters for ATen reductions, normalisation, matmul, convolution/pooling and misc ops.
 
-Registered into :data:`pybuda.frontend.aten_map.CONVERTERS` by the ``@converts`` decorator when
+Registered into :data:`pybuda.frontend.aten_builder.CONVERTERS` by the ``@converts`` decorator when
 :mod:`pybuda.frontend.aten_map` imports this module.
 """
 
@@ -11,7 +11,7 @@ from typing import Any, Sequence, Tuple
 
 import torch
 
-from pybuda.frontend.aten_map import (_as_bool, _reduce_max_or_min, out_shape_of, Builder, converts, Missing, out_dtype, out_shape, Unsupported, _dims, _is_number, _norm_dim)
+from pybuda.frontend.aten_builder import (_as_bool, _reduce_max_or_min, out_shape_of, Builder, converts, Missing, out_dtype, out_shape, Unsupported, _dims, _is_number, _norm_dim)
 from pybuda.frontend.fx_program import meta_val, op_name
 
 # --- reductions -----------------------------------------------------------------------------------

@@ -158,7 +158,7 @@ def capture(module: Union["torch.nn.Module", Any], sample_inputs: Any, graph_nam
         input_parameters: turn user inputs (by flat position) into parameters ``(name, value)``; used
             by the torch.compile backend, which receives weights as inputs.
         for_device: the graph will be compiled for the chip, so ops the compiler cannot lower
-            (``pybuda.passes.capabilities``: integer math, ops without a lowering) count as unsupported
+            (``pybuda.passes.lower.capabilities``: integer math, ops without a lowering) count as unsupported
             too: they fall back to the CPU, or are listed in UnsupportedOpError with fallback off.
             Without it the graph only has to run on the CPU reference.
 
@@ -250,7 +250,7 @@ def _standins(graph: Graph, node: torch.fx.Node) -> Any:
 
 def _device_unsupported(graph: Graph, created: Sequence[str]) -> Optional[str]:
     """Why the chip cannot run one of the ops just created for an FX node (None if it can)."""
-    from pybuda.passes.capabilities import unsupported_reason
+    from pybuda.passes.lower.capabilities import unsupported_reason
 
     for name in created:
         node = graph.nodes.get(name)

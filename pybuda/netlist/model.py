@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any, Dict, Iterator, List, Mapping, NamedTuple, Optional, Sequence, Tuple, Union
 
 from pybuda.arch.tiles import DEFAULT_TILE_DIM, tile_size_bytes
-from pybuda.tensor import DataFormat, MathFidelity
+from pybuda.dtypes import DataFormat, MathFidelity
 
 Pair = Tuple[int, int]
 #: A program operand: an immediate integer or a ``$variable`` name.

@@ -26,7 +26,7 @@ from pybuda.netlist.model import (
     HStack, InputPad, InputUnpad, Loop, Netlist, NetlistOp, Pad, Param, Program, QueueDef, QueueSetting,
     StaticVar, TileBroadcast, TM, Transpose, VARINST_ARITY, Var, VarInst, VSlice, VStack,
 )
-from pybuda.tensor import DataFormat, MathFidelity
+from pybuda.dtypes import DataFormat, MathFidelity
 
 IGNORED_TOP_LEVEL = ("test-config", "performance-check")
 _DATA_FORMATS = {m.name: m for m in DataFormat if m != DataFormat.Invalid}

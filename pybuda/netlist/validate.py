@@ -17,11 +17,14 @@ from typing import Iterable, List, Optional
 
 from pybuda.arch.descriptor import DeviceDescriptor
 from pybuda.netlist.model import Netlist
-from pybuda.netlist.rules import RULES, Ctx, NetlistRuleError  # noqa: F401  (NetlistRuleError is re-exported)
+from pybuda.netlist.rules.framework import RULES, Ctx, NetlistRuleError  # noqa: F401  (NetlistRuleError is re-exported)
 
 # Rule modules register their rules on import; the import order is the order rules run in.
-from pybuda.netlist import rules_structure, rules_queues, rules_ops, rules_programs  # noqa: E402,F401,I001
-from pybuda.netlist.rules_ops import stack_factors  # noqa: F401  (mirrored by the balancer's legalizer)
+from pybuda.netlist.rules import structure as rules_structure  # noqa: E402,F401,I001
+from pybuda.netlist.rules import queues as rules_queues  # noqa: E402,F401,I001
+from pybuda.netlist.rules import ops as rules_ops  # noqa: E402,F401,I001
+from pybuda.netlist.rules import programs as rules_programs  # noqa: E402,F401,I001
+from pybuda.netlist.rules.ops import stack_factors  # noqa: F401  (mirrored by the balancer's legalizer)
 
 
 # ===================================================================================================

@@ -19,8 +19,9 @@ import torch
 
 from pybuda.errors import ModuleError, OpError
 from pybuda.ops import registry
-from pybuda.tensor import DataFormat, Tensor, pytorch_dtype_to_buda_dataformat
+from pybuda.tensor import Tensor, pytorch_dtype_to_buda_dataformat
 
+from pybuda.dtypes import DataFormat
 _ids = itertools.count()
 _state = threading.local()
 

@@ -13,7 +13,7 @@ import torch
 
 from pybuda.ops.common import int_list, need_rank, normalize_dim, operand_dtypes_to, result_dtype
 from pybuda.ops.registry import OpDef, attr, register
-from pybuda.tensor import TILE_DIM
+from pybuda.dtypes import TILE_DIM
 
 
 def _tm(op_name: str, shape_fn, eval_fn, doc: str, canonicalize=None, arity=(1, 1), dtype_fn=None,

@@ -25,7 +25,7 @@ import torch
 from pybuda.config import CompileDepth, CompilerConfig, _get_global_compiler_config
 from pybuda.errors import CompileError, PybudaError
 from pybuda.ir.graph import Graph
-from pybuda.passes.buda_graph import BudaGraph
+from pybuda.ir.lowered import BudaGraph
 from pybuda.passes.context import CompileContext
 
 log = logging.getLogger(__name__)
@@ -140,9 +140,9 @@ def _generate_initial_graph(s: _State) -> None:
 
 
 def _post_initial_graph(s: _State) -> None:
-    from pybuda.passes.channel_last import convert_convs_to_channel_last
-    from pybuda.passes.decompose import decompose_high_level_ops
-    from pybuda.passes.prestride import prestride_convs
+    from pybuda.passes.graph.channel_last import convert_convs_to_channel_last
+    from pybuda.passes.graph.decompose import decompose_high_level_ops
+    from pybuda.passes.graph.prestride import prestride_convs
 
     s.graph = decompose_high_level_ops(s.graph, s.ctx)
     s.graph = prestride_convs(s.graph, s.ctx)
@@ -151,7 +151,7 @@ def _post_initial_graph(s: _State) -> None:
 
 def _consteval(s: _State) -> None:
     if s.ctx.config.enable_consteval:
-        from pybuda.passes.consteval import evaluate_constants
+        from pybuda.passes.graph.consteval import evaluate_constants
 
         s.graph = evaluate_constants(s.graph, s.ctx)
 
@@ -161,7 +161,7 @@ def _pattern_matcher(s: _State) -> None:
 
 
 def _optimize(s: _State) -> None:
-    from pybuda.passes.optimize_tms import optimize_tms
+    from pybuda.passes.graph.optimize_tms import optimize_tms
 
     s.graph = optimize_tms(s.graph, s.ctx)
 
@@ -175,17 +175,17 @@ def _post_autograd(s: _State) -> None:
 
 
 def _pre_lowering(s: _State) -> None:
-    from pybuda.passes.microbatch import strip_microbatch
+    from pybuda.passes.graph.microbatch import strip_microbatch
 
     s.graph = strip_microbatch(s.graph, s.ctx)
     s.results.graph = s.graph
 
 
 def _buda_graph_pre_placer(s: _State) -> None:
-    from pybuda.passes.data_formats import set_data_formats
-    from pybuda.passes.fuse_matmul_epilogue import fuse_matmul_epilogues
-    from pybuda.passes.fuse_ops import fuse_elementwise_ops
-    from pybuda.passes.lower import lower_to_buda
+    from pybuda.passes.lowered.data_formats import set_data_formats
+    from pybuda.passes.lowered.fuse_matmul_epilogue import fuse_matmul_epilogues
+    from pybuda.passes.lowered.fuse_ops import fuse_elementwise_ops
+    from pybuda.passes.lower.to_tiles import lower_to_buda
 
     bg = lower_to_buda(s.graph, s.ctx)
     bg = fuse_matmul_epilogues(bg, s.ctx)
@@ -212,7 +212,7 @@ def _pre_netlist(s: _State) -> None:
 def _generate_netlist(s: _State) -> None:
     from pybuda.passes.artifacts import write_artifacts
     from pybuda.netlist import validate
-    from pybuda.passes.netlist_gen import generate_netlist
+    from pybuda.netlist.generate import generate_netlist
 
     netlist = generate_netlist(s.bg, s.results.balancer_solution, s.results.placer_solution, s.ctx)
     s.results.netlist = netlist
@@ -234,7 +234,7 @@ def _backend_golden_verify(s: _State) -> None:
     if s.inputs is None or not _has_values(s.inputs) or not s.results.golden_outputs:
         log.warning("BACKEND_GOLDEN_VERIFY: no sample inputs with values; skipped")
         return
-    from pybuda.backend.golden_executor import GoldenExecutor
+    from pybuda.golden.executor import GoldenExecutor
     from pybuda.verify import calculate_pcc, compare_tensor_to_golden
 
     vcfg = s.verify_cfg
@@ -386,7 +386,7 @@ def _verify(s: _State) -> None:
         return
     vcfg = s.verify_cfg
     if s.bg is not None:
-        from pybuda.passes.buda_eval import evaluate_buda_graph
+        from pybuda.passes.lowered.buda_eval import evaluate_buda_graph
 
         feed = {name: t for name, t in zip(s.bg.input_order, s.inputs)}
         outs = evaluate_buda_graph(s.bg, feed)
@@ -412,7 +412,7 @@ def _verify_stage(s: _State, depth: CompileDepth) -> None:
     from pybuda.verify import compare_tensor_to_golden
 
     if depth == CompileDepth.BUDA_GRAPH_PRE_PLACER:
-        from pybuda.passes.buda_eval import evaluate_buda_graph
+        from pybuda.passes.lowered.buda_eval import evaluate_buda_graph
 
         outs = evaluate_buda_graph(s.bg, {n: t for n, t in zip(s.bg.input_order, s.inputs)})
         outs = [outs[n] for n in s.bg.output_order]
@@ -426,7 +426,7 @@ def _verify_stage(s: _State, depth: CompileDepth) -> None:
 
 def _run_ir(graph: Graph, inputs: Sequence[torch.Tensor], ctx: CompileContext) -> List[torch.Tensor]:
     """Run an IR graph of any stage on the model's inputs (host TMs and microbatch split applied)."""
-    from pybuda.passes.device_layout import apply_host_tms
+    from pybuda.netlist.host_io import apply_host_tms
     from pybuda.verify import run_graph_on_cpu
 
     feed = []

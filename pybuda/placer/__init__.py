@@ -4,6 +4,6 @@
 from pybuda.placer.types import (  # noqa: F401
     EpochInfo, EpochToEpochQueue, OpPlacement, PlacerSolution, QueuePlacement,
 )
-from pybuda.placer.packing import GridPacker, count_epochs  # noqa: F401
+from pybuda.balancer.packing import GridPacker, count_epochs  # noqa: F401
 from pybuda.placer.placer import chip_order, place  # noqa: F401
 from pybuda.placer.dram import DRAM_RESERVED_BYTES, QUEUE_HEADER_BYTES, place_queues  # noqa: F401

@@ -39,13 +39,13 @@ import math
 from dataclasses import dataclass
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
-from pybuda.backend.cost import tile_size_bytes
+from pybuda.perf.cost import tile_size_bytes
 from pybuda.balancer.legalizer import input_queue_loc, pick_ublock
 from pybuda.balancer.tms import tm_names
 from pybuda.config import DRAMPlacementAlgorithm
 from pybuda.errors import CompileError
 from pybuda.placer.types import PlacerSolution, QueuePlacement
-from pybuda.tensor import DataFormat
+from pybuda.dtypes import DataFormat
 
 log = logging.getLogger(__name__)
 

@@ -1,7 +1,7 @@
 """Op placement: ops in schedule order onto chips, epochs and worker-grid rectangles (spec §4.5).
 
 Each op is placed on the current epoch's grid with the first-fit row-major packer of
-:mod:`pybuda.placer.packing` (left to right, wrapping rows; rectangles never overlap; the harvested
+:mod:`pybuda.balancer.packing` (left to right, wrapping rows; rectangles never overlap; the harvested
 grid's rows and columns). A new epoch opens when
 
 * the op does not fit (capacity): on a multi-chip system the next chip of the same temporal epoch
@@ -32,7 +32,7 @@ from typing import Any, Dict, List, Optional, Tuple
 
 from pybuda.errors import CompileError
 from pybuda.placer.dram import DRAM_RESERVED_BYTES, place_queues
-from pybuda.placer.packing import GridPacker, fits_empty
+from pybuda.balancer.packing import GridPacker, fits_empty
 from pybuda.placer.types import EpochInfo, EpochToEpochQueue, OpPlacement, PlacerSolution
 
 log = logging.getLogger(__name__)

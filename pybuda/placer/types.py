@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Dict, List, Optional, Tuple
 
-from pybuda.tensor import DataFormat
+from pybuda.dtypes import DataFormat
 
 
 @dataclass(frozen=True)

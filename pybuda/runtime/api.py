@@ -224,7 +224,7 @@ def run_inference(module: Any = None, inputs: Sequence[Any] = (), input_count: i
                              f"input_count=1 or {len(items)}")
         input_count = len(items)
     if _perf_trace:
-        log.info("run_inference(_perf_trace=True): performance traces come from pybuda.backend.perf")
+        log.info("run_inference(_perf_trace=True): performance traces come from pybuda.perf.model")
     if module is not None:
         device = _place_shortcut(module)
         if items and not _fits(device, items[0]):

@@ -11,9 +11,9 @@ TTDevice traces and compiles its modules for **one** sample (dim 0 narrowed to 1
 with ``mb`` along dim 0 (per-sample outputs concatenated along dim 0; 0-d outputs stacked). A
 CPUDevice has no microbatch notion: it traces PyBuda modules for the whole pushed tensor.
 
-Executor contract (what ``pybuda.backend.golden`` must provide to run compiled netlists)
+Executor contract (what ``pybuda.golden.device`` must provide to run compiled netlists)
 ------------------------------------------------------------------------------------------
-``pybuda/backend/golden.py`` defines::
+``pybuda/golden/device.py`` defines::
 
     def create_executor(compile_results, *, microbatch: int, device) -> Executor
 
@@ -41,7 +41,7 @@ Executor contract (what ``pybuda.backend.golden`` must provide to run compiled n
   device's worker (in concurrent mode, inside the device process), so it never needs to be picklable.
   Exceptions it raises stop the pipeline and reach the user (as RuntimeFailure in concurrent mode).
 
-Until ``pybuda.backend.golden`` exists TTDevices run on :class:`CPUReferenceExecutor`: the traced
+Until ``pybuda.golden.device`` exists TTDevices run on :class:`CPUReferenceExecutor`: the traced
 graph executed with the ops' torch references (after a full compile, so compile errors still show);
 the log says so once. Other devtypes (Model, Versim ...) always use the CPU reference.
 """
@@ -185,17 +185,17 @@ def _check_parameter_update(current: Mapping[str, torch.Tensor], params: Mapping
 def create_executor(devtype, compile_results: Any, *, graph=None, microbatch: int = 1, device=None) -> Executor:
     """The executor for one compiled graph on a device of type ``devtype`` (a ``BackendType``).
 
-    ``BackendType.Golden`` uses ``pybuda.backend.golden.create_executor`` (contract in the module
+    ``BackendType.Golden`` uses ``pybuda.golden.device.create_executor`` (contract in the module
     docstring) when that module exists and a netlist was compiled; everything else, and Golden until
     then, runs ``graph`` on :class:`CPUReferenceExecutor`.
     """
     from pybuda.arch.types import BackendType
 
     if devtype == BackendType.Golden and compile_results is not None:
-        golden = _optional_module("pybuda.backend.golden")
+        golden = _optional_module("pybuda.golden.device")
         if golden is not None and hasattr(golden, "create_executor"):
             return golden.create_executor(compile_results, microbatch=microbatch, device=device)
-        _notice_once("golden-missing", "pybuda.backend.golden has no create_executor yet: TTDevices run the "
+        _notice_once("golden-missing", "pybuda.golden.device has no create_executor yet: TTDevices run the "
                                        "traced graph with CPU reference numerics, not the chip's")
     if graph is None:
         raise PybudaError(f"no executor for devtype {devtype}: there is no graph to run on the CPU reference")

@@ -23,7 +23,7 @@ from pybuda.config import DeviceMode, runtime_env
 from pybuda.errors import ConfigError, InputError, PybudaError
 from pybuda.runtime.backend_api import CompiledArtifact, compile_modules
 from pybuda.runtime.device import Device, InputItem
-from pybuda.tensor import DataFormat
+from pybuda.dtypes import DataFormat
 
 log = logging.getLogger(__name__)
 

@@ -8,7 +8,7 @@ from pybuda.arch import (
     with_chips,
 )
 from pybuda.errors import ConfigError
-from pybuda.tensor import DataFormat, MathFidelity
+from pybuda.dtypes import DataFormat, MathFidelity
 
 KiB = 1024
 

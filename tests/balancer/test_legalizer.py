@@ -5,16 +5,16 @@ import random
 import pytest
 
 from pybuda.arch import get_device_descriptor
-from pybuda.backend.cost import tile_size_bytes
+from pybuda.perf.cost import tile_size_bytes
 from pybuda.balancer import Legalizer, legal_op_models, stream_compatible, stream_edge_tms
 from pybuda.balancer.legalizer import divisors, stacks_ok, ublock_candidates
 from pybuda.balancer.synthetic import bert_encoder_graph, chain_graph
 from pybuda.balancer.tms import apply_tms
 from pybuda.config import CompilerConfig, OpOverride
 from pybuda.errors import CompileError
-from pybuda.passes.buda_graph import BudaGraph, BudaOp, BudaQueue, TileShape
+from pybuda.ir.lowered import BudaGraph, BudaOp, BudaQueue, TileShape
 from pybuda.placer.validate import validate_op_model
-from pybuda.tensor import DataFormat as DF, MathFidelity as MF
+from pybuda.dtypes import DataFormat as DF, MathFidelity as MF
 
 GS = get_device_descriptor(device_config="gs_e150")
 WH = get_device_descriptor(device_config="wh_n150")  # 9x8 after harvesting
@@ -308,7 +308,7 @@ def test_fused_op_with_reduce_keeps_the_reduced_dim_on_one_core():
     assert {m.grid_shape[1] for m in models} == {1}
     assert all(m.t_stream_factor[1] == 1 for m in models)
     # cost is the sum of the three sub-ops on the parent's blocking
-    from pybuda.backend import cost
+    from pybuda.perf import cost
     m = models[0]
     assert m.kernel_cycles == cost.kernel_cycles(g.ops["x"], m, GS, fused_ops=g.fused_ops)
 

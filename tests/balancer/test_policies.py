@@ -125,7 +125,7 @@ def test_ribbon_shares_the_dram_channels_among_an_epochs_ops():
     starts a new epoch rather than let their streaming together exceed the epoch's target (an op that
     alone exceeds it still gets an epoch)."""
     from pybuda.balancer.synthetic import chain_graph
-    from pybuda.backend import cost
+    from pybuda.perf import cost
 
     g = chain_graph([(1, 4, 32)] * 8, ["matmul"] * 8, microbatch=64)
     d = DEVICES["gs_e150"]

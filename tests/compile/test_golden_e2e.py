@@ -7,7 +7,7 @@ from pybuda.config import CompilerConfig
 from pybuda.passes.pipeline import compile_graph
 from pybuda.verify import calculate_pcc, run_graph_on_cpu
 
-golden_executor = pytest.importorskip("pybuda.backend.golden_executor")
+golden_executor = pytest.importorskip("pybuda.golden.executor")
 
 
 @pytest.mark.parametrize("microbatch", [1, 2])

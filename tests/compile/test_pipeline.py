@@ -146,7 +146,7 @@ def test_errors_name_the_stage(cfg):
 
 
 def test_unexpected_exceptions_are_wrapped_with_the_stage(cfg, monkeypatch):
-    import pybuda.passes.optimize_tms as opt
+    import pybuda.passes.graph.optimize_tms as opt
 
     def boom(graph, ctx):
         raise RuntimeError("boom")
@@ -185,7 +185,7 @@ def test_device_descriptor_and_backend_device_are_accepted(cfg):
 
 
 def test_compile_cli_on_a_tiny_model(tmp_path, capsys):
-    from pybuda.compile_cli import run
+    from pybuda.cli.compile import run
 
     rc = run(["-m", "bert", "-c", "tiny", "--device-config", "wh_n150", "-df", "Bfp8_b", "-mf", "LoFi",
               "--seq-len", "64", "-mb", "1", "--output-dir", str(tmp_path)])
@@ -201,7 +201,7 @@ def test_verify_all_checks_every_graph_stage(cfg):
 
 
 def test_backend_golden_verify_runs_the_netlist(cfg):
-    pytest.importorskip("pybuda.backend.golden_executor")
+    pytest.importorskip("pybuda.golden.executor")
     module = ConvBlock()
     r = compile_graph(_graph(module), "gs_e150", cfg, VerifyConfig(run_golden=True), inputs=inputs_for(module))
     outs = r.notes["backend_golden_outputs"]

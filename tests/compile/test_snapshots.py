@@ -14,7 +14,7 @@ from modules import MLP, Attention, ConvBlock, inputs_for
 from pybuda.config import CompilerConfig
 from pybuda.netlist import parse_yaml, to_yaml, validate
 from pybuda.passes.pipeline import compile_graph
-from pybuda.tensor import DataFormat, MathFidelity
+from pybuda.dtypes import DataFormat, MathFidelity
 
 SNAPSHOTS = os.path.join(os.path.dirname(__file__), "snapshots")
 

@@ -14,11 +14,11 @@ from pathlib import Path
 import pytest
 import torch
 
-from pybuda.backend.golden import create_executor
+from pybuda.golden.device import create_executor
 from pybuda.config import CompilerConfig
 from pybuda.models import get_model
 from pybuda.passes.pipeline import pybuda_compile
-from pybuda.tensor import DataFormat, MathFidelity
+from pybuda.dtypes import DataFormat, MathFidelity
 from pybuda.verify import calculate_pcc
 
 # Named tolerances (PCC against float32 PyTorch; allclose relative to the output's largest magnitude).

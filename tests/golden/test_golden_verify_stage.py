@@ -9,7 +9,7 @@ from pybuda import PyBudaModule
 from pybuda.config import CompilerConfig
 from pybuda.errors import CompileError
 from pybuda.passes.pipeline import pybuda_compile
-from pybuda.tensor import DataFormat, MathFidelity
+from pybuda.dtypes import DataFormat, MathFidelity
 from pybuda.verify import VerifyConfig
 
 

@@ -17,8 +17,8 @@ from pybuda.netlist import (
     QueueSetting, StaticVar, Transpose, VarInst, check, parse_file, rule_names, validate,
 )
 from pybuda.netlist.validate import NetlistRuleError
-from pybuda.tensor import DataFormat as DF
-from pybuda.tensor import MathFidelity
+from pybuda.dtypes import DataFormat as DF
+from pybuda.dtypes import MathFidelity
 
 SPEC = Path(__file__).parent / "fixtures" / "spec_example.yaml"
 _BASE = parse_file(SPEC)

@@ -15,12 +15,12 @@ import pytest
 from pybuda.arch import get_device_descriptor
 from pybuda.errors import NetlistError
 from pybuda.netlist import (
-    AllocateQueue, Broadcast, EndLoop, Execute, HSlice, HStack, Loop, Netlist, NetlistOp, Pad, Param,
+    AllocateQueue, Broadcast, EndLoop, Execute, HSlice, HStack, Loop, NetlistOp, Pad, Param,
     QueueSetting, StaticVar, TileBroadcast, TileShape3, TMError, Transpose, Var, VarInst, VSlice, VStack, apply_tms,
     parse_file, parse_yaml, resolve_operand, to_yaml, validate, write,
 )
 from pybuda.netlist.operands import op_l1_usage
-from pybuda.tensor import DataFormat, MathFidelity
+from pybuda.dtypes import DataFormat, MathFidelity
 
 FIXTURES = Path(__file__).parent / "fixtures"
 SPEC = FIXTURES / "spec_example.yaml"

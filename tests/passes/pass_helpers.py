@@ -7,15 +7,15 @@ import torch
 from pybuda.arch import get_device_descriptor
 from pybuda.config import CompilerConfig
 from pybuda.ir.graph import Graph
-from pybuda.passes.buda_eval import evaluate_buda_graph
-from pybuda.passes.channel_last import convert_convs_to_channel_last
-from pybuda.passes.consteval import evaluate_constants
+from pybuda.passes.lowered.buda_eval import evaluate_buda_graph
+from pybuda.passes.graph.channel_last import convert_convs_to_channel_last
+from pybuda.passes.graph.consteval import evaluate_constants
 from pybuda.passes.context import CompileContext
-from pybuda.passes.decompose import decompose_high_level_ops
-from pybuda.passes.lower import lower_to_buda
-from pybuda.passes.microbatch import strip_microbatch
-from pybuda.passes.optimize_tms import optimize_tms
-from pybuda.passes.prestride import prestride_convs
+from pybuda.passes.graph.decompose import decompose_high_level_ops
+from pybuda.passes.lower.to_tiles import lower_to_buda
+from pybuda.passes.graph.microbatch import strip_microbatch
+from pybuda.passes.graph.optimize_tms import optimize_tms
+from pybuda.passes.graph.prestride import prestride_convs
 from pybuda.verify import calculate_pcc, run_graph_on_cpu
 
 _DEVICES = {}

@@ -5,9 +5,9 @@ import torch
 from pass_helpers import lower, make_ctx
 from pybuda.config import AMPNodeProperties, CompilerConfig
 from pybuda.ir.graph import Graph
-from pybuda.passes.data_formats import set_data_formats
-from pybuda.tensor import DataFormat as DF
-from pybuda.tensor import MathFidelity as MF
+from pybuda.passes.lowered.data_formats import set_data_formats
+from pybuda.dtypes import DataFormat as DF
+from pybuda.dtypes import MathFidelity as MF
 
 
 def _graph():
@@ -147,7 +147,7 @@ def test_float32_models_accumulate_in_float32_where_the_chip_can():
     import pybuda
     from pybuda.config import CompilerConfig
     from pybuda.passes.pipeline import pybuda_compile
-    from pybuda.tensor import DataFormat
+    from pybuda.dtypes import DataFormat
 
     class Tiny(pybuda.PyBudaModule):
         def __init__(self, name):

@@ -5,9 +5,9 @@ import torch
 from pass_helpers import check_lowering, make_ctx
 from pybuda.config import CompilerConfig
 from pybuda.ir.graph import Graph
-from pybuda.passes.data_formats import set_data_formats
-from pybuda.passes.fuse_matmul_epilogue import fuse_matmul_epilogues
-from pybuda.passes.fuse_ops import fuse_elementwise_ops
+from pybuda.passes.lowered.data_formats import set_data_formats
+from pybuda.passes.lowered.fuse_matmul_epilogue import fuse_matmul_epilogues
+from pybuda.passes.lowered.fuse_ops import fuse_elementwise_ops
 
 
 def _mlp():

@@ -7,11 +7,11 @@ from pass_helpers import make_ctx
 from pybuda.config import CompilerConfig
 from pybuda.errors import CompileError
 from pybuda.ir.graph import Graph
-from pybuda.passes.channel_last import convert_convs_to_channel_last
-from pybuda.passes.consteval import evaluate_constants
-from pybuda.passes.decompose import decompose_high_level_ops
-from pybuda.passes.microbatch import strip_microbatch
-from pybuda.passes.optimize_tms import optimize_tms
+from pybuda.passes.graph.channel_last import convert_convs_to_channel_last
+from pybuda.passes.graph.consteval import evaluate_constants
+from pybuda.passes.graph.decompose import decompose_high_level_ops
+from pybuda.passes.graph.microbatch import strip_microbatch
+from pybuda.passes.graph.optimize_tms import optimize_tms
 from pybuda.verify import run_graph_on_cpu
 
 

@@ -7,7 +7,7 @@ import torch
 from pass_helpers import check_lowering, lower, make_ctx
 from pybuda.errors import CompileError
 from pybuda.ir.graph import Graph
-from pybuda.passes.device_layout import canonical_zrc, from_canonical, to_canonical
+from pybuda.netlist.host_io import canonical_zrc, from_canonical, to_canonical
 
 
 def _g(name="g"):
@@ -292,7 +292,7 @@ def test_conv_pool_residual_block_keeps_channel_last_between_convs():
 def test_sparse_picker_encoding_round_trip():
     import numpy as np
 
-    from pybuda.passes.pickers import build_sparse_picker, sparse_matmul
+    from pybuda.passes.lower.pickers import build_sparse_picker, sparse_matmul
 
     rng = np.random.default_rng(0)
     out_rows, in_rows = rng.integers(0, 100, 300), rng.integers(0, 70, 300)

@@ -7,7 +7,7 @@ import torch
 from pass_helpers import check_lowering, make_ctx
 from pybuda.config import CompilerConfig
 from pybuda.ir.graph import Graph
-from pybuda.passes.prestride import prestride_convs
+from pybuda.passes.graph.prestride import prestride_convs
 from pybuda.verify import run_graph_on_cpu
 
 

@@ -8,7 +8,7 @@ from typing import Dict, Iterable, List, Optional, Sequence, Tuple
 from pybuda.netlist import (
     EndLoop, Execute, GraphDef, Loop, Netlist, NetlistOp, Param, Program, QueueDef, QueueSetting, StaticVar, Var,
 )
-from pybuda.tensor import DataFormat as DF, MathFidelity as MF
+from pybuda.dtypes import DataFormat as DF, MathFidelity as MF
 
 
 def queue(name: str, *, input: str = "HOST", grid=(1, 1), t=1, mblock=(1, 1), ublock=(1, 1), df=DF.Float16_b,

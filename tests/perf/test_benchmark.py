@@ -5,9 +5,10 @@ import json
 
 import pytest
 
-from pybuda import benchmark, cli
+from pybuda.cli import benchmark
+from pybuda.cli import main as cli
 from pybuda.errors import ConfigError
-from pybuda.tensor import DataFormat as DF, MathFidelity as MF
+from pybuda.dtypes import DataFormat as DF, MathFidelity as MF
 
 REQUIRED = {"model", "config", "device_config", "microbatch", "data_format", "math_fidelity", "compile_seconds",
             "epochs", "modeled_samples_per_sec", "host_samples_per_sec"}

@@ -12,7 +12,7 @@ import os
 
 import pytest
 
-from pybuda import benchmark
+from pybuda.cli import benchmark
 
 #: (model, config, device_config, data format, fidelity, microbatch, published samples/s)
 POINTS = [

@@ -1,5 +1,5 @@
 """The performance model on hand-built netlists: per-op cycles against the spec §6.1 formulas (through
-backend/cost.py), bandwidth bounds (DRAM per channel and per chip, PCIe, Ethernet), pipeline fill, epoch
+perf/cost.py), bandwidth bounds (DRAM per channel and per chip, PCIe, Ethernet), pipeline fill, epoch
 switches, multi-chip temporal epochs and host transfers."""
 
 import math
@@ -8,11 +8,11 @@ import pytest
 
 from perf_netlists import graph, netlist, op, program, queue, stream
 from pybuda.arch import get_device_descriptor
-from pybuda.backend import cost
-from pybuda.backend.perf import PerfConfig, estimate
+from pybuda.perf import cost
+from pybuda.perf.model import PerfConfig, estimate
 from pybuda.errors import ConfigError, NetlistError
 from pybuda.netlist import parse_file
-from pybuda.tensor import DataFormat as DF, MathFidelity as MF
+from pybuda.dtypes import DataFormat as DF, MathFidelity as MF
 
 N150 = get_device_descriptor(device_config="wh_n150")
 E150 = get_device_descriptor(device_config="gs_e150")
@@ -334,7 +334,7 @@ def test_errors():
 def test_estimate_compiled_uses_the_placer_temporal_epochs():
     from types import SimpleNamespace
 
-    from pybuda.backend.perf import estimate_compiled
+    from pybuda.perf.model import estimate_compiled
 
     nl = _two_epochs(chip_b=1)
     nl.graphs = {"fwd_0": nl.graphs["g0"], "fwd_1": nl.graphs["g1"]}
@@ -366,7 +366,7 @@ def test_matmul_operands_are_fetched_once_per_grid_row_and_column():
 
 
 def test_sparse_matmul_costs_its_tile_products():
-    from pybuda.backend.perf import _CostModel, _CostOp
+    from pybuda.perf.model import _CostModel, _CostOp
 
     qs = [queue("sp", grid=(2, 1), mblock=(1, 1), ublock=(3, 1), entries=1, channels=(0,)),
           queue("act", input="earlier", mblock=(8, 1), ublock=(8, 2), entries=8, channels=(1,)),

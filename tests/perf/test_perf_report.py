@@ -12,9 +12,9 @@ import subprocess
 import pytest
 
 from perf_netlists import graph, netlist, op, program, queue, stream
-from pybuda.backend.perf import estimate
-from pybuda.backend.perf_report import OP_COLUMNS, to_html, write_reports
-from pybuda.tensor import MathFidelity as MF
+from pybuda.perf.model import estimate
+from pybuda.perf.report import OP_COLUMNS, to_html, write_reports
+from pybuda.dtypes import MathFidelity as MF
 
 
 def _report():

@@ -6,10 +6,10 @@ from pybuda.arch import get_device_descriptor
 from pybuda.balancer import balance
 from pybuda.config import CompilerConfig, DRAMPlacementAlgorithm as Algo, OpOverride, PlacerOverride
 from pybuda.errors import CompileError
-from pybuda.passes.buda_graph import BudaGraph, BudaOp, BudaQueue, TileShape
+from pybuda.ir.lowered import BudaGraph, BudaOp, BudaQueue, TileShape
 from pybuda.placer import DRAM_RESERVED_BYTES, QUEUE_HEADER_BYTES, place
 from pybuda.placer.validate import validate_queues, validate_solution
-from pybuda.tensor import DataFormat as DF
+from pybuda.dtypes import DataFormat as DF
 
 GS = get_device_descriptor(device_config="gs_e150")
 WH = get_device_descriptor(device_config="wh_n150")

@@ -7,7 +7,7 @@ from pybuda.balancer import balance
 from pybuda.balancer.synthetic import bert_encoder_graph, chain_graph
 from pybuda.config import CompilerConfig, OpOverride, PlacerOverride
 from pybuda.errors import CompileError
-from pybuda.passes.buda_graph import BudaGraph, BudaOp, BudaQueue, TileShape
+from pybuda.ir.lowered import BudaGraph, BudaOp, BudaQueue, TileShape
 from pybuda.placer import GridPacker, chip_order, count_epochs, place
 from pybuda.placer.validate import validate_solution
 

@@ -1,0 +1,316 @@
+"""``pybuda benchmark``: how fast a zoo model runs — on this host, and modelled on the real card.
+
+The flags follow tenstorrent/benchmarking's ``benchmark.py`` (``-d tt|cpu``, ``-m``, ``-c``, ``--task``,
+``-mb``, ``--loop_count``, ``-df``, ``-mf``, ``--save_output``), plus ``--device-config`` (the card),
+``--perf-only`` (compile and model, skip numerics) and ``--output-dir``.
+
+With ``-d tt`` the model is compiled for the card; the performance model
+(:func:`pybuda.perf.model.estimate`) turns the netlist into modelled card throughput, and — unless
+``--perf-only`` — the compiled model runs ``loop_count`` microbatches on the simulated chip through the
+runtime, timed like benchmarking's harness (first input pushed to last output received, after compile).
+With ``-d cpu`` the PyTorch model runs on the host only. Performance reports
+(``perf_report.csv/.json/.html``) go to the build directory.
+
+As in the published benchmark runs, BERT in a ``Bfp8*`` format keeps the outputs of add, subtract and
+reciprocal in Float16_b (``configure_mixed_precision``), which is what benchmarking's BERT did.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Dict, Optional, Tuple
+
+from pybuda.errors import ConfigError
+from pybuda.dtypes import DataFormat, MathFidelity
+
+log = logging.getLogger(__name__)
+
+#: Models this command benchmarks (benchmarking's ``-m`` names) and their default ``-c`` config.
+MODELS: Dict[str, str] = {
+    "bert": "base", "resnet": "resnet50", "mobilenet_v1": "base", "mobilenet_v2": "base", "vit": "base",
+    "gpt2": "small", "whisper": "tiny",
+}
+
+#: Default input size per (model, config) where the model's own default is not what benchmarking used:
+#: BERT-Large ran at sequence 384 (perf_calibration §1), the others at 128; vision models at 224.
+_DEFAULT_SEQ = {("bert", "large"): 384}
+
+#: benchmarking's data-format spellings → DataFormat names.
+_DF_ALIASES = {"fp32": "Float32", "fp16": "Float16", "fp16_b": "Float16_b", "bf16": "Float16_b",
+               "bfp8": "Bfp8", "bfp8_b": "Bfp8_b", "bfp4": "Bfp4", "bfp4_b": "Bfp4_b", "bfp2": "Bfp2",
+               "bfp2_b": "Bfp2_b", "lf8": "Lf8", "int8": "Int8"}
+
+DEVICE_CONFIGS = ("gs_e75", "gs_e150", "wh_n150", "wh_n300", "bh_p150")
+
+
+def parse_data_format(text: str) -> DataFormat:
+    """A data format from benchmarking's spelling (``Fp16``, ``Fp16_b``, ``Bfp8``, ``Bfp8_b`` …) or a
+    DataFormat name (``Float16_b``); ConfigError otherwise."""
+    name = _DF_ALIASES.get(str(text).lower(), text)
+    for df in DataFormat:
+        if df.name.lower() == str(name).lower() and df != DataFormat.Invalid:
+            return df
+    raise ConfigError(f"unknown data format '{text}'; use one of Fp32, Fp16, Fp16_b, Bfp8, Bfp8_b, Bfp4_b "
+                      f"or a DataFormat name ({', '.join(d.name for d in DataFormat if d != DataFormat.Invalid)})")
+
+
+def parse_math_fidelity(text: str) -> MathFidelity:
+    """LoFi, HiFi2, HiFi3 or HiFi4 (case-insensitive); ConfigError otherwise."""
+    for mf in (MathFidelity.LoFi, MathFidelity.HiFi2, MathFidelity.HiFi3, MathFidelity.HiFi4):
+        if mf.name.lower() == str(text).lower():
+            return mf
+    raise ConfigError(f"unknown math fidelity '{text}'; use LoFi, HiFi2, HiFi3 or HiFi4")
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Register the ``pybuda benchmark`` flags on ``parser``."""
+    parser.add_argument("-d", "--device", choices=("tt", "cpu"), default="tt",
+                        help="tt: compile for the card and model it (and run on the simulated chip); cpu: PyTorch")
+    parser.add_argument("-m", "--model", required=True, choices=sorted(MODELS), help="model to benchmark")
+    parser.add_argument("-c", "--config", default=None,
+                        help="model config/variant, e.g. tiny|base|large for bert (default per model)")
+    parser.add_argument("--task", default=None,
+                        help="model task, e.g. text_classification or encoder for bert ('na' = the default)")
+    parser.add_argument("-mb", "--microbatch", type=int, default=64, help="microbatch size (default 64)")
+    parser.add_argument("--loop_count", "--loop-count", dest="loop_count", type=int, default=4,
+                        help="microbatches to run (default 4)")
+    parser.add_argument("-df", "--dataformat", default="Fp16_b",
+                        help="data format: Fp16, Fp16_b, Bfp8, Bfp8_b, ... or a DataFormat name (default Fp16_b)")
+    parser.add_argument("-mf", "--math_fidelity", "--math-fidelity", dest="math_fidelity", default="HiFi3",
+                        help="LoFi|HiFi2|HiFi3|HiFi4 (default HiFi3)")
+    parser.add_argument("--device-config", "--device_config", dest="device_config", default="wh_n150",
+                        choices=DEVICE_CONFIGS, help="card to compile for and model (default wh_n150)")
+    parser.add_argument("--balancer-policy", "--balancer_policy", dest="balancer_policy", default="Ribbon",
+                        help="balancer policy (default Ribbon, as the published runs)")
+    parser.add_argument("--seq-len", "--seq_len", dest="seq_len", type=int, default=None,
+                        help="sequence length for text/audio models (default per model)")
+    parser.add_argument("--image-size", "--image_size", dest="image_size", type=int, default=None,
+                        help="image size for vision models (default 224)")
+    parser.add_argument("--perf-only", "--perf_only", dest="perf_only", action="store_true",
+                        help="compile and model the card only; do not run the model (no numerics)")
+    parser.add_argument("--save_output", "--save-output", dest="save_output", action="store_true",
+                        help="write the result as JSON into --output-dir")
+    parser.add_argument("--output-dir", "--output_dir", dest="output_dir", default=None,
+                        help="where --save_output writes (default: the build directory)")
+
+
+@dataclass
+class _Plan:
+    model: str
+    config: str
+    task: Optional[str]
+    size_kw: Dict[str, int]
+    df: DataFormat
+    mf: MathFidelity
+
+
+def _plan(args: argparse.Namespace) -> _Plan:
+    from pybuda.models import model_entry
+
+    model = args.model
+    if model not in MODELS:
+        raise ConfigError(f"unknown model '{model}'; use one of {sorted(MODELS)}")
+    entry = model_entry(model)
+    config = args.config or MODELS[model]
+    size_kw: Dict[str, int] = {}
+    if config.isdigit() and entry.size_arg == "image_size":
+        # benchmarking names some vision configs by their resolution (mobilenet_v2 -c 224)
+        size_kw["image_size"] = int(config)
+        config = MODELS[model]
+    if entry.size_arg == "seq_len":
+        seq = args.seq_len or _DEFAULT_SEQ.get((model, config))
+        if seq:
+            size_kw["seq_len"] = int(seq)
+    elif args.image_size or "image_size" not in size_kw:
+        size_kw["image_size"] = int(args.image_size or size_kw.get("image_size", 224))
+    task = None if args.task in (None, "na", "") else args.task
+    if args.microbatch < 1:
+        raise ConfigError(f"--microbatch must be >= 1, got {args.microbatch}")
+    if args.loop_count < 1:
+        raise ConfigError(f"--loop_count must be >= 1, got {args.loop_count}")
+    return _Plan(model, config, task, size_kw, parse_data_format(args.dataformat),
+                 parse_math_fidelity(args.math_fidelity))
+
+
+def _model(plan: _Plan, microbatch: int) -> Any:
+    from pybuda.models import get_model
+
+    kw: Dict[str, Any] = dict(plan.size_kw)
+    if plan.task is not None:
+        kw["task"] = plan.task
+    return get_model(plan.model, plan.config, microbatch=microbatch, **kw)
+
+
+def _compiler_config(plan: _Plan, args: argparse.Namespace) -> Any:
+    from pybuda.config import AMPNodeProperties, CompilerConfig
+
+    cfg = CompilerConfig(balancer_policy=args.balancer_policy, device_config=args.device_config,
+                         default_df_override=plan.df, default_math_fidelity=plan.mf)
+    if plan.model == "bert" and plan.df.is_bfp:
+        # benchmarking's BERT kept these outputs at 16 bits when running in block float
+        for op_type in ("add", "subtract", "reciprocal"):
+            cfg.amp_properties.append(AMPNodeProperties(op_type=op_type, output_df=DataFormat.Float16_b))
+    return cfg
+
+
+def _run_cpu(spec: Any, loop_count: int) -> float:
+    """Seconds for ``loop_count`` eager PyTorch forwards of one microbatch."""
+    import torch
+
+    with torch.no_grad():
+        spec.module(*spec.example_inputs)  # warm-up, as benchmarking did
+        t0 = time.perf_counter()
+        for _ in range(loop_count):
+            spec.module(*spec.example_inputs)
+        return time.perf_counter() - t0
+
+
+def _compile_only(spec: Any, cfg: Any, microbatch: int) -> Tuple[Any, float]:
+    """Capture one sample and compile it at ``microbatch`` without numerics: no input values reach the
+    compiler, so it skips the golden and compiled-graph CPU runs. Returns (CompileResults, seconds)."""
+    import torch
+
+    from pybuda.passes.pipeline import compile_graph
+
+    sample = tuple(t[:1] if isinstance(t, torch.Tensor) and t.dim() else t for t in spec.example_inputs)
+    t0 = time.perf_counter()
+    graph = spec.to_pybuda().to_graph(*sample, graph_name=spec.full_name).graph
+    graph.microbatch = microbatch
+    results = compile_graph(graph, cfg.device_config, cfg, None, microbatch)
+    return results, time.perf_counter() - t0
+
+
+def _compile_and_run(spec: Any, cfg: Any, device_config: str, loop_count: int) -> Tuple[Any, float, float]:
+    """Compile through the runtime (TTDevice on the simulated chip) and time ``loop_count`` microbatches
+    from the first push to the last output. Returns (CompileResults, compile seconds, run seconds)."""
+    from pybuda.arch import get_device_descriptor
+    from pybuda.config import _set_global_compiler_config
+    from pybuda.runtime import TTDevice, initialize_pipeline, pybuda_reset, run_forward
+
+    pybuda_reset()
+    _set_global_compiler_config(cfg)
+    try:
+        desc = get_device_descriptor(device_config=device_config)
+        tt = TTDevice("tt0", arch=desc.arch, module=spec.to_pybuda())
+        inputs = tuple(spec.example_inputs)
+        t0 = time.perf_counter()
+        out_q = initialize_pipeline(training=False, sample_inputs=inputs)
+        compile_seconds = time.perf_counter() - t0
+        results = (tt.get_compiled_results() or [None])[0]
+        t1 = time.perf_counter()
+        for _ in range(loop_count):
+            tt.push_to_inputs(inputs)
+        run_forward(input_count=loop_count)
+        for _ in range(loop_count):
+            out_q.get()
+        run_seconds = time.perf_counter() - t1
+        return results, compile_seconds, run_seconds
+    finally:
+        pybuda_reset()
+
+
+def run(args: argparse.Namespace) -> Dict[str, Any]:
+    """Run the benchmark described by ``args``; returns the result record (also printed by :func:`main`)."""
+    plan = _plan(args)
+    mb, loops = int(args.microbatch), int(args.loop_count)
+    record: Dict[str, Any] = {
+        "model": plan.model, "config": plan.config, "task": plan.task, "device": args.device,
+        "device_config": args.device_config if args.device == "tt" else None, "microbatch": mb,
+        "loop_count": loops, "data_format": plan.df.name, "math_fidelity": plan.mf.name,
+        "balancer_policy": args.balancer_policy if args.device == "tt" else None, **plan.size_kw,
+        "compile_seconds": None, "epochs": None, "modeled_samples_per_sec": None,
+        "modeled_samples_per_sec_loop": None, "modeled_latency_ms": None, "host_samples_per_sec": None,
+        "perf_only": bool(args.perf_only),
+    }
+    t_build = time.perf_counter()
+    spec = _model(plan, mb)
+    record["model_build_seconds"] = time.perf_counter() - t_build
+    if args.device == "cpu":
+        seconds = _run_cpu(spec, loops)
+        record["host_samples_per_sec"] = mb * loops / seconds
+        return record
+
+    from pybuda.perf.model import estimate_compiled
+    from pybuda.perf.report import write_reports
+    from pybuda.config import build_dir
+
+    cfg = _compiler_config(plan, args)
+    if args.perf_only:
+        results, compile_seconds = _compile_only(spec, cfg, mb)
+        run_seconds = None
+    else:
+        results, compile_seconds, run_seconds = _compile_and_run(spec, cfg, args.device_config, loops)
+    if results is None or results.netlist is None:
+        raise ConfigError("the compile produced no netlist to model")
+    report = estimate_compiled(results, microbatch=mb)
+    out_dir = Path(cfg.backend_output_dir or build_dir())
+    paths = write_reports(report, out_dir)
+    record.update({
+        "compile_seconds": compile_seconds, "epochs": report.num_epochs,
+        "modeled_samples_per_sec": report.samples_per_sec,
+        "modeled_samples_per_sec_loop": report.samples_per_sec_for(loops),
+        "modeled_latency_ms": report.latency_s * 1e3, "modeled_math_utilization": report.math_utilization,
+        "modeled_tflops": report.tflops,
+        "bottleneck_op": report.bottleneck.name if report.bottleneck else None,
+        "limited_by": report.limited_by,
+        "perf_report": {k: str(v) for k, v in paths.items()},
+    })
+    if run_seconds is not None:
+        record["host_samples_per_sec"] = mb * loops / run_seconds
+    record["_summary"] = report.summary()
+    return record
+
+
+def _print(record: Dict[str, Any]) -> None:
+    what = f"{record['model']} {record['config']}"
+    if record.get("task"):
+        what += f" ({record['task']})"
+    print(f"pybuda benchmark: {what}, microbatch {record['microbatch']}, {record['data_format']}/"
+          f"{record['math_fidelity']}, device {record['device']}"
+          + (f" {record['device_config']}" if record.get("device_config") else ""))
+    if record.get("compile_seconds") is not None:
+        print(f"  compile: {record['compile_seconds']:.1f} s, {record['epochs']} epoch(s)")
+    if record.get("host_samples_per_sec") is not None:
+        where = "simulated chip on this host" if record["device"] == "tt" else "PyTorch on this host"
+        print(f"  measured host throughput ({where}): {record['host_samples_per_sec']:,.2f} samples/s")
+    elif record["device"] == "tt":
+        print("  measured host throughput: skipped (--perf-only)")
+    if record.get("modeled_samples_per_sec") is not None:
+        print(f"  modeled card throughput ({record['device_config']}): {record['modeled_samples_per_sec']:,.1f} "
+              f"samples/s steady state, {record['modeled_samples_per_sec_loop']:,.1f} samples/s over "
+              f"{record['loop_count']} microbatch(es); latency {record['modeled_latency_ms']:.2f} ms per microbatch; "
+              f"math utilisation {record['modeled_math_utilization']:.1%} ({record['modeled_tflops']:.1f} TFLOP/s), "
+              f"limited by the {record['limited_by']}")
+        print(f"  performance report: {record['perf_report']['html']}")
+    if record.get("_summary"):
+        log.info("%s", record["_summary"])
+
+
+def main(args: argparse.Namespace) -> int:
+    """Entry point of ``pybuda benchmark``; returns the exit status."""
+    record = run(args)
+    _print(record)
+    if args.save_output:
+        from pybuda.config import build_dir
+
+        out = Path(args.output_dir or build_dir())
+        out.mkdir(parents=True, exist_ok=True)
+        name = f"benchmark_{record['model']}_{record['config']}_{record['device_config'] or 'cpu'}_mb{record['microbatch']}"
+        path = out / f"{name}.json"
+        data = {k: v for k, v in record.items() if not k.startswith("_")}
+        path.write_text(json.dumps(data, indent=1, default=str), encoding="utf-8")
+        print(f"  saved: {path}")
+    return 0
+
+
+if __name__ == "__main__":  # pragma: no cover
+    import sys
+
+    p = argparse.ArgumentParser(prog="pybuda benchmark")
+    add_arguments(p)
+    sys.exit(main(p.parse_args()))

@@ -1,0 +1,403 @@
+"""What each netlist op and TM computes, on device tensors.
+
+A device tensor here is float32 ``[N, t, R, C]``: N inputs of one ``execute`` processed together (the
+golden batches over ``input_count``, which is numerically identical to running them one by one),
+``t`` slices, and R x C datums with R = 32·rt, C = 32·ct. Formats are applied by the caller
+(:mod:`pybuda.golden.device`); the functions here take already-unpacked values and return the math
+result before packing, except that multiplies go through the fidelity model when ``fidelity`` is given.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Callable, Dict, Optional, Sequence, Tuple
+
+import torch
+
+from pybuda.golden import formats
+from pybuda.errors import NetlistError
+from pybuda.netlist import model as nl
+from pybuda.dtypes import DataFormat, MathFidelity
+
+TILE = 32
+
+
+# --------------------------------------------------------------------------------------------------
+# TMs (spec §3.3), applied on [N, t, R, C]
+# --------------------------------------------------------------------------------------------------
+
+def apply_tm(x: torch.Tensor, tm: nl.TM) -> torch.Tensor:
+    """Apply one netlist TM to a device tensor."""
+    n, t, r, c = x.shape
+    if isinstance(tm, nl.Broadcast):
+        if tm.dim == "r":
+            return x.repeat(1, 1, tm.factor, 1)
+        if tm.dim == "c":
+            return x.repeat(1, 1, 1, tm.factor)
+        return x.expand(n, tm.factor, r, c)  # z: t == 1 checked by the validator
+    if isinstance(tm, nl.HSlice):
+        f = tm.factor
+        return x.reshape(n, t, r, f, c // f).permute(0, 1, 3, 2, 4).reshape(n, t * f, r, c // f)
+    if isinstance(tm, nl.VSlice):
+        f = tm.factor
+        return x.reshape(n, t * f, r // f, c)
+    if isinstance(tm, nl.HStack):
+        f = tm.factor
+        return x.reshape(n, t // f, f, r, c).permute(0, 1, 3, 2, 4).reshape(n, t // f, r, f * c)
+    if isinstance(tm, nl.VStack):
+        f = tm.factor
+        return x.reshape(n, t // f, f * r, c)
+    if isinstance(tm, nl.Transpose):
+        return x.transpose(-1, -2)
+    if isinstance(tm, nl.TileBroadcast):
+        return tile_broadcast(x, tm.dim)
+    if isinstance(tm, nl.Pad):
+        return torch.nn.functional.pad(x, (0, tm.ct * TILE, 0, tm.rt * TILE), value=float(tm.value))
+    raise NetlistError("input_tms", f"golden backend does not implement TM {tm!r}")
+
+
+def apply_input_transforms(x: torch.Tensor, tms: Sequence[nl.TM], unpad: Optional[nl.InputUnpad],
+                           pad: Optional[nl.InputPad]) -> torch.Tensor:
+    """Unpad, then the TMs in order (pad TMs last), then the input pad — the golden's order (§7.1)."""
+    if unpad is not None:
+        x = x[:, :, : x.shape[2] - unpad.rt * TILE, : x.shape[3] - unpad.ct * TILE]
+    for tm in tms:
+        if not isinstance(tm, nl.Pad):
+            x = apply_tm(x, tm)
+    for tm in tms:
+        if isinstance(tm, nl.Pad):
+            x = apply_tm(x, tm)
+    if pad is not None:
+        x = apply_tm(x, nl.Pad(rt=pad.rt, ct=pad.ct, value=pad.pad_value))
+    return x
+
+
+def tile_broadcast(x: torch.Tensor, dim: str) -> torch.Tensor:
+    """Broadcast row 0 ('r') or column 0 ('c') of every tile across the tile."""
+    n, t, r, c = x.shape
+    tiles = x.reshape(n, t, r // TILE, TILE, c // TILE, TILE)
+    if dim == "r":
+        tiles = tiles[:, :, :, 0:1, :, :].expand(n, t, r // TILE, TILE, c // TILE, TILE)
+    else:
+        tiles = tiles[:, :, :, :, :, 0:1].expand(n, t, r // TILE, TILE, c // TILE, TILE)
+    return tiles.reshape(n, t, r, c)
+
+
+# --------------------------------------------------------------------------------------------------
+# Op math
+# --------------------------------------------------------------------------------------------------
+
+# Fidelity (spec §4.6). The executed phases of one fidelity factor into at most two products of masked
+# operands (see ``formats.fidelity_matmul``); each operand contributes one or two masked "pieces":
+#   LoFi {0}: Bhi·Ahi   HiFi2 {0,1}: Bhi·Aused   HiFi2_B {0,2}: Bused·Ahi
+#   HiFi3 {0,1,2}: Bhi·Aused + Blo·Ahi   HiFi4: Bused·Aused
+# Splitting per operand lets the golden compute (and cache) the pieces of a constant operand once.
+_A_HI, _A_USED = 0xFFF80000, 0xFFFFC000
+_B_HI, _B_USED = 0xFFFE0000, 0xFFFFE000
+_PIECES = {  # phases -> (SrcA masks, SrcB masks); "lo" is used minus hi
+    (0,): ((_A_HI,), (_B_HI,)),
+    (0, 1): ((_A_USED,), (_B_HI,)),
+    (0, 2): ((_A_HI,), (_B_USED,)),
+    (0, 1, 2): ((_A_USED, _A_HI), (_B_HI, "lo")),
+    (0, 1, 2, 3): ((_A_USED,), (_B_USED,)),
+}
+
+
+def _i32(v: int) -> int:
+    v &= 0xFFFFFFFF
+    return v - (1 << 32) if v & 0x80000000 else v
+
+
+_MASK_CONSTS: Dict[int, torch.Tensor] = {}
+
+
+def _bitmask(x: torch.Tensor, mask: int) -> torch.Tensor:
+    """``x`` with its float32 bit patterns ANDed with ``mask``. A broadcast operand (stride 0, e.g. a
+    ``broadcast: {z: ...}`` TM) is masked once and broadcast again, so that it stays a broadcast (the
+    matmul then runs its shared left operand as one GEMM)."""
+    if x.dtype != torch.float32:
+        x = x.to(torch.float32)
+    if any(st == 0 and sz > 1 for st, sz in zip(x.stride(), x.shape)):
+        base = x
+        for d, (st, sz) in enumerate(zip(x.stride(), x.shape)):
+            if st == 0 and sz > 1:
+                base = base.narrow(d, 0, 1)
+        return _bitmask(base, mask).expand(x.shape)
+    const = _MASK_CONSTS.get(mask)
+    if const is None:  # a 0-dim int32 operand: no per-call conversion of a Python int
+        const = _MASK_CONSTS[mask] = torch.tensor(_i32(mask), dtype=torch.int32)
+    return torch.bitwise_and(x.view(torch.int32), const).view(torch.float32)
+
+
+_KEPT_FRACTION_BITS = {_A_HI: 4, _A_USED: 9, _B_HI: 6, _B_USED: 10}
+
+
+def fraction_bits(df) -> int:
+    """Most mantissa bits after the leading one that a value stored in ``df`` can have (23 if unknown).
+    A fidelity mask keeping at least that many bits leaves such values unchanged."""
+    if df is None:
+        return 23
+    info = formats.format_info(df)
+    if info.df == DataFormat.Float32:
+        return 23
+    if info.is_bfp or info.is_integer:  # magnitudes of man_bits bits: one leading bit, the rest fraction
+        return min(23, info.man_bits - 1)
+    return info.man_bits
+
+
+def fidelity_pieces(x: torch.Tensor, role: str, fidelity: MathFidelity, df=None) -> Tuple[torch.Tensor, ...]:
+    """The masked pieces of one multiplier operand: ``role`` "a" (SrcA, 5 bits per pass) or "b" (SrcB,
+    7 bits per pass). Combine a SrcB and a SrcA operand's pieces with :func:`fidelity_combine`.
+    ``df``: the operand's format when known; masks that cannot change its values are skipped (a SrcB
+    "lo" piece that is then zero is dropped, saving a product)."""
+    a_masks, b_masks = _PIECES.get(formats.fidelity_phases(fidelity), _PIECES[(0, 1, 2, 3)])
+    bits = fraction_bits(df)
+
+    def masked(m: int) -> torch.Tensor:
+        return x if _KEPT_FRACTION_BITS[m] >= bits and x.dtype == torch.float32 else _bitmask(x, m)
+
+    if role == "a":
+        return tuple(masked(m) for m in a_masks)
+    hi = masked(b_masks[0])
+    if len(b_masks) == 1 or _KEPT_FRACTION_BITS[b_masks[0]] >= bits:
+        return (hi,)
+    return (hi, _bitmask(x, _B_USED) - hi)  # exact: same sign and exponent
+
+
+def fidelity_combine(op, b_pieces: Sequence[torch.Tensor], a_pieces: Sequence[torch.Tensor]) -> torch.Tensor:
+    """Sum of ``op(srcb_piece, srca_piece)`` over the executed phase groups (float32 accumulation).
+    A SrcB operand with a single piece (its "lo" part is zero) needs only the first product."""
+    out = op(b_pieces[0], a_pieces[0])
+    if len(b_pieces) > 1 and len(a_pieces) > 1:
+        out = out + op(b_pieces[1], a_pieces[1])
+    return out
+
+
+def _cached(cache: Optional[Dict], key, fn):
+    """``fn()``, memoised in ``cache`` (the per-input dict the golden keeps for constant operands)."""
+    if cache is None:
+        return fn()
+    if key not in cache:
+        cache[key] = fn()
+    return cache[key]
+
+
+def _pieces(x: torch.Tensor, role: str, fidelity: MathFidelity, cache: Optional[Dict], df=None):
+    return _cached(cache, ("fidelity", role, fidelity, df), lambda: fidelity_pieces(x, role, fidelity, df))
+
+
+def gemm(a: torch.Tensor, b: torch.Tensor, cache: Optional[Dict] = None) -> torch.Tensor:
+    """``a @ b`` on device tensors ``[N, t, R, K] @ [Nb, tb, K, C]``. A constant ``b`` (Nb = 1) is never
+    copied per input: with tb = 1 the whole batch is one GEMM of ``(N·t·R) x K``; when ``a`` is one
+    slice broadcast over t (a ``broadcast: {z: t}`` TM, stride 0) and ``b`` has t slices, the t GEMMs
+    share their left operand and run as one against ``b``'s slices side by side (kept in ``cache``,
+    the constant's derived-values dict)."""
+    if b.shape[0] == 1:
+        n, t, r, k = a.shape
+        tb, c = b.shape[1], b.shape[-1]
+        if tb == 1:
+            return torch.matmul(a.reshape(n * t * r, k), b[0, 0]).reshape(n, t, r, c)
+        if t == tb and a.stride(1) == 0:
+            def side_by_side():
+                return b, b[0].permute(1, 0, 2).reshape(k, t * c)
+            hit = _cached(cache, ("side_by_side", id(b)), side_by_side)
+            wide = hit[1] if hit[0] is b else side_by_side()[1]
+            out = torch.matmul(a[:, 0].reshape(n * r, k), wide)
+            return out.reshape(n, r, t, c).permute(0, 2, 1, 3)
+        if n > 1 and tb == t:
+            out = torch.matmul(a.transpose(0, 1).reshape(t, n * r, k), b[0])
+            return out.reshape(t, n, r, c).transpose(0, 1).contiguous()
+    return torch.matmul(a, b)
+
+
+def _mul(a: torch.Tensor, b: torch.Tensor, fidelity: Optional[MathFidelity],
+         caches: Sequence[Optional[Dict]] = (None, None), dfs: Sequence = (None, None)) -> torch.Tensor:
+    """ELWMUL: in0 → SrcA, in1 → SrcB (see ``formats.fidelity_multiply``)."""
+    if fidelity is None:
+        return a * b
+    return fidelity_combine(torch.mul, _pieces(b, "b", fidelity, caches[1], dfs[1]),
+                            _pieces(a, "a", fidelity, caches[0], dfs[0]))
+
+
+def _matmul(a: torch.Tensor, b: torch.Tensor, fidelity: Optional[MathFidelity],
+            caches: Sequence[Optional[Dict]] = (None, None), dfs: Sequence = (None, None)) -> torch.Tensor:
+    """Matrix unit: in0 → SrcB (7 bits), in1 → SrcA (5 bits) (see ``formats.fidelity_matmul``)."""
+    def mm(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        return gemm(x, y, caches[1])
+
+    if fidelity is None:
+        return mm(a, b)
+    return fidelity_combine(mm, _pieces(a, "b", fidelity, caches[0], dfs[0]),
+                            _pieces(b, "a", fidelity, caches[1], dfs[1]))
+
+
+def _gelu(x: torch.Tensor, approximate: bool = False) -> torch.Tensor:
+    return torch.nn.functional.gelu(x, approximate="tanh" if approximate else "none")
+
+
+def _gelu_derivative(x: torch.Tensor) -> torch.Tensor:
+    cdf = 0.5 * (1.0 + torch.erf(x / math.sqrt(2.0)))
+    pdf = torch.exp(-0.5 * x * x) / math.sqrt(2.0 * math.pi)
+    return cdf + x * pdf
+
+
+def _dropout(x: torch.Tensor, attrs: Dict) -> torch.Tensor:
+    p = float(attrs.get("p", 0.0))
+    if p <= 0.0:
+        return x
+    gen = torch.Generator().manual_seed(int(attrs.get("seed", 0)))
+    keep = torch.rand(x.shape, generator=gen) >= p
+    return torch.where(keep, x / (1.0 - p), torch.zeros_like(x))
+
+
+UNARY: Dict[str, Callable[[torch.Tensor, Dict], torch.Tensor]] = {
+    "nop": lambda x, a: x,
+    "datacopy": lambda x, a: x,
+    "ethernet_datacopy": lambda x, a: x,
+    "exp": lambda x, a: torch.exp(x),
+    "log": lambda x, a: torch.log(x),
+    "sqrt": lambda x, a: torch.sqrt(x),
+    "gelu": lambda x, a: _gelu(x, bool(a.get("approximate_mode", False))),
+    "gelu_derivative": lambda x, a: _gelu_derivative(x),
+    "reciprocal": lambda x, a: torch.reciprocal(x),
+    "sigmoid": lambda x, a: torch.sigmoid(x),
+    "dropout": _dropout,
+    "tanh": lambda x, a: torch.tanh(x),
+    "square": lambda x, a: x * x,
+    "power": lambda x, a: torch.pow(x, int(a.get("exp", 1))),
+    "sine": lambda x, a: torch.sin(x),
+    "cosine": lambda x, a: torch.cos(x),
+    "lrelu": lambda x, a: torch.where(x >= 0, x, x * float(a.get("slope", 0.01))),
+    "abs": lambda x, a: torch.abs(x),
+}
+
+
+def binary(op_type: str, a: torch.Tensor, b: torch.Tensor, fidelity: Optional[MathFidelity],
+           caches: Sequence[Optional[Dict]] = (None, None), dfs: Sequence = (None, None)) -> torch.Tensor:
+    """add / subtract / multiply / maximum (ELWADD and ELWSUB ignore fidelity)."""
+    if op_type == "add":
+        return a + b
+    if op_type == "subtract":
+        return a - b
+    if op_type == "multiply":
+        return _mul(a, b, fidelity, caches, dfs)
+    if op_type == "maximum":
+        return torch.maximum(a, b)
+    raise NetlistError("type", f"golden backend does not implement binary op '{op_type}'")
+
+
+def _decode_sparse(tiles_in: torch.Tensor, index: torch.Tensor, count: int):
+    """(t, out_rt, in_rt) of each quadruple and the gathered sparse tiles ``[L, 32, 32]``."""
+    quads = index[0].reshape(-1)[: 4 * count].round().to(torch.int64).reshape(-1, 4)
+    qt, qr, qk, qs = quads.unbind(1)
+    return qt, qr, qk, tiles_in[0, 0].reshape(-1, TILE, TILE)[qs]
+
+
+def sparse_matmul(inputs: Sequence[torch.Tensor], attrs: Dict, out_shape: nl.TileShape3,
+                  fidelity: Optional[MathFidelity], caches: Sequence[Optional[Dict]] = (),
+                  dfs: Sequence = (None, None, None)) -> torch.Tensor:
+    """The ``identity: true`` matmul (TT-Buda's sparse matmul, as the compiler encodes it in
+    ``pybuda.passes.lower.pickers``): input 0 holds S unique 32x32 sparse tiles stacked vertically, input 2
+    the RawUInt32 index of ``indices_len`` quadruples (t, out_rt, in_rt, s); output row-tile ``out_rt`` of
+    slice ``t`` is the sum of ``tile_s @ in1[t][in_rt]`` over its quadruples. Each quadruple is one
+    tile product on the matrix unit (sparse tile -> SrcB, activation -> SrcA), all done in one batch.
+    When inputs 0 and 2 are constants (they always are) the decoded quadruples and the sparse tiles'
+    fidelity pieces are computed once and kept in their ``caches``."""
+    tiles_in, act, index = inputs[0], inputs[1], inputs[2]
+    n, t_in, k, cols = act.shape
+    count = int(attrs.get("indices_len", 0))
+    out = torch.zeros(n, out_shape.t * out_shape.rt, TILE, cols, dtype=torch.float32)
+    if count:
+        # Derived values depend on inputs 0 and 2: kept with input 0's cache, keyed by input 2's.
+        both = len(caches) > 2 and caches[0] is not None and caches[2] is not None
+        cache0 = caches[0] if both else None
+        tag = id(caches[2]) if both else None
+        qt, qr, qk, sparse_tiles = _cached(cache0, ("sparse", tag, count),
+                                           lambda: _decode_sparse(tiles_in, index, count))
+        act_tiles = act.reshape(n, t_in, k // TILE, TILE, cols)[:, qt if t_in > 1 else torch.zeros_like(qt), qk]
+        if fidelity is None:
+            contrib = torch.matmul(sparse_tiles.unsqueeze(0), act_tiles)  # [n, L, 32, C]
+        else:
+            b_pieces = _cached(cache0, ("sparse_fidelity", tag, count, fidelity),
+                               lambda: fidelity_pieces(sparse_tiles.unsqueeze(0), "b", fidelity, dfs[0]))
+            contrib = fidelity_combine(torch.matmul, b_pieces, fidelity_pieces(act_tiles, "a", fidelity, dfs[1]))
+        rows = _cached(cache0, ("sparse_rows", tag, count, out_shape.rt), lambda: qt * out_shape.rt + qr)
+        out.index_add_(1, rows, contrib)
+    return out.reshape(n, out_shape.t, out_shape.rt * TILE, cols)
+
+
+def matmul(inputs: Sequence[torch.Tensor], attrs: Dict, fidelity: Optional[MathFidelity],
+           out_shape: Optional[nl.TileShape3] = None, caches: Optional[Sequence[Optional[Dict]]] = None,
+           dfs: Optional[Sequence] = None) -> torch.Tensor:
+    """Tile-blocked matmul per t slice; ``accumulate`` + ``z`` sums groups of z slices; ``bias`` is
+    broadcast within each tile from its row 0; ``sfpu_op: gelu`` applies gelu to the result.
+    ``identity: true`` selects the sparse form (:func:`sparse_matmul`). ``caches``: per input, a dict
+    for derived values of a constant operand (its fidelity pieces, a broadcast bias), or None."""
+    caches = list(caches) if caches is not None else [None] * len(inputs)
+    if attrs.get("identity"):
+        return sparse_matmul(inputs, attrs, out_shape, fidelity, caches)
+    out = _matmul(inputs[0], inputs[1], fidelity, caches[:2])
+    if attrs.get("accumulate"):
+        z = int(attrs.get("z", out.shape[1]))
+        n, t, r, c = out.shape
+        out = out.reshape(n, t // z, z, r, c).sum(dim=2)
+    if attrs.get("bias"):
+        out = out + _cached(caches[2], "tile_broadcast_r", lambda: tile_broadcast(inputs[2], "r"))
+    if attrs.get("sfpu_op") == "gelu":
+        out = _gelu(out)
+    return out
+
+
+def reduce(x: torch.Tensor, attrs: Dict) -> torch.Tensor:
+    """reduce max over r (result in row 0 of each output tile), c (column 0) or z (t / z slices)."""
+    if attrs.get("type", "max") != "max":
+        raise NetlistError("attributes.type", f"reduce type must be max, got {attrs.get('type')!r}")
+    dim = attrs.get("dim")
+    n, t, r, c = x.shape
+    if dim == "z":
+        z = int(attrs.get("z", t))
+        return x.reshape(n, t // z, z, r, c).amax(dim=2)
+    out_r, out_c = (TILE, c) if dim == "r" else (r, TILE)
+    out = torch.zeros(n, t, out_r, out_c, dtype=x.dtype)
+    if dim == "r":
+        out[:, :, 0, :] = x.amax(dim=2)
+    elif dim == "c":
+        out[:, :, :, 0] = x.amax(dim=3)
+    else:
+        raise NetlistError("attributes.dim", f"reduce dim must be r, c or z, got {dim!r}")
+    return out
+
+
+def splice(inputs: Sequence[torch.Tensor], attrs: Dict, out_shape: nl.TileShape3) -> torch.Tensor:
+    """Splice along t (``granularity: t``): each input contributes ``length`` slices starting at ``index``.
+
+    The compiler only emits t-granularity splices whose per-input (index, length, stride) pick whole
+    t slices; ublock granularity depends on per-core blocking and is rejected here with a clear error.
+    """
+    if attrs.get("granularity", "t") != "t":
+        raise NetlistError("attributes.granularity", "golden backend supports splice with granularity t only")
+    parts = []
+    for i, x in enumerate(inputs):
+        index, length, stride = attrs.get(f"input{i}", [0, x.shape[1], x.shape[1]])
+        picked = []
+        pos = index
+        while pos < x.shape[1] and len(picked) * length < x.shape[1]:
+            picked.append(x[:, pos: pos + length])
+            pos += stride
+            if stride <= 0:
+                break
+        parts.extend(picked)
+    out = torch.cat(parts, dim=1)
+    if out.shape[1] != out_shape.t:
+        raise NetlistError("attributes", f"splice produced t={out.shape[1]}, op declares t={out_shape.t}")
+    return out
+
+
+def apply_relu(x: torch.Tensor, attrs: Dict) -> torch.Tensor:
+    """Attribute relu (``relu_en``) after the op: mode 'min' keeps values >= the threshold, 'max' keeps
+    values <= it, others become 0 (the same rule as the registry's relu op)."""
+    if not attrs.get("relu_en"):
+        return x
+    threshold = float(attrs.get("relu_threshold", 0.0))
+    keep = x <= threshold if attrs.get("relu_mode", "min") == "max" else x >= threshold
+    return torch.where(keep, x, torch.zeros_like(x))

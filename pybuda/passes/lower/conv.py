@@ -1,0 +1,192 @@
+"""Lowering of convolutions and pools (a mixin of the lowering pass): im2col sparse pickers feeding
+weight matmuls, depthwise products, max-pool masks and z-reduces, weighted avg-pool pickers.
+See :mod:`pybuda.passes.lower.to_tiles` for the conventions."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Any, Dict, List
+
+import numpy as np
+import torch
+
+from pybuda.ir.graph import Node
+from pybuda.netlist.model import TM, Broadcast, HStack, VStack
+from pybuda.passes.lower import pickers
+from pybuda.netlist.host_io import tiles
+from pybuda.passes.lower.common import JUNK, REP, TILE, ZERO, DVal, _window
+
+
+class ConvPoolLowering:
+    """Methods of the lowering pass for ``conv2d``, ``max_pool2d`` and ``avg_pool2d``."""
+
+    def _conv_or_pool(self, node: Node, ops: List[DVal]) -> DVal:
+        attrs = node.attrs
+        if not attrs.get("channel_last", False):
+            raise self.err(f"{node.op_type} must be channel-last by lowering (the channel_last pass converts NCHW)")
+        x = ops[0]
+        in_shape = tuple(self.g[node.operands[0]].shape)
+        out_shape = tuple(node.shape)
+        if len(in_shape) != 4 or in_shape[0] != 1:
+            raise self.err(f"{node.op_type} needs one sample [1, H, W, C] per device run, got {list(in_shape)}")
+        _, h, w, cin = in_shape
+        _, ho, wo, cout = out_shape
+        if node.op_type == "conv2d":
+            kh, kw = self.g[node.operands[1]].shape[2:]
+            dil = attrs["dilation"]
+        else:
+            kh, kw = attrs["kernel_size"]
+            dil = attrs.get("dilation", (1, 1))
+        stride, pads = attrs["stride"], attrs["padding"]
+        pad_l, pad_t = pads[0], pads[2]
+        kk = kh * kw
+        trivial = kk == 1 and stride == (1, 1) and pad_l == 0 and pad_t == 0 and (h, w) == (ho, wo)
+        # Input rows: flat (h*W + w) or canonical via vstack H (h*Wp + w).
+        if x.layout == "flat" or h == 1:
+            src = x if x.layout == "flat" else replace(x, layout="flat", spatial=(1, w))
+            in_pitch, k_r = w, h * w
+        else:
+            wp = tiles(w) * TILE
+            src = replace(x, tms=tuple(x.tms) + (VStack(factor=h),), z=1, r=h * wp)
+            in_pitch, k_r = wp, h * wp
+        out_hw = ho * wo
+        out_rp = tiles(out_hw) * TILE
+        if node.op_type == "avg_pool2d":
+            return self._avg_pool(node, src, in_pitch, k_r, (h, w), (ho, wo), (kh, kw), stride, (pad_t, pad_l), cin)
+        if trivial and node.op_type == "conv2d":
+            picked, kk_eff = x, 1
+        else:
+            pos, oh, ow, ih, iw, valid = _window(h, w, ho, wo, kh, kw, stride, dil, (pad_t, pad_l))
+            out_rows = oh * wo + ow
+            in_rows = ih * in_pitch + iw
+            key = ("window", h, w, ho, wo, kh, kw, stride, dil, pad_t, pad_l, in_pitch)
+            # One t slice per kernel position: slice ``pos`` holds the input pixel under every output pixel.
+            picked = self._row_pick(src, f"{node.name}.im2col", out_rows[valid], in_rows[valid],
+                                    np.ones(int(valid.sum()), np.float32), out_r=out_hw, k_r=k_r, key=key,
+                                    out_t=pos[valid], num_t=kk)
+            kk_eff = kk
+        if node.op_type == "max_pool2d":
+            # Positions outside the image pick zeros, which a max of values >= 0 (after a relu) ignores.
+            if not valid.all() and not _non_negative(self.g, node.operands[0]):
+                # Positions outside the image picked zeros; push them to -1e30 so the max ignores them.
+                mask_rows = np.zeros((kk, out_rp), np.float32)
+                mask_rows[pos[~valid], (oh * wo + ow)[~valid]] = pickers.NEG_LARGE
+                m = torch.from_numpy(mask_rows[:, :, None]).expand(kk, out_rp, TILE).contiguous()
+                mq = self._const(("pool_mask",) + key, f"{node.name}.pad_mask", m)
+                extra = (Broadcast(dim="c", factor=tiles(cin)),) if tiles(cin) > 1 else ()
+                picked = self.emit(f"{node.name}.mask", "add", [(picked, ()), (replace(mq, r=out_hw), extra)],
+                                   (kk, out_hw, cin), pad=(JUNK, picked.pad_c))
+            if kk == 1:
+                out = picked
+            else:
+                out = self.emit(node.name, "reduce", [(picked, ())], (1, out_hw, cin),
+                                {"dim": "z", "type": "max", "z": kk}, pad=(JUNK, x.pad_c))
+            return replace(out, r=out_hw, layout="flat", spatial=(ho, wo))
+        return self._conv_weights(node, ops, picked, kk_eff, (kh, kw), cin, cout, out_hw, out_rp, x)
+
+    def _conv_weights(self, node, ops, picked: DVal, kk: int, kernel, cin, cout, out_hw, out_rp, x) -> DVal:
+        """The matmul (or depthwise multiply + sum) that applies the weights to picked pixels."""
+        groups = node.attrs["groups"]
+        wv = ops[1]
+        if not wv.is_queue_value:
+            raise self.err("conv2d weights must be a parameter or constant (computed weights are not supported)")
+        weight = self.values[wv.src]
+        ho, wo = self.g[node.name].shape[1:3]
+        bias = ops[2] if len(ops) == 3 else None
+        if bias is not None and not bias.is_queue_value:
+            raise self.err("conv2d bias must be a parameter or constant")
+        direct = picked is x  # 1x1, stride 1, no padding: the weights apply to the pixels as they are
+        if direct:
+            z, rows, layout, spatial = x.z, x.r, x.layout, x.spatial
+        else:
+            z, rows, layout, spatial = 1, out_hw, "flat", (ho, wo)
+        depthwise = groups > 1 and groups == cin and cout == cin
+        if depthwise and not direct:
+            wrows = self._queue_value(wv, "depthwise_rows", pickers.depthwise_weight_rows(weight),
+                                      {"consteval_transform": "depthwise_weight_rows"})
+            extra = (Broadcast(dim="r", factor=tiles(out_rp)),) if tiles(out_rp) > 1 else ()
+            prod = self.emit(f"{node.name}.dw_mul", "multiply",
+                             [(picked, ()), (replace(wrows, r=1, pad_r=REP), extra)], (kk, out_hw, cin),
+                             pad=(ZERO, JUNK))
+            if kk > 1:
+                src = replace(prod, tms=(VStack(factor=kk),), z=1, r=kk * out_rp)
+                pos = np.repeat(np.arange(kk), out_hw)
+                pix = np.tile(np.arange(out_hw), kk)
+                out = self._row_pick(src, f"{node.name}.dw_sum", pix, pos * out_rp + pix,
+                                     np.ones(len(pix), np.float32), out_r=out_hw, k_r=kk * out_rp,
+                                     key=("dwsum", kk, out_hw, out_rp))
+            else:
+                out = replace(prod, r=out_hw)
+            if bias is not None:
+                bq = self._queue_value(bias, "rep_r", self.values[bias.src].reshape(1, cout).expand(TILE, cout).contiguous())
+                bq = replace(bq, r=1, pad_r=REP)
+                extra = (Broadcast(dim="r", factor=tiles(out_hw)),) if tiles(out_hw) > 1 else ()
+                out = self.emit(f"{node.name}.bias", "add", [(out, ()), (bq, extra)], (1, out_hw, cout), pad=(JUNK, JUNK))
+            return replace(out, r=out_hw, layout="flat", spatial=(ho, wo))
+        cin_pad = tiles(cin) * TILE
+        wmat = self._queue_value(wv, f"im2col_weights_g{groups}", pickers.block_diag_weights(weight, groups, cin_pad),
+                                 {"consteval_transform": "block_diag_weights", "groups": groups, "cin_pad": cin_pad})
+        if direct:
+            a = x
+            wextra = (Broadcast(dim="z", factor=z),) if z > 1 else ()
+        else:
+            tms = (HStack(factor=kk),) if kk > 1 else ()
+            a = replace(picked, tms=tuple(picked.tms) + tms, z=1, r=out_hw, c=kk * cin_pad)
+            wextra = ()
+        inputs = [(a, ()), (wmat, wextra)]
+        attrs: Dict[str, Any] = {}
+        if bias is not None:
+            bq = self._queue_value(bias, "row", self.values[bias.src].reshape(1, cout))
+            extra: List[TM] = [Broadcast(dim="z", factor=z)] if z > 1 else []
+            if tiles(rows) > 1:
+                extra.append(Broadcast(dim="r", factor=tiles(rows)))
+            inputs.append((bq, tuple(extra)))
+            attrs["bias"] = True
+        out = self.emit(node.name, "matmul", inputs, (z, rows, cout), attrs, pad=(a.pad_r, ZERO), layout=layout,
+                        spatial=spatial)
+        return out
+
+    def _avg_pool(self, node, src, in_pitch, k_r, hw, out_hw2, kernel, stride, pads, cin) -> DVal:
+        h, w = hw
+        ho, wo = out_hw2
+        kh, kw = kernel
+        a = node.attrs
+        pos, oh, ow, ih, iw, valid = _window(h, w, ho, wo, kh, kw, stride, (1, 1), pads)
+        if a.get("divisor_override"):
+            div = np.full(len(pos), float(a["divisor_override"]))
+        elif a.get("count_include_pad", True):
+            pad_r_total = (ho - 1) * stride[0] + kh - h - pads[0]
+            pad_c_total = (wo - 1) * stride[1] + kw - w - pads[1]
+            hs = oh * stride[0] - pads[0]
+            ws = ow * stride[1] - pads[1]
+            he = np.minimum(hs + kh, h + max(pad_r_total, 0))
+            we = np.minimum(ws + kw, w + max(pad_c_total, 0))
+            div = ((he - hs) * (we - ws)).astype(np.float64)
+        else:
+            counts = np.zeros(ho * wo)
+            np.add.at(counts, (oh * wo + ow)[valid], 1)
+            div = counts[oh * wo + ow]
+        values = (1.0 / div)[valid].astype(np.float32)
+        out = self._row_pick(src, node.name, (oh * wo + ow)[valid], (ih * in_pitch + iw)[valid], values,
+                             out_r=ho * wo, k_r=k_r)
+        return replace(out, r=ho * wo, layout="flat", spatial=(ho, wo))
+
+
+#: Ops whose every output value is >= 0, and value-preserving ops that keep it so.
+_NON_NEGATIVE_OPS = frozenset({"sigmoid", "exp", "abs", "square", "sqrt", "softmax"})
+_SIGN_PRESERVING_OPS = frozenset({"reshape", "transpose", "max_pool2d", "select", "narrow", "squeeze",
+                                  "unsqueeze"})
+
+
+def _non_negative(graph, name: str) -> bool:
+    """True when value ``name`` of the IR graph is >= 0 everywhere by construction (a relu's output, seen
+    through layout-only ops), so zero padding cannot win a max."""
+    node = graph[name]
+    while node.kind == "op" and node.op_type in _SIGN_PRESERVING_OPS:
+        node = graph[node.operands[0]]
+    if node.kind != "op":
+        return False
+    if node.op_type == "relu":  # mode 'min' with a threshold >= 0 keeps x >= threshold, else 0
+        return node.attrs.get("mode", "min") == "min" and node.attrs.get("threshold", 0.0) >= 0
+    return node.op_type in _NON_NEGATIVE_OPS
+

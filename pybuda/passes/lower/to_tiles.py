@@ -1,0 +1,595 @@
+"""Lowering: the per-sample ``ir.Graph`` becomes a :class:`BudaGraph` of backend ops on 32x32 tiles.
+
+Every value is a device tensor in canonical form (:mod:`pybuda.netlist.host_io`: leading dims
+folded into ``z`` = the op's ``t``, rows/cols padded to tiles). How each kind of op is expressed in the
+netlist - the golden backend executes exactly this:
+
+**Elementwise.** ``add``/``subtract``/``multiply``/``maximum`` and the SFPU unaries keep their names
+(``leaky_relu`` -> ``lrelu {slope}``, integer ``pow`` -> ``power {exp}``, ``gelu`` ``approximate='tanh'``
+-> ``approximate_mode: true``, ``relu`` -> ``nop`` with ``relu_en/relu_threshold/relu_mode`` using the
+registry's relu semantics, ``buffer`` -> ``nop``). Broadcasting becomes input TMs on the smaller
+operand: ``broadcast: {z: f}`` when its z is 1, ``broadcast: {r|c: tiles}`` for a size-1 row/column dim.
+Tile broadcasts repeat whole tiles, so a size-1 dim must first fill its whole tile ("replicated"): a
+parameter/constant is replicated at compile time (a derived queue ``<name>.rep_r`` / ``.rep_c``); an
+activation gets a matmul with the constant ``E`` (``E[i,0]=1``: ``E @ x``; or ``E[0,j]=1``: ``x @ E``).
+Results of sum/avg reductions are replicated already (below), so a softmax/layernorm needs no ``E``.
+
+**Matmul.** ``matmul`` with ``in0 (t, M, K)``, ``in1 (t, K, N)``; a side with z == 1 gets
+``broadcast: {z: t}``; a bias becomes input 2 with ``broadcast: {r: M}`` (the backend broadcasts row 0
+within each tile) - bias/gelu/relu fusion is done afterwards by :mod:`pybuda.passes.lowered.fuse_matmul_epilogue`.
+When K is not a multiple of 32 and neither operand's padding is known to be zero, one operand is
+multiplied by a 0/1 mask first.
+
+**Reductions.** ``reduce_sum``/``reduce_avg`` over columns: ``x @ ones[C, 32]`` (scale 1 or 1/C, zero on
+padding rows), which replicates the result over the 32 columns of its tile; over rows:
+``ones[32, R] @ x``; over a leading (z) dim: a sparse row picker on ``vstack``-ed slices that sums them.
+``reduce_max`` -> ``reduce {type: max, dim: r|c}`` (padding first pushed to -1e30 by an ``add`` when the
+dim is not tile-aligned), or ``reduce {dim: z, z: n}`` over the innermost leading dim.
+
+**TMs.** A chain of IR TMs becomes the shortest sequence of netlist TMs (``transpose``, ``hslice``,
+``hstack``, ``vslice``, ``vstack``) that moves every element where the IR says, verified on index
+tensors; the TMs travel to the consuming op's ``input_N_tms`` (a ``nop`` carries them where a TM is not
+allowed, e.g. a transpose on matmul input 0 or on a binary input on Grayskull). Other data movement
+(general reshapes, ``index``/``select``/``narrow``, ``pad``, ``concatenate``, ``broadcast``/``repeat`` of
+activations) is done with pickers: a sparse row picker (``matmul`` with ``identity: true``, encoding in
+:mod:`pybuda.passes.lower.pickers`) on ``vstack``-ed rows and/or a dense column picker ``x @ P``, followed by
+``vslice`` on the consumer; concatenation sums one placed picker output per operand with ``add``.
+
+**Convolutions** (channel-last, see :mod:`pybuda.passes.graph.channel_last`) use TT-Buda's sparse-matmul
+im2col: activations are pixels x channels; a sparse picker gathers, for each of the ``kh*kw`` kernel
+positions, the input pixel under every output pixel (zero outside the image = zero padding), stacked
+along rows; the weight matmul reads it with ``[vslice: kk, hstack: kk]`` so one row holds all kernel
+positions' channels, against weights reshaped at compile time to ``[kk*Cin_pad, Cout]`` (block-diagonal
+for grouped convs). Depthwise convs multiply the picked pixels by per-position weights
+(``[kk, 32, C]``, ``broadcast r``) and sum positions with a second sparse picker. ``max_pool2d``: picker,
+``add`` of a -1e30 mask on positions outside the image, ``reduce {dim: z, type: max, z: kk}`` after
+``vslice: kk``; ``avg_pool2d``: one weighted picker. Conv outputs stay "flat" (one row per pixel,
+``H*W`` rows, no per-row padding) until an op needs the canonical ``[H, W, C]`` form, when a picker
+(or a ``vslice`` when W is a multiple of 32) converts it.
+
+Embedding and ops without a device form (comparisons, ``argmax``, ``cumsum``, ``resize`` ...) raise a
+CompileError naming the op.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Any, Dict, List, Optional, Sequence, Tuple
+
+import numpy as np
+import torch
+
+from pybuda.errors import CompileError
+from pybuda.ir.graph import CONSTANT, INPUT, OP, PARAMETER, Graph, Node
+from pybuda.netlist.model import TM, Broadcast, Transpose, VSlice, VStack
+from pybuda.ops import registry
+from pybuda.passes.lower import pickers
+from pybuda.ir.lowered import BudaGraph, BudaOp, BudaQueue, TileShape
+from pybuda.passes.context import CompileContext
+from pybuda.netlist.host_io import canonical_zrc, tiles
+from pybuda.netlist.tms import tms_shape
+from pybuda.dtypes import DataFormat
+from pybuda.passes.lower.common import (
+    BINARY, GATHER_OPS, JUNK, REP, TILE, TRANSPOSE_OK_INPUT0, UNARY, ZERO, ZERO_PRESERVING, DVal, Lazy, _combine_pad, _hashable, _right_align, _tile3,
+)
+from pybuda.passes.lower.conv import ConvPoolLowering
+from pybuda.passes.lower.movement import DataMovementLowering
+from pybuda.passes.lower.reduce import ReductionLowering
+
+def lower_to_buda(graph: Graph, ctx: CompileContext) -> BudaGraph:
+    """Lower the per-sample IR graph to backend ops (see the module docstring for every decision)."""
+    return _Lowering(graph, ctx).run()
+
+
+class _Lowering(ConvPoolLowering, ReductionLowering, DataMovementLowering):
+    def __init__(self, graph: Graph, ctx: CompileContext):
+        self.g = graph
+        self.ctx = ctx
+        self.bg = BudaGraph(name=graph.name, microbatch=ctx.microbatch)
+        self.vals: Dict[str, DVal] = {}
+        self.pending: Dict[str, Tuple[str, torch.Tensor, Dict[str, Any], bool]] = {}
+        self.values: Dict[str, torch.Tensor] = {}  # framework values of queue-backed DVals
+        self.cache: Dict[Any, Any] = {}
+        self.node: Optional[Node] = None
+
+    # ------------------------------------------------------------------------------------------------
+    def err(self, message: str) -> CompileError:
+        """A CompileError naming the stage and the IR op being lowered."""
+        return self.ctx.error(message, op=self.node.name if self.node is not None else None)
+
+    def run(self) -> BudaGraph:
+        """Lower every node in order, then create the output queues."""
+        for node in self.g:
+            self.node = node
+            if node.kind == INPUT:
+                self.vals[node.name] = self._input(node)
+            elif node.kind in (PARAMETER, CONSTANT):
+                self.vals[node.name] = self._leaf(node)
+            elif node.kind == OP:
+                self.vals[node.name] = self._op(node)
+        self.node = None
+        for node in self.g.outputs:
+            self.node = node
+            self._output(node)
+        self.node = None
+        return self.bg
+
+    # --- names, queues, emitting -------------------------------------------------------------------------
+    def _name(self, base: str) -> str:
+        name, i = base, 1
+        while name in self.bg.ops or name in self.bg.queues or name in self.pending:
+            name = f"{base}_{i}"
+            i += 1
+        return name
+
+    def _input(self, node: Node) -> DVal:
+        z, r, c = canonical_zrc(node.shape)
+        tags = {"device_shape": tuple(node.shape), "batched": bool(node.tags.get("batched")),
+                "host_tms": list(node.tags.get("host_tms", [])),
+                "dtype": node.tags.get("device_dtype") or str(node.dtype).replace("torch.", ""),
+                "framework_shape": tuple(node.tags.get("framework_shape", node.shape))}
+        q = BudaQueue(node.name, "input", TileShape(1, z, tiles(r), tiles(c)),
+                      original_shape=tags["framework_shape"], requires_grad=node.requires_grad, tags=tags)
+        self.bg.add_queue(q)
+        self.bg.input_order.append(node.name)
+        return DVal(node.name, (), z, r, c)
+
+    def _leaf(self, node: Node) -> DVal:
+        value = self.g.tensors[node.name]
+        kind = "parameter" if node.kind == PARAMETER else "constant"
+        tags = {"device_shape": tuple(value.shape), "dtype": str(value.dtype).replace("torch.", "")}
+        if "consteval" in node.tags:
+            tags["consteval"] = node.tags["consteval"]
+        self.pending[node.name] = (kind, value, tags, node.requires_grad)
+        self.values[node.name] = value
+        z, r, c = canonical_zrc(value.shape)
+        return DVal(node.name, (), z, r, c, is_queue_value=True)
+
+    def _queue_value(self, base: DVal, purpose: str, value: torch.Tensor, extra_tags: Optional[dict] = None) -> DVal:
+        """A queue derived at compile time from a parameter/constant (replicated, reshaped, ...)."""
+        key = ("derived", base.src, purpose)
+        if key in self.cache:
+            return self.cache[key]
+        kind, _, tags, requires_grad = self._leaf_info(base.src)
+        name = self._name(f"{base.src}.{purpose}")
+        tags = {"device_shape": tuple(value.shape), "derived_from": base.src, "transform": purpose,
+                **{k: v for k, v in tags.items() if k == "consteval"}, **(extra_tags or {})}
+        self.pending[name] = (kind, value, tags, requires_grad)
+        self.values[name] = value
+        z, r, c = canonical_zrc(value.shape)
+        dv = DVal(name, (), z, r, c, is_queue_value=True)
+        self.cache[key] = dv
+        return dv
+
+    def _leaf_info(self, name: str):
+        if name in self.pending:
+            return self.pending[name]
+        q = self.bg.queues[name]
+        return (q.kind, self.bg.tensors[name], q.tags, q.requires_grad)
+
+    def _const(self, key: Any, name: str, value: torch.Tensor, tags: Optional[dict] = None) -> DVal:
+        """A compiler-made constant queue, shared by every op that needs the same value."""
+        key = ("const", key)
+        if key in self.cache:
+            return self.cache[key]
+        qname = self._name(name)
+        t = {"device_shape": tuple(value.shape), "compiler_constant": True, **(tags or {})}
+        self.pending[qname] = ("constant", value, t, False)
+        self.values[qname] = value
+        z, r, c = canonical_zrc(value.shape)
+        dv = DVal(qname, (), z, r, c, is_queue_value=True)
+        self.cache[key] = dv
+        return dv
+
+    def _ensure_queue(self, v: DVal) -> None:
+        if v.src in self.pending:
+            kind, value, tags, requires_grad = self.pending.pop(v.src)
+            q = BudaQueue(v.src, kind, TileShape(1, *_tile3(canonical_zrc(value.shape))),
+                          original_shape=tuple(value.shape), requires_grad=requires_grad, tags=dict(tags))
+            if tags.get("df") == "RawUInt32":
+                q.df = DataFormat.RawUInt32
+            self.bg.add_queue(q)
+            self.bg.tensors[v.src] = value
+
+    def emit(self, name: str, op_type: str, inputs: Sequence[Tuple[DVal, Sequence[TM]]], out: Tuple[int, int, int],
+             attrs: Optional[dict] = None, pad: Tuple[str, str] = (JUNK, JUNK), layout: str = "canonical",
+             spatial: Optional[Tuple[int, int]] = None, tags: Optional[dict] = None) -> DVal:
+        """Add one BudaOp reading ``inputs`` (value, extra TMs), with output logical shape ``out`` (z, r, c).
+
+        Pending TMs a consumer input may not carry (a transpose outside matmul input 1 / unary input 0 /
+        non-GS binary input 0) are applied by a nop first. Shapes are checked (a mismatch is a compiler bug).
+        """
+        srcs: List[str] = []
+        in_tms: Dict[int, List[TM]] = {}
+        for i, (v, extra) in enumerate(inputs):
+            tms = tuple(v.tms) + tuple(extra)
+            if not self._tms_legal(op_type, i, tms, attrs or {}):
+                v = self._materialize(v)
+                tms = tuple(extra)
+            self._ensure_queue(v)
+            srcs.append(v.src)
+            if tms:
+                in_tms[i] = [tm.to_obj() for tm in tms]
+        z, r, c = out
+        op_tags = {"ir_node": self.node.name if self.node is not None else None,
+                   "ir_op_type": self.node.op_type if self.node is not None and self.node.kind == OP else None}
+        op_tags.update(tags or {})
+        op = BudaOp(self._name(name), op_type, srcs, TileShape(1, z, tiles(r), tiles(c)), attrs=dict(attrs or {}),
+                    input_tms=in_tms, tags=op_tags)
+        self._check_shapes(op)
+        self.bg.add_op(op)
+        return DVal(op.name, (), z, r, c, pad[0], pad[1], layout, spatial)
+
+    def _tms_legal(self, op_type: str, index: int, tms: Sequence[TM], attrs: dict) -> bool:
+        if not any(isinstance(t, Transpose) for t in tms):
+            return True
+        if op_type == "matmul":
+            return index == 1
+        if op_type in TRANSPOSE_OK_INPUT0:
+            return index == 0
+        if op_type in BINARY.values():
+            return index == 0 and not self.ctx.is_grayskull
+        return False
+
+    def _materialize(self, v: DVal) -> DVal:
+        """Apply a value's pending TMs with a nop, so it can feed any input."""
+        if not v.tms:
+            return v
+        key = ("nop", v.src, v.tms)
+        if key not in self.cache:
+            self.cache[key] = self.emit(f"{v.src}.tm_nop", "nop", [(v, ())], (v.z, v.r, v.c),
+                                        pad=(v.pad_r, v.pad_c), layout=v.layout, spatial=v.spatial)
+        return self.cache[key]
+
+    def _check_shapes(self, op: BudaOp) -> None:
+        shapes = []
+        for i, name in enumerate(op.inputs):
+            s = self.bg.shape_of(name)
+            try:
+                shapes.append(tms_shape((s.z, s.rt, s.ct), op.input_tms.get(i, [])))
+            except Exception as e:  # pragma: no cover - compiler bug
+                raise self.err(f"internal: TMs {op.input_tms.get(i)} do not apply to {name}: {e}")
+        out = (op.shape.z, op.shape.rt, op.shape.ct)
+        ok = True
+        if op.type == "matmul" and op.attrs.get("identity"):
+            ok = shapes[1][0] in (1, out[0]) and shapes[1][2] == out[2]
+        elif op.type == "matmul":
+            a, b = shapes[0], shapes[1]
+            ok = a[0] == b[0] == out[0] and a[1] == out[1] and b[2] == out[2] and a[2] == b[1]
+            if len(shapes) > 2:
+                ok = ok and shapes[2] == out
+        elif op.type == "reduce":
+            d = op.attrs["dim"]
+            a = shapes[0]
+            ok = {"r": a[0] == out[0] and out[1] == 1 and a[2] == out[2],
+                  "c": a[0] == out[0] and out[2] == 1 and a[1] == out[1],
+                  "z": a[0] == out[0] * op.attrs.get("z", 1) and a[1:] == out[1:]}[d]
+        else:
+            ok = all(s == out for s in shapes)
+        if not ok:
+            raise self.err(f"internal: lowered {op.type} '{op.name}' has inconsistent shapes: inputs (after TMs) "
+                           f"{shapes}, output {out}")
+
+    # --- dispatch ------------------------------------------------------------------------------------------
+    def _get(self, name: str) -> DVal:
+        """The lowered value of IR node ``name`` (resolving a pending TM chain)."""
+        v = self.vals[name]
+        if isinstance(v, Lazy):
+            saved, self.node = self.node, self.g[v.name]
+            try:
+                v = self._resolve(v)
+            finally:
+                self.node = saved
+            self.vals[name] = v
+        return v
+
+    def _op(self, node: Node):
+        t = node.op_type
+        if t in GATHER_OPS and len(node.operands) == 1:
+            src = self.vals[node.operands[0]]
+            attrs = _hashable(node.attrs)
+            if isinstance(src, Lazy):
+                return Lazy(src.base, src.base_shape, src.ops + ((t, attrs),), tuple(node.shape), node.name)
+            return Lazy(src, tuple(self.g[node.operands[0]].shape), ((t, attrs),), tuple(node.shape), node.name)
+        ops = [self._get(o) for o in node.operands]
+        if t in ("conv2d", "max_pool2d", "avg_pool2d"):
+            return self._conv_or_pool(node, ops)
+        if t in UNARY:
+            return self._unary(node, ops[0])
+        if t in BINARY:
+            return self._binary(node, ops[0], ops[1])
+        if t == "matmul":
+            return self._matmul(node, [self._canonical(v) for v in ops])
+        if t in ("reduce_sum", "reduce_avg", "reduce_max"):
+            return self._reduce(node, ops[0])
+        if t in GATHER_OPS:
+            return self._gather_pickers(node, [self._canonical(v) for v in ops],
+                                        [tuple(self.g[o].shape) for o in node.operands], tuple(node.shape))
+        if t == "constant":
+            return self._leaf_constant_op(node)
+        raise self.err(f"'{t}' has no device implementation; run it on the CPU (cpu_fallback_ops) or "
+                       f"rewrite the model without it")
+
+    def _leaf_constant_op(self, node: Node) -> DVal:
+        value = registry.evaluate("constant", [], node.attrs)
+        dv = self._const(("constant_op", node.name), node.name, value)
+        return dv
+
+    # --- layouts --------------------------------------------------------------------------------------------
+    def _canonical(self, v: DVal) -> DVal:
+        """A flat NHWC value in canonical [H, W, C] form."""
+        if v.layout != "flat":
+            return v
+        key = ("canon", v.src, v.tms)
+        if key in self.cache:
+            return self.cache[key]
+        h, w = v.spatial
+        if h == 1:
+            out = replace(v, layout="canonical", spatial=None, z=1, r=w)
+        elif w % TILE == 0:
+            out = replace(v, tms=tuple(v.tms) + (VSlice(factor=h),), layout="canonical", spatial=None, z=h, r=w)
+        else:
+            wp = tiles(w) * TILE
+            hw = np.arange(h * w)
+            picked = self._row_pick(v, f"{v.src}.unflatten", out_rows=(hw // w) * wp + hw % w, in_rows=hw,
+                                    values=np.ones(h * w, np.float32), out_r=h * wp, k_r=h * w)
+            out = replace(picked, tms=(VSlice(factor=h),), z=h, r=w, layout="canonical", spatial=None, pad_r=ZERO)
+        self.cache[key] = out
+        return out
+
+    def _flat(self, v: DVal, h: int, w: int) -> DVal:
+        """A canonical NHWC [1, H, W, C] value (z=H) in flat form [1, H*W, C]."""
+        if v.layout == "flat":
+            return v
+        key = ("flat", v.src, v.tms)
+        if key in self.cache:
+            return self.cache[key]
+        if h == 1:
+            out = replace(v, layout="flat", spatial=(1, w))
+        elif w % TILE == 0:
+            out = replace(v, tms=tuple(v.tms) + (VStack(factor=h),), z=1, r=h * w, layout="flat", spatial=(h, w))
+        else:
+            wp = tiles(w) * TILE
+            hw = np.arange(h * w)
+            src = replace(v, tms=tuple(v.tms) + (VStack(factor=h),), z=1, r=h * wp)
+            out = self._row_pick(src, f"{v.src}.flatten", out_rows=hw, in_rows=(hw // w) * wp + hw % w,
+                                 values=np.ones(h * w, np.float32), out_r=h * w, k_r=h * wp)
+            out = replace(out, layout="flat", spatial=(h, w), pad_r=ZERO)
+        self.cache[key] = out
+        return out
+
+    # --- pickers ---------------------------------------------------------------------------------------------
+    def _row_pick(self, v: DVal, name: str, out_rows, in_rows, values, out_r: int, k_r: int,
+                  key: Any = None, out_t=None, num_t: int = 1) -> DVal:
+        """Sparse row picker: row i of output slice t = sum of values * in rows (see pickers for the encoding).
+
+        ``v`` presents ``k_r`` rows in one slice (z == 1, e.g. after ``vstack``); ``out_t`` gives each entry's
+        output slice (``num_t`` slices of ``out_r`` rows)."""
+        if v.z != 1:
+            raise self.err(f"internal: row picker on a value with z={v.z}")
+        out_rt, k_rt = tiles(out_r), tiles(k_r)
+        if tiles(v.r) != k_rt:
+            raise self.err(f"internal: row picker expects {k_rt} row tiles, value has {tiles(v.r)}")
+        pkey = ("picker", key) if key is not None else None
+        if pkey is not None and pkey in self.cache:
+            sp = self.cache[pkey]
+        else:
+            sp = pickers.build_sparse_picker(out_rows, in_rows, values, out_rt, k_rt, out_t, num_t)
+            if pkey is not None:
+                self.cache[pkey] = sp
+        ckey = key if key is not None else (name, id(sp))
+        tiles_q = self._const(("sparse_tiles", ckey), f"{name}.sparse", sp.tiles, {"sparse_tiles": True})
+        index_q = self._const(("sparse_index", ckey), f"{name}.index", sp.index, {"df": "RawUInt32", "sparse_index": True})
+        attrs = {"identity": True, "num_sparse_tiles": sp.num_sparse_tiles, "num_index_tiles": sp.num_index_tiles,
+                 "indices_len": sp.indices_len, "act_t": 1}
+        return self.emit(name, "matmul", [(tiles_q, ()), (v, ()), (index_q, ())], (num_t, out_r, v.c), attrs,
+                         pad=(ZERO, v.pad_c), tags={"picker": "sparse", "min_fidelity": "HiFi2"})
+
+    def _col_pick(self, v: DVal, name: str, sources: np.ndarray, key: Any = None) -> DVal:
+        """Dense column picker: out col j = in col sources[j] (or zero when -1)."""
+        p = pickers.column_picker(v.c, sources)
+        q = self._const(("colpick", key if key is not None else (name, v.c, sources.tobytes())), f"{name}.colpick", p)
+        extra = (Broadcast(dim="z", factor=v.z),) if v.z > 1 else ()
+        return self.emit(name, "matmul", [(v, ()), (q, extra)], (v.z, v.r, len(sources)), pad=(v.pad_r, ZERO),
+                         tags={"picker": "column", "min_fidelity": "HiFi3"})
+
+    # --- elementwise ----------------------------------------------------------------------------------------
+    def _unary(self, node: Node, v: DVal) -> DVal:
+        t = node.op_type
+        attrs: Dict[str, Any] = {}
+        if t == "relu":
+            attrs = {"relu_en": True, "relu_threshold": float(node.attrs["threshold"]), "relu_mode": node.attrs["mode"]}
+        elif t == "leaky_relu":
+            attrs = {"slope": float(node.attrs["alpha"])}
+        elif t == "gelu" and node.attrs.get("approximate") == "tanh":
+            attrs = {"approximate_mode": True}
+        elif t == "pow":
+            e = node.attrs["exponent"]
+            if not float(e).is_integer() or e < 0:
+                raise self.err(f"pow with exponent {e} should have been decomposed")
+            attrs = {"exp": int(e)}
+        elif t == "dropout":
+            attrs = {"p": float(node.attrs["p"]), "seed": int(node.attrs["seed"])}
+        if t in ZERO_PRESERVING:
+            pad = (v.pad_r, v.pad_c)
+        else:
+            pad = (REP if v.pad_r == REP else JUNK, REP if v.pad_c == REP else JUNK)
+        return self.emit(node.name, UNARY[t], [(v, ())], (v.z, v.r, v.c), attrs, pad=pad, layout=v.layout,
+                         spatial=v.spatial)
+
+    def _binary(self, node: Node, a: DVal, b: DVal) -> DVal:
+        out_shape = tuple(node.shape)
+        shapes = [_right_align(self.g[o].shape, len(out_shape)) for o in node.operands]
+        operands = [a, b]
+        layout, spatial = "canonical", None
+        flat = [v for v in operands if v.layout == "flat"]
+        if flat:
+            h, w = flat[0].spatial
+            ok = len(out_shape) == 4 and out_shape[0] == 1 and tuple(out_shape[1:3]) == (h, w)
+            for s in shapes:
+                if ok and s[1] * s[2] > 1 and (tuple(s[1:3]) != (h, w) or s[0] != 1):
+                    ok = False
+            if ok:
+                layout, spatial = "flat", (h, w)
+                operands = [self._flat(v, h, w) if s[1] * s[2] > 1 else self._canonical(v)
+                            for v, s in zip(operands, shapes)]
+            else:
+                operands = [self._canonical(v) for v in operands]
+        if layout == "flat":
+            z, r, c = 1, spatial[0] * spatial[1], out_shape[-1]
+        else:
+            z, r, c = canonical_zrc(out_shape)
+        inputs = []
+        pads_r, pads_c = [], []
+        for i, (v, s) in enumerate(zip(operands, shapes)):
+            if layout == "canonical" and len(s) > 2 and v.z not in (1, z):
+                v = self._expand_leading(v, s, out_shape, i)
+            elif layout == "canonical" and len(s) > 2 and v.z == z and tuple(s[:-2]) != tuple(out_shape[:-2]) and z > 1:
+                v = self._expand_leading(v, s, out_shape, i)
+            extra: List[TM] = []
+            bc_r, bc_c = v.r == 1 and r > 1, v.c == 1 and c > 1
+            # A compile-time operand next to a replicated one stays replicated for free.
+            if v.is_queue_value and not v.tms:
+                others = [o for o in operands if o is not v]
+                if c == 1 and v.c == 1 and any(o.pad_c == REP for o in others):
+                    v = self._rep(v, "c")
+                if r == 1 and v.r == 1 and any(o.pad_r == REP for o in others):
+                    v = self._rep(v, "r")
+            if bc_c:
+                v = self._rep(v, "c")
+                if tiles(c) > 1:
+                    extra.append(Broadcast(dim="c", factor=tiles(c)))
+            if bc_r:
+                v = self._rep(v, "r")
+                if tiles(r) > 1:
+                    extra.append(Broadcast(dim="r", factor=tiles(r)))
+            if v.z == 1 and z > 1:
+                extra.insert(0, Broadcast(dim="z", factor=z))
+            pads_r.append(JUNK if bc_r else v.pad_r)
+            pads_c.append(JUNK if bc_c else v.pad_c)
+            inputs.append((v, tuple(extra)))
+        pad = (_combine_pad(node.op_type, pads_r, r), _combine_pad(node.op_type, pads_c, c))
+        # A transpose cannot ride on input 1 of a binary op; commutative ops can swap their inputs.
+        if node.op_type in ("add", "multiply", "maximum") and any(isinstance(t, Transpose) for t in
+                                                                  tuple(inputs[1][0].tms) + inputs[1][1]):
+            inputs = [inputs[1], inputs[0]]
+        return self.emit(node.name, BINARY[node.op_type], inputs, (z, r, c), pad=pad, layout=layout, spatial=spatial)
+
+    def _expand_leading(self, v: DVal, s: Sequence[int], out_shape: Sequence[int], index: int) -> DVal:
+        """An operand that broadcasts over some (not all) leading dims: only compile-time values can."""
+        if not v.is_queue_value:
+            raise self.err(f"operand {index} of shape {list(s)} broadcasts over some but not all leading dims of "
+                           f"{list(out_shape)}; the device can only broadcast z as a whole")
+        value = self.values[v.src].reshape(s)
+        target = tuple(out_shape[:-2]) + tuple(s[-2:])
+        return self._queue_value(v, f"expand{'x'.join(map(str, target))}", value.expand(target).contiguous())
+
+    def _rep(self, v: DVal, dim: str) -> DVal:
+        """Make a size-1 row/col dim fill its whole tile (so tile broadcasts repeat the right value)."""
+        if (v.pad_r if dim == "r" else v.pad_c) == REP:
+            return v
+        if v.is_queue_value and not v.tms:
+            value = self.values[v.src]
+            z, r, c = canonical_zrc(value.shape)
+            v3 = value.reshape(z, r, c)
+            if dim == "r":
+                value = v3.expand(z, TILE, c).contiguous() if r == 1 else v3
+            else:
+                value = v3.expand(z, r, TILE).contiguous() if c == 1 else v3
+            dv = self._queue_value(v, f"rep_{dim}", value)
+            return replace(dv, r=v.r, c=v.c, pad_r=REP if dim == "r" else v.pad_r, pad_c=REP if dim == "c" else v.pad_c)
+        key = ("rep", v.src, v.tms, dim)
+        if key not in self.cache:
+            self.cache[key] = self._rep_activation(v, dim)
+        return self.cache[key]
+
+    def _rep_activation(self, v: DVal, dim: str) -> DVal:
+        if dim == "r":
+            e = self._const("bcast_r", "tile_bcast_r", pickers.tile_broadcast_r())
+            extra = (Broadcast(dim="z", factor=v.z),) if v.z > 1 else ()
+            return self.emit(f"{v.src}.tile_bcast_r", "matmul", [(e, extra), (v, ())], (v.z, 1, v.c),
+                             pad=(REP, v.pad_c), tags={"picker": "tile_broadcast", "tile_broadcast_dim": "r",
+                                                        "data_input": 1, "min_fidelity": "HiFi2"})
+        e = self._const("bcast_c", "tile_bcast_c", pickers.tile_broadcast_c())
+        extra = (Broadcast(dim="z", factor=v.z),) if v.z > 1 else ()
+        return self.emit(f"{v.src}.tile_bcast_c", "matmul", [(v, ()), (e, extra)], (v.z, v.r, 1),
+                         pad=(v.pad_r, REP), tags={"picker": "tile_broadcast", "tile_broadcast_dim": "c",
+                                                        "data_input": 0, "min_fidelity": "HiFi3"})
+
+    # --- matmul ---------------------------------------------------------------------------------------------
+    def _matmul(self, node: Node, ops: List[DVal]) -> DVal:
+        a, b = ops[0], ops[1]
+        sa, sb = self.g[node.operands[0]].shape, self.g[node.operands[1]].shape
+        out_shape = tuple(node.shape)
+        z, m, n = canonical_zrc(out_shape)
+        k = sa[-1]
+        if len(sa) > 2 and a.z not in (1, z) or len(sb) > 2 and b.z not in (1, z):
+            raise self.err(f"matmul batch dims {list(sa[:-2])} x {list(sb[:-2])} -> {list(out_shape[:-2])} mix "
+                           f"broadcast and non-broadcast leading dims")
+        for v, s, i in ((a, sa, 0), (b, sb, 1)):
+            if len(s) > 2 and v.z == z and z > 1 and tuple(s[:-2]) != tuple(out_shape[:-2]):
+                ops[i] = self._expand_leading(v, s, out_shape, i)
+        a, b = ops[0], ops[1]
+        if k % TILE and a.pad_c != ZERO and b.pad_r != ZERO:
+            b = self._zero_rows(b) if not b.is_queue_value else b
+            if b.pad_r != ZERO:
+                a = self._zero_cols(a)
+        ea = (Broadcast(dim="z", factor=z),) if a.z == 1 and z > 1 else ()
+        eb = (Broadcast(dim="z", factor=z),) if b.z == 1 and z > 1 else ()
+        inputs = [(a, ea), (b, eb)]
+        attrs: Dict[str, Any] = {}
+        if len(ops) == 3:
+            bias = ops[2]
+            sbias = _right_align(self.g[node.operands[2]].shape, len(out_shape))
+            if sbias[-1] != out_shape[-1] or (len(sbias) > 2 and any(d != 1 for d in sbias[:-2]) and
+                                              tuple(sbias[:-2]) != tuple(out_shape[:-2])):
+                raise self.err(f"matmul bias of shape {list(sbias)} does not broadcast onto rows of {list(out_shape)}")
+            extra: List[TM] = []
+            if bias.z == 1 and z > 1:
+                extra.append(Broadcast(dim="z", factor=z))
+            if bias.r == 1 and tiles(m) > 1:
+                extra.append(Broadcast(dim="r", factor=tiles(m)))
+            inputs.append((bias, tuple(extra)))
+            attrs["bias"] = True
+        return self.emit(node.name, "matmul", inputs, (z, m, n), attrs, pad=(a.pad_r, b.pad_c))
+
+    def _zero_rows(self, v: DVal) -> DVal:
+        mask = self._const(("row_mask", v.r), f"row_mask_{v.r}", pickers.row_mask(v.r))
+        extra = [Broadcast(dim="c", factor=tiles(v.c))] if tiles(v.c) > 1 else []
+        if v.z > 1:
+            extra.insert(0, Broadcast(dim="z", factor=v.z))
+        return self.emit(f"{v.src}.zero_pad_r", "multiply", [(v, ()), (mask, tuple(extra))], (v.z, v.r, v.c),
+                         pad=(ZERO, v.pad_c), layout=v.layout, spatial=v.spatial)
+
+    def _zero_cols(self, v: DVal) -> DVal:
+        mask = self._const(("col_mask", v.c), f"col_mask_{v.c}", pickers.col_mask(v.c))
+        extra = [Broadcast(dim="r", factor=tiles(v.r))] if tiles(v.r) > 1 else []
+        if v.z > 1:
+            extra.insert(0, Broadcast(dim="z", factor=v.z))
+        return self.emit(f"{v.src}.zero_pad_c", "multiply", [(v, ()), (mask, tuple(extra))], (v.z, v.r, v.c),
+                         pad=(v.pad_r, ZERO), layout=v.layout, spatial=v.spatial)
+
+    # --- outputs --------------------------------------------------------------------------------------------
+    def _output(self, node: Node) -> None:
+        v = self._canonical(self._get(node.operands[0]))
+        consumers = sum(1 for op in self.bg.ops.values() if v.src in op.inputs)
+        feeds_queue = any(q.producer == v.src for q in self.bg.queues.values())
+        producer = self.bg.ops.get(v.src)
+        # An untilizing op feeds only its output queue. The balancer keeps an untilizing matmul at
+        # m_k == 1 (netlist rule untilize_output), but with the whole K block in L1 that does not always
+        # fit (MobileNetV2's 1280x1000 classifier on Grayskull needs 512 KiB per core), and a z-reduce
+        # cannot untilize at all, so those hand the job to a nop.
+        awkward = producer is not None and (producer.type == "matmul" or producer.attrs.get("dim") == "z")
+        if v.src in self.bg.queues or v.src in self.pending or v.tms or consumers or feeds_queue or awkward:
+            v = self.emit(f"{node.name}.out_nop", "nop", [(v, ())], (v.z, v.r, v.c), pad=(v.pad_r, v.pad_c),
+                          tags={"output_nop": True})
+        src_shape = tuple(self.g[node.operands[0]].shape)
+        tags = {"device_shape": src_shape, "batched": bool(node.tags.get("batched")),
+                "host_tms": list(node.tags.get("host_tms", [])),
+                "framework_shape": tuple(node.tags.get("framework_shape", node.shape))}
+        q = BudaQueue(node.name, "output", TileShape(1, v.z, tiles(v.r), tiles(v.c)), producer=v.src,
+                      original_shape=tags["framework_shape"], tags=tags)
+        self.bg.add_queue(q)
+        self.bg.output_order.append(node.name)
+        if self.ctx.config.output_queues_on_host:
+            self.bg.ops[v.src].untilize_output = True

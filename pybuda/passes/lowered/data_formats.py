@@ -1,0 +1,223 @@
+"""Data formats and math fidelity of every lowered op and queue (TT-Buda's data-format passes).
+
+Order of application (later wins):
+
+1. Defaults. Floating-point tensors use ``default_df_override`` if set, else ``fp32_fallback``
+   (Float32 becomes Float16_b unless configured otherwise); bfloat16/float16 inputs keep Float16_b /
+   Float16; integer inputs are Int32 (Int8 for int8/bool). ``acc_df`` is ``default_accumulate_df``, else
+   Float32 when the default format is Float32 on a chip that can accumulate in it, else Float16_b;
+   fidelity is ``default_math_fidelity`` (HiFi3).
+2. ``amp_level`` (TT-Buda's automatic mixed precision, as implemented here):
+   1 = matmuls and their parameter operands in Bfp8_b, everything else Float16_b;
+   2 = also elementwise ops in Bfp8_b, except the precision-sensitive ones (exp, log, reciprocal, sqrt,
+   reduce) which stay Float16_b, matmul fidelity HiFi2;
+   3 = level 2 with matmul weights in Bfp4_b and LoFi.
+3. ``amp_properties`` (``configure_mixed_precision`` / ``enable_amp_light``) in order: a rule matches on
+   ``op_type`` (the netlist type or the IR op it came from), ``epoch_type`` and ``name_regex``
+   (``re.search`` on the op name, which starts with the model op's name) and sets output /
+   intermediate / accumulate df, fidelity and ``input_df {index: (df, include_activations)}`` (the df of
+   the parameter/constant feeding that input, or of the producing op when ``include_activations``).
+4. Legalisation (netlist spec §1.3, §4.5): on Grayskull Float32/Int32 accumulation becomes Float16_b;
+   accumulating ops (matmuls) never spill to Bfp4/Bfp2 (Bfp8 of the same exponent family instead) and
+   keep ``intermed_df`` in ``out_df``'s exponent family; integer data needs HiFi4 and Int32 accumulation;
+   ops writing to the host (untilize) output Float16, Float16_b or Float32; a z-reduce does no
+   conversion; data-movement matmuls (pickers, tile broadcasts) get at least the fidelity that keeps
+   them exact unless a rule set it; compiler index queues stay RawUInt32.
+5. ``in_df`` of every op = its producer's ``out_df`` / queue ``df``; output queues take their producer's.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from typing import Optional, Set
+
+from pybuda.ir.lowered import BudaGraph, BudaOp
+from pybuda.passes.context import CompileContext
+from pybuda.dtypes import DataFormat as DF
+from pybuda.dtypes import MathFidelity as MF
+
+log = logging.getLogger(__name__)
+
+ACC_FORMATS = (DF.Float16, DF.Float16_b, DF.Float32, DF.Int32)
+LOW_BFP = {DF.Bfp4: DF.Bfp8, DF.Bfp2: DF.Bfp8, DF.Bfp4_b: DF.Bfp8_b, DF.Bfp2_b: DF.Bfp8_b}
+UNTILIZE_OK = (DF.Float16, DF.Float16_b, DF.Float32)
+SENSITIVE = {"exp", "log", "reciprocal", "sqrt", "reduce"}
+_FIDELITY_RANK = {MF.LoFi: 0, MF.HiFi2: 1, MF.HiFi2_B: 1, MF.HiFi3: 2, MF.HiFi4: 3}
+_DTYPE_DF = {"bfloat16": DF.Float16_b, "float16": DF.Float16, "int8": DF.Int8, "uint8": DF.UInt8, "bool": DF.Int8,
+             "int32": DF.Int32, "int64": DF.Int32, "int16": DF.Int32}
+
+
+def set_data_formats(bg: BudaGraph, ctx: CompileContext) -> BudaGraph:
+    """Assign legal formats and fidelity to every op and queue (in place); returns ``bg``."""
+    cfg = ctx.config
+    default = DF.from_json(cfg.default_df_override) if cfg.default_df_override is not None else DF.from_json(cfg.fp32_fallback)
+    if cfg.default_accumulate_df is not None:
+        acc = DF.from_json(cfg.default_accumulate_df)
+    else:
+        # Float16_b is TT-Buda's default Dest format; a Float32 model keeps Float32 in Dest where the chip
+        # can (Wormhole and later): truncating every op's result to bfloat16 would cost the precision the
+        # user asked for (about 0.2 % per op, compounding through deep networks).
+        acc = DF.Float32 if default == DF.Float32 and not ctx.is_grayskull else DF.Float16_b
+    if acc not in ACC_FORMATS:
+        raise ctx.error(f"default_accumulate_df must be one of {[d.name for d in ACC_FORMATS]}, got {acc.name}")
+    if ctx.is_grayskull and acc in (DF.Float32, DF.Int32):
+        log.warning("Grayskull cannot accumulate in %s; using Float16_b", acc.name)
+        ctx.notes["acc_df_demoted"] = acc.name
+        acc = DF.Float16_b
+    fidelity = MF.from_json(cfg.default_math_fidelity)
+
+    # 1. defaults
+    for q in bg.queues.values():
+        if q.tags.get("df") == "RawUInt32":
+            q.df = DF.RawUInt32
+        elif q.kind == "input":
+            dtype = q.tags.get("dtype", "float32")
+            q.df = _DTYPE_DF.get(dtype, default) if cfg.default_df_override is None or dtype in _INT_DTYPES else default
+        elif q.kind in ("parameter", "constant"):
+            dtype = q.tags.get("dtype", "float32")
+            q.df = _DTYPE_DF[dtype] if dtype in _INT_DTYPES else default
+    for op in bg.ops.values():
+        op.out_df = default
+        op.intermed_df = default
+        op.acc_df = acc
+        op.math_fidelity = fidelity
+
+    # 2. AMP level
+    level = cfg.amp_level or 0
+    if level:
+        _apply_amp_level(bg, level)
+
+    # 3. user rules
+    explicit_fidelity: Set[str] = set()
+    explicit_acc: Set[str] = set()
+    for rule in cfg.amp_properties:
+        regex = re.compile(rule.name_regex) if rule.name_regex else None
+        for op in bg.ops.values():
+            if not _matches(rule, op, regex):
+                continue
+            if rule.output_df is not None:
+                op.out_df = DF.from_json(rule.output_df)
+                if rule.intermediate_df is None:
+                    op.intermed_df = op.out_df
+            if rule.intermediate_df is not None:
+                op.intermed_df = DF.from_json(rule.intermediate_df)
+            if rule.accumulate_df is not None:
+                op.acc_df = DF.from_json(rule.accumulate_df)
+                explicit_acc.add(op.name)
+            if rule.math_fidelity is not None:
+                op.math_fidelity = MF.from_json(rule.math_fidelity)
+                explicit_fidelity.add(op.name)
+            for index, spec in (rule.input_df or {}).items():
+                df, include_activations = spec if isinstance(spec, (tuple, list)) else (spec, False)
+                index = int(index)
+                if index >= len(op.inputs):
+                    continue
+                src = op.inputs[index]
+                q = bg.queues.get(src)
+                if q is not None and q.kind in ("parameter", "constant") and q.tags.get("df") != "RawUInt32":
+                    q.df = DF.from_json(df)
+                elif include_activations and src in bg.ops:
+                    bg.ops[src].out_df = DF.from_json(df)
+                    bg.ops[src].intermed_df = DF.from_json(df)
+
+    # 4. legalise
+    for op in bg.ops.values():
+        _legalize(op, bg, ctx, op.name in explicit_fidelity, op.name in explicit_acc)
+    for op in bg.ops.values():  # z-reduce converts nothing: it keeps its producer's format
+        if op.type == "reduce" and op.attrs.get("dim") == "z":
+            src = _df_of(bg, op.inputs[0])
+            op.out_df = op.intermed_df = src
+
+    # 5. in_df and output queues
+    for op in bg.ops.values():
+        op.in_df = [_df_of(bg, name) for name in op.inputs]
+    for q in bg.queues.values():
+        if q.producer is not None and q.producer in bg.ops:
+            q.df = bg.ops[q.producer].out_df
+    return bg
+
+
+_INT_DTYPES = {"int8", "uint8", "bool", "int32", "int64", "int16"}
+
+
+def _df_of(bg: BudaGraph, name: str) -> DF:
+    return bg.ops[name].out_df if name in bg.ops else bg.queues[name].df
+
+
+def _matches(rule, op: BudaOp, regex: Optional[re.Pattern]) -> bool:
+    if rule.op_type is not None and rule.op_type not in (op.type, op.tags.get("ir_op_type")):
+        return False
+    if rule.epoch_type is not None and rule.epoch_type != op.epoch_type:
+        return False
+    if regex is not None and not regex.search(op.name) and not regex.search(str(op.tags.get("ir_node") or "")):
+        return False
+    if rule.is_gradient_op is not None and rule.is_gradient_op != op.gradient_op:
+        return False
+    return True
+
+
+def _is_data_movement(op: BudaOp) -> bool:
+    return bool(op.tags.get("picker"))
+
+
+def _apply_amp_level(bg: BudaGraph, level: int) -> None:
+    for op in bg.ops.values():
+        if op.type == "matmul" and not _is_data_movement(op) and not op.tags.get("reduce"):
+            op.out_df = op.intermed_df = DF.Bfp8_b
+            if level >= 2:
+                op.math_fidelity = MF.HiFi2
+            if level >= 3:
+                op.math_fidelity = MF.LoFi
+            for i, src in enumerate(op.inputs[1:], start=1):
+                q = bg.queues.get(src)
+                if q is not None and q.kind == "parameter":
+                    q.df = DF.Bfp4_b if level >= 3 and i == 1 else DF.Bfp8_b
+        elif level >= 2 and op.type not in SENSITIVE and not op.tags.get("reduce") and not _is_data_movement(op):
+            op.out_df = op.intermed_df = DF.Bfp8_b
+        else:
+            op.out_df = op.intermed_df = DF.Float16_b
+
+
+def _family_b(df: DF) -> bool:
+    return df.exponent_family == "b" or df == DF.Float32
+
+
+def _legalize(op: BudaOp, bg: BudaGraph, ctx: CompileContext, explicit_fidelity: bool, explicit_acc: bool) -> None:
+    in_dfs = [_df_of(bg, n) for n in op.inputs]
+    data_in = [df for df, n in zip(in_dfs, op.inputs) if not (n in bg.queues and bg.queues[n].tags.get("df") == "RawUInt32")]
+    integer = op.out_df.is_integer or any(df.is_integer for df in data_in)
+    if integer:
+        if ctx.is_grayskull:
+            raise ctx.error(f"integer data ({op.out_df.name}) is not supported on Grayskull", op=op.name)
+        op.math_fidelity = MF.HiFi4
+        op.acc_df = DF.Int32
+        if not op.out_df.is_integer:
+            op.out_df = DF.Int32
+        if not op.intermed_df.is_integer:
+            op.intermed_df = DF.Int32
+    if op.acc_df not in ACC_FORMATS:
+        raise ctx.error(f"acc_df {op.acc_df.name} is not an accumulation format", op=op.name)
+    if ctx.is_grayskull and op.acc_df in (DF.Float32, DF.Int32):
+        if explicit_acc:
+            log.warning("op '%s': Grayskull cannot accumulate in %s; using Float16_b", op.name, op.acc_df.name)
+        op.acc_df = DF.Float16_b
+    if op.type == "matmul":
+        # Accumulating ops spill partial sums to intermed: no Bfp4/Bfp2, same exponent width as out_df.
+        if op.intermed_df in LOW_BFP:
+            op.intermed_df = LOW_BFP[op.intermed_df]
+        if op.intermed_df != op.out_df and not op.out_df.is_integer:
+            if _family_b(op.out_df) != _family_b(op.intermed_df):
+                op.intermed_df = op.out_df if op.out_df not in LOW_BFP else LOW_BFP[op.out_df]
+        if op.acc_df in (DF.Float32, DF.Int32) and not op.out_df.is_integer:
+            op.intermed_df = op.acc_df  # an m_k > 1 / l1_acc matmul spills in acc_df
+    untilize_ok = UNTILIZE_OK if ctx.is_grayskull else UNTILIZE_OK + (DF.Int8, DF.Int32)
+    if op.untilize_output and op.out_df not in untilize_ok:
+        op.out_df = DF.Float16_b if _family_b(op.out_df) else DF.Float16
+        if op.type != "matmul" or op.intermed_df in LOW_BFP:
+            op.intermed_df = op.out_df
+    minimum = op.tags.get("min_fidelity")
+    if minimum and not explicit_fidelity and not integer:
+        want = MF.from_json(minimum)
+        if _FIDELITY_RANK.get(op.math_fidelity, 3) < _FIDELITY_RANK[want]:
+            op.math_fidelity = want

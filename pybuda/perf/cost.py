@@ -1,0 +1,674 @@
+"""Per-op cycle estimates: the single source of truth for kernel cycles and data-movement bounds.
+
+The balancer (legal op models, the NLP and Ribbon policies and their epoch estimates) and the performance model call
+this module, so a change to a parameter changes every consumer at once.
+
+Two parts:
+
+* **Kernel cycles** (:func:`kernel_cycles`): the linear models BBE fitted to silicon sweeps
+  (netlist_backend_spec §6.1; current versions Grayskull v2 and Wormhole B0 v3). Every number in the
+  parameter tables below names its source; values marked **[D]** are derived here because the spec
+  gives none (e.g. Grayskull ops missing from the GS v2 table fall back to the WH B0 v3 value;
+  Blackhole, which has no BBE parameters, uses the WH B0 v3 tables).
+* **Data-movement bounds** (:func:`op_cycle_breakdown`): per-core input and output bytes divided by the
+  bandwidth of where they come from (NoC op-to-op pipe, DRAM channel, PCIe), spec §5.4 and §6.3/§6.4.
+  ``op_cycles = max(kernel, input bytes / bandwidth, output bytes / bandwidth)``, as PyBuda's
+  ``get_op_cycles_estimates`` does.
+
+All estimates are cycles per core per *input* (one entry of the op's input queue, i.e. one sample of
+the microbatch), clamped to ``[0, 2**30]`` (spec §6.1).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
+
+from pybuda.arch.tiles import tile_size_bytes as _arch_tile_size_bytes
+from pybuda.netlist.operands import sparse_table_tiles_per_core
+from pybuda.dtypes import DataFormat, MathFidelity
+
+__all__ = [
+    "CYCLES_CLAMP",
+    "BandwidthContext",
+    "CycleBreakdown",
+    "DeviceBandwidth",
+    "device_bandwidth",
+    "tile_size_bytes",
+    "fidelity_phases",
+    "kernel_cycles",
+    "input_tiles_per_core",
+    "output_tiles_per_core",
+    "op_cycle_breakdown",
+    "op_cycles",
+    "matmul_ideal_cycles",
+    "epoch_overhead_cycles",
+    "distinct_fetchers",
+    "sparse_table_tiles_per_core",
+    "operand_fetches",
+    "dram_bytes_per_input",
+]
+
+CYCLES_CLAMP = 1 << 30  # spec §6.1: "The result is clamped to [0, 2^30]".
+
+_TILE_BYTES: Dict[DataFormat, int] = {}
+
+
+def tile_size_bytes(df: DataFormat) -> int:
+    """Bytes of one packed 32x32 tile in ``df`` (header + exponents + data + padding; spec §2.1), from
+    :func:`pybuda.arch.tiles.tile_size_bytes`, cached because the balancer asks millions of times.
+    Formats without a tile size (Invalid) count as 16-bit."""
+    size = _TILE_BYTES.get(df)
+    if size is None:
+        try:
+            size = _arch_tile_size_bytes(df)
+        except ValueError:
+            size = _arch_tile_size_bytes(DataFormat.Float16_b)
+        _TILE_BYTES[df] = size
+    return size
+
+
+def fidelity_phases(fidelity: MathFidelity) -> int:
+    """The 1/2/3/4 fidelity factor F of the matmul formulas (LoFi, HiFi2, HiFi3, HiFi4; spec §4.6/§6.1)."""
+    return MathFidelity(fidelity).phases
+
+
+# --------------------------------------------------------------------------------------------------
+# Parameter tables. (ublock_weight, tile_weight) per op; spec §6.1 unless marked [D].
+# --------------------------------------------------------------------------------------------------
+
+# Wormhole B0 v3 (params_v3.yaml), spec §6.1 table "Op (WH v3)".
+_WH_UNARY: Dict[str, Tuple[float, float]] = {
+    "nop": (305.0, 56.0),
+    "exp": (9.0, 1771.0),
+    "gelu": (7.9, 270.4),
+    "gelu_derivative": (19.5, 2219.6),
+    "log": (8.0, 718.1),
+    "reciprocal": (7.9, 910.1),
+    "sigmoid": (25.0, 266.5),
+    "sqrt": (7.9, 910.1),
+    "tanh": (20.2, 204.1),
+    "square": (20.1, 204.2),
+    "abs": (31.2, 171.5),
+    "power": (54.4, 200.4),
+    "lrelu": (19.5, 322.0),
+    "dropout": (19.5, 574.2),
+    "sine": (7.9, 910.1),
+    "cosine": (13.3, 1547.5),
+}
+# approximate_mode variants (spec §6.1, "approx:" values); the ublock weight is the exact op's.
+_WH_UNARY_APPROX: Dict[str, float] = {"exp": 812.8, "gelu_derivative": 383.8, "reciprocal": 780.8}
+# Vector-mode variants (attribute ``vector: r|c``). The spec gives one number: exp with vector r costs
+# 255 cycles per tile. Other ops/modes fall back to the full-tile (rc) parameters [D].
+_WH_UNARY_VECTOR: Dict[Tuple[str, str], float] = {("exp", "r"): 255.0}
+
+_WH_BINARY: Dict[str, Tuple[float, float]] = {
+    "add": (234.3, 49.6),
+    "subtract": (234.1, 49.7),
+    "multiply": (222.0, 54.6),
+    "maximum": (9.9, 333.8),
+}
+_WH_REDUCE: Dict[str, Tuple[float, float]] = {"r": (76.0, 59.0), "c": (0.0, 91.0)}
+_WH_REDUCE_Z: Tuple[float, float, float] = (0.0, 287.0, 268.0)  # ublock, tile, z_weight
+_WH_SPLICE: Tuple[float, float] = (132.0, 69.0)
+
+# WH B0 v3 dense matmul (V2) sets: (math_tiles, dest_spill, unpack_ublocks, unpack_tiles); spec §6.1.
+_WH_MATMUL: Dict[str, Tuple[float, float, float, float]] = {
+    "fp16": (15.52, 47.70, 93.20, 3.33),
+    "bfp": (14.16, 22.11, 192.76, 3.97),
+    "int32": (17.00, 160.82, 152.67, 0.0),
+    "l1_acc_fp16": (15.74, 0.0, 20.92, 3.39),
+    "l1_acc_bfp": (14.04, 26.62, 70.01, 4.66),
+}
+
+# Grayskull v2, spec §6.1 table "Op (GS v2)". Ops the table lacks use the WH B0 v3 value [D].
+_GS_UNARY: Dict[str, Tuple[float, float]] = {
+    "nop": (305.0, 56.0),
+    "exp": (0.0, 2666.0),
+    "gelu": (64.0, 286.0),
+    "reciprocal": (29.0, 915.0),
+    "sqrt": (195.0, 159.0),
+    "sigmoid": (84.2, 174.8),
+    "log": (0.0, 1413.0),
+}
+_GS_UNARY_APPROX: Dict[str, float] = {"exp": 668.0}
+_GS_BINARY: Dict[str, Tuple[float, float]] = {
+    "add": (294.0, 50.4),
+    "multiply": (261.2, 54.8),
+    # [D] subtract runs on the same ELWSUB path as add; GS v2 has no separate row.
+    "subtract": (294.0, 50.4),
+}
+_GS_REDUCE: Dict[str, Tuple[float, float]] = {"r": (76.0, 59.0), "c": (76.0, 59.0)}  # one GS row for r and c
+_GS_REDUCE_Z: Tuple[float, float, float] = (0.0, 287.0, 268.0)
+# The stored GS splice tile weight is 69139, "almost certainly a typo for 69" (spec §6.1, §8.4); use 69.
+_GS_SPLICE: Tuple[float, float] = (132.0, 69.0)
+# GS dense matmul V1: m_k_weight, ublock_weight, tile_weight (spec §6.1).
+_GS_MATMUL_V1: Tuple[float, float, float] = (1321.0, 56.0, 36.0)
+
+# Ideal cycles of one 32x32x32 tile product per fidelity phase: 16 MVMULs on WH (spec §6.2); on GS
+# 65536 FLOP / 2304 FLOP per cycle per core (perf_calibration §2.2) [D].
+_IDEAL_TILE_MAC_CYCLES = {"grayskull": 65536.0 / 2304.0, "wormhole_b0": 16.0, "blackhole": 16.0}
+
+_BINARY_OPS = frozenset({"add", "subtract", "multiply", "maximum", "quantization", "dequantization",
+                         "requantization"})
+_MATMUL_OPS = frozenset({"matmul", "depthwise"})
+_UNARY_FALLBACK_OPS = frozenset({"datacopy", "ethernet_datacopy", "tilizer", "embedding", "topk", "drainer",
+                                 "buffer"})
+
+
+def _arch_key(arch: Any) -> str:
+    """Normalise an arch (BackendDevice, str, or a device descriptor) to grayskull|wormhole_b0|blackhole."""
+    value = getattr(arch, "arch", arch)
+    value = getattr(value, "value", value)
+    key = str(value).lower()
+    if key.startswith("grayskull") or key.startswith("gs"):
+        return "grayskull"
+    if key.startswith("blackhole") or key.startswith("bh"):
+        return "blackhole"
+    return "wormhole_b0"
+
+
+def _binary_df_weight(op_type: str, dfs: Sequence[DataFormat]) -> float:
+    """df_w of the binary formula: 2 for Float16/Float16_b, 4 for Float32, 1 otherwise; ``maximum``
+    always 1 (spec §6.1). With mixed inputs the slowest (largest) weight is used [D]."""
+    if op_type == "maximum":
+        return 1.0
+    weight = 1.0
+    for df in dfs:
+        if df in (DataFormat.Float16, DataFormat.Float16_b):
+            weight = max(weight, 2.0)
+        elif df in (DataFormat.Float32,):
+            weight = max(weight, 4.0)
+    return weight
+
+
+def _clamp(cycles: float) -> int:
+    return int(min(max(cycles, 0.0), float(CYCLES_CLAMP)))
+
+
+# --------------------------------------------------------------------------------------------------
+# Kernel formulas
+# --------------------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class _Blocking:
+    """The per-core blocking numbers every formula reads."""
+
+    t: int
+    mblock_m: int
+    mblock_n: int
+    ublock_rt: int
+    ublock_ct: int
+    m_k: int
+    u_kt: int
+    grid_r: int
+    grid_c: int
+
+    @property
+    def ublocks(self) -> int:
+        return self.mblock_m * self.mblock_n
+
+    @property
+    def tiles(self) -> int:
+        return self.ublocks * self.ublock_rt * self.ublock_ct
+
+
+def _blocking(op_model: Any) -> _Blocking:
+    return _Blocking(
+        t=max(1, int(op_model.t)), mblock_m=int(op_model.mblock[0]), mblock_n=int(op_model.mblock[1]),
+        ublock_rt=int(op_model.ublock[0]), ublock_ct=int(op_model.ublock[1]),
+        m_k=max(1, int(getattr(op_model, "m_k", 1))), u_kt=max(1, int(getattr(op_model, "u_kt", 1))),
+        grid_r=int(op_model.grid_shape[0]), grid_c=int(op_model.grid_shape[1]))
+
+
+def _unary_params(arch: str, op_type: str, attrs: Mapping[str, Any]) -> Tuple[float, float]:
+    if arch == "grayskull" and op_type in _GS_UNARY:
+        ub, tile = _GS_UNARY[op_type]
+        approx_table = _GS_UNARY_APPROX
+    else:
+        ub, tile = _WH_UNARY.get(op_type, _WH_UNARY["nop"])
+        approx_table = _WH_UNARY_APPROX if op_type in _WH_UNARY else {}
+    if attrs.get("approximate_mode") and op_type in approx_table:
+        tile = approx_table[op_type]
+    vector = attrs.get("vector")
+    if vector in ("r", "c") and (op_type, vector) in _WH_UNARY_VECTOR:
+        tile = min(tile, _WH_UNARY_VECTOR[(op_type, vector)])
+    return ub, tile
+
+
+def _unary_cycles(arch: str, op_type: str, attrs: Mapping[str, Any], b: _Blocking) -> float:
+    """``t·(ub·ublock_weight + tiles·tile_weight)`` (spec §6.1, unary/SFPU; z=1, z_weight=0)."""
+    ub_w, tile_w = _unary_params(arch, op_type, attrs)
+    return b.t * (b.ublocks * ub_w + b.tiles * tile_w)
+
+
+def _binary_cycles(arch: str, op_type: str, dfs: Sequence[DataFormat], b: _Blocking) -> float:
+    """``t·(ub·ublock_weight + tiles·tile_weight·df_w)`` (spec §6.1, binary)."""
+    table = _GS_BINARY if arch == "grayskull" else _WH_BINARY
+    key = op_type if op_type in _WH_BINARY else "add"  # (de/re)quantization: add's unpack/pack path [D]
+    ub_w, tile_w = table.get(key, _WH_BINARY[key])
+    return b.t * (b.ublocks * ub_w + b.tiles * tile_w * _binary_df_weight(op_type, dfs))
+
+
+def _reduce_cycles(arch: str, attrs: Mapping[str, Any], b: _Blocking) -> float:
+    """Reduce r/c/z with the unary form ``t·z·(ub·ublock_weight + tiles·tile_weight + z_weight)``.
+
+    The per-core work of a reduce is its *input*: the reduced dimension is K = m_k·u_kt tiles, so the
+    output's ublocks and tiles are scaled by m_k and K [D]. For dim z the input has ``z`` slices per
+    output slice (spec §6.1: z and z_weight apply to reduce-z only).
+    """
+    dim = str(attrs.get("dim", "r")).lower()
+    if dim == "z":
+        ub_w, tile_w, z_w = _GS_REDUCE_Z if arch == "grayskull" else _WH_REDUCE_Z
+        z = max(1, int(attrs.get("z", 1)))
+        return b.t * z * (b.ublocks * ub_w + b.tiles * tile_w + z_w)
+    table = _GS_REDUCE if arch == "grayskull" else _WH_REDUCE
+    ub_w, tile_w = table.get(dim, table["r"])
+    k = b.m_k * b.u_kt
+    return b.t * (b.ublocks * b.m_k * ub_w + b.tiles * k * tile_w)
+
+
+def _splice_cycles(arch: str, b: _Blocking) -> float:
+    """``t·(ub·ublock_weight + tiles·tile_weight)`` (spec §6.1, n-ary)."""
+    ub_w, tile_w = _GS_SPLICE if arch == "grayskull" else _WH_SPLICE
+    return b.t * (b.ublocks * ub_w + b.tiles * tile_w)
+
+
+def _wh_matmul_set(in_dfs: Sequence[DataFormat], acc_df: DataFormat, attrs: Mapping[str, Any]) -> str:
+    """Which WH B0 v3 matmul parameter set applies: Int32 for integer math, BFP when input 0 is a
+    block-float format (the unpacker's format), else FP16; ``l1_acc`` picks the L1-accumulate sets."""
+    in0 = in_dfs[0] if in_dfs else DataFormat.Float16_b
+    if acc_df == DataFormat.Int32 or in0.is_integer:
+        return "int32"
+    family = "bfp" if in0.is_bfp else "fp16"
+    return f"l1_acc_{family}" if attrs.get("l1_acc") else family
+
+
+def _matmul_cycles(arch: str, in_dfs: Sequence[DataFormat], acc_df: DataFormat, fidelity: MathFidelity,
+                   attrs: Mapping[str, Any], b: _Blocking) -> float:
+    """Dense matmul: GS V1 or WH V2 (spec §6.1)."""
+    f = fidelity_phases(fidelity)
+    if arch == "grayskull":
+        m_k_w, ub_w, tile_w = _GS_MATMUL_V1
+        ub = b.ublocks
+        return b.t * ((b.m_k - 1) * m_k_w + (b.m_k * ub) * ub_w
+                      + (b.m_k * ub * b.u_kt * b.ublock_rt * b.ublock_ct) * tile_w * f)
+    math_w, spill_w, unpack_ub_w, unpack_tile_w = _WH_MATMUL[_wh_matmul_set(in_dfs, acc_df, attrs)]
+    big_u = b.m_k * b.mblock_m * b.mblock_n
+    return b.t * (big_u * b.u_kt * b.ublock_rt * b.ublock_ct * f * math_w
+                  + (b.m_k - 1) * b.mblock_m * b.mblock_n * b.ublock_rt * b.ublock_ct * spill_w
+                  + big_u * unpack_ub_w
+                  + big_u * b.u_kt * b.ublock_rt * (1 + b.ublock_ct) * unpack_tile_w)
+
+
+def _sparse_products_per_core(attrs: Mapping[str, Any], b: _Blocking) -> int:
+    """Tile rows of in0·in1 products one core of a sparse matmul performs per input, for each of its
+    output tile columns: ``ceil(indices_len / grid_r)``.
+
+    The index holds one entry per non-zero (output row tile, K row tile) pair over every t, sorted by
+    output row, so the grid rows split it evenly. Zero blocks of ``m_k`` cost nothing: the kernel walks
+    the index, not K (a convolution's im2col picker has ``m_k`` = the whole activation height while
+    each output row touches only kernel-size rows). Without ``indices_len`` (hand-written netlists)
+    every unique sparse tile is assumed used once per core row [D]."""
+    indices = int(attrs.get("indices_len", 0) or 0)
+    if indices <= 0:
+        indices = int(attrs.get("num_sparse_tiles", 0) or 0)
+    return max(1, math.ceil(indices / max(1, b.grid_r)))
+
+
+#: Sparse matmul fidelity scaling (spec §6.1: the V2 formula reads LoFi and HiFi2 tables, "HiFi3
+#: scales by 1.2 and HiFi4 by 1.7", relative to HiFi2).
+_SPARSE_FIDELITY = {1: 1.0, 2: 2.0, 3: 2.4, 4: 3.4}
+
+
+def _sparse_matmul_cycles(arch: str, in_dfs: Sequence[DataFormat], acc_df: DataFormat,
+                          fidelity: MathFidelity, attrs: Mapping[str, Any], b: _Blocking) -> float:
+    """Sparse ("identity") matmul: the dense formula (GS V1 / WH V2) applied to the work the core
+    really does, one tile product per index entry and output tile column.
+
+    The spec names BBE's sparse formulas but gives no parameters. The per-core work is
+    ``P = ceil(indices_len / grid_r)`` products for each of the ``mblock_n·ublock_ct`` output columns
+    — exactly a dense matmul producing one row of ublocks with ``u_kt = P`` (one K step per product),
+    so the dense parameters cost it [D]: math per product, unpack of one sparse tile plus the
+    activation ublock row per product, and the per-ublock overhead once per output ublock column
+    (one K block, so no Dest spill). Fidelity uses the sparse V2 scaling (HiFi3 ×1.2, HiFi4 ×1.7 of
+    HiFi2; spec §6.1)."""
+    products = _sparse_products_per_core(attrs, b)
+    cols_ub = b.mblock_n
+    uc = b.ublock_ct
+    f_sparse = _SPARSE_FIDELITY.get(fidelity_phases(fidelity), float(fidelity_phases(fidelity)))
+    if arch == "grayskull":
+        _, ub_w, tile_w = _GS_MATMUL_V1
+        return cols_ub * ub_w + cols_ub * products * uc * tile_w * f_sparse
+    math_w, _, unpack_ub_w, unpack_tile_w = _WH_MATMUL[_wh_matmul_set(in_dfs, acc_df, attrs)]
+    return (cols_ub * products * uc * f_sparse * math_w
+            + cols_ub * unpack_ub_w
+            + cols_ub * products * (1 + uc) * unpack_tile_w)
+
+
+def _fused_cycles(arch: str, op: Any, b: _Blocking, fused_ops: Optional[Mapping[Any, Any]]) -> float:
+    """A fused op costs the sum of its sub-ops, each on the parent's per-core blocking (sub-ops inherit
+    t and the output block from the parent op; spec §1.4). Sub-op m_k/u_kt attributes are honoured."""
+    fused_id = op.attrs.get("fused_op_id")
+    spec = None
+    if fused_ops is not None and fused_id is not None:
+        for key in (fused_id, str(fused_id), int(fused_id) if str(fused_id).isdigit() else None):
+            if key is not None and key in fused_ops:
+                spec = fused_ops[key]
+                break
+    if spec is None:
+        spec = op.attrs.get("fused_op") or getattr(op, "tags", {}).get("fused_op")
+    if not spec:
+        # Unknown schedule: charge one nop pass per input [D].
+        return max(1, len(op.inputs)) * _unary_cycles(arch, "nop", {}, b)
+    total = 0.0
+    for schedule in spec.get("schedules", []):
+        for entry in schedule:
+            for _name, sub in entry.items():
+                sub_type = str(sub.get("type", "nop"))
+                sub_attrs = dict(sub.get("attributes", {}) or {})
+                for key in ("m_k", "u_kt", "vector", "dim", "type_reduce", "approximate_mode", "z"):
+                    if key in sub and key not in sub_attrs:
+                        sub_attrs[key] = sub[key]
+                sb = b
+                if sub_type in _MATMUL_OPS or sub_type == "reduce":
+                    sb = _Blocking(b.t, b.mblock_m, b.mblock_n, b.ublock_rt, b.ublock_ct,
+                                   int(sub_attrs.get("m_k", 1)), int(sub_attrs.get("u_kt", 1)), b.grid_r, b.grid_c)
+                total += _kernel(arch, sub_type, sub_attrs, [op.intermed_df] * 2, op.acc_df, op.math_fidelity,
+                                 sb, op, None)
+    return total
+
+
+def _kernel(arch: str, op_type: str, attrs: Mapping[str, Any], in_dfs: Sequence[DataFormat], acc_df: DataFormat,
+            fidelity: MathFidelity, b: _Blocking, op: Any, fused_ops: Optional[Mapping[Any, Any]]) -> float:
+    if op_type in _MATMUL_OPS:
+        if attrs.get("identity"):
+            return _sparse_matmul_cycles(arch, in_dfs, acc_df, fidelity, attrs, b)
+        return _matmul_cycles(arch, in_dfs, acc_df, fidelity, attrs, b)
+    if op_type in _BINARY_OPS:
+        return _binary_cycles(arch, op_type, in_dfs, b)
+    if op_type == "reduce":
+        return _reduce_cycles(arch, attrs, b)
+    if op_type == "splice":
+        return _splice_cycles(arch, b)
+    if op_type == "fused_op" and op is not None:
+        return _fused_cycles(arch, op, b, fused_ops)
+    if op_type in _UNARY_FALLBACK_OPS:
+        return _unary_cycles(arch, "nop", attrs, b)
+    # Unary and SFPU ops; unknown types fall back to nop parameters (spec §6.1: the unary form is
+    # "also the fallback for reduce, tilizer, embedding and others").
+    return _unary_cycles(arch, op_type, attrs, b)
+
+
+def kernel_cycles(op: Any, op_model: Any, arch: Any, fused_ops: Optional[Mapping[Any, Any]] = None) -> int:
+    """Kernel cycles per core per input of ``op`` (a BudaOp) laid out as ``op_model`` (an OpModel) on
+    ``arch`` (BackendDevice, its name, or a device descriptor). ``fused_ops`` is the lowered graph's
+    fused-op table, needed to cost ``fused_op`` ops. Clamped to [0, 2^30]."""
+    return _kernel_of(op, _blocking(op_model), _arch_key(arch), fused_ops)
+
+
+def _kernel_of(op: Any, b: _Blocking, arch_key: str, fused_ops: Optional[Mapping[Any, Any]]) -> int:
+    in_dfs = list(op.in_df) if op.in_df else [op.out_df]
+    return _clamp(_kernel(arch_key, op.type, op.attrs, in_dfs, op.acc_df, op.math_fidelity, b, op, fused_ops))
+
+
+def matmul_ideal_cycles(op: Any, op_model: Any, arch: Any) -> int:
+    """Theoretical math cycles per core per input of a matmul (tile products × ideal cycles per
+    product × fidelity phases; spec §6.2), 0 for other ops. A sparse matmul's products are its index
+    entries (``indices_len``), not its dense ``m_k·u_kt`` blocks. Ribbon's utilisation metric uses it."""
+    if op.type not in _MATMUL_OPS:
+        return 0
+    b = _blocking(op_model)
+    if op.attrs.get("identity"):
+        # sparse: only the index's non-zero products are work (see _sparse_products_per_core)
+        tile_macs = _sparse_products_per_core(op.attrs, b) * b.mblock_n * b.ublock_ct
+    else:
+        tile_macs = b.t * b.tiles * b.m_k * b.u_kt
+    return _clamp(tile_macs * _IDEAL_TILE_MAC_CYCLES[_arch_key(arch)] * fidelity_phases(op.math_fidelity))
+
+
+# --------------------------------------------------------------------------------------------------
+# Data movement
+# --------------------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class DeviceBandwidth:
+    """Bandwidths in bytes per AI-clock cycle, as the cost model uses them.
+
+    ``noc`` is the NoC link width divided by PyBuda's inefficiency factor of 2 ("half of theoretical",
+    spec §5.4), i.e. 16 B/cycle, close to the 28 GB/s op-to-op pipe of spec §6.3 halved for gathers.
+    ``dram_per_channel`` is one channel's *measured* bandwidth (spec §5.4: GS 10.5 GiB/s per block,
+    WH 19 GiB/s per block × 2 blocks) and ``dram_channels`` the channel count; ``pcie`` is the observed
+    host-link maximum PyBuda's balancer used (24 B/cycle, spec §5.4).
+    """
+
+    noc: float
+    dram_per_channel: float
+    dram_channels: int
+    pcie: float
+
+    @property
+    def dram_total(self) -> float:
+        """All channels together (bytes/cycle)."""
+        return self.dram_per_channel * self.dram_channels
+
+
+_BANDWIDTH_CACHE: Dict[int, Tuple[Any, DeviceBandwidth]] = {}
+
+
+def device_bandwidth(device: Any) -> DeviceBandwidth:
+    """Bandwidths of ``device`` (a :class:`pybuda.arch.DeviceDescriptor`), cached per descriptor."""
+    hit = _BANDWIDTH_CACHE.get(id(device))
+    if hit is not None and hit[0] is device:
+        return hit[1]
+    arch = _arch_key(device)
+    clock = float(getattr(device, "aiclk_hz", 0) or (1.2e9 if arch == "grayskull" else 1.0e9))
+    dram = getattr(device, "dram_bytes_per_cycle_measured", None)
+    if dram is None:  # spec §5.4 measured per-channel numbers
+        dram = (10.5 if arch == "grayskull" else 38.0) * (1 << 30) / clock
+    channels = getattr(device, "dram_channel_count", None) or (8 if arch == "grayskull" else 6)
+    bw = DeviceBandwidth(noc=float(getattr(device, "noc_bytes_per_cycle", 32)) / 2.0, dram_per_channel=float(dram),
+                         dram_channels=int(channels),
+                         pcie=float(getattr(device, "pcie_bytes_per_cycle_observed", 24.0)))
+    _BANDWIDTH_CACHE[id(device)] = (device, bw)
+    return bw
+
+
+@dataclass(frozen=True)
+class BandwidthContext:
+    """Where an op's operands come from and where its output goes.
+
+    ``input_sources[i]`` is ``"op"`` (an op in the same epoch, over the NoC), ``"dram"`` (a DRAM queue:
+    streamed parameters, epoch-to-epoch queues, device-side inputs), ``"host"`` (a host queue over
+    PCIe) or ``"prologue"`` (resident in L1 for the epoch: no per-input traffic). ``output_dest`` is
+    ``"op"``, ``"dram"`` or ``"host"``. Missing entries count as ``"op"``. ``input_tile_caps[i]``, when
+    set, bounds the tiles one core reads from queue input ``i`` per input (the queue's own size: a
+    broadcast operand is read once, not once per broadcast copy).
+    """
+
+    input_sources: Tuple[str, ...] = ()
+    output_dest: str = "op"
+    input_tile_caps: Tuple[Optional[int], ...] = ()
+
+    def source(self, index: int) -> str:
+        return self.input_sources[index] if index < len(self.input_sources) else "op"
+
+
+@dataclass(frozen=True)
+class CycleBreakdown:
+    """Kernel cycles and the data-movement bounds; ``cycles`` is the largest of the three."""
+
+    kernel: int
+    input_bw: int
+    output_bw: int
+
+    @property
+    def cycles(self) -> int:
+        return max(self.kernel, self.input_bw, self.output_bw)
+
+    @property
+    def bound(self) -> str:
+        """Which limit dominates: ``kernel``, ``input`` or ``output``."""
+        if self.cycles == self.kernel:
+            return "kernel"
+        return "input" if self.cycles == self.input_bw else "output"
+
+
+def output_tiles_per_core(op_model: Any) -> int:
+    """Output tiles one core produces per input: t · mblock · ublock."""
+    b = _blocking(op_model)
+    return b.t * b.tiles
+
+
+def input_tiles_per_core(op: Any, op_model: Any) -> Tuple[int, ...]:
+    """Tiles of each operand one core reads per input, derived from the op model (spec §2.3 operand
+    shapes): matmul in0 = t·rows·K, in1 = t·K·cols, bias = output block; reduce r/c reads K tiles
+    along the reduced dimension, reduce z reads z slices; eltwise/n-ary operands are output-sized
+    (splice splits its output among its inputs)."""
+    return _input_tiles(op, _blocking(op_model))
+
+
+def _input_tiles(op: Any, b: _Blocking) -> Tuple[int, ...]:
+    rows, cols = b.mblock_m * b.ublock_rt, b.mblock_n * b.ublock_ct
+    k = b.m_k * b.u_kt
+    n = max(1, len(op.inputs))
+    out = b.t * rows * cols
+    if op.type in _MATMUL_OPS:
+        sizes = [b.t * rows * k, b.t * k * cols] + [out] * (n - 2)
+        return tuple(sizes[:n])
+    if op.type == "reduce":
+        dim = str(op.attrs.get("dim", "r")).lower()
+        if dim == "z":
+            return (out * max(1, int(op.attrs.get("z", 1))),)
+        return ((b.t * k * cols) if dim == "r" else (b.t * rows * k),) * n
+    if op.type == "splice":
+        return (max(1, out // n),) * n
+    return (out,) * n
+
+
+def op_cycle_breakdown(op: Any, op_model: Any, device: Any, input_bandwidth_context: Optional[BandwidthContext] = None,
+                       *, fused_ops: Optional[Mapping[Any, Any]] = None,
+                       bandwidth: Optional[DeviceBandwidth] = None) -> CycleBreakdown:
+    """Kernel cycles and the input/output data-movement bounds of one op (cycles per core per input).
+
+    Bandwidths (spec §5.4, §6.4): NoC op-to-op pipes at ``noc`` B/cycle per core; a DRAM queue read by
+    ``R`` cores gets a channel each while ``R`` ≤ channels, else ``1/R`` of the chip total; host queues
+    share the PCIe link among the reading cores (see :func:`_rate`). Inputs from several sources are read in parallel, so the input
+    bound is the slowest source's time. Prologue operands cost nothing per input.
+    """
+    ctx = input_bandwidth_context or BandwidthContext()
+    bw = bandwidth or device_bandwidth(device)
+    b = _blocking(op_model)
+    kernel = _kernel_of(op, b, _arch_key(device), fused_ops)
+    cores = max(1, b.grid_r * b.grid_c)
+    per_source: Dict[str, float] = {}
+    for i, (nbytes, fetchers) in enumerate(_operand_fetches(op, b, ctx.input_tile_caps)):
+        src = ctx.source(i)
+        if src == "prologue":
+            continue
+        # Shared sources (DRAM, PCIe) are split among the *distinct fetches*, not the cores: a matmul
+        # operand is fetched once per grid row (in0) or column (in1) and multicast along it, so a
+        # taller sparse-matmul grid does not multiply the activation's DRAM/PCIe traffic.
+        per_source[src] = per_source.get(src, 0.0) + nbytes / _rate(src, bw, fetchers)
+    input_bw = max(per_source.values(), default=0.0)
+    out_bytes = b.t * b.tiles * tile_size_bytes(op.out_df)
+    output_bw = out_bytes / _rate(ctx.output_dest, bw, cores)
+    return CycleBreakdown(kernel=kernel, input_bw=_clamp(math.ceil(input_bw)), output_bw=_clamp(math.ceil(output_bw)))
+
+
+def operand_fetches(op: Any, op_model: Any, input_tile_caps: Sequence[Optional[int]] = ()
+                    ) -> List[Tuple[float, int]]:
+    """For every operand: (bytes of the per-core slice one core reads per input, how many distinct
+    fetches of it there are per input). A queue operand reads at most what its queue holds
+    (``input_tile_caps[i]``: a broadcast operand is read once), a sparse matmul's index only its grid
+    row's share; see :func:`distinct_fetchers` for the fetch count."""
+    return _operand_fetches(op, _blocking(op_model), input_tile_caps)
+
+
+def _operand_fetches(op: Any, b: _Blocking, caps: Sequence[Optional[int]]) -> List[Tuple[float, int]]:
+    dfs = list(op.in_df) if op.in_df else []
+    out = []
+    for i, tiles in enumerate(_input_tiles(op, b)):
+        cap = caps[i] if i < len(caps) else None
+        if cap is not None:
+            if op.type in _MATMUL_OPS and op.attrs.get("identity") and i in (0, 2):
+                cap = sparse_table_tiles_per_core(i, cap, b.grid_r)
+            tiles = min(tiles, cap)
+        df = dfs[i] if i < len(dfs) else op.out_df
+        out.append((float(tiles * tile_size_bytes(df)), distinct_fetchers(op, b, i)))
+    return out
+
+
+def dram_bytes_per_input(op: Any, op_model: Any, input_bandwidth_context: BandwidthContext) -> float:
+    """Bytes one input makes the op move over the chip's DRAM channels, summed over its cores: every
+    operand streamed from a DRAM queue (each distinct fetch of its per-core slice, capped by the
+    queue's size) and the output when it goes to a DRAM queue. The balancer adds these up per epoch,
+    because all ops of an epoch share the channels."""
+    ctx = input_bandwidth_context
+    b = _blocking(op_model)
+    total = sum(nbytes * fetchers for i, (nbytes, fetchers) in enumerate(_operand_fetches(op, b, ctx.input_tile_caps))
+                if ctx.source(i) == "dram")
+    if ctx.output_dest == "dram":
+        total += b.t * b.tiles * tile_size_bytes(op.out_df) * max(1, b.grid_r * b.grid_c)
+    return total
+
+
+def distinct_fetchers(op: Any, b: Any, index: int) -> int:
+    """How many times operand ``index``'s per-core slice is fetched from its source per input: a dense
+    matmul's in0 once per grid row and in1 once per grid column (NoC multicast along the row/column);
+    a sparse matmul's in1 (the activation) once per grid column, its picker tiles and index per core;
+    every operand of every other op once per core. ``b`` is a blocking or an OpModel-like object."""
+    grid = getattr(b, "grid_shape", None)
+    grid_r, grid_c = (int(grid[0]), int(grid[1])) if grid is not None else (b.grid_r, b.grid_c)
+    if op.type in _MATMUL_OPS:
+        sparse = bool(op.attrs.get("identity"))
+        if index == 0 and not sparse:
+            return max(1, grid_r)
+        if index == 1:
+            return max(1, grid_c)
+    return max(1, grid_r * grid_c)
+
+
+def _rate(source: str, bw: DeviceBandwidth, cores: int) -> float:
+    """Bytes per cycle one core of an op on ``cores`` cores gets from ``source``.
+
+    DRAM: while there are no more reading cores than channels each core streams from its own channel;
+    beyond that the cores share all channels (the chip total, spec §5.4 / perf_calibration §5 "never
+    exceed … per channel, … per chip"). A single core is further limited by its NoC link. Host queues
+    share the PCIe link among the reading cores."""
+    if source == "dram":
+        share = bw.dram_per_channel if cores <= bw.dram_channels else bw.dram_total / cores
+        return min(bw.noc, share)
+    if source == "host":
+        return min(bw.noc, bw.pcie / cores)
+    return bw.noc
+
+
+def op_cycles(op: Any, op_model: Any, device: Any, input_bandwidth_context: Optional[BandwidthContext] = None,
+              *, fused_ops: Optional[Mapping[Any, Any]] = None, bandwidth: Optional[DeviceBandwidth] = None) -> int:
+    """Estimated cycles per core per input: ``max(kernel, input bytes / bandwidth, output bytes /
+    bandwidth)`` (spec §6.4). See :func:`op_cycle_breakdown` for the parts."""
+    return op_cycle_breakdown(op, op_model, device, input_bandwidth_context, fused_ops=fused_ops,
+                              bandwidth=bandwidth).cycles
+
+
+# --------------------------------------------------------------------------------------------------
+# Epoch overhead
+# --------------------------------------------------------------------------------------------------
+
+#: Fixed cost of launching an epoch (epoch command to every core, stream/overlay setup). No source
+#: number exists (spec §6.4: BBE/PyBuda have no epoch-reconfiguration constant; §8.3: "has to be a
+#: parameter") — an assumption [D].
+EPOCH_LAUNCH_CYCLES = 20_000
+#: Overlay blob each core loads per epoch (spec §5.3: 64 KiB − 128 B).
+OVERLAY_BLOB_BYTES = 64 * 1024 - 128
+
+
+def epoch_overhead_cycles(prologue_bytes: int, cores_used: int, device: Any,
+                          bandwidth: Optional[DeviceBandwidth] = None) -> int:
+    """Cycles to switch to an epoch, paid once per epoch per program run (not per input): the launch
+    constant, plus each used core's overlay blob and the epoch's prologue parameters read from DRAM at
+    the chip's total DRAM bandwidth (spec §6.4: "binary load plus prologue DRAM reads")."""
+    bw = bandwidth or device_bandwidth(device)
+    return _clamp(EPOCH_LAUNCH_CYCLES + (cores_used * OVERLAY_BLOB_BYTES + prologue_bytes) / bw.dram_total)

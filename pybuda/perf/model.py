@@ -1,0 +1,195 @@
+"""The performance model: how fast a placed netlist would run on the real card.
+
+:func:`estimate` reads a :class:`~pybuda.netlist.Netlist` (nothing else: the netlist is the contract,
+as in TT-Buda) and a :class:`~pybuda.arch.DeviceDescriptor`, and returns a :class:`PerfReport` with
+cycles per op, per epoch and per microbatch, samples per second, latency, the bottleneck of every epoch
+and core/math utilisation.
+
+The model is mechanistic: the same parameters (:class:`PerfConfig`) for every model and card.
+
+1. **Per op** (cycles per core per input, i.e. per sample of the microbatch): kernel cycles and the
+   op's own data-movement bounds come from :mod:`pybuda.perf.cost` (the single source of truth, the
+   balancer uses the same numbers): NoC pipes from producer ops, DRAM queues, host queues over PCIe.
+   Sparse matmuls are costed by their real tile products (``indices_len``), in cost.py too.
+2. **Shared links, per epoch.** Every DRAM channel serves all readers and writers of the queues placed
+   on it in that epoch, so in steady state a channel must move its bytes of one input within one input
+   interval: ``bytes_on_channel / channel_bw`` bounds every op that touches it. A matmul fetches in0
+   once per grid row and in1 once per grid column (NoC multicast); other operands once per core.
+   PCIe is shared by all host-queue traffic of the card, Ethernet by all traffic between a pair of chips.
+3. **Epoch** (one ``execute``; chips of one temporal epoch run concurrently as one pipeline): steady
+   state = the slowest op (or link); one execution takes ``fill + (input_count − 1) · steady`` where
+   ``fill`` is the pipeline latency of the first input along the longest producer→consumer path.
+4. **Epoch switch**, paid before an execute whenever the chip ran a different graph just before:
+   launch constant + every used core's kernel binaries and overlay blob + the prologue parameters of
+   the epoch, all read from DRAM (per channel and per chip). Running the same graph again back to back
+   reloads nothing, since L1 still holds it. When a chip runs more distinct epochs than the per-core
+   binary cache has slots (32), the host re-sends every switch's binaries over PCIe each microbatch,
+   ahead of the device (it may run up to 32 epochs ahead), so that is host work, not switch time.
+5. **Program**: one iteration of the program's microbatch loop runs every execute in order. The host
+   tilizes inputs and untilizes outputs, and moves the DRAM-resident ones over PCIe; it works ahead of
+   the device when the input queue holds two microbatches (``entries ≥ 2·input_count``), otherwise
+   its input and output work adds to the device time.
+
+Every constant is a field of :class:`PerfConfig` with its source. Facts: netlist_backend_spec §5.4,
+§6 and perf_calibration §2.
+
+Calibration mechanisms (perf_calibration §1; the same parameters for every model and card):
+
+* **Sparse matmuls cost their index, not K** (cost.py ``_sparse_matmul_cycles``): one tile product per
+  ``indices_len`` entry and output column, split over the grid rows; the former stopgap module
+  ``perf_kernels`` is gone, so the balancer and this model read one formula.
+* **Shared sources are split among distinct fetches** (cost.py ``distinct_fetchers``): a matmul
+  operand is fetched once per grid row/column and multicast, so the per-op DRAM/PCIe bound of a tall
+  sparse-matmul grid no longer charges every core the whole activation. This was a balancer-visible
+  error too: it kept ResNet-50's stem im2col on 4 cores (451k cycles/image, −42 % on n150).
+* **Large streamed DRAM queues are spread over the channels** (placer/dram.py ``_spread_grid``; a
+  compiler change, not a model constant). Evidence: the per-channel accounting below showed ResNet-50
+  e150 epoch 0 bound at 946k cycles/image by one GS channel holding the 3.3 MB/image input queue
+  (grid [1,1]) and the stem im2col's 805 KB index table re-read by each of its 8 core rows; TT-Buda's
+  placer gives input queues a grid of buffers over the channels. Device-side inputs, e2e queues and
+  streamed (non-prologue) constants with an entry ≥ 256 KiB now get up to one buffer per channel, and
+  ``_spread`` charges each buffer's channel its share. ResNet-50 e150 652 → ~876 img/s (epoch 0 now
+  kernel-bound on the stem sparse matmul); BERT-Large e150 111 → ~145 sen/s — its former +12 % match
+  was an artefact of the single-channel 384×1024 input queue, so BERT-Large is now ~1.5–1.6× fast on
+  *both* cards: the missing mechanism is BERT-specific.
+* **Sparse matmul tables stay in L1** (legalizer + netlist validator, ``sparse_table_tiles_per_core``):
+  a picker's unique tiles and its grid row's share of the index are prologue, as in TT-Buda. The
+  validator used to size them as ``t`` output mblocks, so the ResNet stem's 161 KB index (49 taps) did
+  not fit and was re-read from DRAM for every image (6.4 MB/image on GS). ResNet-50 n150 −21 % → −9 %.
+* **Compiler changes TT-Buda had** (not model constants): host-side convolution *prestride*
+  (``enable_conv_prestride``, passes/graph/prestride.py: the stem's 49 taps become 16) and no −inf padding
+  mask for a max-pool that reads a relu's output (zero padding is exact there).
+* **Binary re-sends run at the host's write rate** (``host_binary_write_bytes_per_s``). A chip that
+  runs more distinct epochs than the binary cache holds makes the host rewrite every epoch's binaries
+  each microbatch; the runtime writes them core by core through PCIe TLB windows, ~1.2 GB/s, not at
+  the 24 GB/s DMA rate. Both BERT-Large placements (49 epochs on e150, 74 on n150; the device alone
+  would give 145 and 192 sen/s) become host-bound at 120 sen/s (+21 %, +2 %); ResNet-50 (3 epochs)
+  is untouched. The rate is the one derived constant fitted here (see its field).
+* Checked and small for BERT (model numbers, microbatch 64): epoch switches (launch + binaries +
+  prologue at measured DRAM rates) are 3 % of device time, pipeline fill 4 %; host tilize/PCIe of the
+  inputs/outputs overlaps the device; DRAM channels use the measured per-channel rate (spec §5.4).
+* **Fork/join stalls and gather pipes** are implemented but *off by default* (``PerfConfig.fork_join_stalls``,
+  ``PerfConfig.gather_pipes``), because neither, as the spec states it, moves all four calibration
+  points the right way with one parameter set:
+
+  - *Fork/join* (NBS §6.4: ops pipeline over macro-blocks, a consumer frees producer space only after
+    math on the block): ``_fork_join`` treats each fork P → … → join J as a marked-graph loop whose
+    tokens are the short path's buffers (P's ``buf_size_mb``, J's input buffer, intermediate ops'
+    output buffers, in inputs: ``buf_size_mb / t``) and whose latency is every op on the loop at its
+    per-mblock time ``cycles / t``; the interval per input is at least latency / tokens. With the
+    netlists our compiler emits (no fork/join buffering nops or e2e queues, ``buf_size_mb`` 1–2)
+    it bounds BERT's LayerNorm (sub_mean → square → var → sqrt → recip → scale) and softmax
+    (exp → sum → recip → out) epochs: BERT-L n150 192 → 175 sen/s, but e150 145 → 53 (−47 %), and
+    ResNet-50 residual blocks (t = 1, whole-tensor mblocks, ``buf_size_mb`` 1) collapse
+    (e150 886 → 254, n150 2269 → 1115). Macro-block granularity is far too coarse for t = 1 ops whose
+    consumers stream row strips, and TT-Buda's balancer buffered ResNet's fork/joins; modelling this
+    properly needs the compiler's fork/join buffering pass (raise the short path's ``buf_size_mb`` /
+    insert buffering nops while L1 allows, else an e2e queue) plus a row-strip granularity — not done.
+  - *Gather pipes* (NBS §6.3: ~28 GB/s for a one-source pipe, ~16 down to ~10 GB/s when a consumer
+    core gathers from many producer cores; ``_gather_sources`` counts the producer cores per consumer
+    core from the two grids, matmul strips, reduces, broadcasts and transposes) instead of cost.py's
+    flat 16 B/cycle: BERT-L e150 145 → 126 (+27 %), n150 192 → 184 (+55 %), but ResNet-50 n150
+    2269 → 2062 (−29 %, fails) and e150 886 → 827, because the balancer (which still costs pipes at
+    cost.py's flat rate) leaves ResNet's max-pool im2col on 2 cores gathering a 112×112×64 activation.
+    Turning it on needs the producer grid in cost.py's ``BandwidthContext`` so the balancer sees the
+    same rate (cost.py is the single source of per-op cycles).
+* Not (yet) modelled: the balancer does not see the binary cache (a placement of ≤ 32 epochs per
+  chip would avoid the re-sends) nor the epoch's shared DRAM channels (ResNet-50 e150 streams its
+  stage-4 weights in one epoch); ``PYBUDA_EXP_APPROX``, which benchmarking set for BERT Bfp8_b, is
+  not applied (exp is costed exact).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Dict, Mapping, Optional
+
+# The model lives in these modules; this one is the entry point and keeps every name importable from here.
+from pybuda.perf.config import BOUNDS, KiB, PerfConfig  # noqa: F401
+from pybuda.perf.estimator import _Estimator  # noqa: F401
+from pybuda.perf.program import (  # noqa: F401
+    _MAX_UNROLL, _UNIT_MATMUL, _UNIT_MODEL, _chip_of, _CostModel, _CostOp, _Exec, _flatten, _fused_table,
+    _group_temporal, _input_buffer_tiles, _pick_program, _UnitMatmul, _UnitModel,
+)
+from pybuda.perf.types import EpochPerf, OpPerf, PerfReport  # noqa: F401
+from pybuda.errors import ConfigError
+from pybuda.netlist.model import Netlist
+
+__all__ = [
+    "PerfConfig",
+    "OpPerf",
+    "EpochPerf",
+    "PerfReport",
+    "estimate",
+    "estimate_compiled",
+    "BOUNDS",
+]
+
+
+def _resolve_device(netlist: Netlist, device: Any) -> Any:
+    from pybuda.arch import get_device_descriptor
+
+    if device is None:
+        if netlist.arch is None:
+            raise ConfigError("the netlist names several archs; pass a device (descriptor or preset name)")
+        chips = 1 + max((_chip_of(g.target_device) for g in netlist.graphs.values()), default=0)
+        return get_device_descriptor(netlist.arch, num_chips=chips)
+    if isinstance(device, str):
+        return get_device_descriptor(device_config=device)
+    return device
+
+
+def _arch_matches(netlist_arch: Optional[str], device: Any) -> bool:
+    if netlist_arch is None:
+        return True
+    dev = str(getattr(getattr(device, "arch", ""), "value", getattr(device, "arch", ""))).lower()
+    na = netlist_arch.lower()
+    return dev.startswith(na[:4]) or na.startswith(dev[:4])
+
+
+def estimate(netlist: Netlist, device: Any = None, microbatch: Optional[int] = None,
+             config: Optional[PerfConfig] = None, *, program: Optional[str] = None,
+             temporal_epochs: Optional[Mapping[str, int]] = None) -> PerfReport:
+    """Model how fast ``netlist`` runs on ``device``.
+
+    ``device`` is a :class:`~pybuda.arch.DeviceDescriptor`, a preset name (``wh_n150`` …) or None for
+    the unharvested die of the netlist's arch. ``microbatch`` is the number of samples one iteration of
+    the program's microbatch loop processes; by default the ``input_count`` of the first graph fed by the
+    host (passing another value scales every ``input_count``: a what-if that keeps the placement).
+    ``config`` holds the model's constants (:class:`PerfConfig`). ``program`` picks a program (default:
+    the first that executes a graph); ``temporal_epochs`` maps graph names to temporal epoch indices when
+    the default grouping (consecutive graphs on distinct chips run concurrently) is not wanted.
+
+    Raises :class:`~pybuda.errors.ConfigError` for a device whose arch differs from the netlist's, and
+    :class:`~pybuda.errors.NetlistError` for a netlist with nothing to run.
+    """
+    if not isinstance(netlist, Netlist):
+        raise ConfigError(f"estimate() needs a pybuda.netlist.Netlist, got {type(netlist).__name__}")
+    cfg = config if config is not None else PerfConfig()
+    if not isinstance(cfg, PerfConfig):
+        raise ConfigError(f"config must be a PerfConfig, got {type(cfg).__name__}")
+    dev = _resolve_device(netlist, device)
+    if not _arch_matches(netlist.arch, dev):
+        raise ConfigError(f"netlist targets {netlist.arch}, device {getattr(dev, 'name', dev)} is "
+                          f"{getattr(dev.arch, 'value', dev.arch)}")
+    max_chip = max((_chip_of(g.target_device) for g in netlist.graphs.values()), default=0)
+    if max_chip >= int(getattr(dev, "chip_count", 1)):
+        raise ConfigError(f"netlist uses chip {max_chip} but {getattr(dev, 'name', 'the device')} has "
+                          f"{getattr(dev, 'chip_count', 1)} chip(s)")
+    return _Estimator(netlist, dev, microbatch, cfg, program, temporal_epochs).run()
+
+
+def estimate_compiled(results: Any, microbatch: Optional[int] = None, config: Optional[PerfConfig] = None) -> PerfReport:
+    """:func:`estimate` for a compile's results (:class:`pybuda.passes.pipeline.CompileResults`): its netlist
+    on its device, with the placer's temporal epochs when the netlist's graphs are the placer's epochs
+    (graphs named ``<epoch_type>_<global_epoch>``, as the netlist generator names them)."""
+    netlist = getattr(results, "netlist", None)
+    if netlist is None:
+        raise ConfigError("the compile results hold no netlist (compile to GENERATE_NETLIST or further)")
+    temporal: Optional[Dict[str, int]] = None
+    placement = getattr(results, "placer_solution", None)
+    if placement is not None and getattr(placement, "epochs", None):
+        names = {f"{e.epoch_type}_{e.global_epoch}": int(e.temporal_epoch) for e in placement.epochs}
+        if set(names) == set(netlist.graphs):
+            temporal = names
+    return estimate(netlist, getattr(results, "device", None), microbatch=microbatch, config=config,
+                    temporal_epochs=temporal)

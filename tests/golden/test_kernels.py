@@ -1,0 +1,305 @@
+"""Golden op semantics against independent torch expressions: TMs, reduce, sparse matmul, fidelity,
+fused ops, gradient accumulation, relu attributes, splice, and the golden's numerics shortcuts."""
+
+import numpy as np
+import pytest
+import torch
+
+from pybuda.golden import formats
+from pybuda.golden import kernels as golden_ops
+from pybuda.golden.device import GoldenDevice
+from pybuda.netlist import model as nl
+from pybuda.netlist.parse import parse_yaml
+from pybuda.passes.lower.pickers import build_sparse_picker
+from pybuda.passes.lower.pickers import sparse_matmul as picker_reference
+from pybuda.dtypes import DataFormat, MathFidelity
+
+TILE = 32
+FIDELITIES = [MathFidelity.LoFi, MathFidelity.HiFi2, MathFidelity.HiFi2_B, MathFidelity.HiFi3, MathFidelity.HiFi4]
+
+
+def _rand(*shape, seed=0):
+    return torch.randn(*shape, generator=torch.Generator().manual_seed(seed))
+
+
+# --- TMs ---------------------------------------------------------------------------------------------------
+
+def test_hslice_vslice_and_their_stacks():
+    x = _rand(2, 2, 64, 96)
+    h = golden_ops.apply_tm(x, nl.HSlice(factor=3))
+    # slice j of input slice t is column block j: new t index = t * 3 + j
+    expected = torch.stack([blk for t in range(2) for blk in x[:, t].chunk(3, dim=-1)], dim=1)
+    assert torch.equal(h, expected)
+    assert torch.equal(golden_ops.apply_tm(h, nl.HStack(factor=3)), x)
+    v = golden_ops.apply_tm(x, nl.VSlice(factor=2))
+    expected = torch.stack([blk for t in range(2) for blk in x[:, t].chunk(2, dim=-2)], dim=1)
+    assert torch.equal(v, expected)
+    assert torch.equal(golden_ops.apply_tm(v, nl.VStack(factor=2)), x)
+    hs = golden_ops.apply_tm(x, nl.HStack(factor=2))
+    assert torch.equal(hs, torch.cat([x[:, 0], x[:, 1]], dim=-1).unsqueeze(1))
+    vs = golden_ops.apply_tm(x, nl.VStack(factor=2))
+    assert torch.equal(vs, torch.cat([x[:, 0], x[:, 1]], dim=-2).unsqueeze(1))
+
+
+def test_transpose_broadcast_tile_broadcast_and_pad():
+    x = _rand(1, 1, 32, 64)
+    assert torch.equal(golden_ops.apply_tm(x, nl.Transpose()), x[0, 0].t()[None, None])
+    assert torch.equal(golden_ops.apply_tm(x, nl.Broadcast(dim="r", factor=3)), torch.cat([x] * 3, dim=2))
+    assert torch.equal(golden_ops.apply_tm(x, nl.Broadcast(dim="c", factor=2)), torch.cat([x] * 2, dim=3))
+    z = golden_ops.apply_tm(x, nl.Broadcast(dim="z", factor=4))
+    assert z.shape == (1, 4, 32, 64) and all(torch.equal(z[:, i], x[:, 0]) for i in range(4))
+    tr = golden_ops.apply_tm(x, nl.TileBroadcast(dim="r"))
+    for c0 in (0, 32):  # every row of a tile is that tile's row 0
+        assert torch.equal(tr[0, 0, :, c0:c0 + 32], x[0, 0, 0:1, c0:c0 + 32].expand(32, 32))
+    tc = golden_ops.apply_tm(x, nl.TileBroadcast(dim="c"))
+    for c0 in (0, 32):
+        assert torch.equal(tc[0, 0, :, c0:c0 + 32], x[0, 0, :, c0:c0 + 1].expand(32, 32))
+    p = golden_ops.apply_tm(x, nl.Pad(rt=1, ct=2, value=0.5))
+    assert p.shape == (1, 1, 64, 128)
+    assert torch.equal(p[..., :32, :64], x) and bool((p[..., 32:, :] == 0.5).all()) and bool((p[..., 64:] == 0.5).all())
+
+
+def test_input_transforms_unpad_then_tms_then_pad():
+    x = _rand(1, 1, 64, 64)
+    tms = (nl.Pad(rt=1, ct=0, value=0.0), nl.Transpose())  # pads are applied after the other TMs
+    out = golden_ops.apply_input_transforms(x, tms, nl.InputUnpad(rt=1, ct=0), None)
+    expected = torch.nn.functional.pad(x[..., :32, :].transpose(-1, -2), (0, 0, 0, 32))
+    assert torch.equal(out, expected)
+
+
+# --- reduce, relu, splice -------------------------------------------------------------------------------
+
+def test_reduce_max_r_c_z():
+    x = _rand(2, 4, 64, 96)
+    r = golden_ops.reduce(x, {"type": "max", "dim": "r"})
+    assert r.shape == (2, 4, 32, 96)
+    assert torch.equal(r[:, :, 0], x.max(dim=2).values) and not r[:, :, 1:].any()
+    c = golden_ops.reduce(x, {"type": "max", "dim": "c"})
+    assert c.shape == (2, 4, 64, 32)
+    assert torch.equal(c[..., 0], x.max(dim=3).values) and not c[..., 1:].any()
+    z = golden_ops.reduce(x, {"type": "max", "dim": "z", "z": 2})
+    assert torch.equal(z, torch.stack([torch.maximum(x[:, 0], x[:, 1]), torch.maximum(x[:, 2], x[:, 3])], dim=1))
+
+
+@pytest.mark.parametrize("mode,threshold", [("min", 0.0), ("min", 0.3), ("max", 0.5)])
+def test_relu_attributes(mode, threshold):
+    x = _rand(1, 1, 32, 32)
+    out = golden_ops.apply_relu(x, {"relu_en": True, "relu_mode": mode, "relu_threshold": threshold})
+    expected = torch.where(x >= threshold, x, 0.0) if mode == "min" else torch.where(x <= threshold, x, 0.0)
+    assert torch.equal(out, expected)
+    assert torch.equal(golden_ops.apply_relu(x, {}), x)
+
+
+def test_splice_along_t():
+    a, b = _rand(1, 4, 32, 32, seed=1), _rand(1, 2, 32, 32, seed=2)
+    attrs = {"granularity": "t", "input0": [1, 2, 4], "input1": [0, 2, 2]}
+    out = golden_ops.splice([a, b], attrs, nl.TileShape3(4, 1, 1))
+    assert torch.equal(out, torch.cat([a[:, 1:3], b], dim=1))
+
+
+# --- matmul ---------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("fidelity", FIDELITIES)
+@pytest.mark.parametrize("df", [DataFormat.Float32, DataFormat.Float16_b, DataFormat.Bfp8_b, DataFormat.Bfp4_b])
+def test_fidelity_pieces_equal_the_formats_model(fidelity, df):
+    a = formats.quantize(_rand(2, 1, 64, 96, seed=3), df)
+    b = formats.quantize(_rand(1, 1, 96, 64, seed=4), df)
+    got = golden_ops.matmul([a, b], {}, fidelity, dfs=[df, df])
+    assert torch.allclose(got, formats.fidelity_matmul(a, b, fidelity), rtol=1e-6, atol=1e-5)
+    got = golden_ops.binary("multiply", a, a.flip(0), fidelity, dfs=(df, df))
+    assert torch.equal(got, formats.fidelity_multiply(a, a.flip(0), fidelity))
+
+
+def test_gemm_batch_paths_match_torch():
+    a = _rand(3, 4, 64, 96)
+    for b in (_rand(1, 1, 96, 32), _rand(1, 4, 96, 32), _rand(3, 4, 96, 32)):
+        assert torch.allclose(golden_ops.gemm(a, b), torch.matmul(a, b), rtol=1e-5, atol=1e-5)
+    z = _rand(3, 1, 64, 96).expand(3, 4, 64, 96)  # broadcast z: one slice against 4 weight slices
+    b = _rand(1, 4, 96, 32)
+    assert torch.allclose(golden_ops.gemm(z, b, {}), torch.matmul(z.contiguous(), b), rtol=1e-5, atol=1e-5)
+
+
+def test_matmul_accumulate_z_bias_and_gelu():
+    a, b = _rand(1, 4, 32, 64, seed=5), _rand(1, 4, 64, 32, seed=6)
+    bias = _rand(1, 1, 32, 32, seed=7)
+    out = golden_ops.matmul([a, b, bias], {"accumulate": True, "z": 2, "bias": True, "sfpu_op": "gelu"}, None)
+    prod = a @ b
+    expected = torch.nn.functional.gelu(torch.stack([prod[:, 0] + prod[:, 1], prod[:, 2] + prod[:, 3]], 1)
+                                        + bias[0, 0, 0])
+    assert torch.allclose(out, expected, atol=1e-5)
+
+
+@pytest.mark.parametrize("fidelity", [None, MathFidelity.HiFi4, MathFidelity.LoFi])
+def test_sparse_identity_matmul_matches_the_picker_reference(fidelity):
+    rng = np.random.default_rng(0)
+    out_rows, k_rows = 96, 128
+    rows_out = rng.integers(0, out_rows, 300)
+    rows_in = rng.integers(0, k_rows, 300)
+    values = rng.choice([1.0, 0.5, -2.0], 300)
+    picker = build_sparse_picker(rows_out, rows_in, values, out_rows // TILE, k_rows // TILE)
+    act = formats.quantize(_rand(1, 1, k_rows, 64, seed=8), DataFormat.Float16_b)
+    attrs = {"identity": True, "indices_len": picker.indices_len, "num_sparse_tiles": picker.num_sparse_tiles,
+             "num_index_tiles": picker.num_index_tiles}
+    inputs = [picker.tiles[None, None], act, picker.index.to(torch.float32)[None, None]]
+    out_shape = nl.TileShape3(1, out_rows // TILE, 2)
+    caches = [{}, None, {}]
+    got = golden_ops.matmul(inputs, attrs, fidelity, out_shape, caches)
+    ref = picker_reference(picker.tiles, picker.index, picker.indices_len, act[0], out_rows // TILE)
+    dense = picker.dense()[0] @ act[0, 0]
+    assert torch.allclose(ref[0], dense, atol=1e-4)
+    if fidelity in (None, MathFidelity.HiFi4):  # values and bf16 activations are exact at HiFi4
+        assert torch.allclose(got[0], ref, atol=1e-4)
+    else:
+        masked = picker_reference(picker.tiles, picker.index, picker.indices_len,
+                                  golden_ops.fidelity_pieces(act, "a", fidelity)[0][0], out_rows // TILE)
+        assert torch.allclose(got[0], masked, atol=1e-4)
+    assert any(key[0] == "sparse" for key in caches[0])  # quadruples decoded once, then reused
+    again = golden_ops.matmul(inputs, attrs, fidelity, out_shape, caches)
+    assert torch.equal(again, got)
+
+
+# --- numerics shortcuts the golden relies on -------------------------------------------------------------
+
+@pytest.mark.parametrize("df", [DataFormat.Float16_b, DataFormat.Bfp8_b, DataFormat.Bfp4_b, DataFormat.Bfp2_b])
+def test_b_family_packing_subsumes_a_float16_b_dest(df):
+    g = torch.Generator().manual_seed(9)
+    for scale in (1e-20, 1.0, 1e20):
+        x = torch.randn(64, 1024, generator=g) * scale * torch.exp(3 * torch.randn(64, 1024, generator=g))
+        assert torch.equal(formats.quantize(formats.accumulate(x, DataFormat.Float16_b), df), formats.quantize(x, df))
+
+
+@pytest.mark.parametrize("df", list(DataFormat.__members__.values()))
+def test_quantize_is_idempotent(df):
+    # The golden rounds an operand only when its format changes: this must lose nothing.
+    if df in (DataFormat.Invalid,) or not hasattr(formats, "format_info"):
+        pytest.skip("no format")
+    try:
+        formats.format_info(df)
+    except Exception:
+        pytest.skip("not a storage format")
+    x = _rand(4, 64, 64) * 10
+    once = formats.quantize(x, df)
+    assert torch.equal(formats.quantize(once, df), once)
+
+
+# --- whole netlists: fused ops, gradient accumulation, constant caching -------------------------------------
+
+_Q = ("grid_size: [1,1], t: 1, mblock: [1,1], ublock: [1,1], ublock_order: r, target_device: 0, loc: dram, "
+      "dram: [[{ch}, 0x30000000]]")
+_OP = ("grid_loc: [{r},0], grid_size: [1,1], t: 1, mblock: [1,1], ublock: [1,1], ublock_order: r, "
+       "buf_size_mb: 2, acc_df: Float32, intermed_df: {idf}, math_fidelity: {fid}")
+
+
+def _netlist(df="Float32", idf="Float32", fid="HiFi4"):
+    return f"""
+devices: {{arch: wormhole_b0}}
+queues:
+  a:    {{input: HOST, type: queue, entries: 4, df: {df}, {_Q.format(ch=0)}}}
+  w:    {{input: HOST, type: ram, entries: 1, df: {df}, {_Q.format(ch=1)}}}
+  out:  {{input: fused0, type: queue, entries: 4, df: {df}, {_Q.format(ch=2)}}}
+  gacc: {{input: grad0, type: ram, entries: 1, df: {df}, {_Q.format(ch=3)}}}
+fused_ops:
+  0:
+    inputs: 2
+    intermediates: 1
+    schedules:
+      - - mul0: {{type: multiply, inputs: [input0, input1], output: intermed0, mblock: [1,1], ublock: [1,1]}}
+        - add0: {{type: add, inputs: [intermed0, input0], output: output, mblock: [1,1], ublock: [1,1],
+                  attributes: {{relu_en: true, relu_mode: min, relu_threshold: 0.0}}}}
+graphs:
+  g:
+    target_device: 0
+    input_count: 2
+    fused0: {{type: fused_op, inputs: [a, w], in_df: [{df}, {df}], out_df: {df}, {_OP.format(r=0, idf=idf, fid=fid)},
+              attributes: {{fused_op_id: 0}}}}
+    grad0: {{type: nop, inputs: [fused0], in_df: [{df}], out_df: {df}, gradient_op: true,
+             {_OP.format(r=1, idf=idf, fid=fid)}}}
+programs:
+  - run:
+    - var: {{$c_zero: 0, $c_two: 2}}
+    - staticvar: {{$ptr: 0}}
+    - execute: {{graph_name: g, queue_settings: {{
+        a:    {{prologue: false, epilogue: false, zero: false, rd_ptr_local: $ptr, rd_ptr_global: $ptr}},
+        w:    {{prologue: true, epilogue: false, zero: false, rd_ptr_global: $c_zero, wr_ptr_global: $c_zero}},
+        gacc: {{prologue: false, epilogue: false, zero: false, rd_ptr_global: $c_zero, wr_ptr_global: $c_zero}}}}}}
+    - varinst: [$ptr, incwrap, $c_two, 8]
+"""
+
+
+def _fused_reference(a, w):
+    # Float32 operands: HiFi4 multiplies keep 10 mantissa bits of each (TF32 on the multiplier).
+    return torch.relu(formats.fidelity_multiply(a, w, MathFidelity.HiFi4) + a)
+
+
+def test_fused_op_and_gradient_accumulation_in_float32():
+    dev = GoldenDevice(parse_yaml(_netlist()), fast=False)
+    a, w = _rand(4, 1, 32, 32, seed=10), _rand(1, 32, 32, seed=11)
+    dev.write_ram("w", w)
+    dev.push("a", a)
+    dev.run_program("run")
+    dev.run_program("run")
+    out = dev.pop("out", 4)
+    expected = _fused_reference(a, w)
+    assert torch.allclose(out, expected, atol=1e-5)
+    # The gradient op sums every input of both executes into its ram queue.
+    assert torch.allclose(dev.read_ram("gacc"), expected.sum(0), atol=1e-4)
+
+
+def test_fused_intermediates_use_intermed_df_and_parameter_updates_are_seen():
+    dev = GoldenDevice(parse_yaml(_netlist(df="Float16_b", idf="Bfp8_b", fid="HiFi4")), fast=False)
+    a, w = _rand(2, 1, 32, 32, seed=12), _rand(1, 32, 32, seed=13)
+    dev.write_ram("w", w)
+    dev.push("a", a)
+    dev.run_program("run")
+    q16 = lambda x: formats.quantize(x, DataFormat.Float16_b)  # noqa: E731
+    aq, wq = q16(a), q16(w)
+    inter = formats.quantize(formats.fidelity_multiply(aq, wq, MathFidelity.HiFi4), DataFormat.Bfp8_b)
+    assert torch.equal(dev.pop("out", 2), q16(torch.relu(inter + aq)))
+    # A new parameter value replaces what the golden cached for the old one.
+    dev.write_ram("w", -w)
+    dev.push("a", a)
+    dev.run_program("run")
+    inter = formats.quantize(formats.fidelity_multiply(aq, -wq, MathFidelity.HiFi4), DataFormat.Bfp8_b)
+    assert torch.equal(dev.pop("out", 2), q16(torch.relu(inter + aq)))
+
+
+def test_gradient_accumulation_rounds_each_partial_sum_to_the_queue_format():
+    dev = GoldenDevice(parse_yaml(_netlist(df="Float16_b")), fast=False)
+    a, w = _rand(2, 1, 32, 32, seed=14), _rand(1, 32, 32, seed=15)
+    dev.write_ram("w", w)
+    dev.push("a", a)
+    dev.run_program("run")
+    out = dev.pop("out", 2)
+    q16 = lambda x: formats.quantize(x, DataFormat.Float16_b)  # noqa: E731
+    assert torch.equal(dev.read_ram("gacc"), q16(out[0] + out[1]))
+
+
+def test_bfp_weights_are_not_reblocked_by_a_transpose():
+    # The unpacker moves decoded datums: a transposed Bfp8_b weight keeps exactly its stored values.
+    text = f"""
+devices: {{arch: wormhole_b0}}
+queues:
+  a:   {{input: HOST, type: queue, entries: 1, df: Float32, {_Q.format(ch=0)}}}
+  w:   {{input: HOST, type: ram, entries: 1, df: Bfp8_b, {_Q.format(ch=1)}}}
+  out: {{input: mm, type: queue, entries: 1, df: Float32, {_Q.format(ch=2)}}}
+graphs:
+  g:
+    target_device: 0
+    input_count: 1
+    mm: {{type: matmul, inputs: [a, w], in_df: [Float32, Bfp8_b], out_df: Float32, input_1_tms: [transpose],
+          {_OP.format(r=0, idf='Float32', fid='HiFi4')}, attributes: {{m_k: 1, u_kt: 1}}}}
+programs:
+  - run:
+    - var: {{$c_zero: 0}}
+    - execute: {{graph_name: g, queue_settings: {{
+        a: {{prologue: false, epilogue: false, zero: false, rd_ptr_local: $c_zero, rd_ptr_global: $c_zero}},
+        w: {{prologue: true, epilogue: false, zero: false, rd_ptr_global: $c_zero, wr_ptr_global: $c_zero}}}}}}
+"""
+    dev = GoldenDevice(parse_yaml(text), fast=False)
+    a, w = _rand(1, 1, 32, 32, seed=16), _rand(1, 32, 32, seed=17)
+    dev.write_ram("w", w)
+    dev.push("a", a)
+    dev.run_program("run")
+    wq = formats.quantize(w, DataFormat.Bfp8_b)
+    expected = formats.fidelity_matmul(a, wq.transpose(-1, -2), MathFidelity.HiFi4)
+    assert torch.allclose(dev.pop("out", 1)[0], expected, rtol=1e-6, atol=1e-6)
