@@ -5,7 +5,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: run test bench clean
+.PHONY: run test lint bench clean
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -20,7 +20,11 @@ run: $(STAMP)
 	$(PY) -m pybuda.cli run
 
 test: $(STAMP)
+	$(PY) -m ruff check pybuda tests benchmarks
 	$(PY) -m pytest -n 2 -q -p no:cacheprovider
+
+lint: $(STAMP)
+	$(PY) -m ruff check pybuda tests benchmarks
 
 bench: $(STAMP)
 	PY=$(PY) benchmarks/run_all.sh
