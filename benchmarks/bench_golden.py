@@ -35,7 +35,7 @@ from timing import best_times
 def _compile(args, microbatch: int):
     from pybuda.config import CompilerConfig
     from pybuda.models import get_model
-    from pybuda.passes.pipeline import pybuda_compile
+    from pybuda.compile import pybuda_compile
     from pybuda.dtypes import DataFormat, MathFidelity
 
     size = {"seq_len": args.seq_len} if args.seq_len else {}
@@ -65,7 +65,7 @@ def main(argv: List[str] = None) -> int:
     if args.threads:
         torch.set_num_threads(args.threads)
 
-    from pybuda.golden.executor import GoldenExecutor
+    from pybuda.golden.executor import GoldenExecutor, executor_inputs
     from pybuda.verify import calculate_pcc
 
     print(f"golden backend vs PyTorch eager float32: {args.model} {args.variant} seq {args.seq_len}, "
@@ -77,8 +77,8 @@ def main(argv: List[str] = None) -> int:
         spec, results = _compile(args, mb)
         compile_s = time.perf_counter() - t0
         inputs = list(spec.example_inputs)
-        precise = GoldenExecutor(results, fast=False)
-        fast = GoldenExecutor(results, fast=True)
+        precise = GoldenExecutor(*executor_inputs(results), fast=False)
+        fast = GoldenExecutor(*executor_inputs(results), fast=True)
         with torch.no_grad():
             reference = spec.module(*inputs)
         reference = reference[0] if isinstance(reference, (tuple, list)) else reference

@@ -32,7 +32,7 @@ _EXPORTS: Dict[str, str] = {
     "configure_mixed_precision": "pybuda.config", "add_cpu_fallback_ops": "pybuda.config",
     "remove_cpu_fallback_ops": "pybuda.config",
     # compile
-    "pybuda_compile": "pybuda.passes.pipeline", "CompileResults": "pybuda.passes.pipeline",
+    "pybuda_compile": "pybuda.compile", "CompileResults": "pybuda.compile",
     # verification
     "VerifyConfig": "pybuda.verify",
     # devices and runtime

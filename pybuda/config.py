@@ -2,17 +2,25 @@
 
 ``set_configuration_options`` and the ``override_*`` / ``set_*_break`` / ``configure_mixed_precision``
 functions edit the global instance, as in TT-Buda; compile snapshots it (``snapshot``) and stores it
-with the netlist and the device image. Environment variables are read here and nowhere else.
+with the netlist and the device image.
+
+Environment variables are read here and nowhere else: :func:`read_env` reads every one pybuda honours
+into a plain :class:`EnvSettings` record, and the rest of the package asks it. The PYBUDA_* variables that
+mirror config fields are defaults: a ``CompilerConfig`` takes them when it is created (so the global
+config takes them once, when it is created or reset) for the fields its caller did not pass, and a
+compile never applies them again, so an explicit config or a ``set_configuration_options`` call beats
+the environment.
 """
 
 from __future__ import annotations
 
 import copy
 import enum
+import functools
 import os
 import re
 from dataclasses import asdict, dataclass, field, fields
-from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
+from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
 from pybuda.errors import ConfigError
 from pybuda.dtypes import DataFormat, MathFidelity
@@ -117,9 +125,29 @@ class AMPNodeProperties:
         return True
 
 
+def _remember_given_fields(cls):
+    """Wrap a dataclass's generated ``__init__`` so that ``__post_init__`` can tell the fields its caller
+    passed (an explicit value, which beats the environment) from those left at their defaults."""
+    generated = cls.__init__
+    names = [f.name for f in fields(cls) if f.init]
+
+    @functools.wraps(generated)
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        self.__dict__["_given_fields"] = frozenset(names[:len(args)]).union(kwargs)
+        generated(self, *args, **kwargs)
+
+    cls.__init__ = __init__
+    return cls
+
+
+@_remember_given_fields
 @dataclass
 class CompilerConfig:
-    """Every compile option, with TT-Buda's defaults."""
+    """Every compile option, with TT-Buda's defaults.
+
+    PYBUDA_* environment variables that mirror a field (:data:`ENV_CONFIG_FIELDS`) set it when the config
+    is created, unless the field was passed to the constructor.
+    """
 
     # mode
     enable_training: bool = False
@@ -184,31 +212,27 @@ class CompilerConfig:
     golden_ignore_df_precision: bool = False
 
     def __post_init__(self) -> None:
-        self.apply_env_config_overrides()
+        given = self.__dict__.pop("_given_fields", frozenset())
+        self._apply_env(read_env().config, skip=given)
 
     def apply_env_config_overrides(self) -> None:
-        """Apply the PYBUDA_* environment variables that mirror config fields."""
-        env = os.environ
-        if "PYBUDA_COMPILE_DEPTH" in env:
-            self.compile_depth = CompileDepth.from_string(env["PYBUDA_COMPILE_DEPTH"])
-        if "PYBUDA_BALANCER_POLICY_TYPE" in env:
-            self.balancer_policy = env["PYBUDA_BALANCER_POLICY_TYPE"]
-        if env.get("PYBUDA_DISABLE_OP_FUSING") == "1":
-            self.enable_auto_fusing = False
-        if "PYBUDA_DEFAULT_DF" in env:
-            self.default_df_override = DataFormat.from_json(env["PYBUDA_DEFAULT_DF"])
-        if "PYBUDA_AMP_LEVEL" in env:
-            self.amp_level = int(env["PYBUDA_AMP_LEVEL"])
-        if "PYBUDA_OVERRIDE_NUM_CHIPS" in env:
-            self.num_chips = int(env["PYBUDA_OVERRIDE_NUM_CHIPS"])
-        if env.get("PYBUDA_DISABLE_STABLE_SOFTMAX") == "1":
-            self.enable_stable_softmax = False
-        if "PYBUDA_ENABLE_T_STREAMING" in env:
-            self.enable_t_streaming = env["PYBUDA_ENABLE_T_STREAMING"] == "1"
-        if env.get("PYBUDA_GOLDEN_FAST") == "1":
-            self.golden_ignore_df_precision = True
-        if "PYBUDA_BALANCER_RANDOM_POLICY_SEED" in env:
-            self.random_policy_seed = int(env["PYBUDA_BALANCER_RANDOM_POLICY_SEED"])
+        """Apply the PYBUDA_* environment variables that mirror config fields, over any value set before
+        (TT-Buda's method; a new config already has them, and compiles do not call it)."""
+        self._apply_env(read_env().config)
+
+    def _apply_env(self, values: Mapping[str, str], skip: Any = frozenset()) -> None:
+        for var, raw in values.items():
+            name, parse = ENV_CONFIG_FIELDS[var]
+            if name in skip:
+                continue
+            try:
+                value = parse(raw)
+            except ConfigError:
+                raise
+            except ValueError as e:
+                raise ConfigError(f"environment variable {var}={raw!r}: {e}") from None
+            if value is not _LEAVE:
+                setattr(self, name, value)
 
     # --- helpers (TT-Buda method names) ----------------------------------------------------------
     def balancer_op_override(self, op_name: str, attribute: str, value: Any) -> None:
@@ -270,6 +294,8 @@ _global_config: Optional[CompilerConfig] = None
 
 
 def _get_global_compiler_config() -> CompilerConfig:
+    """The global config, created on first use and after a reset: the PYBUDA_* config variables apply to it
+    then, once (compiles snapshot it and do not read the environment again)."""
     global _global_config
     if _global_config is None:
         _global_config = CompilerConfig()
@@ -422,7 +448,30 @@ def remove_cpu_fallback_ops(op_types: Union[str, Sequence[str]]) -> None:
     cfg.cpu_fallback_ops = [t for t in cfg.cpu_fallback_ops if t not in _names(op_types)]
 
 
-# --- runtime environment switches (read here, used by pybuda.runtime) ------------------------------
+# --- the environment (read here and nowhere else) ------------------------------------------------------------
+_LEAVE = object()  # an env value that leaves its config field alone (e.g. PYBUDA_DISABLE_OP_FUSING=0)
+
+
+def _only_if_one(value: Any) -> Callable[[str], Any]:
+    return lambda raw: value if raw == "1" else _LEAVE
+
+
+#: PYBUDA_* variables that mirror CompilerConfig fields (TT-Buda's ``apply_env_config_overrides``), in the
+#: order they apply: the field each sets, and how its raw value becomes the field's value.
+ENV_CONFIG_FIELDS: Dict[str, Tuple[str, Callable[[str], Any]]] = {
+    "PYBUDA_COMPILE_DEPTH": ("compile_depth", CompileDepth.from_string),
+    "PYBUDA_BALANCER_POLICY_TYPE": ("balancer_policy", str),
+    "PYBUDA_DISABLE_OP_FUSING": ("enable_auto_fusing", _only_if_one(False)),
+    "PYBUDA_DEFAULT_DF": ("default_df_override", DataFormat.from_json),
+    "PYBUDA_AMP_LEVEL": ("amp_level", int),
+    "PYBUDA_OVERRIDE_NUM_CHIPS": ("num_chips", int),
+    "PYBUDA_DISABLE_STABLE_SOFTMAX": ("enable_stable_softmax", _only_if_one(False)),
+    "PYBUDA_ENABLE_T_STREAMING": ("enable_t_streaming", lambda raw: raw == "1"),
+    "PYBUDA_GOLDEN_FAST": ("golden_ignore_df_precision", _only_if_one(True)),
+    "PYBUDA_BALANCER_RANDOM_POLICY_SEED": ("random_policy_seed", int),
+}
+
+
 @dataclass(frozen=True)
 class RuntimeEnv:
     """The environment variables the runtime honours (TT-Buda's names, plus PYBUDA_FORCE_CONCURRENT).
@@ -443,23 +492,69 @@ class RuntimeEnv:
     golden_blackhole: bool = False
 
 
-def _env_flag(name: str) -> bool:
-    return os.environ.get(name, "").strip().lower() not in ("", "0", "false", "no", "off")
+@dataclass(frozen=True)
+class EnvSettings:
+    """Every environment variable pybuda honours, as :func:`read_env` found it.
+
+    - ``config``: the PYBUDA_* variables of :data:`ENV_CONFIG_FIELDS` that are set (raw values; a
+      CompilerConfig parses them when it is created);
+    - ``runtime``: the runtime switches (:class:`RuntimeEnv`);
+    - ``build_dir``: ``PYBUDA_BUILD_DIR`` (None when unset or empty);
+    - ``graph_name_suffix``: ``PYBUDA_GRAPH_NAME_SUFFIX``, appended to every module's name;
+    - ``log_level``: ``PYBUDA_LOG_LEVEL`` for the ``pybuda`` command (default WARNING);
+    - ``verify_golden``: ``PYBUDA_VERIFY_GOLDEN``, VerifyConfig's ``run_golden`` default;
+    - ``golden_quantize``: ``TT_BACKEND_GOLDEN_QUANTIZE``, which turns VerifyConfig's
+      ``golden_ignore_df_precision`` default off.
+    """
+
+    config: Mapping[str, str] = field(default_factory=dict)
+    runtime: RuntimeEnv = field(default_factory=RuntimeEnv)
+    build_dir: Optional[str] = None
+    graph_name_suffix: str = ""
+    log_level: str = "WARNING"
+    verify_golden: bool = False
+    golden_quantize: bool = False
+
+
+def _env_flag(env: Mapping[str, str], name: str) -> bool:
+    return env.get(name, "").strip().lower() not in ("", "0", "false", "no", "off")
+
+
+def _env_set(env: Mapping[str, str], name: str) -> bool:
+    # TT-Buda's verification flags: anything but unset, empty or "0" turns them on.
+    return env.get(name, "0") not in ("", "0")
+
+
+def read_env() -> EnvSettings:
+    """Read every environment variable pybuda honours (the one place that reads ``os.environ``).
+
+    Read at each call, not cached: tests and scripts change the environment between runs.
+    """
+    env = os.environ
+    return EnvSettings(
+        config={var: env[var] for var in ENV_CONFIG_FIELDS if var in env},
+        runtime=RuntimeEnv(
+            force_sequential=_env_flag(env, "PYBUDA_FORCE_SEQUENTIAL"),
+            force_threads=_env_flag(env, "PYBUDA_FORCE_THREADS"),
+            force_concurrent=_env_flag(env, "PYBUDA_FORCE_CONCURRENT"),
+            devmode="PYBUDA_DEVMODE" in env,
+            golden_wormhole_b0=_env_flag(env, "GOLDEN_WORMHOLE_B0"),
+            golden_blackhole=_env_flag(env, "PYBUDA_GOLDEN_BLACKHOLE"),
+        ),
+        build_dir=env.get("PYBUDA_BUILD_DIR") or None,
+        graph_name_suffix=env.get("PYBUDA_GRAPH_NAME_SUFFIX", ""),
+        log_level=env.get("PYBUDA_LOG_LEVEL", "WARNING"),
+        verify_golden=_env_set(env, "PYBUDA_VERIFY_GOLDEN"),
+        golden_quantize=_env_set(env, "TT_BACKEND_GOLDEN_QUANTIZE"),
+    )
 
 
 def runtime_env() -> RuntimeEnv:
     """Current runtime switches, read from the environment at each call (tests may change them)."""
-    return RuntimeEnv(
-        force_sequential=_env_flag("PYBUDA_FORCE_SEQUENTIAL"),
-        force_threads=_env_flag("PYBUDA_FORCE_THREADS"),
-        force_concurrent=_env_flag("PYBUDA_FORCE_CONCURRENT"),
-        devmode="PYBUDA_DEVMODE" in os.environ,
-        golden_wormhole_b0=_env_flag("GOLDEN_WORMHOLE_B0"),
-        golden_blackhole=_env_flag("PYBUDA_GOLDEN_BLACKHOLE"),
-    )
+    return read_env().runtime
 
 
 def build_dir() -> str:
     """The compile build directory: ``$PYBUDA_BUILD_DIR`` if set, else ``./tt_build`` (netlists, configs,
     placement reports are written here)."""
-    return os.environ.get("PYBUDA_BUILD_DIR") or os.path.join(os.getcwd(), "tt_build")
+    return read_env().build_dir or os.path.join(os.getcwd(), "tt_build")

@@ -8,6 +8,7 @@ netlist problem, or the offending tensor of a push.
 
 from __future__ import annotations
 
+import queue
 from dataclasses import dataclass
 from typing import Iterable, Optional, Sequence
 
@@ -82,7 +83,23 @@ class ImageError(PybudaError):
 
 
 class RuntimeFailure(PybudaError):
-    """An exception inside a device (process or thread) surfaced in the caller."""
+    """An exception inside a device (process or thread) surfaced in the caller.
+
+    When a device failed, ``device_name`` and ``module_name`` say where, ``original_type`` names the
+    exception raised there (its ``__cause__`` when it could be rebuilt in the caller) and
+    ``traceback_text`` holds the device's traceback; they are None/empty for other runtime failures."""
+
+    device_name: Optional[str] = None
+    module_name: Optional[str] = None
+    original_type: Optional[str] = None
+    traceback_text: str = ""
+
+
+class NoMoreOutputs(RuntimeFailure, queue.Empty):
+    """``output_queue.get()`` found the queue empty, and nothing in the pipeline can fill it: every
+    input run so far has been read, the runs asked for have no pushed inputs to run, or the pipeline
+    has shut down. It is also a ``queue.Empty``, so ``except queue.Empty`` around ``get(timeout=...)``
+    keeps working; it is raised at once instead of after the timeout."""
 
 
 class ConfigError(PybudaError, ValueError):

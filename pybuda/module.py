@@ -10,12 +10,12 @@ from __future__ import annotations
 
 import inspect
 import logging
-import os
 from typing import Any, Dict, List, Optional, Tuple, Union
 
 import numpy as np
 import torch
 
+from pybuda.config import read_env
 from pybuda.errors import CompileError, InputError, ModuleError
 from pybuda.tensor import Parameter, SomeTensor, Tensor, _as_torch, to_buda_tensors
 
@@ -28,7 +28,7 @@ class Module:
     def __init__(self, name: str):
         if not isinstance(name, str) or not name:
             raise ModuleError(f"a module needs a non-empty string name, got {name!r}")
-        suffix = os.environ.get("PYBUDA_GRAPH_NAME_SUFFIX", "")
+        suffix = read_env().graph_name_suffix
         object.__setattr__(self, "name", name + suffix)
         object.__setattr__(self, "device", None)
         object.__setattr__(self, "input_names", [])

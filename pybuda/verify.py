@@ -10,12 +10,12 @@ from __future__ import annotations
 
 import enum
 import logging
-import os
 from dataclasses import dataclass, field
 from typing import Callable, Dict, List, Mapping, Optional, Sequence
 
 import torch
 
+from pybuda.config import read_env
 from pybuda.errors import InputError
 from pybuda.ir.graph import CONSTANT, INPUT, OP, OUTPUT, PARAMETER, Graph
 from pybuda.ops import registry
@@ -27,10 +27,6 @@ class TestKind(enum.Enum):
     INFERENCE = "inference"
     TRAINING = "training"
     TRAINING_RECOMPUTE = "training_recompute"
-
-
-def _env_flag(name: str) -> bool:
-    return os.environ.get(name, "0") not in ("", "0")
 
 
 @dataclass
@@ -46,10 +42,10 @@ class VerifyConfig:
     pcc: Optional[float] = None
     dump_tensors_path: str = ""
     #: Run the netlist on the golden backend at BACKEND_GOLDEN_VERIFY (env ``PYBUDA_VERIFY_GOLDEN=1``).
-    run_golden: bool = field(default_factory=lambda: _env_flag("PYBUDA_VERIFY_GOLDEN"))
+    run_golden: bool = field(default_factory=lambda: read_env().verify_golden)
     #: True (TT-Buda's default): that golden run is plain float32; False (or env
     #: ``TT_BACKEND_GOLDEN_QUANTIZE=1``): it applies the chip's formats and math fidelity.
-    golden_ignore_df_precision: bool = field(default_factory=lambda: not _env_flag("TT_BACKEND_GOLDEN_QUANTIZE"))
+    golden_ignore_df_precision: bool = field(default_factory=lambda: not read_env().golden_quantize)
     golden_compare_callback: Optional[Callable[[torch.Tensor, torch.Tensor], bool]] = None
     verify_all: bool = False
     verify_last: bool = True
@@ -83,6 +79,17 @@ class VerifyConfig:
 
     def total_number_of_inputs(self) -> int:
         return self.epochs * self.steps * self.accumulation_steps * self.microbatch_count
+
+
+def verification_requested(verify_cfg: Optional["VerifyConfig"]) -> bool:
+    """Whether ``verify_cfg`` asks for anything to be compared with the model's outputs: the compiled
+    outputs (``enabled``), every graph stage (``verify_all``) or the netlist on the golden backend
+    (``run_golden``). Only then is the model run on the CPU reference for its sample outputs, which for
+    a large model takes about as long as the compile itself."""
+    if verify_cfg is None:
+        return False
+    return bool(getattr(verify_cfg, "enabled", False) or getattr(verify_cfg, "verify_all", False)
+                or getattr(verify_cfg, "run_golden", False))
 
 
 def calculate_pcc(a: torch.Tensor, b: torch.Tensor) -> float:

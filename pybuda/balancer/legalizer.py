@@ -34,17 +34,21 @@ from functools import lru_cache
 from typing import Any, Dict, FrozenSet, List, Optional, Sequence, Tuple
 
 from pybuda.perf import cost
-from pybuda.balancer.tms import apply_tm, apply_tms, has_reshaping_tms, parse_tm
 from pybuda.balancer.types import OpModel
 from pybuda.errors import CompileError
-from pybuda.netlist.model import BINARY_OPS, COPY_OPS, SFPU_OPS
+from pybuda.netlist.tms import (
+    HStack, TileShape3, TMError, VStack, as_tms, effective_order, has_reshaping_tms, tms_shape,
+)
+from pybuda.netlist.device_ops import ops_of_class
 from pybuda.dtypes import DataFormat
 
 log = logging.getLogger(__name__)
 
 STAGE = "BALANCER_PASS"
 
-_MATMUL = frozenset({"matmul", "depthwise"})
+_MATMUL = ops_of_class("matmul", "depthwise")
+#: Elementwise op types: their ublock pins a stacked input's block.
+_ELTWISE = ops_of_class("binary", "copy", "sfpu")
 _NO_STREAM_TYPES = frozenset({"splice", "embedding", "tilizer", "topk", "ethernet_datacopy", "drainer", "buffer"})
 _PARAM_KINDS = frozenset({"parameter", "constant"})
 
@@ -96,7 +100,7 @@ def stack_block(consumer_type: str, index: int, model: OpModel, horizontal: bool
         if index == 2 and bias:
             return model.ublock[1] if horizontal else model.ublock[0]
         return None
-    if consumer_type in COPY_OPS or consumer_type in SFPU_OPS or consumer_type in BINARY_OPS:
+    if consumer_type in _ELTWISE:
         return model.ublock[1] if horizontal else model.ublock[0]
     return None
 
@@ -105,18 +109,19 @@ def stacks_ok(shape: Tuple[int, int, int], tms: Sequence[Any], consumer_type: st
               bias: bool = False) -> bool:
     """Spec §2.3 "stack factors must divide the consumer grid and its mblock/ublock dimensions, in one
     direction or the other", as the netlist validator checks it: at every ``hstack``/``vstack`` of the
-    edge, the stacked slice width and the consumer's block along that dimension divide one another."""
-    for tm in tms:
-        name, _ = parse_tm(tm)
-        if name in ("hstack", "vstack"):
-            horizontal = name == "hstack"
+    edge, the stacked slice width and the consumer's block along that dimension divide one another.
+    The TMs are walked in the order they take effect (pads last, :func:`pybuda.netlist.tms.effective_order`)."""
+    shape = TileShape3(*shape)
+    for tm in effective_order(tms):
+        if isinstance(tm, (HStack, VStack)):
+            horizontal = isinstance(tm, HStack)
             block = stack_block(consumer_type, index, model, horizontal, bias)
-            width = shape[2] if horizontal else shape[1]
+            width = shape.ct if horizontal else shape.rt
             if block and width and width % block and block % width:
                 return False
         try:
-            shape = apply_tm(shape, tm)
-        except ValueError:
+            shape = tm.apply(shape)
+        except TMError:
             return False
     return True
 
@@ -170,39 +175,6 @@ def _freeze(value: Any) -> Any:
         return value
     except TypeError:
         return repr(value)
-
-
-def _freeze_tm(tm: Any) -> Any:
-    """One TM in a hashable form that :func:`parse_tm` still reads: ``("hstack", 9)``,
-    ``("broadcast", "r", 2)``, ``("pad", (1, 0, 0.0))``, ``"transpose"``.
-
-    Plain :func:`_freeze` turns ``{"hstack": 9}`` into ``(("hstack", 9),)``, whose first element is a
-    tuple, so ``parse_tm`` named it ``"('hstack', 9)"`` and every stack check on it passed silently
-    (ResNet-50 on wh_n150 then failed netlist validation with a stack_factors error)."""
-    if isinstance(tm, str):
-        return tm
-    name, arg = parse_tm(tm)
-    if name == "broadcast" and isinstance(arg, dict) and len(arg) == 1:
-        (dim, factor), = arg.items()
-        return (name, dim, _freeze(factor))
-    if arg is None:
-        return (name,)
-    if isinstance(arg, dict):
-        # multi-key args (pad {rt, ct}): keep the dict semantics through a frozen mapping
-        return (name, _FrozenDict(arg))
-    return (name, _freeze(arg))
-
-
-class _FrozenDict(dict):
-    """A hashable dict for TM arguments with several keys (read-only by convention)."""
-
-    def __hash__(self) -> int:  # type: ignore[override]
-        return hash(_freeze(dict(self)))
-
-
-def _freeze_tms(tms: Sequence[Any]) -> Tuple[Any, ...]:
-    """A TM list as a hashable tuple of :func:`_freeze_tm` forms (``parse_tm``/``apply_tm`` accept them)."""
-    return tuple(_freeze_tm(tm) for tm in tms or ())
 
 
 def _fused_spec(op: Any, graph: Any) -> Optional[dict]:
@@ -270,7 +242,7 @@ class Legalizer:
             s = g.shape_of(name)
             raw.append((s.z, s.tiles))
             try:
-                in_shapes.append(apply_tms((s.z, s.rt, s.ct), op.input_tms.get(i, ())))
+                in_shapes.append(tms_shape((s.z, s.rt, s.ct), op.input_tms.get(i, ())))
             except ValueError as e:
                 raise CompileError(f"input {i} '{name}': {e}", stage=STAGE, op=op.name) from None
         k, reduce_dim = 1, ""
@@ -313,10 +285,10 @@ class Legalizer:
         dirs = self._stream_dirs(op, shape.z, reduce_dim, bool(outs), limit_r, limit_c)
         stacked = []
         for i, name in enumerate(op.inputs):
-            tms = tuple(op.input_tms.get(i, ()))
-            if any(parse_tm(tm)[0] in ("hstack", "vstack") for tm in tms):
+            tms = as_tms(op.input_tms.get(i, ()))  # TM objects: hashable, as OpFacts must be
+            if any(isinstance(tm, (HStack, VStack)) for tm in tms):
                 s_in = g.shape_of(name)
-                stacked.append((i, (s_in.z, s_in.rt, s_in.ct), _freeze_tms(tms)))
+                stacked.append((i, (s_in.z, s_in.rt, s_in.ct), tms))
         return OpFacts(
             type=op.type, z=shape.z, rt=shape.rt, ct=shape.ct, k=k, reduce_dim=reduce_dim, in_kinds=tuple(kinds),
             in_raw=tuple(raw), in_dfs=in_dfs, out_df=op.out_df, intermed_df=op.intermed_df, acc_df=op.acc_df,

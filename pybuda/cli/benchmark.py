@@ -175,7 +175,7 @@ def _compile_only(spec: Any, cfg: Any, microbatch: int) -> Tuple[Any, float]:
     compiler, so it skips the golden and compiled-graph CPU runs. Returns (CompileResults, seconds)."""
     import torch
 
-    from pybuda.passes.pipeline import compile_graph
+    from pybuda.compile import compile_graph
 
     sample = tuple(t[:1] if isinstance(t, torch.Tensor) and t.dim() else t for t in spec.example_inputs)
     t0 = time.perf_counter()

@@ -48,7 +48,7 @@ def main(args: argparse.Namespace) -> int:
     """Build the model, capture it, compile it and print the summary; returns the exit code."""
     from pybuda.config import CompilerConfig
     from pybuda.models import get_model
-    from pybuda.passes.pipeline import compile_graph
+    from pybuda.compile import compile_graph
 
     cfg = CompilerConfig()
     cfg.device_config = args.device_config

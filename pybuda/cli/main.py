@@ -9,7 +9,6 @@ from __future__ import annotations
 import argparse
 import importlib
 import logging
-import os
 import sys
 from typing import List, Optional
 
@@ -21,7 +20,9 @@ SUBCOMMANDS = {
 
 
 def main(argv: Optional[List[str]] = None) -> int:
-    logging.basicConfig(level=os.environ.get("PYBUDA_LOG_LEVEL", "WARNING").upper(),
+    from pybuda.config import read_env
+
+    logging.basicConfig(level=read_env().log_level.upper(),
                         format="%(levelname)s %(name)s: %(message)s")
     parser = argparse.ArgumentParser(prog="pybuda", description="TT-Buda on a simulated Tenstorrent chip")
     sub = parser.add_subparsers(dest="command", required=True)

@@ -9,7 +9,9 @@ Numerics follow the chip (``reference/netlist_backend_spec.md`` §4, §7): every
 its ``in_df``, matmuls and multiplies use the math-fidelity phases, results are rounded to the Dest
 accumulation format ``acc_df``, attribute relu is applied, and the output is packed to ``out_df``;
 queues store values in their ``df``. ``fast=True`` skips every rounding and fidelity step (plain
-float32, BBE golden parity) for quick functional runs.
+float32, BBE golden parity) for quick functional runs. One op is executed by :func:`run_op`, which needs
+no device: the compiler's float32 check of a lowered graph (``pybuda.passes.lowered.buda_eval``) calls it
+too, so the op semantics exist once.
 
 Speed (``benchmarks/bench_golden.py``): an operand already stored in its ``in_df`` is not rounded
 again (TMs move decoded datums; rounding is idempotent); constant operands (ram entries, prologue
@@ -22,7 +24,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass, field
-from typing import Dict, List, Mapping, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 import torch
 
@@ -30,7 +32,8 @@ from pybuda.golden import formats
 from pybuda.golden import kernels as golden_ops
 from pybuda.errors import InputError, NetlistError
 from pybuda.netlist import model as nl
-from pybuda.dtypes import DataFormat
+from pybuda.netlist.tms import apply_tms
+from pybuda.dtypes import DataFormat, MathFidelity
 
 log = logging.getLogger(__name__)
 
@@ -323,85 +326,21 @@ class GoldenDevice:
         transpose or tile broadcast does not re-block a BFP tile), and every format's rounding is
         idempotent, so only a format conversion (``in_df`` differs from the producer's format) rounds.
         """
-        x = golden_ops.apply_input_transforms(x, op.tms_of(index), op.input_unpad.get(index), op.input_pad.get(index))
+        x = apply_tms(x, op.tms_of(index), op.input_unpad.get(index), op.input_pad.get(index))
         if not self.fast and op.in_df[index] != source_df:
             x = formats.quantize(x, op.in_df[index])
         return x
 
     def _run_op(self, op: nl.NetlistOp, inputs: List[torch.Tensor], caches: List[Optional[Dict]],
                 n: int) -> torch.Tensor:
-        fidelity = None if self.fast else op.math_fidelity
-        attrs = op.attributes
-        cls = op.op_class
-        if cls == "matmul":
-            out = golden_ops.matmul(inputs, attrs, fidelity, op.shape, caches, op.in_df)
-        elif cls == "binary":
-            out = golden_ops.binary(op.type, inputs[0], inputs[1], fidelity, caches, op.in_df)
-        elif cls == "unary":
-            out = golden_ops.UNARY[op.type](inputs[0], attrs)
-        elif cls == "reduce":
-            out = golden_ops.reduce(inputs[0], attrs)
-        elif cls == "splice":
-            out = golden_ops.splice(inputs, attrs, op.shape)
-        elif cls == "fused":
-            out = self._run_fused(op, inputs, caches)
-        else:
-            raise NetlistError(f"graphs.{op.name}.type", f"golden backend does not implement op type '{op.type}'")
-        if not self.fast and op.acc_df != DataFormat.Float32 and cls in ("matmul", "binary", "fused") \
-                and not _packing_subsumes_dest(op):
-            out = formats.accumulate(out, op.acc_df)
-        out = golden_ops.apply_relu(out, attrs)
-        shape = op.shape
-        expected = (shape.t, shape.rt * TILE, shape.ct * TILE)
-        if tuple(out.shape[1:]) != expected:
-            raise NetlistError(f"graphs.{op.name}", f"computed output shape {list(out.shape[1:])} differs from the "
-                                                    f"op's declared (t, rows, cols) {list(expected)}")
-        if out.shape[0] != n:  # every operand was a constant (batch dimension 1)
-            out = out.expand(n, *expected)
-        return out if self.fast else formats.quantize(out, op.out_df)
-
-    def _run_fused(self, op: nl.NetlistOp, inputs: List[torch.Tensor], caches: List[Optional[Dict]]) -> torch.Tensor:
-        """Interpret a fused op's schedules: sub-ops read ``inputK`` / ``intermedK`` / ``dest`` and write
-        ``intermedK`` / ``dest`` / ``output``. Sub-ops are elementwise, so they run on whole tensors."""
-        fused = self.netlist.fused_ops.get(int(op.attr("fused_op_id", -1)))
-        if fused is None:
-            raise NetlistError(f"graphs.{op.name}.attributes.fused_op_id", "no such fused op")
-        buffers: Dict[str, torch.Tensor] = {f"input{i}": x for i, x in enumerate(inputs)}
-        fidelity = None if self.fast else op.math_fidelity
-        result: Optional[torch.Tensor] = None
-        for schedule in fused.schedules:
-            for sub in schedule:
-                xs, sub_caches, sub_dfs = [], [], []
-                for k, src in enumerate(sub.inputs):
-                    sub_dfs.append(op.in_df[int(src[5:])] if src.startswith("input") else
-                                   op.intermed_df if src.startswith("intermed") and not self.fast else None)
-                    tms = sub.input_tms.get(k, ())
-                    cache = None
-                    if src.startswith("input") and caches[int(src[5:])] is not None:
-                        # A constant operand: its TM'd value and fidelity pieces are kept per sub-op input.
-                        cache = caches[int(src[5:])].setdefault(("fused", sub.name, k), {})
-                    x = buffers[src]
-                    if tms:
-                        x = golden_ops._cached(cache, "value", lambda x=x, tms=tms: _apply_tms(x, tms))
-                    xs.append(x)
-                    sub_caches.append(cache)
-                kind = nl.op_class(sub.type)
-                if kind == "binary":
-                    y = golden_ops.binary(sub.type, xs[0], xs[1], fidelity, sub_caches, sub_dfs)
-                elif kind == "unary":
-                    y = golden_ops.UNARY[sub.type](xs[0], sub.attributes)
-                else:
-                    raise NetlistError(f"fused_ops.{fused.id}.{sub.name}", f"golden supports elementwise sub-ops "
-                                                                         f"in fused ops, not '{sub.type}'")
-                y = golden_ops.apply_relu(y, sub.attributes)
-                if sub.output.startswith("intermed") and not self.fast:
-                    y = formats.quantize(y, op.intermed_df)
-                if sub.output == "output":
-                    result = y
-                buffers[sub.output] = y
-        if result is None:
-            raise NetlistError(f"fused_ops.{fused.id}", "no sub-op writes 'output'")
-        return result
+        fused = None
+        if op.op_class == "fused":
+            fused = self.netlist.fused_ops.get(int(op.attr("fused_op_id", -1)))
+            if fused is None:
+                raise NetlistError(f"graphs.{op.name}.attributes.fused_op_id", "no such fused op")
+        numerics = None if self.fast else OpNumerics.of(op)
+        return run_op(op.type, op.attributes, inputs, op.shape, n, fused=fused, numerics=numerics, caches=caches,
+                      name=op.name)
 
     def _write_output(self, qname: str, op: nl.NetlistOp, value: torch.Tensor, s: Optional[nl.QueueSetting],
                       env: Dict[str, int]) -> None:
@@ -434,16 +373,118 @@ class GoldenDevice:
 _SUBSUMES_FLOAT16_B_DEST = {DataFormat.Float16_b, DataFormat.Bfp8_b, DataFormat.Bfp4_b, DataFormat.Bfp2_b}
 
 
-def _packing_subsumes_dest(op: nl.NetlistOp) -> bool:
+def _packing_subsumes_dest(numerics: "OpNumerics", attrs: Mapping[str, Any]) -> bool:
     """True when rounding to the Dest format (acc_df) cannot change what the packer produces."""
-    return op.acc_df == DataFormat.Float16_b and op.out_df in _SUBSUMES_FLOAT16_B_DEST \
-        and not op.attributes.get("relu_en")
+    return numerics.acc_df == DataFormat.Float16_b and numerics.out_df in _SUBSUMES_FLOAT16_B_DEST \
+        and not attrs.get("relu_en")
 
 
-def _apply_tms(x: torch.Tensor, tms) -> torch.Tensor:
-    for tm in tms:
-        x = golden_ops.apply_tm(x, tm)
-    return x
+# --- one op ------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class OpNumerics:
+    """The chip numerics of one op: its math fidelity and formats. ``None`` in their place means plain
+    float32 (the golden's ``fast`` mode, and the compiler's check of a lowered graph)."""
+
+    fidelity: MathFidelity
+    in_df: Tuple[DataFormat, ...]
+    acc_df: DataFormat
+    out_df: DataFormat
+    intermed_df: DataFormat
+
+    @classmethod
+    def of(cls, op: nl.NetlistOp) -> "OpNumerics":
+        """The numerics a netlist op declares."""
+        return cls(op.math_fidelity, tuple(op.in_df), op.acc_df, op.out_df, op.intermed_df)
+
+
+def run_op(op_type: str, attrs: Mapping[str, Any], inputs: List[torch.Tensor], out_shape: nl.TileShape3, n: int, *,
+           fused: Optional[nl.FusedOpDef] = None, numerics: Optional[OpNumerics] = None,
+           caches: Optional[List[Optional[Dict]]] = None, name: str = "op") -> torch.Tensor:
+    """Execute one netlist op: what :class:`GoldenDevice` does per op, usable without a device.
+
+    ``inputs``: ``[N, t, R, C]`` operands after their TMs and unpacking (a constant operand may have
+    N = 1); ``out_shape``: the op's declared (t, rt, ct); ``n``: inputs per execute (the result is
+    broadcast to N = n when every operand was a constant); ``fused``: the fused-op definition of a
+    ``fused_op``. ``numerics`` None computes in plain float32 (no fidelity, no Dest or output rounding);
+    otherwise the result is rounded to ``acc_df`` where the chip's Dest would and packed to ``out_df``.
+    ``caches``: per input, the derived-values dict of a constant operand, or None.
+    """
+    fidelity = None if numerics is None else numerics.fidelity
+    in_dfs = (None,) * len(inputs) if numerics is None else numerics.in_df
+    caches = list(caches) if caches is not None else [None] * len(inputs)
+    cls = nl.op_class(op_type)
+    if cls == "matmul":
+        out = golden_ops.matmul(inputs, attrs, fidelity, out_shape, caches, in_dfs)
+    elif cls == "binary":
+        out = golden_ops.binary(op_type, inputs[0], inputs[1], fidelity, caches, in_dfs)
+    elif cls == "unary":
+        out = golden_ops.UNARY[op_type](inputs[0], attrs)
+    elif cls == "reduce":
+        out = golden_ops.reduce(inputs[0], attrs)
+    elif cls == "splice":
+        out = golden_ops.splice(inputs, attrs, out_shape)
+    elif cls == "fused":
+        if fused is None:
+            raise NetlistError(f"graphs.{name}.attributes.fused_op_id", "no such fused op")
+        out = _run_fused(fused, inputs, caches, numerics)
+    else:
+        raise NetlistError(f"graphs.{name}.type", f"golden backend does not implement op type '{op_type}'")
+    if numerics is not None and numerics.acc_df != DataFormat.Float32 and cls in ("matmul", "binary", "fused") \
+            and not _packing_subsumes_dest(numerics, attrs):
+        out = formats.accumulate(out, numerics.acc_df)
+    out = golden_ops.apply_relu(out, attrs)
+    expected = (out_shape.t, out_shape.rt * TILE, out_shape.ct * TILE)
+    if tuple(out.shape[1:]) != expected:
+        raise NetlistError(f"graphs.{name}", f"computed output shape {list(out.shape[1:])} differs from the "
+                                             f"op's declared (t, rows, cols) {list(expected)}")
+    if out.shape[0] != n:  # every operand was a constant (batch dimension 1)
+        out = out.expand(n, *expected)
+    return out if numerics is None else formats.quantize(out, numerics.out_df)
+
+
+def _run_fused(fused: nl.FusedOpDef, inputs: List[torch.Tensor], caches: List[Optional[Dict]],
+               numerics: Optional[OpNumerics]) -> torch.Tensor:
+    """Interpret a fused op's schedules: sub-ops read ``inputK`` / ``intermedK`` / ``dest`` and write
+    ``intermedK`` / ``dest`` / ``output``. Sub-ops are elementwise, so they run on whole tensors."""
+    buffers: Dict[str, torch.Tensor] = {f"input{i}": x for i, x in enumerate(inputs)}
+    fast = numerics is None
+    fidelity = None if fast else numerics.fidelity
+    result: Optional[torch.Tensor] = None
+    for schedule in fused.schedules:
+        for sub in schedule:
+            xs, sub_caches, sub_dfs = [], [], []
+            for k, src in enumerate(sub.inputs):
+                sub_dfs.append(None if fast else numerics.in_df[int(src[5:])] if src.startswith("input") else
+                               numerics.intermed_df if src.startswith("intermed") else None)
+                tms = sub.input_tms.get(k, ())
+                cache = None
+                if src.startswith("input") and caches[int(src[5:])] is not None:
+                    # A constant operand: its TM'd value and fidelity pieces are kept per sub-op input.
+                    cache = caches[int(src[5:])].setdefault(("fused", sub.name, k), {})
+                x = buffers[src]
+                if tms:
+                    x = golden_ops._cached(cache, "value", lambda x=x, tms=tms: apply_tms(x, tms))
+                xs.append(x)
+                sub_caches.append(cache)
+            kind = nl.op_class(sub.type)
+            if kind == "binary":
+                y = golden_ops.binary(sub.type, xs[0], xs[1], fidelity, sub_caches, sub_dfs)
+            elif kind == "unary":
+                y = golden_ops.UNARY[sub.type](xs[0], sub.attributes)
+            else:
+                raise NetlistError(f"fused_ops.{fused.id}.{sub.name}", f"golden supports elementwise sub-ops "
+                                                                     f"in fused ops, not '{sub.type}'")
+            y = golden_ops.apply_relu(y, sub.attributes)
+            if sub.output.startswith("intermed") and not fast:
+                y = formats.quantize(y, numerics.intermed_df)
+            if sub.output == "output":
+                result = y
+            buffers[sub.output] = y
+    if result is None:
+        raise NetlistError(f"fused_ops.{fused.id}", "no sub-op writes 'output'")
+    return result
 
 
 def _topological(graph: nl.GraphDef) -> List[str]:

@@ -1,103 +1,132 @@
 """Runs a compiled model on the golden backend: the runtime's executor for ``BackendType.Golden``.
 
-It reads only the compile results' netlist, the lowered graph's queue descriptions (where each
-framework tensor sits in a queue: ``pybuda.netlist.host_io``) and the tensors of parameter and
-constant queues; the model's Python code is not needed. Each push is cut into microbatches of the
-compiled ``input_count``; each microbatch is pushed, ``run_fwd_0`` runs once, and the outputs are popped
-and turned back into framework tensors.
+Its inputs are the netlist, the host-I/O record (:class:`pybuda.netlist.host_io.HostIO`: where each
+framework tensor sits in a queue, the host-side TMs, the parameters) and a dict of named tensors (the
+initial values of parameter and constant queues and the framework parameters) — nothing of the compiler's
+in-memory state and none of the model's Python code, so a device image runs from what it stores. Each
+push is cut into microbatches of the compiled ``input_count``; each microbatch is pushed, the program
+runs once, and the outputs are popped and turned back into framework tensors.
 """
 
 from __future__ import annotations
 
 import logging
-from typing import Dict, List, Mapping, Sequence
+from typing import Any, Dict, List, Mapping, Sequence, Tuple
 
 import torch
 
-from pybuda.golden.device import GoldenDevice
 from pybuda.errors import InputError
-from pybuda.netlist.host_io import from_device_layout, to_device_layout
+from pybuda.golden.device import GoldenDevice
+from pybuda.netlist.host_io import HostIO, from_device_layout, to_device_layout, torch_dtype
 
 log = logging.getLogger(__name__)
 
-PROGRAM = "run_fwd_0"
-
 
 class GoldenExecutor:
-    """The executor contract of ``pybuda.runtime.backend_api`` on top of a :class:`GoldenDevice`."""
+    """The executor contract of ``pybuda.runtime.backend_api`` on top of a :class:`GoldenDevice`.
 
-    def __init__(self, compile_results, microbatch: int = 1, fast: bool = False):
-        self.results = compile_results
-        self.bg = compile_results.lowered_graph
-        if compile_results.netlist is None or self.bg is None:
+    ``netlist``: the parsed netlist; ``host_io``: its host-I/O record; ``tensors``: tensors by the keys
+    the record names (ram queue values and framework parameters, in framework layout). ``fast``: plain
+    float32, no formats or fidelity.
+    """
+
+    def __init__(self, netlist: Any, host_io: HostIO, tensors: Mapping[str, torch.Tensor], fast: bool = False):
+        if netlist is None or host_io is None:
             raise InputError("the compile results hold no netlist: compile to CompileDepth.FULL before running")
-        self.device = GoldenDevice(compile_results.netlist, fast=fast)
-        self.microbatch = max(1, int(compile_results.netlist.graphs[next(iter(compile_results.netlist.graphs))]
-                                     .input_count))
-        graph = compile_results.initial_graph
-        self.input_queues = _match_names([n.name for n in graph.inputs], list(self.bg.input_order), "input")
-        self.output_queues = list(self.bg.output_order)
-        self.output_dtypes = [n.dtype for n in graph.outputs]
-        self._params: Dict[str, torch.Tensor] = {n.name: graph.tensors[n.name] for n in graph.parameters
-                                                 if n.name in graph.tensors}
-        for name, queue in self.bg.queues.items():
-            if queue.kind in ("parameter", "constant"):
-                self.device.write_ram(name, to_device_layout(queue, self.bg.tensors[name])[0])
+        self.host_io = host_io
+        self.device = GoldenDevice(netlist, fast=fast)
+        self.microbatch = max(1, int(netlist.graphs[next(iter(netlist.graphs))].input_count))
+        self._params: Dict[str, torch.Tensor] = {p.name: _tensor(tensors, p.tensor, f"parameter '{p.name}'")
+                                                 for p in host_io.parameters}
+        self._transformed = host_io.transformed_parameters()
+        for rec in host_io.ram_queues:
+            value = _tensor(tensors, rec.tensor, f"queue '{rec.queue}'")
+            self.device.write_ram(rec.queue, to_device_layout(rec, value)[0])
 
     def run(self, inputs: Sequence[torch.Tensor]) -> List[torch.Tensor]:
-        if len(inputs) != len(self.input_queues):
-            raise InputError(f"the compiled model takes {len(self.input_queues)} input(s), got {len(inputs)}")
-        device_inputs = [to_device_layout(self.bg.queues[q], x) for q, x in zip(self.input_queues, inputs)]
+        """One push: framework inputs in graph-input order -> framework outputs in graph-output order."""
+        host_inputs = self.host_io.inputs
+        if len(inputs) != len(host_inputs):
+            raise InputError(f"the compiled model takes {len(host_inputs)} input(s), got {len(inputs)}")
+        device_inputs = [to_device_layout(rec, x) for rec, x in zip(host_inputs, inputs)]
         entries = device_inputs[0].shape[0] if device_inputs else self.microbatch
         if entries % self.microbatch:
             raise InputError(f"pushed {entries} samples; the model was compiled for microbatches of "
                              f"{self.microbatch}, so pushes must be a multiple of it")
-        popped: List[List[torch.Tensor]] = [[] for _ in self.output_queues]
+        outputs = self.host_io.outputs
+        popped: List[List[torch.Tensor]] = [[] for _ in outputs]
         for start in range(0, entries, self.microbatch):
-            for q, data in zip(self.input_queues, device_inputs):
-                self.device.push(q, data[start:start + self.microbatch])
-            self.device.run_program(PROGRAM, {"$p_loop_count": 1})
-            for i, q in enumerate(self.output_queues):
-                count = self.microbatch if self.bg.queues[q].tags.get("batched") else 1
-                popped[i].append(self.device.pop(q, count))
+            for rec, data in zip(host_inputs, device_inputs):
+                self.device.push(rec.queue, data[start:start + self.microbatch])
+            self.device.run_program(self.host_io.program, {"$p_loop_count": 1})
+            for i, rec in enumerate(outputs):
+                count = self.microbatch if rec.batched else 1
+                popped[i].append(self.device.pop(rec.queue, count))
         outs = []
-        for q, parts, dtype in zip(self.output_queues, popped, self.output_dtypes):
-            value = from_device_layout(self.bg.queues[q], torch.cat(parts))
+        for rec, parts in zip(outputs, popped):
+            value = from_device_layout(rec, torch.cat(parts))
+            dtype = torch_dtype(rec.dtype)
             outs.append(value if dtype.is_floating_point else value.round().to(dtype))
         return outs
 
     def get_parameters(self) -> Dict[str, torch.Tensor]:
+        """Current parameter values by framework name."""
         return dict(self._params)
 
     def update_parameters(self, params: Mapping[str, torch.Tensor]) -> None:
-        """Write new parameter values into their queues (formats applied as for the first load)."""
+        """Write new parameter values into their queues (formats applied as for the first load).
+
+        Checks every name before writing anything: unknown names, parameters transformed at compile time
+        (consteval: their folded value would go stale) and wrong shapes raise InputError.
+        """
         for name, value in params.items():
-            queue = self.bg.queues.get(name)
-            if name not in self._params or queue is None or queue.kind != "parameter":
+            if name not in self._params:
+                raise InputError(f"no device parameter named '{name}'")
+            if name in self._transformed:
+                raise InputError(f"parameter '{name}' was transformed at compile time (consteval); "
+                                 f"recompile to change it")
+            rec = self.host_io.queue(name)
+            if rec is None or rec.kind != "parameter":
                 raise InputError(f"no device parameter named '{name}'")
             if tuple(value.shape) != tuple(self._params[name].shape):
                 raise InputError(f"parameter '{name}' has shape {list(self._params[name].shape)}, "
                                  f"got {list(value.shape)}")
-            if name in self.results.consteval_trace:
-                raise InputError(f"parameter '{name}' was transformed at compile time (consteval); "
-                                 f"recompile to change it")
         for name, value in params.items():
-            self.device.write_ram(name, to_device_layout(self.bg.queues[name], value)[0])
+            self.device.write_ram(name, to_device_layout(self.host_io.queue(name), value)[0])
             self._params[name] = value.detach().clone()
 
     def close(self) -> None:
+        """Release the simulated device."""
         self.device = None
 
 
-def _match_names(graph_names: List[str], queue_names: List[str], what: str) -> List[str]:
-    """Queue of each graph input: by name, else by position (lowering keeps the order)."""
-    if len(graph_names) != len(queue_names):
-        raise InputError(f"compiled model has {len(queue_names)} {what} queue(s) for {len(graph_names)} graph {what}(s)")
-    return [g if g in queue_names else q for g, q in zip(graph_names, queue_names)]
+def _tensor(tensors: Mapping[str, torch.Tensor], key: Any, what: str) -> torch.Tensor:
+    try:
+        return tensors[key]
+    except KeyError:
+        raise InputError(f"no tensor named '{key}' for {what}: the tensors do not match the host I/O record") from None
+
+
+def executor_inputs(compile_results: Any) -> Tuple[Any, HostIO, Dict[str, torch.Tensor]]:
+    """(netlist, host-I/O record, named tensors) of a compile: all a golden executor reads.
+
+    The tensors are the lowered graph's parameter/constant values and the initial graph's parameters,
+    selected by the record's keys.
+    """
+    netlist = getattr(compile_results, "netlist", None)
+    host_io = getattr(compile_results, "host_io", None)
+    if netlist is None or host_io is None:
+        raise InputError("the compile results hold no netlist: compile to CompileDepth.FULL before running")
+    lowered = compile_results.lowered_graph
+    framework = compile_results.initial_graph
+    tensors = host_io.tensors_from(lowered.tensors if lowered is not None else {},
+                                   framework.tensors if framework is not None else {})
+    return netlist, host_io, tensors
 
 
 def create_executor(compile_results, *, microbatch: int = 1, device=None) -> GoldenExecutor:
     """Entry point the runtime calls for ``BackendType.Golden`` TTDevices."""
     config = compile_results.config
     fast = bool(getattr(config, "golden_ignore_df_precision", False))
-    return GoldenExecutor(compile_results, microbatch=microbatch, fast=fast)
+    netlist, host_io, tensors = executor_inputs(compile_results)
+    return GoldenExecutor(netlist, host_io, tensors, fast=fast)

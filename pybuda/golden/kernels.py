@@ -1,4 +1,4 @@
-"""What each netlist op and TM computes, on device tensors.
+"""What each netlist op computes, on device tensors (the TMs on its inputs: :mod:`pybuda.netlist.tms`).
 
 A device tensor here is float32 ``[N, t, R, C]``: N inputs of one ``execute`` processed together (the
 golden batches over ``input_count``, which is numerically identical to running them one by one),
@@ -9,7 +9,6 @@ result before packing, except that multiplies go through the fidelity model when
 
 from __future__ import annotations
 
-import math
 from typing import Callable, Dict, Optional, Sequence, Tuple
 
 import torch
@@ -17,70 +16,13 @@ import torch
 from pybuda.golden import formats
 from pybuda.errors import NetlistError
 from pybuda.netlist import model as nl
+# The TMs on op inputs are pybuda.netlist.tms (one implementation on [..., z, R, C], the golden's
+# [N, t, R, C] included); the bias of a matmul uses its tile broadcast.
+from pybuda.netlist.tms import TileBroadcast, apply_tm
+from pybuda.netlist.device_ops import DEVICE_OPS, find_device_op
 from pybuda.dtypes import DataFormat, MathFidelity
 
 TILE = 32
-
-
-# --------------------------------------------------------------------------------------------------
-# TMs (spec §3.3), applied on [N, t, R, C]
-# --------------------------------------------------------------------------------------------------
-
-def apply_tm(x: torch.Tensor, tm: nl.TM) -> torch.Tensor:
-    """Apply one netlist TM to a device tensor."""
-    n, t, r, c = x.shape
-    if isinstance(tm, nl.Broadcast):
-        if tm.dim == "r":
-            return x.repeat(1, 1, tm.factor, 1)
-        if tm.dim == "c":
-            return x.repeat(1, 1, 1, tm.factor)
-        return x.expand(n, tm.factor, r, c)  # z: t == 1 checked by the validator
-    if isinstance(tm, nl.HSlice):
-        f = tm.factor
-        return x.reshape(n, t, r, f, c // f).permute(0, 1, 3, 2, 4).reshape(n, t * f, r, c // f)
-    if isinstance(tm, nl.VSlice):
-        f = tm.factor
-        return x.reshape(n, t * f, r // f, c)
-    if isinstance(tm, nl.HStack):
-        f = tm.factor
-        return x.reshape(n, t // f, f, r, c).permute(0, 1, 3, 2, 4).reshape(n, t // f, r, f * c)
-    if isinstance(tm, nl.VStack):
-        f = tm.factor
-        return x.reshape(n, t // f, f * r, c)
-    if isinstance(tm, nl.Transpose):
-        return x.transpose(-1, -2)
-    if isinstance(tm, nl.TileBroadcast):
-        return tile_broadcast(x, tm.dim)
-    if isinstance(tm, nl.Pad):
-        return torch.nn.functional.pad(x, (0, tm.ct * TILE, 0, tm.rt * TILE), value=float(tm.value))
-    raise NetlistError("input_tms", f"golden backend does not implement TM {tm!r}")
-
-
-def apply_input_transforms(x: torch.Tensor, tms: Sequence[nl.TM], unpad: Optional[nl.InputUnpad],
-                           pad: Optional[nl.InputPad]) -> torch.Tensor:
-    """Unpad, then the TMs in order (pad TMs last), then the input pad — the golden's order (§7.1)."""
-    if unpad is not None:
-        x = x[:, :, : x.shape[2] - unpad.rt * TILE, : x.shape[3] - unpad.ct * TILE]
-    for tm in tms:
-        if not isinstance(tm, nl.Pad):
-            x = apply_tm(x, tm)
-    for tm in tms:
-        if isinstance(tm, nl.Pad):
-            x = apply_tm(x, tm)
-    if pad is not None:
-        x = apply_tm(x, nl.Pad(rt=pad.rt, ct=pad.ct, value=pad.pad_value))
-    return x
-
-
-def tile_broadcast(x: torch.Tensor, dim: str) -> torch.Tensor:
-    """Broadcast row 0 ('r') or column 0 ('c') of every tile across the tile."""
-    n, t, r, c = x.shape
-    tiles = x.reshape(n, t, r // TILE, TILE, c // TILE, TILE)
-    if dim == "r":
-        tiles = tiles[:, :, :, 0:1, :, :].expand(n, t, r // TILE, TILE, c // TILE, TILE)
-    else:
-        tiles = tiles[:, :, :, :, :, 0:1].expand(n, t, r // TILE, TILE, c // TILE, TILE)
-    return tiles.reshape(n, t, r, c)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -231,59 +173,21 @@ def _matmul(a: torch.Tensor, b: torch.Tensor, fidelity: Optional[MathFidelity],
                             _pieces(b, "a", fidelity, caches[1], dfs[1]))
 
 
-def _gelu(x: torch.Tensor, approximate: bool = False) -> torch.Tensor:
-    return torch.nn.functional.gelu(x, approximate="tanh" if approximate else "none")
-
-
-def _gelu_derivative(x: torch.Tensor) -> torch.Tensor:
-    cdf = 0.5 * (1.0 + torch.erf(x / math.sqrt(2.0)))
-    pdf = torch.exp(-0.5 * x * x) / math.sqrt(2.0 * math.pi)
-    return cdf + x * pdf
-
-
-def _dropout(x: torch.Tensor, attrs: Dict) -> torch.Tensor:
-    p = float(attrs.get("p", 0.0))
-    if p <= 0.0:
-        return x
-    gen = torch.Generator().manual_seed(int(attrs.get("seed", 0)))
-    keep = torch.rand(x.shape, generator=gen) >= p
-    return torch.where(keep, x / (1.0 - p), torch.zeros_like(x))
-
-
+#: Unary kernels (copy and SFPU op types) by name, from the device-op table (its ``golden`` field):
+#: ``(x, attrs) -> y`` on unpacked float32 values.
 UNARY: Dict[str, Callable[[torch.Tensor, Dict], torch.Tensor]] = {
-    "nop": lambda x, a: x,
-    "datacopy": lambda x, a: x,
-    "ethernet_datacopy": lambda x, a: x,
-    "exp": lambda x, a: torch.exp(x),
-    "log": lambda x, a: torch.log(x),
-    "sqrt": lambda x, a: torch.sqrt(x),
-    "gelu": lambda x, a: _gelu(x, bool(a.get("approximate_mode", False))),
-    "gelu_derivative": lambda x, a: _gelu_derivative(x),
-    "reciprocal": lambda x, a: torch.reciprocal(x),
-    "sigmoid": lambda x, a: torch.sigmoid(x),
-    "dropout": _dropout,
-    "tanh": lambda x, a: torch.tanh(x),
-    "square": lambda x, a: x * x,
-    "power": lambda x, a: torch.pow(x, int(a.get("exp", 1))),
-    "sine": lambda x, a: torch.sin(x),
-    "cosine": lambda x, a: torch.cos(x),
-    "lrelu": lambda x, a: torch.where(x >= 0, x, x * float(a.get("slope", 0.01))),
-    "abs": lambda x, a: torch.abs(x),
-}
+    name: row.golden for name, row in DEVICE_OPS.items() if row.is_unary and callable(row.golden)}
 
 
 def binary(op_type: str, a: torch.Tensor, b: torch.Tensor, fidelity: Optional[MathFidelity],
-           caches: Sequence[Optional[Dict]] = (None, None), dfs: Sequence = (None, None)) -> torch.Tensor:
-    """add / subtract / multiply / maximum (ELWADD and ELWSUB ignore fidelity)."""
-    if op_type == "add":
-        return a + b
-    if op_type == "subtract":
-        return a - b
-    if op_type == "multiply":
-        return _mul(a, b, fidelity, caches, dfs)
-    if op_type == "maximum":
-        return torch.maximum(a, b)
-    raise NetlistError("type", f"golden backend does not implement binary op '{op_type}'")
+           caches: Sequence[Optional[Dict]] = (None, None), dfs: Sequence = (None, None),
+           attrs: Optional[Dict] = None) -> torch.Tensor:
+    """A binary op's kernel from the device-op table; a multiply inside it goes through the fidelity
+    model (ELWMUL: in0 -> SrcA, in1 -> SrcB); ELWADD and ELWSUB ignore fidelity."""
+    row = find_device_op(op_type)
+    if row is None or row.cls != "binary" or not callable(row.golden):
+        raise NetlistError("type", f"golden backend does not implement binary op '{op_type}'")
+    return row.golden(a, b, attrs or {}, lambda x, y: _mul(x, y, fidelity, caches, dfs))
 
 
 def _decode_sparse(tiles_in: torch.Tensor, index: torch.Tensor, count: int):
@@ -342,9 +246,9 @@ def matmul(inputs: Sequence[torch.Tensor], attrs: Dict, fidelity: Optional[MathF
         n, t, r, c = out.shape
         out = out.reshape(n, t // z, z, r, c).sum(dim=2)
     if attrs.get("bias"):
-        out = out + _cached(caches[2], "tile_broadcast_r", lambda: tile_broadcast(inputs[2], "r"))
+        out = out + _cached(caches[2], "tile_broadcast_r", lambda: apply_tm(inputs[2], TileBroadcast("r")))
     if attrs.get("sfpu_op") == "gelu":
-        out = _gelu(out)
+        out = UNARY["gelu"](out, {})
     return out
 
 

@@ -16,9 +16,10 @@ import re
 from typing import Any, Dict, Iterable, List, Tuple, Union
 
 from pybuda.netlist.model import (
-    AllocateQueue, DeallocateQueue, EndLoop, Execute, FusedOpDef, FusedSubOp, GraphDef, InputPad, InputUnpad,
-    Loop, Netlist, NetlistOp, Param, Program, QueueDef, QueueSetting, StaticVar, TM, Var, VarInst,
+    AllocateQueue, DeallocateQueue, EndLoop, Execute, FusedOpDef, FusedSubOp, GraphDef, Loop, Netlist, NetlistOp,
+    Param, Program, QueueDef, QueueSetting, StaticVar, Var, VarInst,
 )
+from pybuda.netlist.tms import TM, InputPad, InputUnpad
 
 #: Canonical order of op attributes in the output; ``inputN`` (splice) follow by index, then any others.
 ATTRIBUTE_ORDER: Tuple[str, ...] = (

@@ -26,15 +26,17 @@ Validation failures of the generated netlist are compiler bugs and are reported 
 
 from __future__ import annotations
 
-from typing import Any, Dict, List, Tuple
+from typing import TYPE_CHECKING, Any, Dict, List, Tuple
 
 from pybuda.balancer.legalizer import stream_edge_tms
-from pybuda.netlist.model import (TM, AllocateQueue, DeallocateQueue, EndLoop, Execute, FusedOpDef, FusedSubOp,
+from pybuda.netlist.model import (AllocateQueue, DeallocateQueue, EndLoop, Execute, FusedOpDef, FusedSubOp,
                                   GraphDef, Loop, Netlist, NetlistOp, Param, Program, QueueDef, QueueSetting, StaticVar,
                                   Var, VarInst)
 from pybuda.ir.lowered import BudaGraph
-from pybuda.passes.context import CompileContext
-from pybuda.netlist.tms import normalize_tm
+from pybuda.netlist.tms import TM, as_tms
+
+if TYPE_CHECKING:  # the compile context is only read, never built, here
+    from pybuda.passes.context import CompileContext
 
 PROGRAM_NAME = "run_fwd_0"
 _READ_ONLY_KINDS = ("parameter", "constant")
@@ -97,7 +99,7 @@ def _op(bg: BudaGraph, name: str, bs: Any, ps: Any, netlist: Netlist, fused_ids:
         inputs.append(actual)
         producer_model = bs.op_models.get(src) if src in bg.ops else None
         tms = stream_edge_tms(producer_model, model, op.type, i, list(op.input_tms.get(i, [])))
-        tms = tuple(normalize_tm(t) for t in tms)
+        tms = as_tms(tms)
         if tms:
             input_tms[i] = tms
     attrs = dict(op.attrs)
@@ -119,8 +121,17 @@ def _fused_id(bg: BudaGraph, fid: int, model: Any, netlist: Netlist, fused_ids: 
     key = (fid, tuple(model.mblock), tuple(model.ublock))
     if key in fused_ids:
         return fused_ids[key]
-    spec = bg.fused_ops[fid]
     new_id = len(fused_ids)
+    netlist.fused_ops[new_id] = fused_op_def(bg.fused_ops[fid], new_id, tuple(model.mblock), tuple(model.ublock))
+    fused_ids[key] = new_id
+    return new_id
+
+
+def fused_op_def(spec: Dict[str, Any], fused_id: int, mblock: Tuple[int, int] = (1, 1),
+                 ublock: Tuple[int, int] = (1, 1)) -> FusedOpDef:
+    """The netlist ``fused_ops`` entry of a lowered graph's fused-op spec; scheduled ops take the parent
+    op's ``mblock``/``ublock`` (blocking does not change what a fused op computes, so a lowered graph
+    evaluated before balancing uses the defaults)."""
     schedules = []
     for schedule in spec["schedules"]:
         subs = []
@@ -128,15 +139,13 @@ def _fused_id(bg: BudaGraph, fid: int, model: Any, netlist: Netlist, fused_ids: 
             for sub_name, sub in entry.items():
                 subs.append(FusedSubOp(
                     name=sub_name, type=sub["type"], inputs=tuple(sub["inputs"]), output=sub["output"],
-                    mblock=tuple(model.mblock), ublock=tuple(model.ublock),
-                    input_tms={int(k): tuple(normalize_tm(t) for t in v) for k, v in sub.get("input_tms", {}).items()},
+                    mblock=mblock, ublock=ublock,
+                    input_tms={int(k): as_tms(v) for k, v in sub.get("input_tms", {}).items()},
                     pop=tuple(sub.get("pop", ())), pop_last=tuple(sub.get("pop_last", ())),
                     attributes=dict(sub.get("attributes", {}))))
         schedules.append(subs)
-    netlist.fused_ops[new_id] = FusedOpDef(id=new_id, inputs=int(spec["inputs"]),
-                                           intermediates=int(spec["intermediates"]), schedules=schedules)
-    fused_ids[key] = new_id
-    return new_id
+    return FusedOpDef(id=fused_id, inputs=int(spec["inputs"]), intermediates=int(spec["intermediates"]),
+                      schedules=schedules)
 
 
 # --- program -----------------------------------------------------------------------------------------------

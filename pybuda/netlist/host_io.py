@@ -1,17 +1,21 @@
-"""How a framework tensor sits in a queue: the canonical 3-D form, tile padding, host TMs, microbatch.
+"""The host side of a compiled model: the :class:`HostIO` record, and how a framework tensor sits in a queue.
+
+The netlist says what the chip does; this record says what the host does around it, so that the
+netlist, a :class:`HostIO` and a dict of named tensors are all a backend needs to run a compiled model
+(``pybuda.golden.executor``), here or in a fresh process without the model's code (a device image stores
+the record as JSON, :meth:`HostIO.to_dict` / :meth:`HostIO.from_dict`).
 
 **Canonical form.** A per-sample tensor of shape ``S`` is stored as one queue entry ``[z, r, c]`` with
 ``c = S[-1]``, ``r = S[-2]`` and ``z = prod(S[:-2])`` (rank 1: ``[1, 1, c]``, rank 0: ``[1, 1, 1]``). All
 leading framework dims, however many, fold into ``z`` (the op's ``t``); ``w`` is the entry index, one
 entry per sample of the microbatch. ``r`` and ``c`` are zero-padded up to multiples of 32.
 
-**Queues.** ``BudaQueue.tags`` carries what the host needs:
-
-- ``device_shape``: the per-sample shape ``S`` whose canonical form the queue holds;
-- ``batched``: dim 0 of the framework tensor is the microbatch (one entry per sample);
-- ``host_tms``: ``[(op_type, attrs), ...]`` registry TMs the host applies before pushing an input (on the
-  whole framework tensor) or after reading an output;
-- ``framework_shape``: the shape the user pushes / receives.
+**Queues.** Each host-visible queue has a :class:`QueueIO`: the framework tensor's name, ``device_shape``
+(the per-sample shape ``S`` whose canonical form the queue holds), ``batched`` (dim 0 of the framework
+tensor is the microbatch: one entry per sample), ``host_tms`` (registry TMs the host applies before
+pushing an input, on the whole framework tensor, or after reading an output) and ``framework_shape`` (the
+shape the user pushes / receives). The compiler keeps the same facts in the lowered graph's queue tags
+(``device_shape``, ``batched``, ``host_tms``, ``framework_shape``); :func:`queue_io` reads them.
 
 :func:`to_device_layout` and :func:`from_device_layout` implement exactly this, for the runtime.
 """
@@ -19,14 +23,21 @@ entry per sample of the microbatch. ``r`` and ``c`` are zero-padded up to multip
 from __future__ import annotations
 
 import math
-from typing import Sequence, Tuple
+import numbers
+from dataclasses import dataclass, field
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Set, Tuple
 
 import torch
 
 from pybuda.ops import registry
-from pybuda.ir.lowered import BudaQueue, TileShape
 
 TILE = 32
+
+#: Version of the :meth:`HostIO.to_dict` layout (bumped when a field changes meaning).
+FORMAT_VERSION = 1
+
+#: Key suffix of a framework parameter whose value differs from its queue's (or that has no queue).
+FRAMEWORK_SUFFIX = "#framework"
 
 
 def canonical_zrc(shape: Sequence[int]) -> Tuple[int, int, int]:
@@ -44,12 +55,6 @@ def tiles(n: int) -> int:
     return -(-n // TILE)
 
 
-def tile_shape_of(shape: Sequence[int]) -> TileShape:
-    """TileShape (w=1) of a per-sample framework shape."""
-    z, r, c = canonical_zrc(shape)
-    return TileShape(1, z, tiles(r), tiles(c))
-
-
 def to_canonical(t: torch.Tensor, pad_value: float = 0.0) -> torch.Tensor:
     """A per-sample tensor as its padded canonical ``[z, R, C]`` form."""
     z, r, c = canonical_zrc(t.shape)
@@ -65,32 +70,304 @@ def from_canonical(t: torch.Tensor, shape: Sequence[int]) -> torch.Tensor:
     return t.reshape(z, t.shape[-2], t.shape[-1])[:, :r, :c].reshape(tuple(shape))
 
 
+# --- the record ----------------------------------------------------------------------------------------------
+
+
+def _freeze(value: Any) -> Any:
+    """Attribute values in the one form both Python and JSON give back: lists become tuples, recursively."""
+    if isinstance(value, (list, tuple)):
+        return tuple(_freeze(v) for v in value)
+    if isinstance(value, dict):
+        return {str(k): _freeze(v) for k, v in value.items()}
+    return value
+
+
+def _thaw(value: Any, where: str) -> Any:
+    """The JSON form of a frozen attribute value; anything JSON cannot hold is an error here, not later."""
+    if isinstance(value, tuple):
+        return [_thaw(v, where) for v in value]
+    if isinstance(value, dict):
+        return {k: _thaw(v, where) for k, v in value.items()}
+    if value is None or isinstance(value, (bool, int, float, str)):
+        return value
+    if isinstance(value, numbers.Integral):  # numpy integers from shape arithmetic
+        return int(value)
+    if isinstance(value, numbers.Real):
+        return float(value)
+    raise ValueError(f"{where}: attribute value {value!r} ({type(value).__name__}) has no JSON form")
+
+
+def dtype_name(dtype: torch.dtype) -> str:
+    """``torch.float32`` -> ``"float32"`` (the record's dtype spelling)."""
+    return str(dtype).replace("torch.", "")
+
+
+def torch_dtype(name: str) -> torch.dtype:
+    """Inverse of :func:`dtype_name`."""
+    dtype = getattr(torch, name, None)
+    if not isinstance(dtype, torch.dtype):
+        raise ValueError(f"unknown dtype '{name}'")
+    return dtype
+
+
+@dataclass
+class HostTM:
+    """One registry TM the host applies (``op_type`` with its attributes), evaluated with the op's torch reference."""
+
+    op_type: str
+    attrs: Dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        self.attrs = _freeze(dict(self.attrs))
+
+    def to_dict(self) -> Dict[str, Any]:
+        """JSON-friendly form."""
+        return {"op_type": self.op_type, "attrs": _thaw(self.attrs, f"host TM {self.op_type}")}
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> "HostTM":
+        """Inverse of :meth:`to_dict`."""
+        return cls(str(d["op_type"]), dict(d.get("attrs", {})))
+
+
+def _shape(value: Optional[Sequence[int]]) -> Optional[Tuple[int, ...]]:
+    return None if value is None else tuple(int(d) for d in value)
+
+
+@dataclass
+class QueueIO:
+    """How one host-visible queue meets the framework: an activation input, an output, or a parameter or
+    constant queue (``type: ram``, written once from the tensor named ``tensor``)."""
+
+    queue: str  # the netlist queue name
+    kind: str  # "input" | "output" | "parameter" | "constant"
+    name: str  # the framework tensor (graph input/output name; the queue name for ram queues)
+    framework_shape: Tuple[int, ...] = ()  # per-sample shape the user pushes / receives
+    device_shape: Optional[Tuple[int, ...]] = None  # per-sample shape S whose canonical form the queue holds
+    dtype: str = "float32"  # the framework tensor's dtype
+    batched: bool = False  # dim 0 of the framework tensor is the microbatch: one queue entry per sample
+    host_tms: List[HostTM] = field(default_factory=list)  # applied before a push / after a read, in order
+    tensor: Optional[str] = None  # parameter/constant queues: key of the initial value among the tensors
+
+    def __post_init__(self) -> None:
+        self.framework_shape = _shape(self.framework_shape) or ()
+        self.device_shape = _shape(self.device_shape)
+        self.host_tms = [tm if isinstance(tm, HostTM) else HostTM(tm[0], tm[1]) for tm in self.host_tms]
+
+    @property
+    def host_tm_list(self) -> List[Tuple[str, Dict[str, Any]]]:
+        """``host_tms`` as ``[(op_type, attrs), ...]`` (the form :func:`apply_host_tms` takes)."""
+        return [(tm.op_type, tm.attrs) for tm in self.host_tms]
+
+    def to_dict(self) -> Dict[str, Any]:
+        """JSON-friendly form."""
+        return {"queue": self.queue, "kind": self.kind, "name": self.name,
+                "framework_shape": list(self.framework_shape),
+                "device_shape": None if self.device_shape is None else list(self.device_shape),
+                "dtype": self.dtype, "batched": self.batched, "host_tms": [tm.to_dict() for tm in self.host_tms],
+                "tensor": self.tensor}
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> "QueueIO":
+        """Inverse of :meth:`to_dict`."""
+        return cls(queue=str(d["queue"]), kind=str(d["kind"]), name=str(d["name"]),
+                   framework_shape=d.get("framework_shape", ()), device_shape=d.get("device_shape"),
+                   dtype=str(d.get("dtype", "float32")), batched=bool(d.get("batched", False)),
+                   host_tms=[HostTM.from_dict(t) for t in d.get("host_tms", ())], tensor=d.get("tensor"))
+
+
+@dataclass
+class ParameterIO:
+    """A parameter of the framework graph as the user sees it (``get_parameters``/``update_parameters``):
+    its name, shape and dtype, and the key of its value among the tensors (the parameter queue's own key
+    when the queue holds the value unchanged, else ``<name>#framework``)."""
+
+    name: str
+    shape: Tuple[int, ...] = ()
+    dtype: str = "float32"
+    tensor: str = ""
+
+    def __post_init__(self) -> None:
+        self.shape = _shape(self.shape) or ()
+        self.tensor = self.tensor or self.name
+
+    def to_dict(self) -> Dict[str, Any]:
+        """JSON-friendly form."""
+        return {"name": self.name, "shape": list(self.shape), "dtype": self.dtype, "tensor": self.tensor}
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> "ParameterIO":
+        """Inverse of :meth:`to_dict`."""
+        return cls(str(d["name"]), d.get("shape", ()), str(d.get("dtype", "float32")), str(d.get("tensor", "")))
+
+
+@dataclass
+class HostIO:
+    """Everything the host does around a netlist run, as plain data.
+
+    ``inputs`` follow the framework graph's input order (what the user pushes), ``outputs`` its output
+    order; ``ram_queues`` are the parameter and constant queues, each written from a named tensor;
+    ``parameters`` are the framework parameters; ``consteval`` maps each parameter folded at compile time
+    to the framework parameters it was computed from (a runtime must not update either: the folded value
+    would go stale). ``program`` is the program to run once per microbatch of ``microbatch`` samples.
+    """
+
+    graph: str = ""
+    microbatch: int = 1
+    program: str = "run_fwd_0"
+    inputs: List[QueueIO] = field(default_factory=list)
+    outputs: List[QueueIO] = field(default_factory=list)
+    ram_queues: List[QueueIO] = field(default_factory=list)
+    parameters: List[ParameterIO] = field(default_factory=list)
+    consteval: Dict[str, List[str]] = field(default_factory=dict)
+
+    def queue(self, name: str) -> Optional[QueueIO]:
+        """The record of the host-visible queue ``name`` (None when there is none)."""
+        for rec in self.inputs + self.outputs + self.ram_queues:
+            if rec.queue == name:
+                return rec
+        return None
+
+    def transformed_parameters(self) -> Set[str]:
+        """Names of parameters whose value was transformed at compile time (folded leaves and their sources)."""
+        out = set(self.consteval)
+        for sources in self.consteval.values():
+            out.update(sources)
+        return out
+
+    def tensor_names(self) -> List[str]:
+        """Keys of every tensor a backend needs (ram queue values and framework parameters), each once."""
+        names: List[str] = []
+        for key in [q.tensor for q in self.ram_queues] + [p.tensor for p in self.parameters]:
+            if key is not None and key not in names:
+                names.append(key)
+        return names
+
+    def tensors_from(self, queue_values: Mapping[str, torch.Tensor],
+                     parameter_values: Mapping[str, torch.Tensor]) -> Dict[str, torch.Tensor]:
+        """The named tensors of this record from a compile's values: ``queue_values`` by queue name (the
+        lowered graph's parameter/constant values) and ``parameter_values`` by framework parameter name."""
+        out: Dict[str, torch.Tensor] = {}
+        for q in self.ram_queues:
+            if q.tensor is not None and q.queue in queue_values:
+                out[q.tensor] = queue_values[q.queue]
+        for p in self.parameters:
+            if p.tensor not in out and p.name in parameter_values:
+                out[p.tensor] = parameter_values[p.name]
+        return out
+
+    def to_dict(self) -> Dict[str, Any]:
+        """JSON-friendly form (no tensors: they travel separately, by name)."""
+        return {"version": FORMAT_VERSION, "graph": self.graph, "microbatch": self.microbatch,
+                "program": self.program, "inputs": [q.to_dict() for q in self.inputs],
+                "outputs": [q.to_dict() for q in self.outputs], "ram_queues": [q.to_dict() for q in self.ram_queues],
+                "parameters": [p.to_dict() for p in self.parameters],
+                "consteval": {k: list(v) for k, v in self.consteval.items()}}
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> "HostIO":
+        """Inverse of :meth:`to_dict`; a record of another layout version is refused."""
+        version = d.get("version", FORMAT_VERSION)
+        if version != FORMAT_VERSION:
+            raise ValueError(f"host I/O record version {version}; this pybuda reads version {FORMAT_VERSION}")
+        return cls(graph=str(d.get("graph", "")), microbatch=int(d.get("microbatch", 1)),
+                   program=str(d.get("program", "run_fwd_0")),
+                   inputs=[QueueIO.from_dict(q) for q in d.get("inputs", ())],
+                   outputs=[QueueIO.from_dict(q) for q in d.get("outputs", ())],
+                   ram_queues=[QueueIO.from_dict(q) for q in d.get("ram_queues", ())],
+                   parameters=[ParameterIO.from_dict(p) for p in d.get("parameters", ())],
+                   consteval={str(k): [str(s) for s in v] for k, v in d.get("consteval", {}).items()})
+
+
+# --- building the record from a compile (duck-typed: this module imports no compiler code) ----------------
+
+
+def queue_io(queue: Any, name: Optional[str] = None, dtype: Optional[str] = None) -> QueueIO:
+    """The record of one lowered-graph queue (``pybuda.ir.lowered.BudaQueue``), from its tags.
+
+    ``name``/``dtype``: the framework tensor's, when they differ from the queue's name / tagged dtype.
+    Parameter and constant queues name their value by the queue name.
+    """
+    tags = queue.tags
+    framework_shape = tuple(tags.get("framework_shape", queue.original_shape))
+    device_shape = tags.get("device_shape")
+    if device_shape is None and queue.kind == "output":
+        device_shape = queue.original_shape
+    ram = queue.kind in ("parameter", "constant")
+    return QueueIO(queue=queue.name, kind=queue.kind, name=name or queue.name, framework_shape=framework_shape,
+                   device_shape=device_shape, dtype=dtype or str(tags.get("dtype", "float32")),
+                   batched=bool(tags.get("batched")), host_tms=[HostTM(t, a) for t, a in tags.get("host_tms") or ()],
+                   tensor=queue.name if ram else None)
+
+
+def build_host_io(lowered: Any, framework: Any, consteval_trace: Mapping[str, Mapping[str, Any]],
+                  microbatch: int, program: str = "run_fwd_0") -> HostIO:
+    """The record of a compile: ``lowered`` is the lowered graph (its queues, ``input_order``,
+    ``output_order`` and ``tensors``), ``framework`` the initial graph (input/output names and dtypes,
+    parameters), ``consteval_trace`` the compile's folded parameters (name -> ``{"sources": [...]}``).
+
+    Graph inputs meet their queues by name, else by position (lowering keeps the order).
+    """
+    input_nodes, output_nodes = list(framework.inputs), list(framework.outputs)
+    queue_names = list(lowered.input_order)
+    if len(input_nodes) != len(queue_names):
+        raise ValueError(f"compiled model has {len(queue_names)} input queue(s) for {len(input_nodes)} graph input(s)")
+    inputs = []
+    for node, qname in zip(input_nodes, queue_names):
+        qname = node.name if node.name in queue_names else qname
+        inputs.append(queue_io(lowered.queues[qname], name=node.name, dtype=dtype_name(node.dtype)))
+    outputs = [queue_io(lowered.queues[qname], name=node.name, dtype=dtype_name(node.dtype))
+               for qname, node in zip(lowered.output_order, output_nodes)]
+    ram = []
+    for qname, q in lowered.queues.items():
+        if q.kind in ("parameter", "constant"):
+            value = lowered.tensors.get(qname)
+            ram.append(queue_io(q, dtype=dtype_name(value.dtype) if value is not None else None))
+    parameters = []
+    for node in framework.parameters:
+        value = framework.tensors.get(node.name)
+        if value is None:
+            continue
+        queued = lowered.tensors.get(node.name)
+        q = lowered.queues.get(node.name)
+        # One stored tensor when the queue holds the framework value unchanged (the usual case).
+        same = q is not None and q.kind == "parameter" and queued is not None and queued.dtype == value.dtype \
+            and tuple(queued.shape) == tuple(value.shape) and torch.equal(queued, value)
+        parameters.append(ParameterIO(node.name, tuple(value.shape), dtype_name(value.dtype),
+                                      node.name if same else node.name + FRAMEWORK_SUFFIX))
+    consteval = {name: [str(s) for s in trace.get("sources", ())] for name, trace in consteval_trace.items()}
+    return HostIO(graph=str(getattr(lowered, "name", "")), microbatch=max(1, int(microbatch)), program=program,
+                  inputs=inputs, outputs=outputs, ram_queues=ram, parameters=parameters, consteval=consteval)
+
+
+# --- layout conversions ----------------------------------------------------------------------------------------
+
+
 def apply_host_tms(value: torch.Tensor, host_tms) -> torch.Tensor:
-    """Apply ``[(op_type, attrs), ...]`` with the registry's torch references."""
-    for op_type, attrs in host_tms or ():
+    """Apply ``[(op_type, attrs), ...]`` (or :class:`HostTM` records) with the registry's torch references."""
+    for tm in host_tms or ():
+        op_type, attrs = (tm.op_type, tm.attrs) if isinstance(tm, HostTM) else tm
         value = registry.evaluate(op_type, [value], attrs)
     return value
 
 
-def to_device_layout(queue: BudaQueue, value: torch.Tensor) -> torch.Tensor:
-    """The framework tensor pushed to ``queue`` as ``[entries, z, R, C]`` device data.
+def to_device_layout(rec: QueueIO, value: torch.Tensor) -> torch.Tensor:
+    """The framework tensor pushed to the queue of ``rec`` as ``[entries, z, R, C]`` device data.
 
     Inputs: host TMs first, then one entry per sample when batched. Parameters and constants: one entry.
     """
-    value = apply_host_tms(value, queue.tags.get("host_tms"))
-    device_shape = tuple(queue.tags.get("device_shape", value.shape))
-    if queue.tags.get("batched"):
+    value = apply_host_tms(value, rec.host_tms)
+    device_shape = tuple(rec.device_shape) if rec.device_shape is not None else tuple(value.shape)
+    if rec.batched:
         samples = [value[i:i + 1].reshape(device_shape) for i in range(value.shape[0])]
     else:
         samples = [value.reshape(device_shape)]
     return torch.stack([to_canonical(s) for s in samples])
 
 
-def from_device_layout(queue: BudaQueue, data: torch.Tensor) -> torch.Tensor:
-    """``[entries, z, R, C]`` read from an output ``queue`` back into the framework tensor."""
-    device_shape = tuple(queue.tags.get("device_shape", queue.original_shape))
+def from_device_layout(rec: QueueIO, data: torch.Tensor) -> torch.Tensor:
+    """``[entries, z, R, C]`` read from the output queue of ``rec`` back into the framework tensor."""
+    device_shape = tuple(rec.device_shape) if rec.device_shape is not None else tuple(rec.framework_shape)
     samples = [from_canonical(data[i], device_shape) for i in range(data.shape[0])]
-    value = torch.cat(samples, 0) if queue.tags.get("batched") else samples[0]
-    for op_type, attrs in queue.tags.get("host_tms") or ():
-        value = registry.evaluate(op_type, [value], attrs)
-    return value
+    value = torch.cat(samples, 0) if rec.batched else samples[0]
+    return apply_host_tms(value, rec.host_tms)

@@ -18,9 +18,18 @@ Conventions:
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Dict, Iterator, List, Mapping, NamedTuple, Optional, Sequence, Tuple, Union
+from typing import Any, Dict, Iterator, List, Mapping, Optional, Tuple, Union
 
 from pybuda.arch.tiles import DEFAULT_TILE_DIM, tile_size_bytes
+from pybuda.netlist.device_ops import DEVICE_OPS, find_device_op, ops_of_class, ops_where
+from pybuda.errors import NetlistError
+# The TMs, input pad/unpad and TileShape3 live in pybuda.netlist.tms (the one TM module); the names stay
+# importable from the model. ``apply_tms`` here is the *shape* function (tms.tms_shape).
+from pybuda.netlist.tms import (  # noqa: F401
+    TM, TM_TYPES, Broadcast, HSlice, HStack, InputPad, InputUnpad, Pad, TileBroadcast, TileShape3, TMError,
+    Transpose, VSlice, VStack, as_tms, tms_shape,
+)
+from pybuda.netlist.tms import tms_shape as apply_tms  # noqa: F401
 from pybuda.dtypes import DataFormat, MathFidelity
 
 Pair = Tuple[int, int]
@@ -36,41 +45,30 @@ QUEUE_HEADER_BYTES = 32
 # Op types (spec §3.1)
 # ---------------------------------------------------------------------------------------------------
 
-MATMUL_OPS = frozenset({"matmul"})
-DEPTHWISE_OPS = frozenset({"depthwise"})
-BINARY_OPS = frozenset({"add", "subtract", "multiply", "maximum",
-                        "quantization", "dequantization", "requantization"})
-COPY_OPS = frozenset({"nop", "datacopy", "ethernet_datacopy"})
-SFPU_OPS = frozenset({"exp", "log", "sqrt", "gelu", "gelu_derivative", "reciprocal", "sigmoid", "dropout",
-                      "tanh", "square", "power", "sine", "cosine", "lrelu", "abs"})
-REDUCE_OPS = frozenset({"reduce"})
-NARY_OPS = frozenset({"splice"})
-FUSED_OPS = frozenset({"fused_op"})
-OTHER_OPS = frozenset({"embedding", "tilizer", "topk"})
-#: Every op ``type`` a netlist may use. ``drainer`` (needs a backend env flag) and ``buffer`` (no kernel)
-#: are deliberately absent.
-OP_TYPES = MATMUL_OPS | DEPTHWISE_OPS | BINARY_OPS | COPY_OPS | SFPU_OPS | REDUCE_OPS | NARY_OPS | FUSED_OPS | OTHER_OPS
+# Derived from the device-op table (pybuda.netlist.device_ops), which owns every per-type fact; the
+# names stay here because the validator, the operand model and the balancer import them from the model.
+MATMUL_OPS = ops_of_class("matmul")
+DEPTHWISE_OPS = ops_of_class("depthwise")
+BINARY_OPS = ops_of_class("binary")
+COPY_OPS = ops_of_class("copy")
+SFPU_OPS = ops_of_class("sfpu")
+REDUCE_OPS = ops_of_class("reduce")
+NARY_OPS = ops_of_class("splice")
+FUSED_OPS = ops_of_class("fused")
+OTHER_OPS = ops_of_class("other")
+#: Every op ``type`` a netlist may use: the table's rows. ``drainer`` (needs a backend env flag) and
+#: ``buffer`` (no kernel) are deliberately absent.
+OP_TYPES = frozenset(DEVICE_OPS)
 #: Ops that do not occupy Tensix cores (their grid may overlap others).
-NON_TENSIX_OPS = frozenset({"ethernet_datacopy"})
+NON_TENSIX_OPS = frozenset(DEVICE_OPS) - ops_where("tensix")
 
 
 def op_class(op_type: str) -> str:
     """Family of an op type: matmul, depthwise, binary, unary (copy or SFPU), reduce, splice, fused, other."""
-    if op_type in MATMUL_OPS:
-        return "matmul"
-    if op_type in DEPTHWISE_OPS:
-        return "depthwise"
-    if op_type in BINARY_OPS:
-        return "binary"
-    if op_type in COPY_OPS or op_type in SFPU_OPS:
-        return "unary"
-    if op_type in REDUCE_OPS:
-        return "reduce"
-    if op_type in NARY_OPS:
-        return "splice"
-    if op_type in FUSED_OPS:
-        return "fused"
-    return "other"
+    row = find_device_op(op_type)
+    if row is None:
+        return "other"
+    return "unary" if row.is_unary else row.cls
 
 
 def _pair(value: Any) -> Pair:
@@ -86,15 +84,13 @@ def _tuple(value: Any) -> Optional[tuple]:
     return None if value is None else tuple(value)
 
 
-def _tms(items: Any, where: str) -> Tuple["TM", ...]:
+def _tms(items: Any, where: str) -> Tuple[TM, ...]:
     # Accept TM objects or their YAML form ({"broadcast": {"r": 2}}, "transpose", {"hslice": 2}, ...),
-    # so the compiler can hand over TM lists as plain data.
-    items = tuple(items)
-    if all(isinstance(tm, TM) for tm in items):
-        return items
-    from pybuda.netlist.parse import parse_tms  # the parser owns the YAML form; imported late (cycle)
-
-    return parse_tms(list(items), where)
+    # so the compiler can hand over TM lists as plain data; errors name the key path under ``where``.
+    try:
+        return as_tms(tuple(items))
+    except TMError as e:
+        raise NetlistError(where + e.path, e.reason) from None
 
 
 def _normal_attributes(attrs: Mapping[str, Any]) -> Dict[str, Any]:
@@ -107,218 +103,8 @@ def _normal_attributes(attrs: Mapping[str, Any]) -> Dict[str, Any]:
 # ---------------------------------------------------------------------------------------------------
 
 
-class TileShape3(NamedTuple):
-    """A tensor shape in tiles as seen by one input (``w`` = input_count is not part of it)."""
-
-    t: int
-    rt: int
-    ct: int
-
-
-class TMError(ValueError):
-    """A TM cannot be applied to a shape (a factor does not divide, broadcast z of t > 1, …)."""
-
-
 def _blocked_shape(grid_size: Pair, t: int, mblock: Pair, ublock: Pair) -> TileShape3:
     return TileShape3(t, grid_size[0] * mblock[0] * ublock[0], grid_size[1] * mblock[1] * ublock[1])
-
-
-# ---------------------------------------------------------------------------------------------------
-# TMs (spec §3.3). Applied left to right; pad is applied after all other TMs, as the golden does.
-# ---------------------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class TM:
-    """Base of the tensor manipulations allowed on an op input edge or a queue's producer edge."""
-
-    #: The YAML key (``broadcast``, ``hslice`` …).
-    name = ""
-
-    def apply(self, shape: TileShape3) -> TileShape3:
-        """The shape after this TM; raises :class:`TMError` if it cannot apply."""
-        raise NotImplementedError
-
-    def to_obj(self) -> Any:
-        """The YAML value of this TM (a one-key map, or the scalar ``transpose``)."""
-        raise NotImplementedError
-
-
-@dataclass(frozen=True)
-class Broadcast(TM):
-    """``broadcast: {r|c|z: factor}`` — repeat whole tiles (z needs t == 1)."""
-
-    dim: str
-    factor: int
-    name = "broadcast"
-
-    def apply(self, shape: TileShape3) -> TileShape3:
-        if self.factor < 1:
-            raise TMError(f"broadcast factor must be >= 1, got {self.factor}")
-        if self.dim == "r":
-            return shape._replace(rt=shape.rt * self.factor)
-        if self.dim == "c":
-            return shape._replace(ct=shape.ct * self.factor)
-        if self.dim == "z":
-            if shape.t != 1:
-                raise TMError(f"broadcast z needs input t == 1, got t={shape.t}")
-            return shape._replace(t=self.factor)
-        raise TMError(f"broadcast dim must be r, c or z, got {self.dim!r}")
-
-    def to_obj(self) -> Any:
-        return {"broadcast": {self.dim: self.factor}}
-
-
-@dataclass(frozen=True)
-class _FactorTM(TM):
-    factor: int
-
-    def to_obj(self) -> Any:
-        return {self.name: self.factor}
-
-    def _check(self) -> None:
-        if self.factor < 1:
-            raise TMError(f"{self.name} factor must be >= 1, got {self.factor}")
-
-
-@dataclass(frozen=True)
-class HSlice(_FactorTM):
-    """``hslice: f`` — (t, ct) -> (t·f, ct/f); needs ct % f == 0."""
-
-    name = "hslice"
-
-    def apply(self, shape: TileShape3) -> TileShape3:
-        self._check()
-        if shape.ct % self.factor:
-            raise TMError(f"hslice {self.factor} needs ct % {self.factor} == 0, got ct={shape.ct}")
-        return TileShape3(shape.t * self.factor, shape.rt, shape.ct // self.factor)
-
-
-@dataclass(frozen=True)
-class VSlice(_FactorTM):
-    """``vslice: f`` — (t, rt) -> (t·f, rt/f); needs rt % f == 0."""
-
-    name = "vslice"
-
-    def apply(self, shape: TileShape3) -> TileShape3:
-        self._check()
-        if shape.rt % self.factor:
-            raise TMError(f"vslice {self.factor} needs rt % {self.factor} == 0, got rt={shape.rt}")
-        return TileShape3(shape.t * self.factor, shape.rt // self.factor, shape.ct)
-
-
-@dataclass(frozen=True)
-class HStack(_FactorTM):
-    """``hstack: f`` — (t, ct) -> (t/f, ct·f); needs t % f == 0."""
-
-    name = "hstack"
-
-    def apply(self, shape: TileShape3) -> TileShape3:
-        self._check()
-        if shape.t % self.factor:
-            raise TMError(f"hstack {self.factor} needs t % {self.factor} == 0, got t={shape.t}")
-        return TileShape3(shape.t // self.factor, shape.rt, shape.ct * self.factor)
-
-
-@dataclass(frozen=True)
-class VStack(_FactorTM):
-    """``vstack: f`` — (t, rt) -> (t/f, rt·f); needs t % f == 0."""
-
-    name = "vstack"
-
-    def apply(self, shape: TileShape3) -> TileShape3:
-        self._check()
-        if shape.t % self.factor:
-            raise TMError(f"vstack {self.factor} needs t % {self.factor} == 0, got t={shape.t}")
-        return TileShape3(shape.t // self.factor, shape.rt * self.factor, shape.ct)
-
-
-@dataclass(frozen=True)
-class Transpose(TM):
-    """``transpose`` (a scalar list item) — swap rt and ct; each tile is transposed too."""
-
-    name = "transpose"
-
-    def apply(self, shape: TileShape3) -> TileShape3:
-        return TileShape3(shape.t, shape.ct, shape.rt)
-
-    def to_obj(self) -> Any:
-        return "transpose"
-
-
-@dataclass(frozen=True)
-class TileBroadcast(TM):
-    """``tile_broadcast: r|c`` — broadcast row 0 / column 0 within each tile (fused ops only)."""
-
-    dim: str
-    name = "tile_broadcast"
-
-    def apply(self, shape: TileShape3) -> TileShape3:
-        if self.dim not in ("r", "c"):
-            raise TMError(f"tile_broadcast dim must be r or c, got {self.dim!r}")
-        return shape
-
-    def to_obj(self) -> Any:
-        return {"tile_broadcast": self.dim}
-
-
-@dataclass(frozen=True)
-class Pad(TM):
-    """``pad: [rt, ct, value]`` — add ``rt``/``ct`` tiles of ``value``. Not on queues, not in fused ops."""
-
-    rt: int
-    ct: int
-    value: float = 0.0
-    name = "pad"
-
-    def apply(self, shape: TileShape3) -> TileShape3:
-        if self.rt < 0 or self.ct < 0:
-            raise TMError(f"pad amounts must be >= 0, got [{self.rt}, {self.ct}]")
-        return TileShape3(shape.t, shape.rt + self.rt, shape.ct + self.ct)
-
-    def to_obj(self) -> Any:
-        return {"pad": [self.rt, self.ct, self.value]}
-
-
-#: The TM classes by YAML key. PyBuda's writer could also emit ``select``/``gather``, but the backend
-#: parser rejects them ("Unsupported TM op"), so this netlist does too.
-TM_TYPES: Dict[str, type] = {cls.name: cls for cls in (Broadcast, HSlice, VSlice, HStack, VStack, Transpose,
-                                                         TileBroadcast, Pad)}
-
-
-@dataclass(frozen=True, kw_only=True)
-class InputPad:
-    """``input_<N>_pad: {rt, ct, pad_value}`` — pad an input by whole tiles after its TMs."""
-
-    rt: int
-    ct: int
-    pad_value: float = 0.0
-
-
-@dataclass(frozen=True, kw_only=True)
-class InputUnpad:
-    """``input_<N>_unpad: {rt, ct}`` — drop tiles from an input before its TMs."""
-
-    rt: int
-    ct: int
-
-
-def apply_tms(shape: TileShape3, tms: Sequence[TM], unpad: Optional[InputUnpad] = None,
-              pad: Optional[InputPad] = None) -> TileShape3:
-    """Shape an input has after unpad, its TMs in order, then any pad (the golden's order, spec §7.1)."""
-    if unpad is not None:
-        if unpad.rt < 0 or unpad.ct < 0 or unpad.rt >= shape.rt or unpad.ct >= shape.ct:
-            raise TMError(f"unpad [{unpad.rt}, {unpad.ct}] does not fit shape rt={shape.rt}, ct={shape.ct}")
-        shape = TileShape3(shape.t, shape.rt - unpad.rt, shape.ct - unpad.ct)
-    pads = [tm for tm in tms if isinstance(tm, Pad)]
-    for tm in tms:
-        if not isinstance(tm, Pad):
-            shape = tm.apply(shape)
-    for tm in pads:
-        shape = tm.apply(shape)
-    if pad is not None:
-        shape = Pad(rt=pad.rt, ct=pad.ct, value=pad.pad_value).apply(shape)
-    return shape
 
 
 # ---------------------------------------------------------------------------------------------------

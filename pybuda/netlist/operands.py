@@ -10,9 +10,8 @@ from dataclasses import dataclass, field
 from typing import Collection, Dict, Optional, Set
 
 from pybuda.arch.tiles import tile_size_bytes
-from pybuda.netlist.model import (
-    BINARY_OPS, COPY_OPS, MATMUL_OPS, SFPU_OPS, Execute, Netlist, NetlistOp, TileShape3, apply_tms,
-)
+from pybuda.netlist.model import BINARY_OPS, COPY_OPS, MATMUL_OPS, SFPU_OPS, Execute, Netlist, NetlistOp
+from pybuda.netlist.tms import TileShape3, tms_shape
 
 
 def matmul_k(op: NetlistOp) -> int:
@@ -61,7 +60,7 @@ def input_shape_after_tms(netlist: Netlist, op: NetlistOp, index: int) -> TileSh
     """Shape of input ``index`` as the op sees it: the producer's shape after unpad, TMs and pad.
     Raises KeyError for an unknown producer and TMError when a TM does not apply."""
     shape = netlist.shape_of(op.inputs[index])
-    return apply_tms(shape, op.tms_of(index), op.input_unpad.get(index), op.input_pad.get(index))
+    return tms_shape(shape, op.tms_of(index), op.input_unpad.get(index), op.input_pad.get(index))
 
 
 def prologue_inputs(netlist: Netlist, graph_name: str) -> Dict[str, Set[int]]:

@@ -22,10 +22,10 @@ from pybuda.arch.descriptor import NETLIST_ARCH_NAMES
 from pybuda.errors import NetlistError
 from pybuda.netlist.attributes import FUSED_SUB_OP_ATTRIBUTES, check_attribute
 from pybuda.netlist.model import (
-    AllocateQueue, Broadcast, DeallocateQueue, EndLoop, Execute, FusedOpDef, FusedSubOp, GraphDef, HSlice,
-    HStack, InputPad, InputUnpad, Loop, Netlist, NetlistOp, Pad, Param, Program, QueueDef, QueueSetting,
-    StaticVar, TileBroadcast, TM, Transpose, VARINST_ARITY, Var, VarInst, VSlice, VStack,
+    AllocateQueue, DeallocateQueue, EndLoop, Execute, FusedOpDef, FusedSubOp, GraphDef, Loop, Netlist, NetlistOp,
+    Param, Program, QueueDef, QueueSetting, StaticVar, VARINST_ARITY, Var, VarInst,
 )
+from pybuda.netlist.tms import TM, InputPad, InputUnpad, TMError, as_tms
 from pybuda.dtypes import DataFormat, MathFidelity
 
 IGNORED_TOP_LEVEL = ("test-config", "performance-check")
@@ -175,44 +175,12 @@ def _check_keys(obj: Dict[Any, Any], path: str, allowed: Sequence[str], required
 
 
 def parse_tms(v: Any, path: str) -> Tuple[TM, ...]:
-    """A TM list (``input_N_tms`` / ``input_tms``). ``broadcast: {r: 2, c: 3}`` gives two Broadcasts."""
-    tms: List[TM] = []
-    for i, item in enumerate(_list(v, path)):
-        ipath = index_path(path, i)
-        if isinstance(item, str):
-            if item != "transpose":
-                raise _fail(ipath, f"only transpose may be written as a bare name, got {item!r}")
-            tms.append(Transpose())
-            continue
-        item = _map(item, ipath)
-        if not item:
-            raise _fail(ipath, "empty TM")
-        for name, arg in item.items():
-            tpath = key_path(ipath, name)
-            if name == "broadcast":
-                dims = _map(arg, tpath)
-                if not dims:
-                    raise _fail(tpath, "broadcast needs {r|c|z: factor}")
-                for dim, factor in dims.items():
-                    _choice(dim, key_path(tpath, dim), ("r", "c", "z"))
-                    tms.append(Broadcast(dim, _int(factor, key_path(tpath, dim), 1)))
-            elif name in ("hslice", "vslice", "hstack", "vstack"):
-                cls = {"hslice": HSlice, "vslice": VSlice, "hstack": HStack, "vstack": VStack}[name]
-                tms.append(cls(_int(arg, tpath, 1)))
-            elif name == "tile_broadcast":
-                tms.append(TileBroadcast(_choice(arg, tpath, ("r", "c"))))
-            elif name == "pad":
-                args = _list(arg, tpath)
-                if len(args) != 3:
-                    raise _fail(tpath, f"pad needs [rt, ct, value], got {len(args)} values")
-                tms.append(Pad(_int(args[0], index_path(tpath, 0), 0), _int(args[1], index_path(tpath, 1), 0),
-                               _num(args[2], index_path(tpath, 2))))
-            elif name == "transpose":
-                raise _fail(tpath, "transpose is written as a bare list item, not a map")
-            else:
-                raise _fail(tpath, "unsupported TM; expected broadcast, hslice, vslice, hstack, vstack, "
-                                   "transpose, tile_broadcast or pad")
-    return tuple(tms)
+    """A TM list (``input_N_tms`` / ``input_tms``), read by :func:`pybuda.netlist.tms.as_tms`; errors name
+    the YAML key path. ``broadcast: {r: 2, c: 3}`` gives two Broadcasts."""
+    try:
+        return as_tms(_list(v, path))
+    except TMError as e:
+        raise _fail(path + e.path, e.reason) from None
 
 
 # ---------------------------------------------------------------------------------------------------

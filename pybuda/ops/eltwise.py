@@ -12,7 +12,7 @@ import torch.nn.functional as F
 
 from pybuda.ops.common import (broadcast_shapes, dtype_name, float_dtype, float_in, normalize_dim,
                                operand_dtypes_to, result_dtype, same_shape, torch_dtype)
-from pybuda.ops.registry import OpDef, attr, register
+from pybuda.ops.registry import DeviceLowering, OpDef, attr, register
 
 # --- binary --------------------------------------------------------------------------------------------
 
@@ -29,7 +29,12 @@ def _float_common_dtype(dtypes, attrs):
     return float_dtype(result_dtype(dtypes[0], dtypes[1]))
 
 
-def _binary(name: str, fn, doc: str, dtype=_common_dtype) -> OpDef:
+def _lowering(lower) -> "DeviceLowering | None":
+    """A ``lower`` given as a device op name or a :class:`DeviceLowering`."""
+    return DeviceLowering(lower) if isinstance(lower, str) else lower
+
+
+def _binary(name: str, fn, doc: str, dtype=_common_dtype, lower=None) -> OpDef:
     def _eval(x, a):
         out_dtype = dtype([x[0].dtype, x[1].dtype], a)
         out = fn(*operand_dtypes_to([x[0], x[1]], result_dtype(x[0].dtype, x[1].dtype)))
@@ -37,17 +42,18 @@ def _binary(name: str, fn, doc: str, dtype=_common_dtype) -> OpDef:
         return out if out.dtype == out_dtype else out.to(out_dtype)
 
     return register(OpDef(name=name, family="eltwise_binary", arity=(2, 2), shape=_binary_shape,
-                          eval=_eval, dtype=dtype, doc=doc))
+                          eval=_eval, dtype=dtype, doc=doc, lower=_lowering(lower)))
 
 
-_binary("add", torch.add, "Elementwise a + b, with broadcasting.")
-_binary("subtract", torch.sub, "Elementwise a - b, with broadcasting.")
-_binary("multiply", torch.mul, "Elementwise a * b, with broadcasting.")
+_binary("add", torch.add, "Elementwise a + b, with broadcasting.", lower="add")
+_binary("subtract", torch.sub, "Elementwise a - b, with broadcasting.", lower="subtract")
+_binary("multiply", torch.mul, "Elementwise a * b, with broadcasting.", lower="multiply")
 _binary("divide", lambda a, b: torch.div(a.to(float_dtype(a.dtype)), b.to(float_dtype(b.dtype))),
         "Elementwise a / b (true division; integer operands give float32).", dtype=_float_common_dtype)
-_binary("maximum", torch.maximum, "Elementwise max(a, b).")
+_binary("maximum", torch.maximum, "Elementwise max(a, b).", lower="maximum")
 _binary("minimum", torch.minimum, "Elementwise min(a, b).")
-_binary("heaviside", torch.heaviside, "Heaviside step of a: 0 where a < 0, 1 where a > 0, b where a == 0.")
+_binary("heaviside", torch.heaviside, "Heaviside step of a: 0 where a < 0, 1 where a > 0, b where a == 0.",
+        lower="heaviside")
 _binary("power", torch.pow, "Elementwise a ** b.")
 _binary("equal", torch.eq, "1 where a == b else 0, in the operands' dtype.")
 _binary("not_equal", torch.ne, "1 where a != b else 0, in the operands' dtype.")
@@ -84,28 +90,30 @@ def _float_dtype(dtypes, attrs):
 
 
 def _unary(op_name: str, fn, doc: str, dtype_fn=_same_dtype, shape_fn=same_shape, canonicalize=None,
-           **attrs) -> OpDef:
+           lower=None, **attrs) -> OpDef:
     # Attribute specs arrive as **attrs, so the helper's own parameters avoid attr names.
     return register(OpDef(name=op_name, family="eltwise_unary", arity=(1, 1), shape=shape_fn,
                           eval=lambda x, a: fn(x[0], a), attrs=attrs, dtype=dtype_fn, doc=doc,
-                          canonicalize=canonicalize))
+                          canonicalize=canonicalize, lower=_lowering(lower)))
 
 
-_unary("abs", lambda x, a: torch.abs(x), "Elementwise |x|.")
-_unary("exp", lambda x, a: torch.exp(float_in(x)), "Elementwise e^x.", dtype_fn=_float_dtype)
-_unary("log", lambda x, a: torch.log(float_in(x)), "Elementwise natural logarithm.", dtype_fn=_float_dtype)
-_unary("reciprocal", lambda x, a: torch.reciprocal(float_in(x)), "Elementwise 1 / x.", dtype_fn=_float_dtype)
-_unary("sqrt", lambda x, a: torch.sqrt(float_in(x)), "Elementwise square root.", dtype_fn=_float_dtype)
-_unary("sigmoid", lambda x, a: torch.sigmoid(float_in(x)), "Elementwise 1 / (1 + e^-x).", dtype_fn=_float_dtype)
-_unary("sine", lambda x, a: torch.sin(float_in(x)), "Elementwise sin(x).", dtype_fn=_float_dtype)
-_unary("cosine", lambda x, a: torch.cos(float_in(x)), "Elementwise cos(x).", dtype_fn=_float_dtype)
-_unary("tanh", lambda x, a: torch.tanh(float_in(x)), "Elementwise tanh(x).", dtype_fn=_float_dtype)
+_unary("abs", lambda x, a: torch.abs(x), "Elementwise |x|.", lower="abs")
+_unary("exp", lambda x, a: torch.exp(float_in(x)), "Elementwise e^x.", dtype_fn=_float_dtype, lower="exp")
+_unary("log", lambda x, a: torch.log(float_in(x)), "Elementwise natural logarithm.", dtype_fn=_float_dtype, lower="log")
+_unary("reciprocal", lambda x, a: torch.reciprocal(float_in(x)), "Elementwise 1 / x.", dtype_fn=_float_dtype,
+       lower="reciprocal")
+_unary("sqrt", lambda x, a: torch.sqrt(float_in(x)), "Elementwise square root.", dtype_fn=_float_dtype, lower="sqrt")
+_unary("sigmoid", lambda x, a: torch.sigmoid(float_in(x)), "Elementwise 1 / (1 + e^-x).", dtype_fn=_float_dtype,
+       lower="sigmoid")
+_unary("sine", lambda x, a: torch.sin(float_in(x)), "Elementwise sin(x).", dtype_fn=_float_dtype, lower="sine")
+_unary("cosine", lambda x, a: torch.cos(float_in(x)), "Elementwise cos(x).", dtype_fn=_float_dtype, lower="cosine")
+_unary("tanh", lambda x, a: torch.tanh(float_in(x)), "Elementwise tanh(x).", dtype_fn=_float_dtype, lower="tanh")
 _unary("erf", lambda x, a: torch.erf(float_in(x)), "Elementwise Gauss error function.", dtype_fn=_float_dtype)
-_unary("square", lambda x, a: x * x, "Elementwise x * x.")
+_unary("square", lambda x, a: x * x, "Elementwise x * x.", lower="square")
 _unary("logical_not", lambda x, a: (x == 0).to(x.dtype), "1 where x == 0 else 0, in x's dtype.")
 _unary("nop", lambda x, a: x, "Identity; may be removed by the compiler.")
 _unary("buffer", lambda x, a: x,
-       "Identity that the compiler keeps (it is not lowered into a removable nop).")
+       "Identity that the compiler keeps (it is not lowered into a removable nop).", lower="nop")
 _unary("tilize", lambda x, a: x, "Converts row-major data to tile layout on device; identity on CPU.")
 
 
@@ -153,16 +161,28 @@ def _relu(x: torch.Tensor, threshold: float, mode: str) -> torch.Tensor:
     return torch.where(x <= threshold, x, zero)
 
 
+def _pow_device_attrs(attrs):
+    e = attrs["exponent"]
+    if not float(e).is_integer() or e < 0:  # the device's power takes an integer exponent
+        raise ValueError(f"pow with exponent {e} should have been decomposed")
+    return {"exp": int(e)}
+
+
+# relu is a nop with the netlist's relu attributes (applied after any op, spec §3.2).
 _unary("relu", lambda x, a: _relu(x, a["threshold"], a["mode"]),
        "ReLU with a threshold: mode 'min' keeps x >= threshold, 'max' keeps x <= threshold (else 0).",
+       lower=DeviceLowering("nop", lambda a: {"relu_en": True, "relu_threshold": float(a["threshold"]),
+                                              "relu_mode": a["mode"]}),
        threshold=attr(float, default=0.0), mode=attr(str, default="min", choices=("min", "max")))
 _unary("leaky_relu", lambda x, a: F.leaky_relu(float_in(x), a["alpha"]),
-       "x where x >= 0, else alpha * x.", dtype_fn=_float_dtype, alpha=attr(float))
+       "x where x >= 0, else alpha * x.", dtype_fn=_float_dtype,
+       lower=DeviceLowering("lrelu", lambda a: {"slope": float(a["alpha"])}), alpha=attr(float))
 _unary("gelu", lambda x, a: F.gelu(float_in(x), approximate=a["approximate"]),
        "GeLU, exact ('none') or with the tanh approximation.", dtype_fn=_float_dtype,
+       lower=DeviceLowering("gelu", lambda a: {"approximate_mode": True} if a.get("approximate") == "tanh" else {}),
        approximate=attr(str, default="none", choices=("none", "tanh")))
 _unary("pow", lambda x, a: torch.pow(float_in(x), a["exponent"]), "Elementwise x ** exponent.",
-       dtype_fn=_float_dtype, exponent=attr(float))
+       dtype_fn=_float_dtype, lower=DeviceLowering("power", _pow_device_attrs), exponent=attr(float))
 
 
 def _clip_check(shapes, attrs):
@@ -196,4 +216,5 @@ def _dropout_eval(x, attrs):
 _unary("dropout", _dropout_eval,
        "Zero each element with probability p and scale the rest by 1/(1-p); the mask is a function of "
        "seed and shape only. Identity when training is False.", canonicalize=_dropout_check,
+       lower=DeviceLowering("dropout", lambda a: {"p": float(a["p"]), "seed": int(a["seed"])}),
        p=attr(float, default=0.5), training=attr(bool, default=True), seed=attr(int, default=0))

@@ -2,8 +2,9 @@
 
 An OpDef says what an op is (name, family, operand count, attribute schema), how its output shape and
 dtype follow from its operands (``shape``, ``dtype``), what it computes (``eval``, a torch reference),
-and carries the slots later stages fill: ``backward`` (autograd), ``decompose`` (into simpler ops),
-``lower`` (to backend ops on tiles) and ``cost`` (cycles per core for an op model).
+``lower`` (the netlist op an elementwise op becomes: a row of :mod:`pybuda.netlist.device_ops`, whose
+table holds everything per netlist op type: class, golden kernel, cycles, compiler flags), and the slot
+training fills: ``backward`` (autograd).
 
 Frontends map framework ops onto registry names, the tracer and the graph builder validate through
 :func:`infer`, the CPU reference runs :func:`evaluate`, and the compiler and backend look up the rest.
@@ -50,6 +51,20 @@ EvalFn = Callable[[List[torch.Tensor], Dict[str, Any]], torch.Tensor]
 DtypeFn = Callable[[List[torch.dtype], Dict[str, Any]], torch.dtype]
 
 
+@dataclass(frozen=True)
+class DeviceLowering:
+    """How an elementwise op becomes one netlist op: the device op type ``op`` (a row of
+    :mod:`pybuda.netlist.device_ops`) and ``attrs``, which maps the op's validated attributes to the
+    netlist op's attributes (raising ValueError when these attributes have no device form)."""
+
+    op: str
+    attrs: Optional[Callable[[Dict[str, Any]], Dict[str, Any]]] = None
+
+    def device_attrs(self, attrs: Mapping[str, Any]) -> Dict[str, Any]:
+        """The netlist attributes of an op with (validated) attributes ``attrs``."""
+        return dict(self.attrs(dict(attrs))) if self.attrs is not None else {}
+
+
 def first_operand_dtype(dtypes: List[torch.dtype], attrs: Dict[str, Any]) -> torch.dtype:
     """TT-Buda's default output format rule: the format of operand 0."""
     return dtypes[0] if dtypes else torch.float32
@@ -70,11 +85,12 @@ class OpDef:
     # Turns validated attributes into their one canonical form (e.g. stride 2 -> (2, 2), padding 'same' ->
     # a 4-tuple), given the operand shapes. Graphs store canonical attrs, so later stages read one form.
     canonicalize: Optional[Callable[[List[Shape], Dict[str, Any]], Dict[str, Any]]] = None
-    # Slots filled by later stages (autograd, decomposition, lowering to tile ops, perf cost).
+    # The one netlist op an elementwise op lowers to (lowering and the device-capability check read it).
+    # Ops lowered by a structural routine of pybuda.passes.lower (matmul, reductions, convolutions, data
+    # movement) or rewritten by pybuda.passes.graph.decompose first leave it None.
+    lower: Optional[DeviceLowering] = None
+    # Filled by training (autograd).
     backward: Optional[Callable[..., Any]] = None
-    decompose: Optional[Callable[..., Any]] = None
-    lower: Optional[Callable[..., Any]] = None
-    cost: Optional[Callable[..., Any]] = None
 
     @property
     def is_tm(self) -> bool:

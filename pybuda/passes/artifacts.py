@@ -4,6 +4,8 @@
 (``$PYBUDA_BUILD_DIR`` or ``./tt_build``). Written files:
 
 - ``<build>/<graph>_netlist.yaml``: the netlist;
+- ``<build>/<graph>_host_io.json``: its host-I/O record (:class:`pybuda.netlist.host_io.HostIO`: queues of
+  the inputs, outputs, parameters and constants, host TMs, tile padding, microbatch);
 - ``<build>/compile_and_runtime_config.json``: the config snapshot, the device, the microbatch, the host TMs
   of inputs/outputs and the per-stage timings;
 - ``<build>/placement_reports/<graph>_placement.json`` and ``.txt``: per epoch the chip, the ops with their
@@ -80,7 +82,8 @@ def placement_table(report: Dict[str, Any]) -> str:
 
 
 def write_artifacts(results: Any, ctx: CompileContext) -> Dict[str, str]:
-    """Write the netlist, the config snapshot and the placement report; returns their paths by kind."""
+    """Write the netlist, its host-I/O record, the config snapshot and the placement report; returns their
+    paths by kind."""
     from pybuda.netlist import to_yaml
 
     root = output_dir(ctx)
@@ -90,6 +93,11 @@ def write_artifacts(results: Any, ctx: CompileContext) -> Dict[str, str]:
     with open(netlist_path, "w") as f:
         f.write(to_yaml(results.netlist))
     paths["netlist"] = netlist_path
+    if getattr(results, "host_io", None) is not None:
+        host_io_path = os.path.join(root, f"{name}_host_io.json")
+        with open(host_io_path, "w") as f:
+            json.dump(results.host_io.to_dict(), f, indent=1)
+        paths["host_io"] = host_io_path
     cfg_path = os.path.join(root, "compile_and_runtime_config.json")
     snapshot = {"graph": name, "microbatch": ctx.microbatch, "device": device_summary(ctx.device),
                 "compiler_config": ctx.config.to_dict(), "input_host_tms": _jsonable(ctx.input_host_tms),

@@ -6,10 +6,11 @@ this module, so a change to a parameter changes every consumer at once.
 Two parts:
 
 * **Kernel cycles** (:func:`kernel_cycles`): the linear models BBE fitted to silicon sweeps
-  (netlist_backend_spec §6.1; current versions Grayskull v2 and Wormhole B0 v3). Every number in the
-  parameter tables below names its source; values marked **[D]** are derived here because the spec
-  gives none (e.g. Grayskull ops missing from the GS v2 table fall back to the WH B0 v3 value;
-  Blackhole, which has no BBE parameters, uses the WH B0 v3 tables).
+  (netlist_backend_spec §6.1; current versions Grayskull v2 and Wormhole B0 v3). The formulas live
+  here; each op type's formula family and coefficients per arch live in its row of the device-op table
+  (:mod:`pybuda.netlist.device_ops`), where every number names its source and values marked **[D]** are
+  derived because the spec gives none (e.g. Grayskull ops missing from the GS v2 table use the WH B0 v3
+  value; Blackhole, which has no BBE parameters, uses the WH B0 v3 rows).
 * **Data-movement bounds** (:func:`op_cycle_breakdown`): per-core input and output bytes divided by the
   bandwidth of where they come from (NoC op-to-op pipe, DRAM channel, PCIe), spec §5.4 and §6.3/§6.4.
   ``op_cycles = max(kernel, input bytes / bandwidth, output bytes / bandwidth)``, as PyBuda's
@@ -26,6 +27,8 @@ from dataclasses import dataclass
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from pybuda.arch.tiles import tile_size_bytes as _arch_tile_size_bytes
+from pybuda.errors import NetlistError
+from pybuda.netlist.device_ops import CycleModel, find_device_op, ops_of_class
 from pybuda.netlist.operands import sparse_table_tiles_per_core
 from pybuda.dtypes import DataFormat, MathFidelity
 
@@ -75,86 +78,25 @@ def fidelity_phases(fidelity: MathFidelity) -> int:
 
 
 # --------------------------------------------------------------------------------------------------
-# Parameter tables. (ublock_weight, tile_weight) per op; spec §6.1 unless marked [D].
+# Parameters. Every op's coefficients (spec §6.1 GS v2 / WH B0 v3, or marked [D]) live in its row of the
+# device-op table (pybuda.netlist.device_ops); this module holds the formulas and the arch-level numbers.
 # --------------------------------------------------------------------------------------------------
-
-# Wormhole B0 v3 (params_v3.yaml), spec §6.1 table "Op (WH v3)".
-_WH_UNARY: Dict[str, Tuple[float, float]] = {
-    "nop": (305.0, 56.0),
-    "exp": (9.0, 1771.0),
-    "gelu": (7.9, 270.4),
-    "gelu_derivative": (19.5, 2219.6),
-    "log": (8.0, 718.1),
-    "reciprocal": (7.9, 910.1),
-    "sigmoid": (25.0, 266.5),
-    "sqrt": (7.9, 910.1),
-    "tanh": (20.2, 204.1),
-    "square": (20.1, 204.2),
-    "abs": (31.2, 171.5),
-    "power": (54.4, 200.4),
-    "lrelu": (19.5, 322.0),
-    "dropout": (19.5, 574.2),
-    "sine": (7.9, 910.1),
-    "cosine": (13.3, 1547.5),
-}
-# approximate_mode variants (spec §6.1, "approx:" values); the ublock weight is the exact op's.
-_WH_UNARY_APPROX: Dict[str, float] = {"exp": 812.8, "gelu_derivative": 383.8, "reciprocal": 780.8}
-# Vector-mode variants (attribute ``vector: r|c``). The spec gives one number: exp with vector r costs
-# 255 cycles per tile. Other ops/modes fall back to the full-tile (rc) parameters [D].
-_WH_UNARY_VECTOR: Dict[Tuple[str, str], float] = {("exp", "r"): 255.0}
-
-_WH_BINARY: Dict[str, Tuple[float, float]] = {
-    "add": (234.3, 49.6),
-    "subtract": (234.1, 49.7),
-    "multiply": (222.0, 54.6),
-    "maximum": (9.9, 333.8),
-}
-_WH_REDUCE: Dict[str, Tuple[float, float]] = {"r": (76.0, 59.0), "c": (0.0, 91.0)}
-_WH_REDUCE_Z: Tuple[float, float, float] = (0.0, 287.0, 268.0)  # ublock, tile, z_weight
-_WH_SPLICE: Tuple[float, float] = (132.0, 69.0)
-
-# WH B0 v3 dense matmul (V2) sets: (math_tiles, dest_spill, unpack_ublocks, unpack_tiles); spec §6.1.
-_WH_MATMUL: Dict[str, Tuple[float, float, float, float]] = {
-    "fp16": (15.52, 47.70, 93.20, 3.33),
-    "bfp": (14.16, 22.11, 192.76, 3.97),
-    "int32": (17.00, 160.82, 152.67, 0.0),
-    "l1_acc_fp16": (15.74, 0.0, 20.92, 3.39),
-    "l1_acc_bfp": (14.04, 26.62, 70.01, 4.66),
-}
-
-# Grayskull v2, spec §6.1 table "Op (GS v2)". Ops the table lacks use the WH B0 v3 value [D].
-_GS_UNARY: Dict[str, Tuple[float, float]] = {
-    "nop": (305.0, 56.0),
-    "exp": (0.0, 2666.0),
-    "gelu": (64.0, 286.0),
-    "reciprocal": (29.0, 915.0),
-    "sqrt": (195.0, 159.0),
-    "sigmoid": (84.2, 174.8),
-    "log": (0.0, 1413.0),
-}
-_GS_UNARY_APPROX: Dict[str, float] = {"exp": 668.0}
-_GS_BINARY: Dict[str, Tuple[float, float]] = {
-    "add": (294.0, 50.4),
-    "multiply": (261.2, 54.8),
-    # [D] subtract runs on the same ELWSUB path as add; GS v2 has no separate row.
-    "subtract": (294.0, 50.4),
-}
-_GS_REDUCE: Dict[str, Tuple[float, float]] = {"r": (76.0, 59.0), "c": (76.0, 59.0)}  # one GS row for r and c
-_GS_REDUCE_Z: Tuple[float, float, float] = (0.0, 287.0, 268.0)
-# The stored GS splice tile weight is 69139, "almost certainly a typo for 69" (spec §6.1, §8.4); use 69.
-_GS_SPLICE: Tuple[float, float] = (132.0, 69.0)
-# GS dense matmul V1: m_k_weight, ublock_weight, tile_weight (spec §6.1).
-_GS_MATMUL_V1: Tuple[float, float, float] = (1321.0, 56.0, 36.0)
 
 # Ideal cycles of one 32x32x32 tile product per fidelity phase: 16 MVMULs on WH (spec §6.2); on GS
 # 65536 FLOP / 2304 FLOP per cycle per core (perf_calibration §2.2) [D].
 _IDEAL_TILE_MAC_CYCLES = {"grayskull": 65536.0 / 2304.0, "wormhole_b0": 16.0, "blackhole": 16.0}
 
-_BINARY_OPS = frozenset({"add", "subtract", "multiply", "maximum", "quantization", "dequantization",
-                         "requantization"})
-_MATMUL_OPS = frozenset({"matmul", "depthwise"})
-_UNARY_FALLBACK_OPS = frozenset({"datacopy", "ethernet_datacopy", "tilizer", "embedding", "topk", "drainer",
-                                 "buffer"})
+_MATMUL_OPS = ops_of_class("matmul", "depthwise")
+
+
+def _cycle_model(arch: str, op_type: str) -> CycleModel:
+    """The op type's cycle model on ``arch``, from its device-op row. A type without a row is no netlist
+    op (the validator rejects it); it is named in the error instead of being costed as something else."""
+    row = find_device_op(op_type)
+    if row is None:
+        raise NetlistError("type", f"no cycle model for op type {op_type!r}: it has no row in "
+                                   f"pybuda.netlist.device_ops")
+    return row.cycles[arch]
 
 
 def _arch_key(arch: Any) -> str:
@@ -169,11 +111,10 @@ def _arch_key(arch: Any) -> str:
     return "wormhole_b0"
 
 
-def _binary_df_weight(op_type: str, dfs: Sequence[DataFormat]) -> float:
-    """df_w of the binary formula: 2 for Float16/Float16_b, 4 for Float32, 1 otherwise; ``maximum``
-    always 1 (spec §6.1). With mixed inputs the slowest (largest) weight is used [D]."""
-    if op_type == "maximum":
-        return 1.0
+def _binary_df_weight(dfs: Sequence[DataFormat]) -> float:
+    """df_w of the binary formula: 2 for Float16/Float16_b, 4 for Float32, 1 otherwise (spec §6.1; ops
+    whose row says ``df_scaled: False``, such as ``maximum``, always use 1). With mixed inputs the slowest
+    (largest) weight is used [D]."""
     weight = 1.0
     for df in dfs:
         if df in (DataFormat.Float16, DataFormat.Float16_b):
@@ -222,36 +163,29 @@ def _blocking(op_model: Any) -> _Blocking:
         grid_r=int(op_model.grid_shape[0]), grid_c=int(op_model.grid_shape[1]))
 
 
-def _unary_params(arch: str, op_type: str, attrs: Mapping[str, Any]) -> Tuple[float, float]:
-    if arch == "grayskull" and op_type in _GS_UNARY:
-        ub, tile = _GS_UNARY[op_type]
-        approx_table = _GS_UNARY_APPROX
-    else:
-        ub, tile = _WH_UNARY.get(op_type, _WH_UNARY["nop"])
-        approx_table = _WH_UNARY_APPROX if op_type in _WH_UNARY else {}
-    if attrs.get("approximate_mode") and op_type in approx_table:
-        tile = approx_table[op_type]
+def _unary_params(coefficients: Mapping[str, Any], attrs: Mapping[str, Any]) -> Tuple[float, float]:
+    ub, tile = coefficients["ublock"], coefficients["tile"]
+    if attrs.get("approximate_mode") and "approx_tile" in coefficients:
+        tile = coefficients["approx_tile"]
     vector = attrs.get("vector")
-    if vector in ("r", "c") and (op_type, vector) in _WH_UNARY_VECTOR:
-        tile = min(tile, _WH_UNARY_VECTOR[(op_type, vector)])
+    if vector in ("r", "c") and vector in coefficients.get("vector_tile", {}):
+        tile = min(tile, coefficients["vector_tile"][vector])
     return ub, tile
 
 
-def _unary_cycles(arch: str, op_type: str, attrs: Mapping[str, Any], b: _Blocking) -> float:
+def _unary_cycles(coefficients: Mapping[str, Any], attrs: Mapping[str, Any], b: _Blocking) -> float:
     """``t·(ub·ublock_weight + tiles·tile_weight)`` (spec §6.1, unary/SFPU; z=1, z_weight=0)."""
-    ub_w, tile_w = _unary_params(arch, op_type, attrs)
+    ub_w, tile_w = _unary_params(coefficients, attrs)
     return b.t * (b.ublocks * ub_w + b.tiles * tile_w)
 
 
-def _binary_cycles(arch: str, op_type: str, dfs: Sequence[DataFormat], b: _Blocking) -> float:
+def _binary_cycles(coefficients: Mapping[str, Any], dfs: Sequence[DataFormat], b: _Blocking) -> float:
     """``t·(ub·ublock_weight + tiles·tile_weight·df_w)`` (spec §6.1, binary)."""
-    table = _GS_BINARY if arch == "grayskull" else _WH_BINARY
-    key = op_type if op_type in _WH_BINARY else "add"  # (de/re)quantization: add's unpack/pack path [D]
-    ub_w, tile_w = table.get(key, _WH_BINARY[key])
-    return b.t * (b.ublocks * ub_w + b.tiles * tile_w * _binary_df_weight(op_type, dfs))
+    df_w = _binary_df_weight(dfs) if coefficients["df_scaled"] else 1.0
+    return b.t * (b.ublocks * coefficients["ublock"] + b.tiles * coefficients["tile"] * df_w)
 
 
-def _reduce_cycles(arch: str, attrs: Mapping[str, Any], b: _Blocking) -> float:
+def _reduce_cycles(coefficients: Mapping[str, Any], attrs: Mapping[str, Any], b: _Blocking) -> float:
     """Reduce r/c/z with the unary form ``t·z·(ub·ublock_weight + tiles·tile_weight + z_weight)``.
 
     The per-core work of a reduce is its *input*: the reduced dimension is K = m_k·u_kt tiles, so the
@@ -260,19 +194,17 @@ def _reduce_cycles(arch: str, attrs: Mapping[str, Any], b: _Blocking) -> float:
     """
     dim = str(attrs.get("dim", "r")).lower()
     if dim == "z":
-        ub_w, tile_w, z_w = _GS_REDUCE_Z if arch == "grayskull" else _WH_REDUCE_Z
+        ub_w, tile_w, z_w = coefficients["z"]
         z = max(1, int(attrs.get("z", 1)))
         return b.t * z * (b.ublocks * ub_w + b.tiles * tile_w + z_w)
-    table = _GS_REDUCE if arch == "grayskull" else _WH_REDUCE
-    ub_w, tile_w = table.get(dim, table["r"])
+    ub_w, tile_w = coefficients[dim] if dim in ("r", "c") else coefficients["r"]
     k = b.m_k * b.u_kt
     return b.t * (b.ublocks * b.m_k * ub_w + b.tiles * k * tile_w)
 
 
-def _splice_cycles(arch: str, b: _Blocking) -> float:
+def _splice_cycles(coefficients: Mapping[str, Any], b: _Blocking) -> float:
     """``t·(ub·ublock_weight + tiles·tile_weight)`` (spec §6.1, n-ary)."""
-    ub_w, tile_w = _GS_SPLICE if arch == "grayskull" else _WH_SPLICE
-    return b.t * (b.ublocks * ub_w + b.tiles * tile_w)
+    return b.t * (b.ublocks * coefficients["ublock"] + b.tiles * coefficients["tile"])
 
 
 def _wh_matmul_set(in_dfs: Sequence[DataFormat], acc_df: DataFormat, attrs: Mapping[str, Any]) -> str:
@@ -285,16 +217,17 @@ def _wh_matmul_set(in_dfs: Sequence[DataFormat], acc_df: DataFormat, attrs: Mapp
     return f"l1_acc_{family}" if attrs.get("l1_acc") else family
 
 
-def _matmul_cycles(arch: str, in_dfs: Sequence[DataFormat], acc_df: DataFormat, fidelity: MathFidelity,
+def _matmul_cycles(model: CycleModel, in_dfs: Sequence[DataFormat], acc_df: DataFormat, fidelity: MathFidelity,
                    attrs: Mapping[str, Any], b: _Blocking) -> float:
     """Dense matmul: GS V1 or WH V2 (spec §6.1)."""
     f = fidelity_phases(fidelity)
-    if arch == "grayskull":
-        m_k_w, ub_w, tile_w = _GS_MATMUL_V1
+    c = model.coefficients
+    if model.formula == "matmul_v1":
+        m_k_w, ub_w, tile_w = c["m_k"], c["ublock"], c["tile"]
         ub = b.ublocks
         return b.t * ((b.m_k - 1) * m_k_w + (b.m_k * ub) * ub_w
                       + (b.m_k * ub * b.u_kt * b.ublock_rt * b.ublock_ct) * tile_w * f)
-    math_w, spill_w, unpack_ub_w, unpack_tile_w = _WH_MATMUL[_wh_matmul_set(in_dfs, acc_df, attrs)]
+    math_w, spill_w, unpack_ub_w, unpack_tile_w = c[_wh_matmul_set(in_dfs, acc_df, attrs)]
     big_u = b.m_k * b.mblock_m * b.mblock_n
     return b.t * (big_u * b.u_kt * b.ublock_rt * b.ublock_ct * f * math_w
                   + (b.m_k - 1) * b.mblock_m * b.mblock_n * b.ublock_rt * b.ublock_ct * spill_w
@@ -322,7 +255,7 @@ def _sparse_products_per_core(attrs: Mapping[str, Any], b: _Blocking) -> int:
 _SPARSE_FIDELITY = {1: 1.0, 2: 2.0, 3: 2.4, 4: 3.4}
 
 
-def _sparse_matmul_cycles(arch: str, in_dfs: Sequence[DataFormat], acc_df: DataFormat,
+def _sparse_matmul_cycles(model: CycleModel, in_dfs: Sequence[DataFormat], acc_df: DataFormat,
                           fidelity: MathFidelity, attrs: Mapping[str, Any], b: _Blocking) -> float:
     """Sparse ("identity") matmul: the dense formula (GS V1 / WH V2) applied to the work the core
     really does, one tile product per index entry and output tile column.
@@ -338,10 +271,11 @@ def _sparse_matmul_cycles(arch: str, in_dfs: Sequence[DataFormat], acc_df: DataF
     cols_ub = b.mblock_n
     uc = b.ublock_ct
     f_sparse = _SPARSE_FIDELITY.get(fidelity_phases(fidelity), float(fidelity_phases(fidelity)))
-    if arch == "grayskull":
-        _, ub_w, tile_w = _GS_MATMUL_V1
+    c = model.coefficients
+    if model.formula == "matmul_v1":
+        ub_w, tile_w = c["ublock"], c["tile"]
         return cols_ub * ub_w + cols_ub * products * uc * tile_w * f_sparse
-    math_w, _, unpack_ub_w, unpack_tile_w = _WH_MATMUL[_wh_matmul_set(in_dfs, acc_df, attrs)]
+    math_w, _, unpack_ub_w, unpack_tile_w = c[_wh_matmul_set(in_dfs, acc_df, attrs)]
     return (cols_ub * products * uc * f_sparse * math_w
             + cols_ub * unpack_ub_w
             + cols_ub * products * (1 + uc) * unpack_tile_w)
@@ -361,7 +295,7 @@ def _fused_cycles(arch: str, op: Any, b: _Blocking, fused_ops: Optional[Mapping[
         spec = op.attrs.get("fused_op") or getattr(op, "tags", {}).get("fused_op")
     if not spec:
         # Unknown schedule: charge one nop pass per input [D].
-        return max(1, len(op.inputs)) * _unary_cycles(arch, "nop", {}, b)
+        return max(1, len(op.inputs)) * _unary_cycles(_cycle_model(arch, "nop").coefficients, {}, b)
     total = 0.0
     for schedule in spec.get("schedules", []):
         for entry in schedule:
@@ -382,23 +316,26 @@ def _fused_cycles(arch: str, op: Any, b: _Blocking, fused_ops: Optional[Mapping[
 
 def _kernel(arch: str, op_type: str, attrs: Mapping[str, Any], in_dfs: Sequence[DataFormat], acc_df: DataFormat,
             fidelity: MathFidelity, b: _Blocking, op: Any, fused_ops: Optional[Mapping[Any, Any]]) -> float:
-    if op_type in _MATMUL_OPS:
+    """Kernel cycles of one op (or fused sub-op) with the formula and coefficients of its device-op row."""
+    model = _cycle_model(arch, op_type)
+    formula, c = model.formula, model.coefficients
+    if formula in ("matmul_v1", "matmul_v2"):
         if attrs.get("identity"):
-            return _sparse_matmul_cycles(arch, in_dfs, acc_df, fidelity, attrs, b)
-        return _matmul_cycles(arch, in_dfs, acc_df, fidelity, attrs, b)
-    if op_type in _BINARY_OPS:
-        return _binary_cycles(arch, op_type, in_dfs, b)
-    if op_type == "reduce":
-        return _reduce_cycles(arch, attrs, b)
-    if op_type == "splice":
-        return _splice_cycles(arch, b)
-    if op_type == "fused_op" and op is not None:
-        return _fused_cycles(arch, op, b, fused_ops)
-    if op_type in _UNARY_FALLBACK_OPS:
-        return _unary_cycles(arch, "nop", attrs, b)
-    # Unary and SFPU ops; unknown types fall back to nop parameters (spec §6.1: the unary form is
-    # "also the fallback for reduce, tilizer, embedding and others").
-    return _unary_cycles(arch, op_type, attrs, b)
+            return _sparse_matmul_cycles(model, in_dfs, acc_df, fidelity, attrs, b)
+        return _matmul_cycles(model, in_dfs, acc_df, fidelity, attrs, b)
+    if formula == "binary":
+        return _binary_cycles(c, in_dfs, b)
+    if formula == "reduce":
+        return _reduce_cycles(c, attrs, b)
+    if formula == "nary":
+        return _splice_cycles(c, b)
+    if formula == "fused":
+        if op is not None:
+            return _fused_cycles(arch, op, b, fused_ops)
+        c = _cycle_model(arch, "nop").coefficients  # no schedule to sum: one nop pass [D]
+    # Unary and SFPU ops, and the data-movement types whose rows carry nop's coefficients (spec §6.1: the
+    # unary form is "also the fallback for reduce, tilizer, embedding and others").
+    return _unary_cycles(c, attrs, b)
 
 
 def kernel_cycles(op: Any, op_model: Any, arch: Any, fused_ops: Optional[Mapping[Any, Any]] = None) -> int:

@@ -179,7 +179,7 @@ def estimate(netlist: Netlist, device: Any = None, microbatch: Optional[int] = N
 
 
 def estimate_compiled(results: Any, microbatch: Optional[int] = None, config: Optional[PerfConfig] = None) -> PerfReport:
-    """:func:`estimate` for a compile's results (:class:`pybuda.passes.pipeline.CompileResults`): its netlist
+    """:func:`estimate` for a compile's results (:class:`pybuda.compile.CompileResults`): its netlist
     on its device, with the placer's temporal epochs when the netlist's graphs are the placer's epochs
     (graphs named ``<epoch_type>_<global_epoch>``, as the netlist generator names them)."""
     netlist = getattr(results, "netlist", None)

@@ -41,7 +41,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from pybuda.perf.cost import tile_size_bytes
 from pybuda.balancer.legalizer import input_queue_loc, pick_ublock
-from pybuda.balancer.tms import tm_names
+from pybuda.netlist.tms import tm_names
 from pybuda.config import DRAMPlacementAlgorithm
 from pybuda.errors import CompileError
 from pybuda.placer.types import PlacerSolution, QueuePlacement

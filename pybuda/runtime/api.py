@@ -238,16 +238,36 @@ def run_inference(module: Any = None, inputs: Sequence[Any] = (), input_count: i
     ctx = context.current()
     if _can_resume(ctx, output_queue):
         first = devices[0]
+        if items:
+            _refuse_queued_inputs(first, ctx.unclaimed_inputs())
         for item in items:
             first.push_to_inputs(_as_push_arg(item))
         ctx.run_forward(input_count)
         return ctx.output_queue
     context.shutdown_current()
+    if items:
+        _refuse_queued_inputs(devices[0], _queued_inputs(devices[0]))
     for item in items:
         devices[0].push_to_inputs(_as_push_arg(item))
     out_q = initialize_pipeline(False, output_queue=output_queue, _sequential=_sequential, _verify_cfg=_verify_cfg)
     run_forward(input_count)
     return out_q
+
+
+def _queued_inputs(device: Device) -> int:
+    """Inputs waiting in ``device``'s buffer (and its CPU-fallback device's) while no pipeline runs."""
+    pre = device.cpu_fallback_device_pre
+    return device._staging.qsize() + (pre._staging.qsize() if pre is not None else 0)
+
+
+def _refuse_queued_inputs(device: Device, queued: int) -> None:
+    # The first device runs inputs in push order: earlier pushes would run in place of the inputs given
+    # here, and every later output would belong to the input before it.
+    if queued:
+        raise InputError(f"{queued} input(s) pushed to '{device.name}' earlier are still queued and not run: "
+                         f"run_inference(inputs=...) would run them in place of the inputs given, and every "
+                         f"later output would be off by one. Run them first (run_inference() without inputs, or "
+                         f"run_forward), or drop them with pybuda.shutdown()")
 
 
 def _as_push_arg(item: InputItem) -> Any:
@@ -275,8 +295,26 @@ def sync() -> None:
 
 
 def shutdown() -> None:
-    """Stop the pipeline: devices finish queued work, then workers exit. Idempotent; runs at exit."""
-    context.shutdown_current()
+    """Stop the pipeline: devices finish queued work that has its inputs, then workers exit (busy ones
+    are stopped after a time limit). Inputs pushed and not run are dropped, so a later pipeline never
+    consumes them. Idempotent; runs at exit (without waiting for queued work)."""
+    context.shutdown_current(clear_inputs=True)
+    for d in state.user_devices():  # pushes made while no pipeline ran are dropped too
+        for buffered in (d, d.cpu_fallback_device_pre):
+            if buffered is not None:
+                _drain_buffer(buffered)
+
+
+def _drain_buffer(device: Device) -> None:
+    dropped = 0
+    while True:
+        try:
+            device._staging.get_nowait()
+        except queue.Empty:
+            break
+        dropped += 1
+    if dropped:
+        log.info("shutdown dropped %d input(s) pushed to '%s' and not run", dropped, device.name)
 
 
 def error_raised() -> bool:
@@ -327,7 +365,7 @@ def set_device_pipeline(devices: Sequence[Device]) -> None:
 
 def pybuda_reset() -> None:
     """Shut down, forget every device, and reset the compiler configuration."""
-    context.shutdown_current()
+    context.shutdown_current(clear_inputs=True)
     for d in state.user_devices():
         for m in list(d.modules):
             if m.get_device() is d:

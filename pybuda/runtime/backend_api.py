@@ -17,10 +17,11 @@ Executor contract (what ``pybuda.golden.device`` must provide to run compiled ne
 
     def create_executor(compile_results, *, microbatch: int, device) -> Executor
 
-* ``compile_results``: the ``CompileResults`` that ``pybuda.passes.pipeline.compile_graph`` returned
-  for one graph (``.netlist``, ``.lowered_graph`` with its queues, ``.input_host_tms`` /
-  ``.output_host_tms``, ``.config``; the parameter and constant values are in the graphs' tensors).
-  It is the only input: the executor must not need the model's Python code.
+* ``compile_results``: the ``CompileResults`` that ``pybuda.compile.compile_graph`` returned
+  for one graph. The golden executor reads from it only the netlist, the host-I/O record
+  ``.host_io`` (:class:`pybuda.netlist.host_io.HostIO`: queues, host TMs, parameters) and the tensors that
+  record names (``pybuda.golden.executor.executor_inputs``), plus ``.config``; the executor must not need
+  the model's Python code or the compiler's in-memory graphs.
 * ``microbatch``: ``mb`` above (also ``compile_results.microbatch``). ``device``: the
   :class:`pybuda.arch.DeviceDescriptor` compiled for (arch, harvesting, chip count).
 * The returned object has
@@ -51,11 +52,11 @@ from __future__ import annotations
 import importlib
 import logging
 from dataclasses import dataclass, field
-from typing import Any, Dict, List, Mapping, Optional, Protocol, Sequence, Tuple, runtime_checkable
+from typing import Any, Callable, Dict, List, Mapping, Optional, Protocol, Sequence, Tuple, runtime_checkable
 
 import torch
 
-from pybuda.errors import CompileError, InputError, PybudaError
+from pybuda.errors import InputError, PybudaError
 
 log = logging.getLogger(__name__)
 
@@ -212,11 +213,11 @@ def _optional_module(name: str):
         raise
 
 
-def _run_compiler(graph, device, config, verify_cfg, microbatch: int):
-    """Compile ``graph`` for ``device`` (a DeviceDescriptor) with ``pybuda.passes.pipeline.compile_graph``."""
-    from pybuda.passes.pipeline import compile_graph  # lazy: importing the compiler is not free
+def _run_compiler(graph, device, config, verify_cfg, microbatch: int, inputs=None):
+    """Compile ``graph`` for ``device`` (a DeviceDescriptor) with ``pybuda.compile.compile_graph``."""
+    from pybuda.compile import compile_graph  # lazy: importing the compiler is not free
 
-    return compile_graph(graph, device, config, verify_cfg, microbatch)
+    return compile_graph(graph, device, config, verify_cfg, microbatch, inputs=inputs)
 
 
 @dataclass
@@ -225,7 +226,7 @@ class CompiledStage:
 
     module_name: str
     graph: Any  # ir.Graph
-    compile_results: Any  # passes.pipeline.CompileResults, or None when not compiled
+    compile_results: Any  # pybuda.compile.CompileResults, or None when not compiled
     executor: Executor
     input_names: List[str] = field(default_factory=list)
 
@@ -239,9 +240,18 @@ class CompiledArtifact:
     output_specs: List[TensorSpec]
     microbatch: int
     backend: str  # "golden", "cpu_reference", ...
-    # Outputs for the compile sample, used as the next device's sample (shapes and dtypes matter): the
-    # traced single-sample outputs repeated over the microbatch.
-    sample_outputs: List[torch.Tensor] = field(default_factory=list)
+    # Computes the outputs for the compile sample (the next device's sample): a CPU-reference run of the
+    # last graph unless tracing gave them, so it is called only when someone needs them.
+    sample_output_fn: Optional[Callable[[], List[torch.Tensor]]] = field(default=None, repr=False)
+    _sample_outputs: Optional[List[torch.Tensor]] = field(default=None, repr=False)
+
+    @property
+    def sample_outputs(self) -> List[torch.Tensor]:
+        """Outputs for the compile sample, used as the next device's sample (shapes and dtypes matter):
+        the single-sample outputs repeated over the microbatch. Computed on first use."""
+        if self._sample_outputs is None:
+            self._sample_outputs = list(self.sample_output_fn()) if self.sample_output_fn is not None else []
+        return self._sample_outputs
 
     def run(self, inputs: Sequence[torch.Tensor]) -> List[torch.Tensor]:
         """Run one push (a full microbatch) through every stage in order."""
@@ -279,63 +289,21 @@ class CompiledArtifact:
                 close()
 
 
-def module_to_graph(module, samples: Sequence[torch.Tensor], input_names: Optional[Sequence[str]] = None):
-    """Trace/capture a module for ``samples``; returns ``(graph, sample_outputs)`` (torch tensors).
-
-    PyBuda modules are traced (values flow with the trace); other modules must provide
-    ``to_graph(*samples)`` (the framework frontends) returning a graph or ``(graph, outputs)``.
-    """
-    from pybuda.module import PyBudaModule, PyTorchModule
-    from pybuda.tensor import Tensor
-
-    if isinstance(module, PyBudaModule):
-        tensors = [Tensor.create_from_torch(t) for t in samples]
-        if input_names:
-            object.__setattr__(module, "input_names", list(input_names))
-        graph, outs = module.trace(*tensors)
-        if all(o.has_value() for o in outs):
-            return graph, [o.value() for o in outs]
-        # Some parameter had no value while tracing (the graph holds zeros for it): run the graph.
-        from pybuda.verify import run_graph_on_cpu
-
-        return graph, run_graph_on_cpu(graph, list(samples))
-    to_graph = getattr(module, "to_graph", None)
-    if to_graph is None:
-        raise CompileError(f"module '{module.name}' of type {type(module).__name__} cannot be compiled for a device",
-                           stage="GENERATE_INITIAL_GRAPH")
-    if input_names and isinstance(module, PyTorchModule):
-        result = to_graph(dict(zip(input_names, samples)))
-    else:
-        result = to_graph(*samples)
-    if hasattr(result, "split_for_devices"):  # a torch-frontend CaptureResult
-        pre, graph, post = result.split_for_devices()
-        if pre is not None or post is not None:
-            raise CompileError(f"module '{module.name}' needs CPU fallback devices, which only a pipeline "
-                               f"(initialize_pipeline / run_inference) can add", stage="GENERATE_INITIAL_GRAPH")
-        outs = result.run(**dict(zip(input_names, samples))) if input_names and isinstance(module, PyTorchModule) \
-            else result.run(*samples)
-    elif isinstance(result, tuple):
-        graph, outs = result[0], (result[1] if len(result) > 1 else None)
-    else:
-        graph, outs = result, None
-    if outs is None:
-        from pybuda.verify import run_graph_on_cpu
-
-        outs = run_graph_on_cpu(graph, list(samples))
-    return graph, [o.value() if isinstance(o, Tensor) else o for o in outs]
-
-
 def compile_modules(modules: Sequence[Any], sample_inputs: Sequence[torch.Tensor], config, *, devtype,
                     device=None, microbatch: Optional[int] = None, verify_cfg=None,
                     input_names: Optional[Sequence[str]] = None, compile_for_device: bool = True) -> CompiledArtifact:
     """Compile the modules of one device, chained in order, for one sample push.
 
     ``sample_inputs`` is a full push. With ``compile_for_device`` (TTDevice) dim 0 is the microbatch:
-    modules are traced for one sample and each graph goes through ``compile_graph`` for ``device`` (a
-    DeviceDescriptor), then gets an executor from :func:`create_executor`. Without it (CPUDevice)
-    graphs are traced for the whole push and run on the CPU reference.
+    modules are traced for one sample (:func:`pybuda.compile.module_to_graph`) and each graph goes
+    through ``compile_graph`` for ``device`` (a DeviceDescriptor), then gets an executor from
+    :func:`create_executor`. Without it (CPUDevice) graphs are traced for the whole push and run on the
+    CPU reference. The model runs on the CPU reference for the sample only when the next module, the
+    next device (``CompiledArtifact.sample_outputs``) or ``verify_cfg`` needs its outputs.
     """
     from pybuda.arch.types import BackendType
+    from pybuda.compile import module_to_graph
+    from pybuda.verify import verification_requested
 
     samples = [t for t in sample_inputs]
     if compile_for_device:
@@ -343,27 +311,43 @@ def compile_modules(modules: Sequence[Any], sample_inputs: Sequence[torch.Tensor
         samples = [t[0:1] if t.dim() and t.shape[0] == mb else t for t in samples]
     else:
         mb = 1
+    verify = compile_for_device and verification_requested(verify_cfg)
     input_specs = [TensorSpec((input_names[i] if input_names and i < len(input_names) else f"input_{i}"),
                               tuple(t.shape), t.dtype) for i, t in enumerate(sample_inputs)]
     stages: List[CompiledStage] = []
     backend = "cpu_reference"
     names = input_names
-    for module in modules:
-        graph, outs = module_to_graph(module, samples, names)
+    captured = None
+    for i, module in enumerate(modules):
+        if captured is not None:  # the previous module's outputs are this one's sample
+            samples, names = captured.outputs, None
+        captured = module_to_graph(module, samples, names)
+        graph = captured.graph
         graph.microbatch = mb
         results = None
         if compile_for_device:
-            results = _run_compiler(graph, device, config, verify_cfg, mb)
+            # Sample inputs reach the compile only to verify it against the model's outputs on them: a
+            # whole push (the compile's checks run it sample by sample, the golden backend as pushed);
+            # a later module gets the previous one's outputs for the sample, repeated over the microbatch.
+            checked = None
+            if verify:
+                checked = list(sample_inputs) if i == 0 else fold_microbatch([list(captured.graph_inputs)] * mb)
+            results = _run_compiler(graph, device, config, verify_cfg, mb, inputs=checked)
             executor = create_executor(devtype, results, graph=graph, microbatch=mb, device=device)
         else:
             executor = CPUReferenceExecutor(graph, 1)
         if not isinstance(executor, CPUReferenceExecutor):
             backend = getattr(devtype, "value", str(devtype))
         stages.append(CompiledStage(module.name, graph, results, executor, [n.name for n in graph.inputs]))
-        samples = outs
-        names = None
-    output_specs = [TensorSpec(f"output_{i}", batched_shape(t.shape, mb), t.dtype) for i, t in enumerate(samples)]
+    last = captured
+    # The output specs come from the graph, so knowing them does not run the model.
+    output_specs = [TensorSpec(f"output_{i}", batched_shape(n.shape, mb), n.dtype)
+                    for i, n in enumerate(last.graph.outputs)] if last is not None else []
     if devtype is not None and devtype != BackendType.Golden and compile_for_device:
         log.debug("devtype %s runs on the %s executor", devtype, backend)
-    sample_outputs = fold_microbatch([[t.detach() for t in samples]] * mb)
+
+    def sample_outputs() -> List[torch.Tensor]:
+        outs = last.outputs if last is not None else samples
+        return fold_microbatch([[t.detach() for t in outs]] * mb)
+
     return CompiledArtifact(stages, input_specs, output_specs, mb, backend, sample_outputs)

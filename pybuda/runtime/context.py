@@ -5,7 +5,9 @@ Execution modes
 * **sequential**: every command runs inline in the caller through ``Device.run_next_command``; no
   threads, no processes. Chosen by ``_sequential=True``, ``PYBUDA_FORCE_SEQUENTIAL=1``, or, as in
   TT-Buda, whenever a TTDevice is Golden (the simulated chip; always the case here) unless
-  ``PYBUDA_FORCE_CONCURRENT=1``. Exceptions propagate to the caller unchanged.
+  ``PYBUDA_FORCE_CONCURRENT=1``. An exception raised by a device's module reaches the caller as
+  :class:`pybuda.errors.RuntimeFailure` naming the device and the module, with the original exception
+  as its ``__cause__`` (as in concurrent mode); pybuda's own errors pass through unchanged.
 * **concurrent**: one worker per device, a ``torch.multiprocessing`` *spawn* process (the default;
   scripts need an ``if __name__ == "__main__":`` guard) or a thread (``PYBUDA_FORCE_THREADS=1``). The
   worker loops get command → run command. ``run_forward`` returns at once; devices block on their
@@ -19,9 +21,30 @@ queue and sets the shared shutdown event. Every host-side wait (responses, ``out
 ``sync``, pushes) polls the error queue and the workers' liveness between short slices, so the
 failure surfaces in the caller as :class:`pybuda.errors.RuntimeFailure` carrying the device's
 traceback text; then every worker is stopped: processes get ~2 s and are terminated, then killed.
-A normal ``shutdown`` sends QUIT device by device in pipeline order (queued work finishes first, up
-to :data:`GRACEFUL_QUIT_S`), then stops any straggler the same way. ``shutdown`` is idempotent and
-registered with ``atexit``.
+A normal ``shutdown`` puts :class:`~pybuda.runtime.transport.EndOfInputs` behind the last pushed
+input, so a device waiting for an input that was never pushed ends that run, and sends QUIT device
+by device in pipeline order: queued work that has its inputs finishes first, within
+:data:`GRACEFUL_QUIT_S` in all; then stragglers are stopped the same way. Ctrl-C during that wait
+stops them at once. ``shutdown`` is idempotent; at interpreter exit (``atexit``, e.g. after Ctrl-C)
+it skips the graceful phase, since nobody is left to read outputs. The public ``pybuda.shutdown()``
+also drops inputs that were pushed and not run, so none is consumed by a later pipeline.
+
+Outputs owed
+------------
+The context counts inputs pushed to the first device, inputs asked for by ``run_forward`` and
+outputs put on the :class:`~pybuda.runtime.transport.OutputQueue`. ``output_queue.get()`` waits only
+while an output is owed (an input both pushed and asked for, not yet delivered); otherwise it raises
+:class:`pybuda.errors.NoMoreOutputs` at once, in every mode and whatever other threads exist. The
+same count makes ``sync`` and other device requests raise instead of queueing behind a run that
+waits for inputs nobody pushed.
+
+Host death
+----------
+A device process runs a watchdog thread that waits on the host's process sentinel (and polls
+``os.getppid``), and exits the moment the host dies, even while its device is busy; it ignores
+SIGINT so that Ctrl-C is the host's to handle. In process mode the host installs a SIGTERM handler
+(only over the default action, never over the user's own) that stops the device processes and then
+terminates the host as the default action would.
 """
 
 from __future__ import annotations
@@ -31,25 +54,30 @@ import logging
 import os
 import pickle
 import queue
+import signal
 import threading
 import time
 import traceback
 from dataclasses import dataclass
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
-from pybuda.errors import InputError, PybudaError, RuntimeFailure
+from pybuda.errors import InputError, NoMoreOutputs, PybudaError, RuntimeFailure
 from pybuda.runtime.commands import Command, CommandType
-from pybuda.runtime.transport import (POLL_S, OutputQueue, ShutdownRequested, close_mp_queue, get_item,
-                                      is_mp_queue, put_item)
+from pybuda.runtime.transport import (POLL_S, EndOfInputs, OutputQueue, ShutdownRequested, close_mp_queue,
+                                      get_item, is_end_of_inputs, is_mp_queue, put_item)
 
 log = logging.getLogger(__name__)
 
 SEQUENTIAL, THREADS, PROCESSES = "sequential", "threads", "processes"
 
-#: How long a normal shutdown lets each worker finish queued commands after QUIT.
+#: How long a normal shutdown lets the workers finish queued work that has its inputs (all together).
 GRACEFUL_QUIT_S = 60.0
-#: After the shutdown event is set: how long a worker gets before it is terminated (then killed).
+#: After the shutdown event is set: how long the workers get before they are terminated (then killed).
 STOP_GRACE_S = 2.0
+#: How often a device process checks that the host is still alive (when its sentinel is unavailable).
+PARENT_POLL_S = 0.5
+#: Exit status of a device process that ended because the host died.
+EXIT_HOST_DIED = 3
 
 _lock = threading.RLock()
 _current: Optional["RunContext"] = None
@@ -82,23 +110,66 @@ def _record_error(err: BaseException) -> None:
     _last_error = err
 
 
-def shutdown_current() -> None:
-    """Stop the current pipeline (if any) and forget it. Safe to call any number of times."""
+def shutdown_current(*, clear_inputs: bool = False, fast: bool = False) -> None:
+    """Stop the current pipeline (if any) and forget it. Safe to call any number of times.
+
+    ``clear_inputs``: drop inputs pushed and not run (the user's ``shutdown``); otherwise they stay
+    queued for the pipeline that replaces this one. ``fast``: no graceful phase (exit, SIGTERM)."""
     global _current
     with _lock:
         ctx, _current = _current, None
     if ctx is not None:
-        ctx.shutdown()
+        ctx.shutdown(clear_inputs=clear_inputs, fast=fast)
 
 
 def _atexit_shutdown() -> None:
+    # Nobody can read outputs once the interpreter exits (normally, or after Ctrl-C): stop the devices
+    # at once instead of letting busy ones finish their queued work.
     try:
-        shutdown_current()
+        shutdown_current(clear_inputs=True, fast=True)
     except Exception:  # pragma: no cover - never let interpreter exit fail
         log.exception("pybuda shutdown at exit failed")
 
 
 atexit.register(_atexit_shutdown)
+
+_sigterm_previous: Any = None
+
+
+def _on_sigterm(signum: int, frame: Any) -> None:
+    """The host's SIGTERM handler (process mode): stop the device processes, then act as the handler
+    this one replaced would have (the default action: terminate)."""
+    try:
+        shutdown_current(clear_inputs=True, fast=True)
+    finally:
+        previous = _sigterm_previous if _sigterm_previous is not None else signal.SIG_DFL
+        signal.signal(signum, previous)
+        if callable(previous):
+            previous(signum, frame)
+        elif previous != signal.SIG_IGN:
+            os.kill(os.getpid(), signum)  # the default action, with the exit status a caller expects
+
+
+def _install_sigterm_handler() -> bool:
+    """Install :func:`_on_sigterm` unless the user set a SIGTERM handler (or this is not the main
+    thread, where handlers cannot be set). Device processes notice the host's death without it; the
+    handler stops them before the host goes."""
+    global _sigterm_previous
+    if threading.current_thread() is not threading.main_thread():
+        return False
+    current_handler = signal.getsignal(signal.SIGTERM)
+    if current_handler is _on_sigterm:
+        return True
+    if current_handler not in (signal.SIG_DFL, None):
+        return False
+    _sigterm_previous = current_handler
+    signal.signal(signal.SIGTERM, _on_sigterm)
+    return True
+
+
+def _restore_sigterm_handler() -> None:
+    if threading.current_thread() is threading.main_thread() and signal.getsignal(signal.SIGTERM) is _on_sigterm:
+        signal.signal(signal.SIGTERM, _sigterm_previous if _sigterm_previous is not None else signal.SIG_DFL)
 
 
 @dataclass
@@ -107,6 +178,7 @@ class _Worker:
     handle: Any  # threading.Thread | multiprocessing.Process
     cmd_q: Any
     resp_q: Any
+    answered: bool = False  # has answered a request: the process got past its start-up
 
 
 def _worker_main(device, cmd_q, resp_q, shutdown_event, error_q, in_child: bool,
@@ -125,6 +197,7 @@ def _worker_main(device, cmd_q, resp_q, shutdown_event, error_q, in_child: bool,
             cmd = device.get_next_command(cmd_q)
             if cmd.command_type == CommandType.QUIT:
                 graceful = True
+                device.close_outputs()  # the next device may wait for inputs this one will never send
                 break
             if in_child and cmd.command_type == CommandType.COMPILE and cmd.params.get("config") is not None:
                 from pybuda.config import _set_global_compiler_config
@@ -142,11 +215,11 @@ def _worker_main(device, cmd_q, resp_q, shutdown_event, error_q, in_child: bool,
             exc: Optional[BaseException] = e
         except Exception:
             exc = None
-        report = (device.name, type(e).__name__, str(e), tb, exc)
+        report = (device.name, type(e).__name__, str(e), tb, exc, device.module_label())
         try:
             put_item(error_q, report)
         except Exception:
-            put_item(error_q, report[:4] + (None,))
+            put_item(error_q, report[:4] + (None, report[5]))
         shutdown_event.set()
     finally:
         try:
@@ -158,8 +231,34 @@ def _worker_main(device, cmd_q, resp_q, shutdown_event, error_q, in_child: bool,
     return graceful
 
 
+def _watch_host(parent_pid: int) -> None:
+    """Device-process thread: end the process as soon as the host dies, even while the device is busy
+    in a module (its own waits only check between commands and inputs)."""
+    import multiprocessing
+    from multiprocessing.connection import wait
+
+    try:  # readable (EOF) once the host is gone: no polling delay
+        sentinel = multiprocessing.parent_process().sentinel
+    except (AttributeError, ValueError):
+        sentinel = None
+    while True:
+        try:
+            host_gone = bool(wait([sentinel], timeout=PARENT_POLL_S)) if sentinel is not None else False
+        except (OSError, ValueError):
+            host_gone = False
+            sentinel = None
+        if sentinel is None:
+            time.sleep(PARENT_POLL_S)
+        # getppid: the sentinel's pipe could be held open by another process the host started.
+        if host_gone or os.getppid() != parent_pid:
+            os._exit(EXIT_HOST_DIED)  # no cleanup: whoever could use it is gone, and the device may be stuck
+
+
 def _process_main(device, cmd_q, resp_q, shutdown_event, error_q, log_level: int, parent_pid: int) -> None:
     """Entry point of a device process (spawned)."""
+    # Ctrl-C in a terminal reaches the whole process group; the host decides how its devices stop.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    threading.Thread(target=_watch_host, args=(parent_pid,), name="pybuda-host-watchdog", daemon=True).start()
     logging.getLogger("pybuda").setLevel(log_level)
     graceful = _worker_main(device, cmd_q, resp_q, shutdown_event, error_q, in_child=True, parent_pid=parent_pid)
     if not graceful:
@@ -191,6 +290,11 @@ class RunContext:
         self._internal_out: Any = None
         self._forwarder: Optional[threading.Thread] = None
         self._fwd_stop = threading.Event()
+        # Outputs owed = min(pushed, requested) - delivered (see "Outputs owed" in the module doc).
+        self._pushed = 0
+        self._requested = 0
+        self._delivered_base = output_queue.put_count if isinstance(output_queue, OutputQueue) else 0
+        self._sigterm_handler = False
         if mode == PROCESSES:
             import torch.multiprocessing as tmp
 
@@ -202,7 +306,7 @@ class RunContext:
             self._shutdown_event = threading.Event()
             self._error_q = queue.Queue()
         if isinstance(output_queue, OutputQueue):
-            output_queue._attach(self.watch)
+            output_queue._attach(self.outputs_exhausted)
 
     # --- setup --------------------------------------------------------------------------------------
     def _new_queue(self) -> Any:
@@ -212,6 +316,7 @@ class RunContext:
         """Give every device its input queue and output target (next device, or the output queue)."""
         n = len(self.devices)
         for i, d in enumerate(self.devices):
+            d._inputs_closed = d._end_sent = False
             if i == 0 and self.mode == PROCESSES:
                 q = self._new_queue()
                 self._parent_fed.append(q)
@@ -220,8 +325,10 @@ class RunContext:
                         put_item(q, d._staging.get_nowait())
                     except queue.Empty:
                         break
+                    self._pushed += 1
             elif i == 0:
                 q = d._staging
+                self._pushed = q.qsize()
             else:
                 q = self._new_queue()
             d._input_queue = q
@@ -264,6 +371,7 @@ class RunContext:
             self._forwarder = threading.Thread(target=self._forward_outputs, name="pybuda-output-forwarder",
                                                daemon=True)
             self._forwarder.start()
+            self._sigterm_handler = _install_sigterm_handler()
 
     def _forward_outputs(self) -> None:
         while not self._fwd_stop.is_set():
@@ -276,11 +384,13 @@ class RunContext:
             self.output_queue.put(item)
 
     def compile(self, sample: Any, config: Any, verify_cfg: Any = None) -> None:
-        """COMPILE each device in pipeline order; each device's sample outputs are the next one's sample."""
+        """COMPILE each device in pipeline order; each device's sample outputs are the next one's sample
+        (the last device's are not asked for: nothing consumes them)."""
         item = sample
-        for d in self.devices:
+        for i, d in enumerate(self.devices):
             item = self.request(d, Command(CommandType.COMPILE, {"sample": item, "config": config,
-                                                                 "verify_cfg": verify_cfg}))
+                                                                 "verify_cfg": verify_cfg,
+                                                                 "want_outputs": i < len(self.devices) - 1}))
 
     # --- running --------------------------------------------------------------------------------------
     def run_forward(self, input_count: int) -> None:
@@ -299,18 +409,43 @@ class RunContext:
             if available < input_count:
                 raise InputError(f"asked to run {input_count} input(s), but only {available} are queued on device "
                                  f"'{first.name}'; push them with push_to_inputs (or pass inputs=[...]) first")
+            with self._lock:
+                self._requested += input_count  # owed from now: a get() in another thread waits for them
+            device = None
             try:
                 for _ in range(input_count):
-                    for d in self.devices:
-                        d.run_next_command(Command.run_forward(1))
+                    for device in self.devices:
+                        device.run_next_command(Command.run_forward(1))
             except BaseException as e:
-                self._sequential_failure(e)
-                raise
+                err = self._sequential_failure(device, e)
+                if err is e:
+                    raise
+                raise err from e
             return
         if input_count == 0:
             self.forever = True
+        with self._lock:
+            self._requested += input_count
         for d in self.devices:
             self.send(d, Command.run_forward(input_count))
+
+    def note_push(self) -> None:
+        """An input was pushed to the first device (``Device.push_to_inputs``)."""
+        with self._lock:
+            self._pushed += 1
+
+    def unclaimed_inputs(self) -> int:
+        """Inputs pushed to the first device that no ``run_forward`` has asked for yet."""
+        if self.forever:
+            return 0
+        return max(0, self._pushed - self._requested)
+
+    def outputs_owed(self) -> int:
+        """Outputs still to come: inputs both pushed and asked for, not yet put on the output queue."""
+        runnable = self._pushed if self.forever else min(self._pushed, self._requested)
+        delivered = (self.output_queue.put_count - self._delivered_base
+                     if isinstance(self.output_queue, OutputQueue) else 0)
+        return runnable - delivered
 
     def send(self, device: Any, cmd: Command) -> None:
         """Queue a command that has no response (concurrent mode)."""
@@ -326,16 +461,24 @@ class RunContext:
             try:
                 result = device.run_next_command(cmd)
             except BaseException as e:
-                self._sequential_failure(e)
-                raise
+                err = self._sequential_failure(device, e)
+                if err is e:
+                    raise
+                raise err from e
         else:
             if self.forever:
                 # The devices loop on RUN_FORWARD until shutdown; a queued command would never run.
                 raise PybudaError(f"{cmd.command_type.name} cannot run while the pipeline runs until shutdown "
                                   f"(input_count=0); call pybuda.shutdown() first")
+            if self._requested > self._pushed:
+                # Every device would first finish a run that waits for inputs nobody pushed.
+                raise PybudaError(f"{cmd.command_type.name} would wait forever: run_forward asked for "
+                                  f"{self._requested} input(s), but only {self._pushed} were pushed to "
+                                  f"'{self.devices[0].name}'; push the missing input(s) first")
             worker = self._workers[id(device)]
             put_item(worker.cmd_q, cmd)
             result = get_item(worker.resp_q, on_idle=self._check_while_waiting)
+            worker.answered = True
         if isinstance(result, Rejected):
             raise result.error
         return result
@@ -371,24 +514,45 @@ class RunContext:
             raise RuntimeFailure("the pipeline shut down while waiting for a device")
         self._poll_error()
 
-    def watch(self, forever: bool = True) -> bool:
-        """For OutputQueue: raise the pipeline's error; False once nothing can produce more outputs.
+    def outputs_exhausted(self) -> Optional[str]:
+        """For OutputQueue: raise the pipeline's error; None while an output is owed, else why none is.
 
-        ``forever``: the caller waits without a timeout, so a wait that can never end is an error."""
+        Only owed outputs count, not other threads: one that pushes or runs inputs later makes them
+        owed then, and an empty queue with nothing owed could otherwise only ever block forever."""
         if self.error is not None:
             self._raise_stored_error()
         if self.closed:
-            return False
-        if self.mode == SEQUENTIAL and threading.active_count() == 1:
-            if not forever:
-                return False
-            # Sequential runs happen inline in the caller, and there is no other thread that could call
-            # run_forward: this get() could only ever block forever.
-            raise PybudaError("the output queue is empty and nothing can fill it: in sequential mode outputs are "
-                              "produced inside run_inference/run_forward, which have already returned; run more "
-                              "inputs before asking for more outputs")
+            return ("the output queue is empty and the pipeline that feeds it has shut down; no more outputs "
+                    "will arrive")
+        if self._closing:
+            return None  # a graceful shutdown may still deliver owed outputs; closed comes next
         self._poll_error()
-        return True
+        if self.outputs_owed() > 0:
+            return None
+        head = "the output queue is empty and nothing can fill it: "
+        if self.mode == SEQUENTIAL:
+            return head + (f"in sequential mode outputs are produced inside run_inference/run_forward, and the "
+                           f"outputs of all {self._requested} input(s) run so far have been read; run more "
+                           f"inputs before asking for more outputs")
+        if not self.forever and self._requested > self._pushed:
+            return head + (f"run_forward asked for {self._requested} input(s), but only {self._pushed} were "
+                           f"pushed to '{self.devices[0].name}' and their outputs have been read; push the "
+                           f"missing input(s) first")
+        if self.forever:
+            return head + (f"the pipeline runs until shutdown, and the outputs of all {self._pushed} input(s) "
+                           f"pushed so far have been read; push more inputs first")
+        return head + (f"the outputs of all {self._requested} input(s) run so far have been read; push inputs "
+                       f"and call run_forward for more")
+
+    def watch(self, forever: bool = True) -> bool:
+        """Raise the pipeline's error; True while an output is owed. Without one: False, or with
+        ``forever`` (the caller would wait without a timeout) raise NoMoreOutputs."""
+        reason = self.outputs_exhausted()
+        if reason is None:
+            return True
+        if forever:
+            raise NoMoreOutputs(reason)
+        return False
 
     def _take_error(self, wait: float = 0.0) -> Optional[Tuple]:
         try:
@@ -406,11 +570,7 @@ class RunContext:
             for w in self._workers.values():
                 if not w.handle.is_alive():
                     info = self._take_error(wait=1.0) or (
-                        w.device.name, "ProcessExit",
-                        f"the device process exited unexpectedly (exit code {w.handle.exitcode}). Devices run in "
-                        f"spawned processes: the script needs an `if __name__ == \"__main__\":` guard and module "
-                        f"classes must be importable (defined at module level); PYBUDA_FORCE_THREADS=1 runs "
-                        f"devices in threads instead", "", None)
+                        w.device.name, "ProcessExit", describe_process_exit(w.handle.exitcode, w.answered), "", None)
                     break
         if info is None and self._shutdown_event.is_set():
             info = self._take_error(wait=1.0) or ("?", "Shutdown", "a device stopped the pipeline", "", None)
@@ -420,40 +580,46 @@ class RunContext:
     def _fail(self, info: Tuple) -> None:
         with self._lock:
             if self.error is None:
-                name, etype, message, tb, exc = (tuple(info) + (None,) * 5)[:5]
+                name, etype, message, tb, exc, module = (tuple(info) + (None,) * 6)[:6]
                 where = "process" if self.mode == PROCESSES else "thread"
-                text = f"device '{name}' failed in its {where}: {etype}: {message}"
-                if tb:
-                    text += f"\n--- traceback in the device {where} ---\n{tb.rstrip()}"
-                err = RuntimeFailure(text)
-                err.device_name = name
-                err.original_type = etype
-                err.traceback_text = tb or ""
-                if isinstance(exc, BaseException):
-                    err.__cause__ = exc
+                err = device_failure(name, module, etype, message, tb, exc, f" in its {where}")
                 self.error = err
                 _record_error(err)
-                log.error("%s", text.splitlines()[0])
+                log.error("%s", str(err).splitlines()[0])
                 self.shutdown(error=True)
             raise self.error
 
-    def _sequential_failure(self, exc: BaseException) -> None:
+    def _sequential_failure(self, device: Any, exc: BaseException) -> BaseException:
+        """Stop the pipeline after ``device`` raised ``exc`` inline; returns the error to raise.
+
+        A module's exception becomes RuntimeFailure, as in concurrent mode; pybuda's own errors, and
+        KeyboardInterrupt and the like, are raised unchanged."""
+        err = exc
+        if device is not None and isinstance(exc, Exception) and not isinstance(exc, PybudaError):
+            err = device_failure(device.name, device.module_label(), type(exc).__name__, str(exc),
+                                 traceback.format_exc(), exc, "")
         with self._lock:
             if self.error is None:
-                self.error = exc
-                _record_error(exc)
+                self.error = err
+                _record_error(err)
                 self.shutdown(error=True)
+        return err
 
     # --- shutdown -------------------------------------------------------------------------------------
-    def shutdown(self, error: bool = False) -> None:
-        """Stop the workers and release the queues; idempotent. ``error``: skip the graceful phase."""
+    def shutdown(self, error: bool = False, *, fast: bool = False, clear_inputs: bool = False) -> None:
+        """Stop the workers and release the queues; idempotent.
+
+        ``error`` (a device failed) and ``fast`` (interpreter exit, SIGTERM) skip the graceful phase.
+        ``clear_inputs`` drops inputs pushed and not run; otherwise they go back to the first device's
+        buffer for the next pipeline (one that replaces this one after a change)."""
         with self._lock:
             if self.closed or self._closing:
                 return
             self._closing = True
+        interrupted = True
         try:
             if self.mode != SEQUENTIAL:
-                self._stop_workers(graceful=not error and not self.forever and self.error is None)
+                self._stop_workers(graceful=not error and not fast and self.error is None)
                 late = self._take_error()
                 if late is not None and self.error is None:
                     # A device failed while finishing its work: nobody is waiting to be told, so log it
@@ -468,45 +634,75 @@ class RunContext:
                             d.shutdown_device()
                         except Exception:  # pragma: no cover
                             log.exception("device '%s' failed to shut down cleanly", d.name)
-            self._drain_outputs()
-            self._release_queues(graceful=not error)
+            interrupted = False
         finally:
-            self.closed = True
-            self._closing = False
+            try:
+                # Also after Ctrl-C above: the forwarder thread stops, and no device keeps this pipeline's
+                # queues (a later push would go to a queue nobody reads).
+                self._drain_outputs()
+                self._release_queues(graceful=not error and not interrupted,
+                                     keep_inputs=not clear_inputs and not error and not interrupted)
+            finally:
+                self._finish_close()
+
+    def _finish_close(self) -> None:
+        self.closed = True
+        self._closing = False
+        if self._sigterm_handler:
+            _restore_sigterm_handler()
 
     def _stop_workers(self, graceful: bool) -> None:
         workers = list(self._workers.values())
-        if graceful:
-            # Pipeline order: a device quits after its queued work, so its last outputs reach the next
-            # device while that one is still running.
-            for w in workers:
-                try:
-                    put_item(w.cmd_q, Command.quit())
-                except (OSError, ValueError):
-                    pass
-                deadline = time.monotonic() + GRACEFUL_QUIT_S
-                while w.handle.is_alive() and time.monotonic() < deadline and not self._shutdown_event.is_set():
-                    w.handle.join(POLL_S)
-                if w.handle.is_alive():
-                    if not self._shutdown_event.is_set():
-                        log.warning("device '%s' did not finish its queued work within %.0f s; stopping it",
-                                    w.device.name, GRACEFUL_QUIT_S)
-                    break
-        self._shutdown_event.set()
+        try:
+            if graceful:
+                self._finish_queued_work(workers)
+        finally:
+            # Also after Ctrl-C in the graceful phase: no worker is left behind.
+            self._shutdown_event.set()
+            self._join_or_terminate(workers)
+
+    def _finish_queued_work(self, workers: List[_Worker]) -> None:
+        # No input can be pushed any more: runs waiting for one end instead of waiting out the limit.
+        try:
+            put_item(self.devices[0]._input_queue, EndOfInputs())
+        except (OSError, ValueError):
+            pass
+        deadline = time.monotonic() + GRACEFUL_QUIT_S
+        # Pipeline order: a device quits after its queued work, so its last outputs reach the next
+        # device while that one is still running.
         for w in workers:
-            w.handle.join(STOP_GRACE_S)
-        for w in workers:
-            if not w.handle.is_alive():
-                continue
-            if self.mode == PROCESSES:
-                log.warning("terminating the process of device '%s'", w.device.name)
-                w.handle.terminate()
-                w.handle.join(STOP_GRACE_S)
-                if w.handle.is_alive():
-                    w.handle.kill()
-                    w.handle.join(STOP_GRACE_S)
-            else:
+            try:
+                put_item(w.cmd_q, Command.quit())
+            except (OSError, ValueError):
+                pass
+            while w.handle.is_alive() and time.monotonic() < deadline and not self._shutdown_event.is_set():
+                w.handle.join(POLL_S)
+            if w.handle.is_alive():
+                if not self._shutdown_event.is_set():
+                    log.warning("device '%s' did not finish its queued work within %.0f s; stopping it",
+                                w.device.name, GRACEFUL_QUIT_S)
+                return
+
+    def _join_or_terminate(self, workers: List[_Worker]) -> None:
+        """Join the workers within one shared :data:`STOP_GRACE_S`; terminate (then kill) processes that
+        are still busy."""
+        def join_all(ws: List[_Worker]) -> List[_Worker]:
+            deadline = time.monotonic() + STOP_GRACE_S
+            for w in ws:
+                w.handle.join(max(0.0, deadline - time.monotonic()))
+            return [w for w in ws if w.handle.is_alive()]
+
+        busy = join_all(workers)
+        if self.mode != PROCESSES:
+            for w in busy:
                 log.warning("the thread of device '%s' is still busy; it stops at its next wait", w.device.name)
+            return
+        for w in busy:
+            log.warning("terminating the process of device '%s'", w.device.name)
+            w.handle.terminate()
+        for w in join_all(busy):
+            w.handle.kill()
+        join_all(busy)
 
     def _drain_outputs(self) -> None:
         if self._forwarder is None:
@@ -524,18 +720,33 @@ class RunContext:
         self._fwd_stop.set()
         self._forwarder.join(1.0)
 
-    def _release_queues(self, graceful: bool) -> None:
+    def _release_queues(self, graceful: bool, keep_inputs: bool) -> None:
         all_exited = all(not w.handle.is_alive() and getattr(w.handle, "exitcode", 0) == 0
                          for w in self._workers.values())
         for i, d in enumerate(self.devices):
             q = d._input_queue
-            if i == 0 and self.mode == PROCESSES and q is not None and graceful and all_exited:
-                # Inputs pushed but not run go back to the host buffer, for the next pipeline.
-                while True:
-                    try:
-                        d._staging.put(get_item(q, timeout=POLL_S))
-                    except (queue.Empty, EOFError, OSError, ValueError):
-                        break
+            if i == 0 and q is not None:
+                left: List[Any] = []
+                if q is d._staging:
+                    while True:
+                        try:
+                            left.append(q.get_nowait())
+                        except queue.Empty:
+                            break
+                elif self.mode == PROCESSES and graceful and all_exited:
+                    while True:
+                        try:
+                            left.append(get_item(q, timeout=POLL_S))
+                        except (queue.Empty, EOFError, OSError, ValueError):
+                            break
+                left = [item for item in left if not is_end_of_inputs(item)]
+                if keep_inputs:
+                    # Inputs pushed but not run go back to the host buffer, for the pipeline that replaces
+                    # this one.
+                    for item in left:
+                        d._staging.put(item)
+                elif left:
+                    log.info("shutdown dropped %d input(s) pushed to '%s' and not run", len(left), d.name)
             d._input_queue = d._staging
             d._output_target = None
             d._mirror_queue = None
@@ -547,3 +758,47 @@ class RunContext:
             for q in queues:
                 if q is not None:
                     close_mp_queue(q)
+
+
+def device_failure(name: Any, module: Optional[str], etype: str, message: str, tb: Optional[str],
+                   exc: Optional[BaseException], where: str) -> RuntimeFailure:
+    """The RuntimeFailure for an exception raised in device ``name`` while running ``module``.
+
+    ``where`` completes "failed" (e.g. " in its process"); the original exception, when the caller
+    has it, becomes ``__cause__``."""
+    site = f"device '{name}'"
+    if module:
+        site += f" (module{'s' if ', ' in module else ''} '{module}')"
+    text = f"{site} failed{where}: {etype}: {message}"
+    if tb:
+        text += f"\n--- traceback in the device ---\n{tb.rstrip()}"
+    err = RuntimeFailure(text)
+    err.device_name = name
+    err.module_name = module
+    err.original_type = etype
+    err.traceback_text = tb or ""
+    if isinstance(exc, BaseException):
+        err.__cause__ = exc
+    return err
+
+
+def describe_process_exit(exitcode: Optional[int], started: bool) -> str:
+    """Why a device process is gone, from its exit code (negative: the signal that killed it).
+
+    The advice about a ``__main__`` guard and importable classes applies only to a process that died
+    during start-up (it never answered a request) with an ordinary exit code."""
+    if exitcode is not None and exitcode < 0:
+        try:
+            sig = signal.Signals(-exitcode).name
+        except ValueError:
+            sig = f"signal {-exitcode}"
+        return (f"the device process died: it exited unexpectedly, killed by {sig} (exit code {exitcode}); "
+                f"something outside pybuda stopped it (the OOM killer, a kill command)")
+    if exitcode == EXIT_HOST_DIED:
+        return f"the device process died: it exited unexpectedly (exit code {exitcode}: it lost its host process)"
+    text = f"the device process died: it exited unexpectedly with exit code {exitcode}"
+    if not started:
+        text += (" before it answered its first command. Devices run in spawned processes: the script needs an "
+                 "`if __name__ == \"__main__\":` guard and module classes must be importable (defined at module "
+                 "level); PYBUDA_FORCE_THREADS=1 runs devices in threads instead")
+    return text

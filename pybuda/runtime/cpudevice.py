@@ -14,7 +14,7 @@ from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 import torch
 
 from pybuda.errors import InputError, ModuleError, PybudaError
-from pybuda.runtime.backend_api import CPUReferenceExecutor, module_to_graph
+from pybuda.runtime.backend_api import CPUReferenceExecutor
 from pybuda.runtime.device import Device, InputItem
 
 log = logging.getLogger(__name__)
@@ -63,22 +63,27 @@ class CPUDevice(Device):
             out.append(t)
         return out
 
-    def compile_for(self, sample: InputItem, config: Any = None, verify_cfg: Any = None) -> InputItem:
+    def compile_for(self, sample: InputItem, config: Any = None, verify_cfg: Any = None,
+                    want_outputs: bool = True) -> InputItem:
         """No compilation on a CPU: build runners (tracing PyBuda modules) and run the sample once to
-        learn the output shapes and dtypes; the outputs are the next device's sample."""
+        learn the output shapes and dtypes; the outputs are the next device's sample. The sample runs
+        even without ``want_outputs``: a model that fails on the CPU fails at initialization."""
+        from pybuda.compile import module_to_graph  # lazy: importing the compiler is not free
+
         if not self.modules:
             raise PybudaError(f"CPUDevice '{self.name}' has no modules; place one with place_module")
         runners: List[Tuple[Any, Any]] = []
         values = self._cast_inputs(sample.tensors)
         names = sample.names
         for module in self.modules:
+            self._active_module = module.name  # a failure names the module it happened in
             if _runs_natively(module):
                 runners.append((module, None))
                 values = list(_call_torch(module, values, names))
             else:
-                graph, outs = module_to_graph(module, values, names)
-                runners.append((module, CPUReferenceExecutor(graph, 1)))
-                values = list(outs)
+                captured = module_to_graph(module, values, names)
+                runners.append((module, CPUReferenceExecutor(captured.graph, 1)))
+                values = list(captured.outputs)
             names = None
         self._runners = runners
         return InputItem(tuple(v.detach() for v in values))
@@ -89,6 +94,7 @@ class CPUDevice(Device):
         values = self._cast_inputs(item.tensors)
         names = item.names
         for module, executor in self._runners:
+            self._active_module = module.name  # a failure names the module it happened in
             if executor is None:
                 values = list(_call_torch(module, values, names))
             else:

@@ -20,7 +20,9 @@ A device executes :class:`~pybuda.runtime.commands.Command` objects in ``run_nex
 in the caller (sequential mode) or in a worker thread/process that takes them from a command queue
 (``get_next_command``). RUN_FORWARD pops one input per loop, runs the device's modules, and pushes
 the outputs to the next device's input queue, or, on the last device, to the output queue as a list
-of :class:`pybuda.Tensor`.
+of :class:`pybuda.Tensor`. In a worker, an :class:`~pybuda.runtime.transport.EndOfInputs` marker
+(a graceful shutdown) ends the run early: the inputs it waits for were never pushed. A device
+records which module it is running, so a failure names it (:meth:`Device.module_label`).
 """
 
 from __future__ import annotations
@@ -37,12 +39,16 @@ import torch
 from pybuda.errors import InputError, ModuleError, PybudaError
 from pybuda.runtime import state
 from pybuda.runtime.commands import Command, CommandType
-from pybuda.runtime.transport import get_item, put_item
+from pybuda.runtime.transport import EndOfInputs, get_item, is_end_of_inputs, put_item
 
 log = logging.getLogger(__name__)
 
 TRAINING_NOT_SUPPORTED = ("training is not supported yet in pybuda: only inference runs "
                           "(run_inference, or initialize_pipeline(training=False) + run_forward)")
+
+
+class _InputsClosed(Exception):
+    """Inside a device: the input a run waits for will never come (EndOfInputs was received)."""
 
 
 @dataclass
@@ -170,6 +176,9 @@ class Device:
         self._is_last = True
         self._first_inputs: Optional[InputItem] = None
         self._stop_fn: Optional[Callable[[], bool]] = None
+        self._inputs_closed = False  # got EndOfInputs: no input will come until the next pipeline
+        self._end_sent = False  # passed EndOfInputs on to the next device
+        self._active_module: Optional[str] = None  # the module running now (named when it fails)
         self._compile_count = 0
         self._fallback_of: Optional["Device"] = None  # set on automatic CPU-fallback devices
         self._translated_modules: Optional[List[Any]] = None  # what runs, when a frontend split the modules
@@ -244,6 +253,8 @@ class Device:
         if self._first_inputs is None:
             self._first_inputs = item
         put_item(self._input_queue, item)
+        if ctx is not None and ctx.devices and ctx.devices[0] is self:
+            ctx.note_push()  # the pipeline counts the outputs it owes (OutputQueue.get never hangs)
 
     def validate_push(self, item: InputItem) -> InputItem:
         """Check ``item`` against the first push (or, for the first push, the module signature).
@@ -371,8 +382,12 @@ class Device:
             self._update_parameters(values)
 
     # --- what subclasses implement -------------------------------------------------------------------
-    def compile_for(self, sample: InputItem, config: Any, verify_cfg: Any = None) -> InputItem:
-        """Prepare to run pushes shaped like ``sample``; return sample outputs for the next device."""
+    def compile_for(self, sample: InputItem, config: Any, verify_cfg: Any = None,
+                    want_outputs: bool = True) -> Optional[InputItem]:
+        """Prepare to run pushes shaped like ``sample``; return sample outputs for the next device.
+
+        ``want_outputs=False`` (the last device of a pipeline) lets a device skip computing them and
+        return None."""
         raise NotImplementedError
 
     def forward_one(self, item: InputItem) -> Tuple[torch.Tensor, ...]:
@@ -396,12 +411,14 @@ class Device:
     def run_next_command(self, cmd: Command) -> Any:
         """Execute one command; returns the response of commands that have one."""
         t = cmd.command_type
+        self._active_module = None
         if t == CommandType.RUN_FORWARD:
             self._run_forward(int(cmd.params.get("loop_count", 1)))
             return None
         if t == CommandType.COMPILE:
             self._compile_count += 1
-            return self.compile_for(cmd.params["sample"], cmd.params.get("config"), cmd.params.get("verify_cfg"))
+            return self.compile_for(cmd.params["sample"], cmd.params.get("config"), cmd.params.get("verify_cfg"),
+                                    want_outputs=cmd.params.get("want_outputs", True))
         if t == CommandType.SYNC:
             return True
         if t == CommandType.GET_PARAMETER_CHECKPOINT:
@@ -419,21 +436,47 @@ class Device:
             return None
         raise PybudaError(f"device '{self.name}': unknown command {cmd!r}")
 
+    def module_label(self) -> Optional[str]:
+        """The module that was running when this device last failed (all its modules' names, comma
+        separated, when the device does not say which); None for a device without modules."""
+        if self._active_module is not None:
+            return self._active_module
+        modules = self._translated_modules if self._translated_modules is not None else self.modules
+        return ", ".join(m.name for m in modules) or None
+
     def _pop_input(self) -> InputItem:
         if self._stop_fn is None:  # sequential: inputs were counted before the run started
             try:
                 return self._input_queue.get_nowait()
             except queue.Empty:
                 raise InputError(f"device '{self.name}' has no queued input to run; push inputs first") from None
-        return get_item(self._input_queue, stop=self._stop_fn)
+        if self._inputs_closed:
+            raise _InputsClosed()
+        item = get_item(self._input_queue, stop=self._stop_fn)
+        if is_end_of_inputs(item):
+            self._inputs_closed = True
+            raise _InputsClosed()
+        return item
 
     def _run_forward(self, loop_count: int) -> None:
         i = 0
-        while loop_count == 0 or i < loop_count:
-            item = self._pop_input()
-            outputs = self.forward_one(item)
-            self._emit(outputs)
-            i += 1
+        try:
+            while loop_count == 0 or i < loop_count:
+                item = self._pop_input()
+                outputs = self.forward_one(item)
+                self._emit(outputs)
+                i += 1
+        except _InputsClosed:
+            # The pipeline is shutting down and the inputs this run waits for were never pushed: end the
+            # run (its outputs were never owed) and let the next device end its run the same way.
+            self.close_outputs()
+
+    def close_outputs(self) -> None:
+        """Tell the next device that no more inputs will come from this one (once per pipeline)."""
+        if self._is_last or self._end_sent or self._output_target is None:
+            return
+        self._end_sent = True
+        put_item(self._output_target, EndOfInputs())
 
     def _emit(self, outputs: Sequence[torch.Tensor]) -> None:
         if self._output_target is None:

@@ -8,7 +8,9 @@ split it into ``(pre, device_graph, post)``: ``pre``/``post`` are CPU callables.
 
 * pushes to the TTDevice are redirected to the pre device (``cpu_fallback_device_pre``), and inputs
   already queued on the TTDevice move there;
-* the TTDevice compiles the device graph (a :class:`CapturedGraphModule`) instead of re-capturing.
+* the TTDevice compiles the device graph (a :class:`~pybuda.compile.CapturedGraphModule`) instead of
+  re-capturing: a model is captured once (:func:`pybuda.compile.module_to_graph`), and nothing runs on
+  the CPU here (the CPU devices' per-sample shapes come from the captured graph).
 
 Fallback devices are not registered as user devices: they are rebuilt at every initialization, and
 ``set_device_pipeline``/creation order only ever lists the user's devices.
@@ -31,20 +33,6 @@ from pybuda.runtime.backend_api import fold_microbatch, split_microbatch
 from pybuda.runtime.device import Device
 
 log = logging.getLogger(__name__)
-
-
-class CapturedGraphModule(Module):
-    """A module whose ``ir.Graph`` is already captured (the device part of a framework model)."""
-
-    def __init__(self, name: str, graph: Any):
-        super().__init__(name)
-        self.graph = graph
-
-    def to_graph(self, *sample_inputs: torch.Tensor, **kwargs: Any):
-        """Return ``(graph, outputs for the sample)``; outputs come from the CPU reference."""
-        from pybuda.verify import run_graph_on_cpu
-
-        return self.graph, run_graph_on_cpu(self.graph, list(sample_inputs))
 
 
 class CpuFallbackModule(Module):
@@ -105,9 +93,8 @@ def translate_pipeline(devices: Sequence[Device], config: Any) -> List[Device]:
 
 
 def _translate_tt(device: Device, config: Any, counter: List[int]) -> Tuple[Optional[Device], Optional[Device]]:
-    from pybuda.frontend.torch import capture
+    from pybuda.compile import CapturedGraphModule, module_to_graph
     from pybuda.runtime.cpudevice import CPUDevice
-    from pybuda.verify import run_graph_on_cpu
 
     sample = device._first_inputs
     if sample is None:
@@ -116,34 +103,37 @@ def _translate_tt(device: Device, config: Any, counter: List[int]) -> Tuple[Opti
     names = sample.names
     translated: List[Module] = []
     pre_dev = post_dev = None
+    # The previous module's graph, whose sample outputs are the next module's sample inputs: traced or
+    # run only when a later module on this device needs them.
+    previous: Optional[Callable[[], Any]] = None
     for module in device.modules:
+        if previous is not None:
+            values, names = list(previous().graph_outputs), None
         if not isinstance(module, PyTorchModule):
             translated.append(module)
-            values, names = _trace_values(module, values, names), None
+            previous = _once(module_to_graph, module, values, names)
             continue
-        args = dict(zip(names, values)) if names else tuple(values)
-        result = capture(module, args, graph_name=module.name, config=config, for_device=True)
-        pre, graph, post = result.split_for_devices()
+        captured = module_to_graph(module, values, names, graph_name=module.name, config=config, for_device=True,
+                                   allow_cpu_stages=True)
+        pre, graph, post = captured.pre, captured.graph, captured.post
         if (pre is not None or post is not None) and len(device.modules) > 1:
             raise CompileError(f"TTDevice '{device.name}': module '{module.name}' needs CPU fallback, which is only "
                                f"possible when it is the only module on its device", stage="GENERATE_INITIAL_GRAPH")
-        flat = result.flatten_inputs(**dict(zip(names, values))) if names else result.flatten_inputs(*values)
-        device_inputs = flat
         if pre is not None:
-            with torch.no_grad():
-                device_inputs = list(_as_tuple(pre(*flat)))
             with state.unregistered():
                 pre_dev = CPUDevice(f"cpu{counter[0]}_fallback",
-                                    module=CpuFallbackModule(f"{module.name}_cpu_pre", pre, [t.shape for t in flat]))
+                                    module=CpuFallbackModule(f"{module.name}_cpu_pre", pre,
+                                                             [t.shape for t in captured.flat_inputs]))
             counter[0] += 1
         translated.append(CapturedGraphModule(module.name, graph))
-        outs = run_graph_on_cpu(graph, device_inputs)
         if post is not None:
+            # The device graph's per-sample output shapes, from the graph rather than from running it.
             with state.unregistered():
                 post_dev = CPUDevice(f"cpu{counter[0]}_fallback",
-                                     module=CpuFallbackModule(f"{module.name}_cpu_post", post, [t.shape for t in outs]))
+                                     module=CpuFallbackModule(f"{module.name}_cpu_post", post,
+                                                              [tuple(n.shape) for n in graph.outputs]))
             counter[0] += 1
-        values, names = outs, None
+        previous = _once(lambda c: c, captured)
     device._translated_modules = translated
     if pre_dev is not None:
         pre_dev._first_inputs = sample
@@ -163,8 +153,12 @@ def _translate_tt(device: Device, config: Any, counter: List[int]) -> Tuple[Opti
     return pre_dev, post_dev
 
 
-def _trace_values(module: Module, values: List[torch.Tensor], names: Optional[Sequence[str]]) -> List[torch.Tensor]:
-    from pybuda.runtime.backend_api import module_to_graph
+def _once(fn: Callable[..., Any], *args: Any) -> Callable[[], Any]:
+    """``fn(*args)``, called on first use only."""
+    done: List[Any] = []
 
-    _, outs = module_to_graph(module, values, names)
-    return list(outs)
+    def get() -> Any:
+        if not done:
+            done.append(fn(*args))
+        return done[0]
+    return get

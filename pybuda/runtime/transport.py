@@ -15,7 +15,6 @@ import logging
 import multiprocessing.queues
 import pickle
 import queue
-import threading
 import time
 from typing import Any, Callable, Optional
 
@@ -30,6 +29,25 @@ SLOW_GET_NOTICE_S = 30.0
 
 class ShutdownRequested(Exception):
     """Raised inside a device worker when the pipeline is shutting down; ends the worker quietly."""
+
+
+class EndOfInputs:
+    """Queue marker: no more inputs will follow (see :func:`is_end_of_inputs`).
+
+    A graceful shutdown puts one behind the last input pushed to the first device; each device passes
+    it on to the next one when it quits. A device waiting for an input that can no longer come (a
+    ``run_forward`` asked for more inputs than were pushed) then ends that run instead of waiting out
+    the shutdown's time limit."""
+
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return "EndOfInputs()"
+
+
+def is_end_of_inputs(item: Any) -> bool:
+    """True for the :class:`EndOfInputs` marker (a fresh instance after crossing a process boundary)."""
+    return isinstance(item, EndOfInputs)
 
 
 class _Wire:
@@ -102,25 +120,44 @@ def close_mp_queue(q: Any) -> None:
 
 class OutputQueue(queue.Queue):
     """The queue ``run_inference`` / ``initialize_pipeline`` return: a ``queue.Queue`` whose ``get``
-    cannot hang on a dead pipeline.
+    cannot hang.
 
-    While it waits, ``get`` asks the run context that feeds it for errors: an exception in any device
-    surfaces here as :class:`pybuda.errors.RuntimeFailure` (with the device's traceback text), and an
-    empty queue whose pipeline has shut down raises instead of blocking forever. Items are lists of
+    The run context that feeds it knows how many outputs it still owes (inputs pushed and asked for by
+    ``run_forward``, minus outputs already put here). While ``get`` waits it asks that context: an
+    exception in any device surfaces as :class:`pybuda.errors.RuntimeFailure` (with the device's
+    traceback text), and when the queue is empty and no output is owed (every output was read, the
+    runs asked for have no pushed inputs, the pipeline shut down) ``get`` raises
+    :class:`pybuda.errors.NoMoreOutputs` at once, with or without a timeout (it is a ``queue.Empty``
+    too). While an output is owed ``get`` blocks as a ``queue.Queue`` does. Items are lists of
     :class:`pybuda.Tensor`, one per output of the last device.
     """
 
     def __init__(self, maxsize: int = 0):
         super().__init__(maxsize)
-        self._watcher: Optional[Callable[[], bool]] = None
-        self._notice_lock = threading.Lock()
+        self._watcher: Optional[Callable[[], Optional[str]]] = None
+        self._put_count = 0
 
-    def _attach(self, watcher: Optional[Callable[[bool], bool]]) -> None:
-        """``watcher(forever)`` raises RuntimeFailure on a pipeline error and returns False once nothing
-        can put more items here; ``forever`` says the caller would otherwise block without a timeout."""
+    def _put(self, item: Any) -> None:
+        # Runs under the queue's lock: the count and the item become visible together, so a reader that
+        # sees no output owed and then an empty queue cannot miss an item.
+        self._put_count += 1
+        super()._put(item)
+
+    @property
+    def put_count(self) -> int:
+        """How many items were ever put on this queue (the run context counts its outputs from it)."""
+        return self._put_count
+
+    def _attach(self, watcher: Optional[Callable[[], Optional[str]]]) -> None:
+        """``watcher()`` raises RuntimeFailure on a pipeline error; it returns None while more items can
+        arrive, else the reason none can."""
         self._watcher = watcher
 
     def get(self, block: bool = True, timeout: Optional[float] = None) -> Any:
+        """Remove and return an item, waiting while the pipeline still owes one (see the class doc).
+
+        Raises :class:`pybuda.errors.NoMoreOutputs` when none can come, ``queue.Empty`` when ``timeout``
+        runs out, RuntimeFailure when a device failed."""
         if not block:
             return super().get(block=False)
         deadline = None if timeout is None else time.monotonic() + timeout
@@ -133,17 +170,14 @@ class OutputQueue(queue.Queue):
             except queue.Empty:
                 pass
             watcher = self._watcher
-            alive = watcher(deadline is None) if watcher is not None else True
-            if not alive:
-                try:  # the pipeline may have put its last item just before it stopped
+            reason = watcher() if watcher is not None else None
+            if reason is not None:
+                try:  # the last owed item may have been put between the wait above and the check
                     return super().get(block=False)
                 except queue.Empty:
-                    if deadline is not None:
-                        raise  # nothing can arrive: no point waiting out the timeout
-                    from pybuda.errors import RuntimeFailure
+                    from pybuda.errors import NoMoreOutputs
 
-                    raise RuntimeFailure("the output queue is empty and the pipeline that feeds it has shut "
-                                         "down; no more outputs will arrive") from None
+                    raise NoMoreOutputs(reason) from None
             if deadline is not None and time.monotonic() >= deadline:
                 raise queue.Empty()
             if not noticed and time.monotonic() - started > SLOW_GET_NOTICE_S:

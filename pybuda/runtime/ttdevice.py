@@ -6,7 +6,7 @@ log. The arch defaults follow TT-Buda's rule for non-silicon devices: Grayskull,
 ``GOLDEN_WORMHOLE_B0`` (Wormhole B0) or ``PYBUDA_GOLDEN_BLACKHOLE`` (Blackhole) is set.
 
 Compiling traces the modules for one sample of the first push (dim 0 is the microbatch), runs the
-compiler (``pybuda.passes.pipeline.compile_graph``) for the device descriptor, and gets an executor
+compiler (``pybuda.compile.compile_graph``) for the device descriptor, and gets an executor
 per graph from :func:`pybuda.runtime.backend_api.create_executor`.
 """
 
@@ -116,9 +116,11 @@ class TTDevice(Device):
                               f"{desc.arch.value}")
         return desc
 
-    def compile_for(self, sample: InputItem, config: Any = None, verify_cfg: Any = None) -> InputItem:
+    def compile_for(self, sample: InputItem, config: Any = None, verify_cfg: Any = None,
+                    want_outputs: bool = True) -> Optional[InputItem]:
         """Trace and compile the modules for ``sample``; returns sample outputs (shapes/dtypes for the
-        next device: the traced single-sample values repeated over the microbatch)."""
+        next device: the traced single-sample values repeated over the microbatch), or None without
+        ``want_outputs`` (the last device: computing them would run the model on the CPU for nothing)."""
         from pybuda.config import _get_global_compiler_config
 
         if not self.modules:
@@ -132,7 +134,7 @@ class TTDevice(Device):
         self._artifact = compile_modules(modules, sample.tensors, cfg, devtype=self.devtype,
                                          device=self.get_device_config(cfg), microbatch=mb, verify_cfg=verify_cfg,
                                          input_names=sample.names, compile_for_device=True)
-        return InputItem(tuple(self._artifact.sample_outputs))
+        return InputItem(tuple(self._artifact.sample_outputs)) if want_outputs else None
 
     def forward_one(self, item: InputItem) -> Tuple[torch.Tensor, ...]:
         if self.device_mode == DeviceMode.CompileOnly:

@@ -9,7 +9,8 @@ from pybuda.perf.cost import tile_size_bytes
 from pybuda.balancer import Legalizer, legal_op_models, stream_compatible, stream_edge_tms
 from pybuda.balancer.legalizer import divisors, stacks_ok, ublock_candidates
 from pybuda.balancer.synthetic import bert_encoder_graph, chain_graph
-from pybuda.balancer.tms import apply_tms
+from pybuda.netlist.tms import Broadcast
+from pybuda.netlist.tms import tms_shape as apply_tms
 from pybuda.config import CompilerConfig, OpOverride
 from pybuda.errors import CompileError
 from pybuda.ir.lowered import BudaGraph, BudaOp, BudaQueue, TileShape
@@ -236,7 +237,7 @@ def test_matmul_k_mismatch_is_a_compile_error():
 def test_tm_shapes():
     assert apply_tms((1, 12, 32), [{"hslice": 16}, "transpose"]) == (16, 2, 12)
     assert apply_tms((16, 12, 2), [{"hstack": 16}]) == (1, 12, 32)
-    assert apply_tms((1, 1, 1), [{"broadcast": {"z": 4}}, ("broadcast", "r", 3)]) == (4, 3, 1)
+    assert apply_tms((1, 1, 1), [{"broadcast": {"z": 4}}, Broadcast("r", 3)]) == (4, 3, 1)
     assert apply_tms((1, 2, 2), [{"pad": [1, 2, 0.0]}, {"tile_broadcast": "r"}]) == (1, 3, 4)
 
 
@@ -344,12 +345,12 @@ def test_stacked_input_facts_keep_dict_tms_recognisable():
     """Regression: the facts' frozen TMs must still parse as hstack/vstack. Frozen as ``(("hstack", 9),)``
     they read as an unknown TM, so every blocking passed the stack check and ResNet-50 on wh_n150 failed
     netlist validation (stack_factors)."""
-    from pybuda.balancer.tms import parse_tm
+    from pybuda.netlist.tms import tm_names
 
     g = _graph("nop", (1, 7, 9), [(9, 7, 1)], ["op"], tms={0: [{"hstack": 9}]})
     leg = Legalizer(g, WH, CompilerConfig())
     (index, shape, tms), = leg.facts(g.ops["x"]).stacked_inputs
-    assert [parse_tm(tm)[0] for tm in tms] == ["hstack"]
+    assert tm_names(tms) == ["hstack"]
     hash(tms)
     g = _graph("nop", (1, 2, 18), [(9, 2, 2)], ["op"], tms={0: [{"hstack": 9}]})
     models = Legalizer(g, WH, CompilerConfig()).models(g.ops["x"])

@@ -4,7 +4,7 @@ import pytest
 
 from modules import MLP, Attention, ConvBlock, inputs_for
 from pybuda.config import CompilerConfig
-from pybuda.passes.pipeline import compile_graph
+from pybuda.compile import compile_graph
 from pybuda.verify import calculate_pcc, run_graph_on_cpu
 
 golden_executor = pytest.importorskip("pybuda.golden.executor")

@@ -10,7 +10,7 @@ import pytest
 
 from pybuda.config import CompilerConfig
 from pybuda.netlist import parse_yaml, to_yaml, validate
-from pybuda.passes.pipeline import compile_graph
+from pybuda.compile import compile_graph
 
 MODELS = {
     "bert_base": ("bert", "base", {"seq_len": 128}),

@@ -12,7 +12,8 @@ from pybuda.config import CompileDepth, CompilerConfig
 from pybuda.errors import CompileError
 from pybuda.ir.graph import Graph
 from pybuda.netlist import AllocateQueue, DeallocateQueue, Execute, Loop, VarInst, parse_yaml, to_yaml, validate
-from pybuda.passes.pipeline import STAGES, CompileResults, compile_graph, pybuda_compile
+from pybuda.compile import CompileResults, compile_graph, pybuda_compile
+from pybuda.passes.pipeline import STAGES
 from pybuda.verify import VerifyConfig, calculate_pcc
 
 

@@ -13,7 +13,7 @@ import pytest
 from modules import MLP, Attention, ConvBlock, inputs_for
 from pybuda.config import CompilerConfig
 from pybuda.netlist import parse_yaml, to_yaml, validate
-from pybuda.passes.pipeline import compile_graph
+from pybuda.compile import compile_graph
 from pybuda.dtypes import DataFormat, MathFidelity
 
 SNAPSHOTS = os.path.join(os.path.dirname(__file__), "snapshots")

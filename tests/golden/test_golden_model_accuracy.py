@@ -17,7 +17,7 @@ import torch
 from pybuda.golden.device import create_executor
 from pybuda.config import CompilerConfig
 from pybuda.models import get_model
-from pybuda.passes.pipeline import pybuda_compile
+from pybuda.compile import pybuda_compile
 from pybuda.dtypes import DataFormat, MathFidelity
 from pybuda.verify import calculate_pcc
 

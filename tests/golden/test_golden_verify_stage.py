@@ -8,7 +8,7 @@ import pybuda.op
 from pybuda import PyBudaModule
 from pybuda.config import CompilerConfig
 from pybuda.errors import CompileError
-from pybuda.passes.pipeline import pybuda_compile
+from pybuda.compile import pybuda_compile
 from pybuda.dtypes import DataFormat, MathFidelity
 from pybuda.verify import VerifyConfig
 

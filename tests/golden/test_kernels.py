@@ -1,4 +1,4 @@
-"""Golden op semantics against independent torch expressions: TMs, reduce, sparse matmul, fidelity,
+"""Golden op semantics against independent torch expressions: TMs (pybuda.netlist.tms), reduce, sparse matmul, fidelity,
 fused ops, gradient accumulation, relu attributes, splice, and the golden's numerics shortcuts."""
 
 import numpy as np
@@ -9,6 +9,7 @@ from pybuda.golden import formats
 from pybuda.golden import kernels as golden_ops
 from pybuda.golden.device import GoldenDevice
 from pybuda.netlist import model as nl
+from pybuda.netlist import tms
 from pybuda.netlist.parse import parse_yaml
 from pybuda.passes.lower.pickers import build_sparse_picker
 from pybuda.passes.lower.pickers import sparse_matmul as picker_reference
@@ -26,43 +27,43 @@ def _rand(*shape, seed=0):
 
 def test_hslice_vslice_and_their_stacks():
     x = _rand(2, 2, 64, 96)
-    h = golden_ops.apply_tm(x, nl.HSlice(factor=3))
+    h = tms.apply_tm(x, nl.HSlice(factor=3))
     # slice j of input slice t is column block j: new t index = t * 3 + j
     expected = torch.stack([blk for t in range(2) for blk in x[:, t].chunk(3, dim=-1)], dim=1)
     assert torch.equal(h, expected)
-    assert torch.equal(golden_ops.apply_tm(h, nl.HStack(factor=3)), x)
-    v = golden_ops.apply_tm(x, nl.VSlice(factor=2))
+    assert torch.equal(tms.apply_tm(h, nl.HStack(factor=3)), x)
+    v = tms.apply_tm(x, nl.VSlice(factor=2))
     expected = torch.stack([blk for t in range(2) for blk in x[:, t].chunk(2, dim=-2)], dim=1)
     assert torch.equal(v, expected)
-    assert torch.equal(golden_ops.apply_tm(v, nl.VStack(factor=2)), x)
-    hs = golden_ops.apply_tm(x, nl.HStack(factor=2))
+    assert torch.equal(tms.apply_tm(v, nl.VStack(factor=2)), x)
+    hs = tms.apply_tm(x, nl.HStack(factor=2))
     assert torch.equal(hs, torch.cat([x[:, 0], x[:, 1]], dim=-1).unsqueeze(1))
-    vs = golden_ops.apply_tm(x, nl.VStack(factor=2))
+    vs = tms.apply_tm(x, nl.VStack(factor=2))
     assert torch.equal(vs, torch.cat([x[:, 0], x[:, 1]], dim=-2).unsqueeze(1))
 
 
 def test_transpose_broadcast_tile_broadcast_and_pad():
     x = _rand(1, 1, 32, 64)
-    assert torch.equal(golden_ops.apply_tm(x, nl.Transpose()), x[0, 0].t()[None, None])
-    assert torch.equal(golden_ops.apply_tm(x, nl.Broadcast(dim="r", factor=3)), torch.cat([x] * 3, dim=2))
-    assert torch.equal(golden_ops.apply_tm(x, nl.Broadcast(dim="c", factor=2)), torch.cat([x] * 2, dim=3))
-    z = golden_ops.apply_tm(x, nl.Broadcast(dim="z", factor=4))
+    assert torch.equal(tms.apply_tm(x, nl.Transpose()), x[0, 0].t()[None, None])
+    assert torch.equal(tms.apply_tm(x, nl.Broadcast(dim="r", factor=3)), torch.cat([x] * 3, dim=2))
+    assert torch.equal(tms.apply_tm(x, nl.Broadcast(dim="c", factor=2)), torch.cat([x] * 2, dim=3))
+    z = tms.apply_tm(x, nl.Broadcast(dim="z", factor=4))
     assert z.shape == (1, 4, 32, 64) and all(torch.equal(z[:, i], x[:, 0]) for i in range(4))
-    tr = golden_ops.apply_tm(x, nl.TileBroadcast(dim="r"))
+    tr = tms.apply_tm(x, nl.TileBroadcast(dim="r"))
     for c0 in (0, 32):  # every row of a tile is that tile's row 0
         assert torch.equal(tr[0, 0, :, c0:c0 + 32], x[0, 0, 0:1, c0:c0 + 32].expand(32, 32))
-    tc = golden_ops.apply_tm(x, nl.TileBroadcast(dim="c"))
+    tc = tms.apply_tm(x, nl.TileBroadcast(dim="c"))
     for c0 in (0, 32):
         assert torch.equal(tc[0, 0, :, c0:c0 + 32], x[0, 0, :, c0:c0 + 1].expand(32, 32))
-    p = golden_ops.apply_tm(x, nl.Pad(rt=1, ct=2, value=0.5))
+    p = tms.apply_tm(x, nl.Pad(rt=1, ct=2, value=0.5))
     assert p.shape == (1, 1, 64, 128)
     assert torch.equal(p[..., :32, :64], x) and bool((p[..., 32:, :] == 0.5).all()) and bool((p[..., 64:] == 0.5).all())
 
 
 def test_input_transforms_unpad_then_tms_then_pad():
     x = _rand(1, 1, 64, 64)
-    tms = (nl.Pad(rt=1, ct=0, value=0.0), nl.Transpose())  # pads are applied after the other TMs
-    out = golden_ops.apply_input_transforms(x, tms, nl.InputUnpad(rt=1, ct=0), None)
+    tm_list = (nl.Pad(rt=1, ct=0, value=0.0), nl.Transpose())  # pads are applied after the other TMs
+    out = tms.apply_tms(x, tm_list, nl.InputUnpad(rt=1, ct=0), None)
     expected = torch.nn.functional.pad(x[..., :32, :].transpose(-1, -2), (0, 0, 0, 32))
     assert torch.equal(out, expected)
 

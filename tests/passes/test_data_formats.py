@@ -146,7 +146,7 @@ def test_float32_models_accumulate_in_float32_where_the_chip_can():
 
     import pybuda
     from pybuda.config import CompilerConfig
-    from pybuda.passes.pipeline import pybuda_compile
+    from pybuda.compile import pybuda_compile
     from pybuda.dtypes import DataFormat
 
     class Tiny(pybuda.PyBudaModule):

@@ -25,7 +25,7 @@ def test_canonical_form_folds_leading_dims_and_pads():
     assert torch.equal(from_canonical(c, t.shape), t)
 
 
-@pytest.mark.parametrize("op", ["add", "subtract", "multiply", "maximum"])
+@pytest.mark.parametrize("op", ["add", "subtract", "multiply", "maximum", "heaviside"])
 @pytest.mark.parametrize("bshape", [(1, 50, 70), (70,), (50, 1), (1,), (3, 1, 70)])
 def test_binary_broadcasts(op, bshape):
     g = _g()

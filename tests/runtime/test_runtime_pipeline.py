@@ -275,8 +275,12 @@ def test_sequential_failure_is_raised_then_reported():
     q = pybuda.initialize_pipeline(training=False)
     pybuda.run_forward(1)
     cpu0.push_to_inputs(torch.ones(1, 4))
-    with pytest.raises(ValueError, match="positive input"):  # sequential: the original exception
+    # Sequential mode reports a module's exception as concurrent mode does: RuntimeFailure naming the
+    # device and the module, with the original exception as its cause.
+    with pytest.raises(RuntimeFailure, match="positive input") as info:
         pybuda.run_forward(1)
+    assert info.value.device_name == "cpu0" and info.value.module_name == "boom"
+    assert isinstance(info.value.__cause__, ValueError)
     assert pybuda.error_raised()
     with pytest.raises(RuntimeFailure, match="positive input"):
         cpu0.push_to_inputs(-torch.ones(1, 4))

@@ -10,7 +10,8 @@ from typing import Callable, Dict, Iterable, Iterator, List, Optional, Tuple
 
 from pybuda.arch.descriptor import DeviceDescriptor
 from pybuda.errors import NetlistError
-from pybuda.netlist.model import GraphDef, Netlist, NetlistOp, Transpose
+from pybuda.netlist.model import GraphDef, Netlist, NetlistOp
+from pybuda.netlist.tms import Transpose
 from pybuda.dtypes import DataFormat as DF
 
 class NetlistRuleError(NetlistError):

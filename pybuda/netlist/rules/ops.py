@@ -10,9 +10,9 @@ from typing import Dict, List, Optional, Set, Tuple
 
 from pybuda.netlist.attributes import FUSED_SUB_OP_ATTRIBUTES, check_attribute
 from pybuda.netlist.model import (
-    BINARY_OPS, Broadcast, COPY_OPS, FUSED_OPS, HStack, MATMUL_OPS, NON_TENSIX_OPS, NetlistOp, OP_TYPES, Pad,
-    SFPU_OPS, TMError, TileBroadcast, Transpose, VStack, apply_tms,
+    BINARY_OPS, COPY_OPS, FUSED_OPS, MATMUL_OPS, NON_TENSIX_OPS, NetlistOp, OP_TYPES, SFPU_OPS,
 )
+from pybuda.netlist.tms import Broadcast, HStack, Pad, TMError, TileBroadcast, Transpose, VStack, tms_shape
 from pybuda.netlist.operands import expected_input_shape, input_shape_after_tms, op_l1_usage, prologue_inputs
 from pybuda.netlist.rules.framework import (
     ACC_FORMATS, Ctx, EXP_A, EXP_B, INT_FORMATS, INT_INPUT_FORMATS, LOW_BFP, RAW_FORMATS, rule, _a, _o,
@@ -521,7 +521,7 @@ def stack_factors(ctx: Ctx):
             try:
                 shape = ctx.netlist.shape_of(op.inputs[index])
                 if index in op.input_unpad:
-                    shape = apply_tms(shape, (), op.input_unpad[index])
+                    shape = tms_shape(shape, (), op.input_unpad[index])
             except (KeyError, TMError):
                 continue
             for k, tm in enumerate(tms):

@@ -9,9 +9,8 @@ from __future__ import annotations
 from typing import Dict, List, Optional, Tuple
 
 from pybuda.arch.tiles import is_legal_tile_dim
-from pybuda.netlist.model import (
-    AllocateQueue, DeallocateQueue, Netlist, Pad, TMError, TileBroadcast, Transpose, apply_tms,
-)
+from pybuda.netlist.model import AllocateQueue, DeallocateQueue, Netlist
+from pybuda.netlist.tms import Pad, TMError, TileBroadcast, Transpose, tms_shape
 from pybuda.netlist.rules.framework import Ctx, INT_FORMATS, rule, _o, _q, _targets
 
 
@@ -197,7 +196,7 @@ def queue_producer_match(ctx: Ctx):
         if producer is None:
             continue
         try:
-            shape = apply_tms(producer.shape, q.input_tms)
+            shape = tms_shape(producer.shape, q.input_tms)
         except TMError as exc:
             yield _q(q.name, "input_tms"), str(exc)
             continue

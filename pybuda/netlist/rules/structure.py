@@ -9,7 +9,8 @@ from __future__ import annotations
 from typing import Optional, Tuple
 
 from pybuda.arch.descriptor import arch_from_netlist_name
-from pybuda.netlist.model import BINARY_OPS, COPY_OPS, MATMUL_OPS, NetlistOp, OP_TYPES, Pad, SFPU_OPS
+from pybuda.netlist.model import BINARY_OPS, COPY_OPS, MATMUL_OPS, NetlistOp, OP_TYPES, SFPU_OPS
+from pybuda.netlist.tms import Pad
 from pybuda.netlist.rules.framework import Ctx, rule, _o, _positive_pair, _q, _targets, _tms_path
 from pybuda.dtypes import DataFormat as DF
 from pybuda.dtypes import MathFidelity

@@ -1,7 +1,8 @@
 """Which registry ops the device can run: the compiler's answer to the frontend's fallback question.
 
-An op can run on the device when lowering handles its type directly (the tables in ``lower_common.py``) or a
-decomposition rewrites it into such ops (``decompose.py``), and it computes on floating-point data:
+An op can run on the device when lowering handles its type directly (an elementwise op whose registry entry
+names its netlist op in ``lower``, or one of the structural ops lowering implements) or a decomposition
+rewrites it into such ops (``decompose.py``), and it computes on floating-point data:
 the chip's formats are floats and block floats, so integer arithmetic (index math, masks built with
 integer ops) belongs on the host. The one integer-to-float step the compiler absorbs is a cast of
 integer data to float: its integer producer is either a graph input or an integer op, which runs on
@@ -21,7 +22,7 @@ def device_op_types() -> FrozenSet[str]:
     from pybuda.passes.graph import decompose
     from pybuda.passes.lower import common as lower_common
 
-    direct = set(lower_common.UNARY) | set(lower_common.BINARY) | set(lower_common.GATHER_OPS)
+    direct = set(lower_common.LOWERINGS) | set(lower_common.GATHER_OPS)
     direct |= {"matmul", "reduce_sum", "reduce_avg", "reduce_max", "conv2d", "max_pool2d", "avg_pool2d", "constant"}
     return frozenset(direct | set(decompose._RULES))
 

@@ -1,33 +1,40 @@
-"""Shared pieces of lowering: the device-value types, the op tables and small helpers
-(shape alignment, TM-sequence matching, pooling windows). See :mod:`pybuda.passes.lower.to_tiles`."""
+"""Shared pieces of lowering: the device-value types, the elementwise op maps (derived from the op
+registry's ``lower`` slots and the device-op table) and small helpers (shape alignment, TM-sequence
+matching, pooling windows). See :mod:`pybuda.passes.lower.to_tiles`."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, List, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 import torch
 
-from pybuda.netlist.model import TM, HSlice, HStack, Transpose, VSlice, VStack
+from pybuda.netlist.device_ops import device_op, ops_of_class
 from pybuda.netlist.host_io import tiles
-from pybuda.netlist.tms import apply_tms, tms_shape
+from pybuda.netlist.tms import TM, HSlice, HStack, Transpose, VSlice, VStack, apply_tms, tms_shape
+from pybuda.ops import registry
+from pybuda.ops.registry import DeviceLowering
 
 TILE = 32
 ZERO, REP, JUNK = "zero", "rep", "junk"
 
-BINARY = {"add": "add", "subtract": "subtract", "multiply": "multiply", "maximum": "maximum"}
-UNARY = {"abs": "abs", "exp": "exp", "log": "log", "reciprocal": "reciprocal", "sqrt": "sqrt",
-         "sigmoid": "sigmoid", "sine": "sine", "cosine": "cosine", "tanh": "tanh", "square": "square",
-         "gelu": "gelu", "leaky_relu": "lrelu", "relu": "nop", "pow": "power", "buffer": "nop",
-         "dropout": "dropout"}
+#: Registry ops that become one netlist op (their ``lower`` slot), by name.
+LOWERINGS: Dict[str, DeviceLowering] = {op.name: op.lower for op in registry.all_ops() if op.lower is not None}
+#: Registry op -> netlist op type, for the ops whose device op is binary / unary (copy or SFPU).
+BINARY = {name: low.op for name, low in LOWERINGS.items() if device_op(low.op).cls == "binary"}
+UNARY = {name: low.op for name, low in LOWERINGS.items() if device_op(low.op).is_unary}
 #: Unary ops with f(0) == 0 keep zero padding zero.
-ZERO_PRESERVING = {"abs", "sqrt", "square", "gelu", "leaky_relu", "relu", "tanh", "sine", "pow", "buffer",
-                   "dropout"}
+ZERO_PRESERVING = {name for name, op in UNARY.items() if device_op(op).zero_preserving}
+#: Unary ops whose every output is >= 0, and softmax, which decomposes into such ops: zero padding
+#: cannot win a max over their values.
+NON_NEGATIVE = frozenset({name for name, op in UNARY.items() if device_op(op).non_negative} | {"softmax"})
 GATHER_OPS = {"reshape", "transpose", "hslice", "hstack", "vslice", "vstack", "index", "select", "narrow",
               "pad", "pad_tile", "concatenate", "broadcast", "repeat", "buda_pad", "buda_unpad",
               "interleave", "binary_stack", "pixel_shuffle"}
-TRANSPOSE_OK_INPUT0 = {"nop", "datacopy"} | set(UNARY.values())
+#: Netlist op types that may transpose input 0 (copy and SFPU ops; binary ones only off Grayskull).
+TRANSPOSE_OK_INPUT0 = ops_of_class("copy", "sfpu")
+BINARY_OPS = ops_of_class("binary")
 
 
 @dataclass(frozen=True)
@@ -75,13 +82,15 @@ def _right_align(shape: Sequence[int], rank: int) -> Tuple[int, ...]:
 
 
 def _combine_pad(op: str, pads: Sequence[str], size: int) -> str:
+    """The padding of binary netlist op ``op``'s output from its inputs' paddings."""
     if size % TILE == 0:
         return ZERO
     if size == 1 and all(p == REP for p in pads):
         return REP
-    if op == "multiply" and any(p == ZERO for p in pads):
+    row = device_op(op)
+    if row.zero_absorbing and any(p == ZERO for p in pads):
         return ZERO
-    if op in ("add", "subtract", "maximum") and all(p == ZERO for p in pads):
+    if row.zero_preserving and all(p == ZERO for p in pads):
         return ZERO
     return JUNK
 

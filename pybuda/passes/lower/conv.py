@@ -11,10 +11,10 @@ import numpy as np
 import torch
 
 from pybuda.ir.graph import Node
-from pybuda.netlist.model import TM, Broadcast, HStack, VStack
+from pybuda.netlist.tms import TM, Broadcast, HStack, VStack
 from pybuda.passes.lower import pickers
 from pybuda.netlist.host_io import tiles
-from pybuda.passes.lower.common import JUNK, REP, TILE, ZERO, DVal, _window
+from pybuda.passes.lower.common import JUNK, NON_NEGATIVE, REP, TILE, ZERO, DVal, _window
 
 
 class ConvPoolLowering:
@@ -172,8 +172,9 @@ class ConvPoolLowering:
         return replace(out, r=ho * wo, layout="flat", spatial=(ho, wo))
 
 
-#: Ops whose every output value is >= 0, and value-preserving ops that keep it so.
-_NON_NEGATIVE_OPS = frozenset({"sigmoid", "exp", "abs", "square", "sqrt", "softmax"})
+#: Ops whose every output value is >= 0 (from the device-op table, see ``common.NON_NEGATIVE``), and
+#: value-preserving ops that keep it so.
+_NON_NEGATIVE_OPS = NON_NEGATIVE
 _SIGN_PRESERVING_OPS = frozenset({"reshape", "transpose", "max_pool2d", "select", "narrow", "squeeze",
                                   "unsqueeze"})
 

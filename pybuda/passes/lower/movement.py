@@ -11,7 +11,7 @@ import numpy as np
 import torch
 
 from pybuda.ir.graph import Node
-from pybuda.netlist.model import Transpose, VSlice, VStack
+from pybuda.netlist.tms import Transpose, VSlice, VStack
 from pybuda.ops import registry
 from pybuda.netlist.host_io import canonical_zrc, tiles
 from pybuda.passes.lower.common import JUNK, TILE, ZERO, DVal, Lazy, _hashable, _match_mapping, _unhashable

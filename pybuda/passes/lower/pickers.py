@@ -26,6 +26,9 @@ from typing import Dict, Tuple
 import numpy as np
 import torch
 
+from pybuda.golden import kernels as golden_kernels
+from pybuda.netlist.tms import TileShape3
+
 TILE = 32
 #: Added where a max must ignore a position (padding of pools and of unaligned reduce-max dims).
 NEG_LARGE = -1.0e30
@@ -153,20 +156,13 @@ class SparsePicker:
 
 def sparse_matmul(picker_tiles: torch.Tensor, index: torch.Tensor, indices_len: int, act: torch.Tensor,
                   out_rt: int, out_t: int = 1) -> torch.Tensor:
-    """Reference semantics of the identity matmul: ``act [t_in, K, C]`` -> ``[out_t, out_rt*32, C]``."""
-    quads = index.reshape(-1)[: 4 * indices_len].reshape(-1, 4).to(torch.int64)
-    cols = act.shape[-1]
-    out = torch.zeros(out_t, out_rt, TILE, cols, dtype=torch.float32)
-    if quads.numel() == 0:
-        return out.reshape(out_t, out_rt * TILE, cols)
-    t, r, k, s = quads[:, 0], quads[:, 1], quads[:, 2], quads[:, 3]
-    a = act.to(torch.float32).reshape(act.shape[0], act.shape[1] // TILE, TILE, cols)  # [t_in, K_t, 32, C]
-    t_in = t if act.shape[0] > 1 else torch.zeros_like(t)
-    tiles = picker_tiles.to(torch.float32).reshape(-1, TILE, TILE)  # [S, 32, 32]
-    contrib = torch.matmul(tiles[s], a[t_in, k])  # [L, 32, C]
-    flat = out.reshape(out_t * out_rt, TILE, cols)
-    flat.index_add_(0, t * out_rt + r, contrib)
-    return flat.reshape(out_t, out_rt * TILE, cols)
+    """The identity matmul of a picker on ``act [t_in, K, C]`` -> ``[out_t, out_rt*32, C]``, in lowering's
+    layout: the golden's kernel (:func:`pybuda.golden.kernels.sparse_matmul`) in float32, so that the
+    encoding is checked against the semantics the chip model executes."""
+    out_shape = TileShape3(out_t, out_rt, -(-act.shape[-1] // TILE))
+    inputs = [picker_tiles.to(torch.float32)[None, None], act.to(torch.float32)[None],
+              index.to(torch.float32)[None, None]]
+    return golden_kernels.sparse_matmul(inputs, {"indices_len": int(indices_len)}, out_shape, None)[0]
 
 
 def build_sparse_picker(out_rows: np.ndarray, in_rows: np.ndarray, values: np.ndarray, out_rt: int,

@@ -9,7 +9,7 @@ from dataclasses import replace
 import numpy as np
 
 from pybuda.ir.graph import Node
-from pybuda.netlist.model import Broadcast, VSlice, VStack
+from pybuda.netlist.tms import Broadcast, VSlice, VStack
 from pybuda.ops.common import normalize_dim
 from pybuda.passes.lower import pickers
 from pybuda.netlist.host_io import tiles

@@ -4,11 +4,14 @@ Every value is a device tensor in canonical form (:mod:`pybuda.netlist.host_io`:
 folded into ``z`` = the op's ``t``, rows/cols padded to tiles). How each kind of op is expressed in the
 netlist - the golden backend executes exactly this:
 
-**Elementwise.** ``add``/``subtract``/``multiply``/``maximum`` and the SFPU unaries keep their names
-(``leaky_relu`` -> ``lrelu {slope}``, integer ``pow`` -> ``power {exp}``, ``gelu`` ``approximate='tanh'``
+**Elementwise.** An op whose registry entry has a ``lower`` slot becomes the netlist op it names, with the
+attributes it computes (``add``/``subtract``/``multiply``/``maximum`` and the SFPU unaries keep their names;
+``leaky_relu`` -> ``lrelu {slope}``, integer ``pow`` -> ``power {exp}``, ``gelu`` ``approximate='tanh'``
 -> ``approximate_mode: true``, ``relu`` -> ``nop`` with ``relu_en/relu_threshold/relu_mode`` using the
-registry's relu semantics, ``buffer`` -> ``nop``). Broadcasting becomes input TMs on the smaller
-operand: ``broadcast: {z: f}`` when its z is 1, ``broadcast: {r|c: tiles}`` for a size-1 row/column dim.
+registry's relu semantics, ``buffer`` -> ``nop``); the device op's row in :mod:`pybuda.netlist.device_ops`
+says whether it is unary or binary, keeps zero padding, or may swap its inputs. Broadcasting becomes input
+TMs on the smaller operand: ``broadcast: {z: f}`` when its z is 1, ``broadcast: {r|c: tiles}`` for a size-1
+row/column dim.
 Tile broadcasts repeat whole tiles, so a size-1 dim must first fill its whole tile ("replicated"): a
 parameter/constant is replicated at compile time (a derived queue ``<name>.rep_r`` / ``.rep_c``); an
 activation gets a matmul with the constant ``E`` (``E[i,0]=1``: ``E @ x``; or ``E[0,j]=1``: ``x @ E``).
@@ -61,17 +64,18 @@ import torch
 
 from pybuda.errors import CompileError
 from pybuda.ir.graph import CONSTANT, INPUT, OP, PARAMETER, Graph, Node
-from pybuda.netlist.model import TM, Broadcast, Transpose, VSlice, VStack
 from pybuda.ops import registry
 from pybuda.passes.lower import pickers
 from pybuda.ir.lowered import BudaGraph, BudaOp, BudaQueue, TileShape
 from pybuda.passes.context import CompileContext
 from pybuda.netlist.host_io import canonical_zrc, tiles
-from pybuda.netlist.tms import tms_shape
+from pybuda.netlist.tms import TM, Broadcast, Transpose, VSlice, VStack, tms_shape
 from pybuda.dtypes import DataFormat
 from pybuda.passes.lower.common import (
-    BINARY, GATHER_OPS, JUNK, REP, TILE, TRANSPOSE_OK_INPUT0, UNARY, ZERO, ZERO_PRESERVING, DVal, Lazy, _combine_pad, _hashable, _right_align, _tile3,
+    BINARY, BINARY_OPS, GATHER_OPS, JUNK, LOWERINGS, REP, TILE, TRANSPOSE_OK_INPUT0, UNARY, ZERO, ZERO_PRESERVING, DVal,
+    Lazy, _combine_pad, _hashable, _right_align, _tile3,
 )
+from pybuda.netlist.device_ops import device_op
 from pybuda.passes.lower.conv import ConvPoolLowering
 from pybuda.passes.lower.movement import DataMovementLowering
 from pybuda.passes.lower.reduce import ReductionLowering
@@ -227,7 +231,7 @@ class _Lowering(ConvPoolLowering, ReductionLowering, DataMovementLowering):
             return index == 1
         if op_type in TRANSPOSE_OK_INPUT0:
             return index == 0
-        if op_type in BINARY.values():
+        if op_type in BINARY_OPS:
             return index == 0 and not self.ctx.is_grayskull
         return False
 
@@ -396,20 +400,10 @@ class _Lowering(ConvPoolLowering, ReductionLowering, DataMovementLowering):
     # --- elementwise ----------------------------------------------------------------------------------------
     def _unary(self, node: Node, v: DVal) -> DVal:
         t = node.op_type
-        attrs: Dict[str, Any] = {}
-        if t == "relu":
-            attrs = {"relu_en": True, "relu_threshold": float(node.attrs["threshold"]), "relu_mode": node.attrs["mode"]}
-        elif t == "leaky_relu":
-            attrs = {"slope": float(node.attrs["alpha"])}
-        elif t == "gelu" and node.attrs.get("approximate") == "tanh":
-            attrs = {"approximate_mode": True}
-        elif t == "pow":
-            e = node.attrs["exponent"]
-            if not float(e).is_integer() or e < 0:
-                raise self.err(f"pow with exponent {e} should have been decomposed")
-            attrs = {"exp": int(e)}
-        elif t == "dropout":
-            attrs = {"p": float(node.attrs["p"]), "seed": int(node.attrs["seed"])}
+        try:
+            attrs: Dict[str, Any] = LOWERINGS[t].device_attrs(node.attrs)
+        except ValueError as e:  # attributes with no device form (a decomposition should have removed them)
+            raise self.err(str(e)) from None
         if t in ZERO_PRESERVING:
             pad = (v.pad_r, v.pad_c)
         else:
@@ -468,12 +462,13 @@ class _Lowering(ConvPoolLowering, ReductionLowering, DataMovementLowering):
             pads_r.append(JUNK if bc_r else v.pad_r)
             pads_c.append(JUNK if bc_c else v.pad_c)
             inputs.append((v, tuple(extra)))
-        pad = (_combine_pad(node.op_type, pads_r, r), _combine_pad(node.op_type, pads_c, c))
+        op_type = BINARY[node.op_type]
+        pad = (_combine_pad(op_type, pads_r, r), _combine_pad(op_type, pads_c, c))
         # A transpose cannot ride on input 1 of a binary op; commutative ops can swap their inputs.
-        if node.op_type in ("add", "multiply", "maximum") and any(isinstance(t, Transpose) for t in
-                                                                  tuple(inputs[1][0].tms) + inputs[1][1]):
+        if device_op(op_type).commutative and any(isinstance(t, Transpose) for t in
+                                                  tuple(inputs[1][0].tms) + inputs[1][1]):
             inputs = [inputs[1], inputs[0]]
-        return self.emit(node.name, BINARY[node.op_type], inputs, (z, r, c), pad=pad, layout=layout, spatial=spatial)
+        return self.emit(node.name, op_type, inputs, (z, r, c), pad=pad, layout=layout, spatial=spatial)
 
     def _expand_leading(self, v: DVal, s: Sequence[int], out_shape: Sequence[int], index: int) -> DVal:
         """An operand that broadcasts over some (not all) leading dims: only compile-time values can."""

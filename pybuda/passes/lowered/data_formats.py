@@ -33,6 +33,7 @@ import re
 from typing import Optional, Set
 
 from pybuda.ir.lowered import BudaGraph, BudaOp
+from pybuda.netlist.device_ops import ops_where
 from pybuda.passes.context import CompileContext
 from pybuda.dtypes import DataFormat as DF
 from pybuda.dtypes import MathFidelity as MF
@@ -42,7 +43,8 @@ log = logging.getLogger(__name__)
 ACC_FORMATS = (DF.Float16, DF.Float16_b, DF.Float32, DF.Int32)
 LOW_BFP = {DF.Bfp4: DF.Bfp8, DF.Bfp2: DF.Bfp8, DF.Bfp4_b: DF.Bfp8_b, DF.Bfp2_b: DF.Bfp8_b}
 UNTILIZE_OK = (DF.Float16, DF.Float16_b, DF.Float32)
-SENSITIVE = {"exp", "log", "reciprocal", "sqrt", "reduce"}
+#: Op types mixed precision (amp level >= 2) keeps in Float16_b: the ``amp_sensitive`` device-op flag.
+SENSITIVE = ops_where("amp_sensitive")
 _FIDELITY_RANK = {MF.LoFi: 0, MF.HiFi2: 1, MF.HiFi2_B: 1, MF.HiFi3: 2, MF.HiFi4: 3}
 _DTYPE_DF = {"bfloat16": DF.Float16_b, "float16": DF.Float16, "int8": DF.Int8, "uint8": DF.UInt8, "bool": DF.Int8,
              "int32": DF.Int32, "int64": DF.Int32, "int16": DF.Int32}

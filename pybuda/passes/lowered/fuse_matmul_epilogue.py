@@ -14,8 +14,7 @@ Each fusion needs the intermediate value to have exactly one reader (no other op
 
 from __future__ import annotations
 
-from pybuda.netlist.model import Transpose
-from pybuda.netlist.tms import normalize_tm
+from pybuda.netlist.tms import Transpose, as_tms
 from pybuda.ir.lowered import BudaGraph, BudaOp
 from pybuda.passes.context import CompileContext
 
@@ -83,7 +82,7 @@ def _try_bias(bg: BudaGraph, op: BudaOp, readers, ctx) -> bool:
     if q is None or q.tags.get("transform") != "rep_r":
         return False
     tms = list(add.input_tms.get(bias_index, []))
-    if any(isinstance(normalize_tm(t), Transpose) for t in tms):
+    if any(isinstance(tm, Transpose) for tm in as_tms(tms)):
         return False
     op.inputs.append(bias)
     if tms:

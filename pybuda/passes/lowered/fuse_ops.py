@@ -19,13 +19,13 @@ from __future__ import annotations
 import json
 from typing import Dict, List, Optional, Set
 
-from pybuda.netlist.model import Transpose
-from pybuda.netlist.tms import normalize_tm
+from pybuda.netlist.device_ops import ops_where
+from pybuda.netlist.tms import Transpose, as_tms
 from pybuda.ir.lowered import BudaGraph, BudaOp
 from pybuda.passes.context import CompileContext
 
-FUSIBLE = frozenset({"add", "subtract", "multiply", "maximum", "exp", "log", "sqrt", "reciprocal", "sigmoid",
-                     "tanh", "sine", "cosine", "abs", "square", "gelu", "lrelu", "power", "nop"})
+#: Netlist op types a group may contain (the ``fusible`` flag of their device-op rows).
+FUSIBLE = ops_where("fusible")
 #: Attributes a scheduled op may carry (netlist parser), restricted to what these types use.
 SUB_OP_ATTRS = frozenset({"relu_en", "relu_threshold", "relu_mode", "slope", "exp"})
 MAX_SUB_OPS = 12
@@ -99,7 +99,7 @@ def _fusible(op: BudaOp, dont: Set[str]) -> bool:
         return False
     if op.attrs.get("relu_en") and float(op.attrs.get("relu_threshold", 0.0)) < 0:
         return False
-    return not any(isinstance(normalize_tm(t), Transpose) for tms in op.input_tms.values() for t in tms)
+    return not any(isinstance(tm, Transpose) for tms in op.input_tms.values() for tm in as_tms(tms))
 
 
 def _same_kind(a: BudaOp, b: BudaOp) -> bool:
