@@ -30,6 +30,8 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence, Set, Tuple
 import torch
 
 from pybuda.ops import registry
+# The record spells dtypes as the op registry does ("float32"); torch_dtype is its inverse.
+from pybuda.ops.common import dtype_name, torch_dtype  # noqa: F401  (re-exported for the executor)
 
 TILE = 32
 
@@ -95,19 +97,6 @@ def _thaw(value: Any, where: str) -> Any:
     if isinstance(value, numbers.Real):
         return float(value)
     raise ValueError(f"{where}: attribute value {value!r} ({type(value).__name__}) has no JSON form")
-
-
-def dtype_name(dtype: torch.dtype) -> str:
-    """``torch.float32`` -> ``"float32"`` (the record's dtype spelling)."""
-    return str(dtype).replace("torch.", "")
-
-
-def torch_dtype(name: str) -> torch.dtype:
-    """Inverse of :func:`dtype_name`."""
-    dtype = getattr(torch, name, None)
-    if not isinstance(dtype, torch.dtype):
-        raise ValueError(f"unknown dtype '{name}'")
-    return dtype
 
 
 @dataclass
