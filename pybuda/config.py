@@ -17,10 +17,11 @@ from __future__ import annotations
 import copy
 import enum
 import functools
+import numbers
 import os
 import re
 from dataclasses import asdict, dataclass, field, fields
-from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple, Union
+from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple, Union, get_args, get_origin, get_type_hints
 
 from pybuda.errors import ConfigError
 from pybuda.dtypes import DataFormat, MathFidelity
@@ -114,6 +115,9 @@ class AMPNodeProperties:
     input_df: Optional[Dict[int, Tuple[DataFormat, bool]]] = None
     is_gradient_op: Optional[bool] = None
     input_parameter_indices_to_optimize: Optional[List[Tuple[int, int]]] = None
+    # An input_df index that fits no op the rule matches is a ConfigError at compile time; pybuda's own
+    # presets (enable_amp_light, whose index 2 is a matmul bias that many graphs lack) opt out.
+    strict_input_df: bool = field(default=True, repr=False, compare=False)
 
     def matches(self, op_name: str, op_type: str, epoch_type: str = "fwd") -> bool:
         if self.op_type is not None and self.op_type != op_type:
@@ -147,6 +151,11 @@ class CompilerConfig:
 
     PYBUDA_* environment variables that mirror a field (:data:`ENV_CONFIG_FIELDS`) set it when the config
     is created, unless the field was passed to the constructor.
+
+    Every field is type-checked when it is set (constructor, attribute assignment,
+    ``set_configuration_options``, environment): bools take only ``True``/``False``, ints only ints, enum
+    fields the enum or its name (which is converted), and a wrong value raises ConfigError naming the field
+    and what it accepts.
     """
 
     # mode
@@ -211,6 +220,13 @@ class CompilerConfig:
     # plain float32, TT-Buda's golden default); PYBUDA_GOLDEN_FAST=1 sets it.
     golden_ignore_df_precision: bool = False
 
+    def __setattr__(self, name: str, value: Any) -> None:
+        # Checked here, not only in set_configuration_options, because TT-Buda scripts also assign fields
+        # of the global config directly (``compiler_cfg.enable_auto_fusing = False``).
+        if name in _config_field_types():
+            value = _check_config_value(name, value)
+        object.__setattr__(self, name, value)
+
     def __post_init__(self) -> None:
         given = self.__dict__.pop("_given_fields", frozenset())
         self._apply_env(read_env().config, skip=given)
@@ -232,7 +248,10 @@ class CompilerConfig:
             except ValueError as e:
                 raise ConfigError(f"environment variable {var}={raw!r}: {e}") from None
             if value is not _LEAVE:
-                setattr(self, name, value)
+                try:
+                    setattr(self, name, value)
+                except ConfigError as e:
+                    raise ConfigError(f"environment variable {var}={raw!r}: {e}") from None
 
     # --- helpers (TT-Buda method names) ----------------------------------------------------------
     def balancer_op_override(self, op_name: str, attribute: str, value: Any) -> None:
@@ -257,7 +276,8 @@ class CompilerConfig:
         df = DataFormat.Bfp8_b if level == 1 else DataFormat.Bfp4_b
         fid = MathFidelity.LoFi if level == 3 else MathFidelity.HiFi2
         self.amp_properties.append(AMPNodeProperties(op_type="matmul", math_fidelity=fid,
-                                                     input_df={1: (df, False), 2: (df, False)}))
+                                                     input_df={1: (df, False), 2: (df, False)},
+                                                     strict_input_df=False))
 
     def resolved_harvesting_mask(self, arch: Any) -> int:
         """The harvesting mask for ``arch``: from ``harvested_rows`` (NoC rows) when given, else the mask."""
@@ -339,13 +359,92 @@ def set_configuration_options(**kwargs: Any) -> None:
         name = _KWARG_TO_FIELD.get(key, key)
         if name not in valid:
             raise ConfigError(f"set_configuration_options: unknown option '{key}'")
-        if name in ("default_df_override", "default_accumulate_df", "fp32_fallback"):
-            value = DataFormat.from_json(value)
-        elif name == "default_math_fidelity":
-            value = MathFidelity.from_json(value)
-        elif name == "balancer_policy" and value == "default":
+        if name == "balancer_policy" and value == "default":
             value = "NLP"
+        # CompilerConfig.__setattr__ type-checks the value (and turns enum names into enums).
         setattr(config, name, value)
+
+
+_FIELD_TYPES: Optional[Dict[str, Any]] = None
+
+#: Fields that take one of a fixed set of strings.
+_FIELD_CHOICES: Dict[str, Sequence[str]] = {"balancer_policy": BALANCER_POLICIES, "device_config": DEVICE_CONFIGS}
+
+
+def _config_field_types() -> Dict[str, Any]:
+    # Resolved once, lazily: the annotations are strings (``from __future__ import annotations``).
+    global _FIELD_TYPES
+    if _FIELD_TYPES is None:
+        hints = get_type_hints(CompilerConfig)
+        _FIELD_TYPES = {f.name: hints[f.name] for f in fields(CompilerConfig)}
+    return _FIELD_TYPES
+
+
+def _check_config_value(name: str, value: Any) -> Any:
+    """``value`` checked against the type of CompilerConfig field ``name`` (enum names become enums);
+    ConfigError naming the field and the accepted values otherwise."""
+    value = _coerce(name, _config_field_types()[name], value)
+    choices = _FIELD_CHOICES.get(name)
+    if choices is not None and value is not None and value not in choices:
+        raise ConfigError(f"config option '{name}': unknown value {value!r}; expected one of {list(choices)}")
+    return value
+
+
+def _coerce(name: str, tp: Any, value: Any) -> Any:
+    origin, args = get_origin(tp), get_args(tp)
+    if origin is Union:
+        if value is None and type(None) in args:
+            return None
+        others = [a for a in args if a is not type(None)]
+        return _coerce(name, others[0], value) if len(others) == 1 else value
+    if tp is bool:
+        # Only real bools: "no", "false" and 0 would otherwise count as true (or pass unnoticed).
+        if isinstance(value, bool):
+            return value
+        _bad(name, value, "True or False")
+    if tp is int:
+        if isinstance(value, numbers.Integral) and not isinstance(value, bool):
+            return int(value)
+        _bad(name, value, "an int")
+    if tp is str:
+        if isinstance(value, str):
+            return value
+        if isinstance(value, os.PathLike) and name.endswith(("_dir", "_path")):
+            return os.fspath(value)
+        _bad(name, value, "a string")
+    if isinstance(tp, type) and issubclass(tp, enum.Enum):
+        return config_enum(name, tp, value)
+    if origin is list:
+        if isinstance(value, list):
+            return value
+        if isinstance(value, tuple):
+            return list(value)
+        _bad(name, value, "a list")
+    if origin is dict:
+        if isinstance(value, dict):
+            return value
+        _bad(name, value, "a dict")
+    return value
+
+
+def config_enum(name: str, enum_type: Any, value: Any) -> Any:
+    """``value`` as a member of ``enum_type`` (the member itself or its name) for config option ``name``;
+    ConfigError listing the names otherwise. Plain ints are refused: ``default_df_override=5`` says
+    nothing readable about which format was meant."""
+    if isinstance(value, enum_type):
+        return value
+    if isinstance(value, str):
+        if enum_type is MathFidelity and value == "HiFi2_A":  # TT-Buda's alias
+            return MathFidelity.HiFi2
+        if value in enum_type.__members__:
+            return enum_type[value]
+        if enum_type is CompileDepth and value.upper() in enum_type.__members__:
+            return enum_type[value.upper()]
+    _bad(name, value, f"a {enum_type.__name__} or one of {list(enum_type.__members__)}")
+
+
+def _bad(name: str, value: Any, accepted: str) -> None:
+    raise ConfigError(f"config option '{name}' must be {accepted}, got {value!r} ({type(value).__name__})")
 
 
 def _harvested_rows(rows: Sequence[Union[int, Sequence[int]]]) -> List[int]:
@@ -429,9 +528,35 @@ def configure_mixed_precision(*, op_type: Optional[str] = None, epoch_type: Opti
             re.compile(name_regex)
         except re.error as e:
             raise ConfigError(f"configure_mixed_precision: bad name_regex {name_regex!r}: {e}") from None
+    where = "configure_mixed_precision"
+    output_df, intermediate_df, accumulate_df = (
+        None if v is None else config_enum(f"{where}: {k}", DataFormat, v)
+        for k, v in (("output_df", output_df), ("intermediate_df", intermediate_df), ("accumulate_df", accumulate_df)))
+    if math_fidelity is not None:
+        math_fidelity = config_enum(f"{where}: math_fidelity", MathFidelity, math_fidelity)
+    if input_df is not None:
+        input_df = _input_df(where, input_df)
     _get_global_compiler_config().amp_properties.append(AMPNodeProperties(
         op_type, epoch_type, output_df, intermediate_df, accumulate_df, math_fidelity, name_regex, input_df,
         is_gradient_op, input_parameter_indices_to_optimize))
+
+
+def _input_df(where: str, input_df: Any) -> Dict[int, Tuple[DataFormat, bool]]:
+    # Checked when the rule is made (index type, format name); whether the index exists on the ops the
+    # rule matches is only known at compile time (passes/lowered/data_formats.py checks it there).
+    if not isinstance(input_df, dict):
+        raise ConfigError(f"{where}: input_df must be a dict {{operand index: (format, include_activations)}}, "
+                          f"got {input_df!r}")
+    out: Dict[int, Tuple[DataFormat, bool]] = {}
+    for index, spec in input_df.items():
+        if not isinstance(index, int) or isinstance(index, bool) or index < 0:
+            raise ConfigError(f"{where}: input_df index must be a non-negative int, got {index!r}")
+        df, include = spec if isinstance(spec, (tuple, list)) and len(spec) == 2 else (spec, False)
+        if not isinstance(include, bool):
+            raise ConfigError(f"{where}: input_df[{index}] include_activations must be True or False, "
+                              f"got {include!r}")
+        out[index] = (config_enum(f"{where}: input_df[{index}]", DataFormat, df), include)
+    return out
 
 
 def add_cpu_fallback_ops(op_types: Union[str, Sequence[str]]) -> None:

@@ -66,12 +66,37 @@ class UnsupportedOpError(CompileError):
         super().__init__(f"{len(self.ops)} unsupported op(s):\n{lines}", stage=stage)
 
 
+#: Longest quoted value (or key path) an error message carries; netlists are untrusted and a key or
+#: scalar can be megabytes long.
+QUOTE_LIMIT = 80
+_PATH_LIMIT = 300
+_MESSAGE_LIMIT = 1000
+
+
+def shorten(text: str, limit: int = QUOTE_LIMIT) -> str:
+    """``text`` cut to a prefix of ``limit`` characters, saying how much was dropped."""
+    text = str(text)
+    if len(text) <= limit:
+        return text
+    return f"{text[:limit]}...<{len(text) - limit} more characters>"
+
+
+def quote(value: object, limit: int = QUOTE_LIMIT) -> str:
+    """``repr(value)``, cut to a short prefix for error messages (the repr of a huge list is built only
+    for lists of at most a few thousand items; longer ones are described by their length)."""
+    if isinstance(value, (list, tuple, dict, set)) and len(value) > 1000:
+        return f"<{type(value).__name__} of {len(value)} items>"
+    return shorten(repr(value), limit)
+
+
 class NetlistError(PybudaError):
-    """A netlist is malformed or breaks a backend rule; names the YAML key path."""
+    """A netlist is malformed or breaks a backend rule; names the YAML key path.
+
+    Path and message are cut to bounded prefixes: they quote netlist text, which may be hostile."""
 
     def __init__(self, path: str, message: str):
-        self.path = path
-        super().__init__(f"{path}: {message}")
+        self.path = shorten(path, _PATH_LIMIT)
+        super().__init__(f"{self.path}: {shorten(message, _MESSAGE_LIMIT)}")
 
 
 class InputError(PybudaError, ValueError):
@@ -104,3 +129,8 @@ class NoMoreOutputs(RuntimeFailure, queue.Empty):
 
 class ConfigError(PybudaError, ValueError):
     """An unknown or invalid configuration option."""
+
+
+class GraphFormatError(ModuleError):
+    """A saved graph (JSON structure or safetensors values) is malformed or tampered with; names the file
+    or field that is wrong."""

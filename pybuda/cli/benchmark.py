@@ -301,7 +301,10 @@ def main(args: argparse.Namespace) -> int:
         out = Path(args.output_dir or build_dir())
         out.mkdir(parents=True, exist_ok=True)
         name = f"benchmark_{record['model']}_{record['config']}_{record['device_config'] or 'cpu'}_mb{record['microbatch']}"
-        path = out / f"{name}.json"
+        # The model and config names are user-given: one file-name component, inside the output folder.
+        from pybuda.paths import path_inside, safe_file_name
+
+        path = Path(path_inside(out, f"{safe_file_name(name)}.json"))
         data = {k: v for k, v in record.items() if not k.startswith("_")}
         path.write_text(json.dumps(data, indent=1, default=str), encoding="utf-8")
         print(f"  saved: {path}")

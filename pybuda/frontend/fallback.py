@@ -39,7 +39,7 @@ from typing import Any, Dict, Iterable, List, Mapping, Sequence, Set, Tuple
 import torch
 import torch.fx
 
-from pybuda.errors import CompileError, UnsupportedOp
+from pybuda.errors import CompileError, InputError, UnsupportedOp
 
 from pybuda.frontend.fx_program import FxProgram, meta_val, qualified_op_name, source_location, source_code_line
 
@@ -299,12 +299,44 @@ def build_cpu_stage(prog: FxProgram, nodes: Sequence[torch.fx.Node], inputs: Seq
 
     for node in nodes:
         env[node] = graph.node_copy(node, lookup)
+        if node.op == "call_function" and node.target is torch.ops.aten.embedding.default:
+            # torch's own out-of-range message ("index out of range in self") names neither the ids
+            # nor the table: check the ids here, where the lookup runs, and say which input is wrong.
+            copy = env[node]
+            copy.target = checked_embedding
+            copy.kwargs = {**copy.kwargs, "label": _ids_label(node)}
     out_values = [lookup(o) if isinstance(o, torch.fx.Node) else o for o in outputs]
     graph.output(tuple(out_values))
     graph.lint()
     gm = torch.fx.GraphModule(root, graph, class_name=class_name)
     gm.eval()
     return gm, used_params
+
+
+def _ids_label(node: torch.fx.Node) -> str:
+    """How an embedding's id tensor is named in errors: the model input it is, or the op and its source."""
+    ids = node.args[1] if len(node.args) > 1 else node.kwargs.get("indices")
+    if isinstance(ids, torch.fx.Node) and ids.op == "placeholder":
+        return f"model input '{ids.name}' (ids of embedding '{node.name}' at {source_location(node)})"
+    name = ids.name if isinstance(ids, torch.fx.Node) else "?"
+    return f"ids '{name}' of embedding '{node.name}' at {source_location(node)}"
+
+
+def checked_embedding(weight: torch.Tensor, indices: torch.Tensor, padding_idx: int = -1,
+                      scale_grad_by_freq: bool = False, sparse: bool = False, *, label: str = "ids"
+                      ) -> torch.Tensor:
+    """``aten.embedding`` that raises :class:`InputError` for ids outside ``[0, num_embeddings)``.
+
+    The ids are data the user pushed, so a bad id is an input error, not a device failure."""
+    vocab = int(weight.shape[0])
+    if indices.numel():
+        lo, hi = int(indices.min()), int(indices.max())
+        if lo < 0 or hi >= vocab:
+            bad = indices[(indices < 0) | (indices >= vocab)]
+            raise InputError(f"{label}: ids must lie in [0, {vocab - 1}] (vocabulary size {vocab}), but "
+                             f"{bad.numel()} id(s) lie outside it (ids range from {lo} to {hi}; first bad id "
+                             f"{int(bad.flatten()[0])})")
+    return torch.ops.aten.embedding.default(weight, indices, padding_idx, scale_grad_by_freq, sparse)
 
 
 def describe(nodes: Sequence[torch.fx.Node]) -> List[str]:

@@ -30,7 +30,7 @@ import torch
 import torch.fx
 import torch.utils._pytree as pytree
 
-from pybuda.errors import CompileError
+from pybuda.errors import CompileError, UnsupportedOp, UnsupportedOpError
 
 log = logging.getLogger(__name__)
 
@@ -464,6 +464,43 @@ def _foldable(node: torch.fx.Node) -> bool:
                                                                               "torch.fx.experimental.sym_node")
 
 
+def _unbacked(value: Any) -> Set[Any]:
+    from torch.fx.experimental.symbolic_shapes import free_unbacked_symbols
+
+    try:
+        return set(free_unbacked_symbols(value))
+    except Exception:  # pragma: no cover - values torch cannot walk hold no symbols we care about
+        return set()
+
+
+def check_static_shapes(graph: torch.fx.Graph, name: str) -> None:
+    """Raise :class:`UnsupportedOpError` naming every op whose output shape depends on tensor values.
+
+    ``torch.nonzero``, boolean-mask indexing (``x[x > 0]``), ``torch.unique`` and the like export with
+    *unbacked* symbolic sizes. A device graph (and the CPU-fallback split, whose stage boundaries need
+    static shapes) is compiled for fixed shapes, so such a model cannot run here; without this check the
+    first pass that needs a concrete size fails with torch's raw ``GuardOnDataDependentSymNode``. Only
+    the ops that *introduce* an unknown size are listed (their inputs have static shapes): those are
+    the lines the user has to change.
+    """
+    found: List[UnsupportedOp] = []
+    for node in graph.nodes:
+        if node.op != "call_function":
+            continue
+        new = _unbacked(node.meta.get("val"))
+        if not new:
+            continue
+        for dep in node.all_input_nodes:
+            new -= _unbacked(dep.meta.get("val"))
+        if new:
+            found.append(UnsupportedOp(qualified_op_name(node.target), source_location(node),
+                                       "its output shape depends on the tensor values (data-dependent), but "
+                                       "pybuda compiles for static shapes; compute it outside the model or use "
+                                       "a fixed-size form (e.g. torch.where with a mask)"))
+    if found:
+        raise UnsupportedOpError(found, stage=STAGE)
+
+
 def _zeros_for(val: Any) -> Any:
     if isinstance(val, torch.Tensor):
         return torch.zeros(tuple(int(d) for d in val.shape), dtype=val.dtype)
@@ -490,6 +527,7 @@ def prepare(ep, name: str, module: Optional[torch.nn.Module] = None,
     t0 = time.perf_counter()
     gm = ep.graph_module
     sig = ep.graph_signature
+    check_static_shapes(gm.graph, name)
     input_parameters = dict(input_parameters or {})
     spec_by_name = {spec.arg.name: spec for spec in sig.input_specs if hasattr(spec.arg, "name")}
 

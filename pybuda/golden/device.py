@@ -30,8 +30,9 @@ import torch
 
 from pybuda.golden import formats
 from pybuda.golden import kernels as golden_ops
-from pybuda.errors import InputError, NetlistError
+from pybuda.errors import InputError, NetlistError, quote
 from pybuda.netlist import model as nl
+from pybuda.netlist.limits import size_problems
 from pybuda.netlist.tms import apply_tms
 from pybuda.dtypes import DataFormat, MathFidelity
 
@@ -115,16 +116,48 @@ class ExecuteStats:
     graphs: List[str] = field(default_factory=list)
 
 
+#: Default bound on the float32 memory a golden device may need for all its queues' entries together.
+GOLDEN_MEMORY_LIMIT = 16 << 30
+
+
+def check_memory(netlist: nl.Netlist, limit: int = GOLDEN_MEMORY_LIMIT) -> None:
+    """Raise NetlistError unless every size of ``netlist`` is bounded (:mod:`pybuda.netlist.limits`) and
+    its queues, held as float32 entries, fit in ``limit`` bytes.
+
+    The golden device allocates per queue entry, and a netlist may come from a device image that was
+    never validated: this is checked before anything is allocated."""
+    for path, message in size_problems(netlist):
+        raise NetlistError(path, message)
+    total = 0
+    for name, q in netlist.queues.items():
+        if not isinstance(q.entries, int) or q.entries < 1:
+            raise NetlistError(f"queues.{name}.entries", f"must be an integer >= 1, got {quote(q.entries)}")
+        shape = q.shape
+        if min(shape) < 1:
+            raise NetlistError(f"queues.{name}", f"entries of {list(shape)} tiles: every size must be >= 1")
+        entry_bytes = shape.t * shape.rt * TILE * shape.ct * TILE * 4
+        total += q.entries * (entry_bytes + 16)  # +16: the two per-entry list slots
+        if total > limit:
+            raise NetlistError(f"queues.{name}.entries",
+                               f"the golden device would need {total / (1 << 30):.1f} GiB for queue entries "
+                               f"(this queue: {q.entries} entries of {list(shape)} tiles), over its limit of "
+                               f"{limit / (1 << 30):.1f} GiB")
+
+
 class GoldenDevice:
     """A simulated chip loaded with one netlist.
+
+    Construction checks the netlist's sizes and the memory its queues need (:func:`check_memory`,
+    NetlistError when over ``memory_limit`` bytes) before allocating anything.
 
     Host-side API: :meth:`push` (activations into HOST-fed queues), :meth:`write_ram` (parameters and
     constants), :meth:`run_program`, :meth:`pop` (read op-fed output queues).
     """
 
-    def __init__(self, netlist: nl.Netlist, fast: bool = False):
+    def __init__(self, netlist: nl.Netlist, fast: bool = False, memory_limit: int = GOLDEN_MEMORY_LIMIT):
         self.netlist = netlist
         self.fast = fast
+        check_memory(netlist, memory_limit)
         self.queues: Dict[str, QueueState] = {name: QueueState(q) for name, q in netlist.queues.items()}
         self.static_vars: Dict[str, Dict[str, int]] = {}
         self._order = {name: _topological(graph) for name, graph in netlist.graphs.items()}

@@ -14,7 +14,7 @@ from typing import Any, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple
 
 import torch
 
-from pybuda.errors import ModuleError
+from pybuda.errors import GraphFormatError, ModuleError, PybudaError
 from pybuda.ops import registry
 
 INPUT, PARAMETER, CONSTANT, OP, OUTPUT = "input", "parameter", "constant", "op", "output"
@@ -64,10 +64,65 @@ class Node:
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> "Node":
-        return cls(name=d["name"], kind=d["kind"], shape=tuple(d["shape"]), dtype=dtype_from_name(d["dtype"]),
-                   op_type=d.get("op_type"), operands=list(d.get("operands", [])),
-                   attrs=_from_jsonable(d.get("attrs", {})), requires_grad=d.get("requires_grad", False),
-                   tags=dict(d.get("tags", {})))
+        """A node from :meth:`to_dict`'s form; every field is checked, so a tampered file raises
+        :class:`~pybuda.errors.GraphFormatError` naming the node and the field."""
+        if not isinstance(d, Mapping):
+            raise GraphFormatError(f"graph node must be an object, got {type(d).__name__}")
+        name = _get(d, "name", str, "node")
+        where = f"node '{name}'"
+        _check_name(name, where + " name")
+        kind = _get(d, "kind", str, where)
+        if kind not in NODE_KINDS:
+            raise GraphFormatError(f"{where}: field 'kind' is {kind!r}; expected one of {list(NODE_KINDS)}")
+        shape = _get(d, "shape", list, where)
+        if not all(isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in shape):
+            raise GraphFormatError(f"{where}: field 'shape' must be a list of non-negative ints, got {shape!r}")
+        try:
+            dtype = dtype_from_name(_get(d, "dtype", str, where))
+        except ModuleError as e:
+            raise GraphFormatError(f"{where}: field 'dtype': {e}") from None
+        op_type = _get(d, "op_type", str, where, required=False)
+        operands = _get(d, "operands", list, where, required=False) or []
+        if not all(isinstance(o, str) for o in operands):
+            raise GraphFormatError(f"{where}: field 'operands' must be a list of node names, got {operands!r}")
+        attrs = _get(d, "attrs", dict, where, required=False) or {}
+        try:
+            attrs = _from_jsonable(attrs)
+        except PybudaError as e:
+            raise GraphFormatError(f"{where}: field 'attrs': {e}") from None
+        except (AttributeError, KeyError, TypeError) as e:
+            raise GraphFormatError(f"{where}: field 'attrs' holds an unknown value: {e!r}") from None
+        requires_grad = _get(d, "requires_grad", bool, where, required=False) or False
+        tags = _get(d, "tags", dict, where, required=False) or {}
+        # Which kinds take an op type and how many operands, so a graph rebuilt from JSON is well formed.
+        if (kind == OP) != (op_type is not None):
+            raise GraphFormatError(f"{where}: field 'op_type' must be given exactly for op nodes (kind {kind!r})")
+        wanted = {INPUT: 0, PARAMETER: 0, CONSTANT: 0, OUTPUT: 1}.get(kind)
+        if wanted is not None and len(operands) != wanted:
+            raise GraphFormatError(f"{where}: a {kind} node takes {wanted} operand(s), field 'operands' has "
+                                   f"{len(operands)}")
+        return cls(name=name, kind=kind, shape=tuple(shape), dtype=dtype, op_type=op_type, operands=list(operands),
+                   attrs=attrs, requires_grad=requires_grad, tags=dict(tags))
+
+
+def _get(d: Mapping[str, Any], key: str, kind: type, where: str, required: bool = True) -> Any:
+    """``d[key]`` checked to be a ``kind``; GraphFormatError naming ``where`` and the field otherwise."""
+    if key not in d:
+        if required:
+            raise GraphFormatError(f"{where}: field '{key}' is missing")
+        return None
+    value = d[key]
+    # bool is an int subclass, and an int is no bool: check both ways.
+    if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
+        raise GraphFormatError(f"{where}: field '{key}' must be {kind.__name__}, got {value!r}")
+    return value
+
+
+def _check_name(name: str, where: str) -> None:
+    # Names become queue names and (sanitised) file names; control characters and NUL have no business in
+    # them and only appear in a tampered file.
+    if not name or any(ord(c) < 32 or c == "\x7f" for c in name):
+        raise GraphFormatError(f"{where} {name!r} is empty or holds control characters")
 
 
 def _jsonable(value: Any) -> Any:
@@ -233,16 +288,70 @@ class Graph:
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any], tensors: Optional[Mapping[str, torch.Tensor]] = None) -> "Graph":
-        g = cls(d["name"])
-        g.microbatch = d.get("microbatch", 1)
-        for nd in d["nodes"]:
-            g._add(Node.from_dict(nd))
+        """A graph from :meth:`to_dict`'s form. The structure is checked field by field, op nodes are
+        re-validated against the op registry (shape and attributes), and the given tensors must match the
+        parameter and constant nodes; anything else raises :class:`~pybuda.errors.GraphFormatError`."""
+        if not isinstance(d, Mapping):
+            raise GraphFormatError(f"graph must be a JSON object, got {type(d).__name__}")
+        name = _get(d, "name", str, "graph")
+        _check_name(name, "graph name")
+        g = cls(name)
+        microbatch = _get(d, "microbatch", int, f"graph '{name}'", required=False)
+        g.microbatch = 1 if microbatch is None else microbatch
+        if g.microbatch < 1:
+            raise GraphFormatError(f"graph '{name}': field 'microbatch' must be positive, got {g.microbatch}")
+        for nd in _get(d, "nodes", list, f"graph '{name}'"):
+            node = Node.from_dict(nd)
+            try:
+                if node.kind == OP:
+                    g._check_op(node)
+                g._add(node)
+            except GraphFormatError:
+                raise
+            except PybudaError as e:
+                raise GraphFormatError(f"graph '{name}': node '{node.name}': {e}") from None
         g.tensors = dict(tensors or {})
+        if tensors is not None:
+            g._check_tensors()
         return g
+
+    def _check_op(self, node: Node) -> None:
+        # The registry re-derives the op's shape from its operands, so an edited shape or attribute in the
+        # JSON is caught at load time instead of failing (or computing garbage) at run time.
+        for operand in node.operands:
+            if operand not in self.nodes:
+                raise GraphFormatError(f"node '{node.name}' uses '{operand}', which is not defined before it")
+        ins = [self.nodes[o] for o in node.operands]
+        try:
+            shape, _, _ = registry.infer(node.op_type, [n.shape for n in ins], [n.dtype for n in ins],
+                                         node.attrs, op_name=node.name)
+        except PybudaError:
+            raise
+        except Exception as e:  # a registry op's shape function fed tampered attributes
+            raise GraphFormatError(f"node '{node.name}': attributes {node.attrs!r} are invalid: {e!r}") from None
+        if tuple(shape) != tuple(node.shape):
+            raise GraphFormatError(f"node '{node.name}': field 'shape' is {list(node.shape)}, but op "
+                                   f"'{node.op_type}' on its operands gives {list(shape)}")
+
+    def _check_tensors(self) -> None:
+        for node in self.nodes.values():
+            if node.kind not in (PARAMETER, CONSTANT):
+                continue
+            value = self.tensors.get(node.name)
+            if value is None:
+                raise GraphFormatError(f"graph '{self.name}': no tensor for {node.kind} '{node.name}'")
+            if tuple(value.shape) != tuple(node.shape):
+                raise GraphFormatError(f"graph '{self.name}': tensor '{node.name}' has shape {list(value.shape)}, "
+                                       f"but the graph expects {list(node.shape)}")
 
     @classmethod
     def from_json(cls, text: str, tensors: Optional[Mapping[str, torch.Tensor]] = None) -> "Graph":
-        return cls.from_dict(json.loads(text), tensors)
+        """A graph from :meth:`to_json`'s text (see :meth:`from_dict` for the checks)."""
+        try:
+            data = json.loads(text)
+        except (json.JSONDecodeError, TypeError, RecursionError) as e:
+            raise GraphFormatError(f"graph JSON is not valid JSON: {e}") from None
+        return cls.from_dict(data, tensors)
 
     def save(self, path_prefix: str) -> None:
         """Write ``<prefix>.json`` (structure) and ``<prefix>.safetensors`` (values); no pickles."""
@@ -254,8 +363,24 @@ class Graph:
 
     @classmethod
     def load(cls, path_prefix: str) -> "Graph":
+        """Read what :meth:`save` wrote. A malformed or truncated file, or a tensor whose shape differs
+        from its node's, raises :class:`~pybuda.errors.GraphFormatError` naming the file."""
         from safetensors.torch import load_file
 
-        with open(path_prefix + ".json") as f:
-            text = f.read()
-        return cls.from_json(text, load_file(path_prefix + ".safetensors"))
+        json_path, values_path = path_prefix + ".json", path_prefix + ".safetensors"
+        try:
+            with open(json_path, encoding="utf-8") as f:
+                text = f.read()
+        except UnicodeDecodeError as e:
+            raise GraphFormatError(f"{json_path}: not UTF-8 text: {e}") from None
+        try:
+            # SafetensorError (truncated or corrupt header) is no public exception class to catch by name.
+            tensors = load_file(values_path)
+        except OSError:
+            raise
+        except Exception as e:
+            raise GraphFormatError(f"{values_path}: cannot read tensors ({type(e).__name__}: {e})") from None
+        try:
+            return cls.from_json(text, tensors)
+        except GraphFormatError as e:
+            raise GraphFormatError(f"{json_path}: {e}") from None

@@ -91,8 +91,21 @@ def load_minilm():
     config = load_config()
     with seeded(0):  # the random init is overwritten below; seeding just keeps the build reproducible
         model = transformers.BertModel(config)
-    state = safetensors_torch.load_file(str(model_dir() / "model.safetensors"))
+    weights = model_dir() / "model.safetensors"
+    try:
+        state = safetensors_torch.load_file(str(weights))
+    except OSError:
+        raise
+    except Exception as e:  # SafetensorError (truncated or corrupt file) has no stable import path
+        raise ModelDependencyError(f"{weights}: cannot read the checkpoint ({type(e).__name__}: {e})") from None
     state = {k: v for k, v in state.items() if k not in _IGNORED_CHECKPOINT_KEYS}
+    # An edited tensor shape is caught here, at load, naming the tensor (load_state_dict would raise a bare
+    # RuntimeError listing every mismatch).
+    expected = model.state_dict()
+    for key, value in state.items():
+        if key in expected and tuple(value.shape) != tuple(expected[key].shape):
+            raise ModelDependencyError(f"{weights}: tensor '{key}' has shape {list(value.shape)}, but the model "
+                                       f"expects {list(expected[key].shape)}")
     result = model.load_state_dict(state, strict=False)
     if result.missing_keys or result.unexpected_keys:
         raise ModelDependencyError(f"all-MiniLM-L6-v2 checkpoint does not match BertModel: missing "

@@ -8,6 +8,11 @@ are wrong value types, missing required fields and duplicate keys. Errors are
 Parsing checks form; :func:`pybuda.netlist.validate` checks meaning (shapes, placement, programs).
 The top-level ``test-config`` and ``performance-check`` sections of BBE test netlists are accepted and
 dropped, as the backend does; any other top-level key is an error.
+
+The parser is a security boundary (device images and users hand us YAML): anchors, aliases, tags beyond
+the standard scalars and nesting deeper than ``MAX_YAML_DEPTH`` are refused from the event stream before
+anything is composed, every size is bounded (:mod:`pybuda.netlist.limits`) before anything downstream
+enumerates or allocates, and error messages quote only short prefixes of values.
 """
 
 from __future__ import annotations
@@ -19,7 +24,8 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
 import yaml
 
 from pybuda.arch.descriptor import NETLIST_ARCH_NAMES
-from pybuda.errors import NetlistError
+from pybuda.errors import NetlistError, quote
+from pybuda.netlist.limits import size_problems
 from pybuda.netlist.attributes import FUSED_SUB_OP_ATTRIBUTES, check_attribute
 from pybuda.netlist.model import (
     AllocateQueue, DeallocateQueue, EndLoop, Execute, FusedOpDef, FusedSubOp, GraphDef, Loop, Netlist, NetlistOp,
@@ -68,7 +74,7 @@ def _list(v: Any, path: str) -> List[Any]:
 
 def _int(v: Any, path: str, low: Optional[int] = None) -> int:
     if not isinstance(v, int) or isinstance(v, bool):
-        raise _fail(path, f"expected an integer, got {_kind(v)} {v!r}")
+        raise _fail(path, f"expected an integer, got {_kind(v)} {quote(v)}")
     if low is not None and v < low:
         raise _fail(path, f"must be >= {low}, got {v}")
     return v
@@ -76,25 +82,25 @@ def _int(v: Any, path: str, low: Optional[int] = None) -> int:
 
 def _num(v: Any, path: str) -> float:
     if not isinstance(v, (int, float)) or isinstance(v, bool):
-        raise _fail(path, f"expected a number, got {_kind(v)} {v!r}")
+        raise _fail(path, f"expected a number, got {_kind(v)} {quote(v)}")
     return float(v)
 
 
 def _bool(v: Any, path: str) -> bool:
     if not isinstance(v, bool):
-        raise _fail(path, f"expected true or false, got {_kind(v)} {v!r}")
+        raise _fail(path, f"expected true or false, got {_kind(v)} {quote(v)}")
     return v
 
 
 def _str(v: Any, path: str) -> str:
     if not isinstance(v, str) or not v:
-        raise _fail(path, f"expected a name, got {_kind(v)} {v!r}")
+        raise _fail(path, f"expected a name, got {_kind(v)} {quote(v)}")
     return v
 
 
 def _choice(v: Any, path: str, choices: Sequence[str]) -> str:
     if not isinstance(v, str) or v not in choices:
-        raise _fail(path, f"expected one of {list(choices)}, got {v!r}")
+        raise _fail(path, f"expected one of {list(choices)}, got {quote(v)}")
     return v
 
 
@@ -115,13 +121,13 @@ def _names(v: Any, path: str) -> Tuple[str, ...]:
 
 def _df(v: Any, path: str) -> DataFormat:
     if not isinstance(v, str) or v not in _DATA_FORMATS:
-        raise _fail(path, f"unknown data format {v!r}; expected one of {list(_DATA_FORMATS)}")
+        raise _fail(path, f"unknown data format {quote(v)}; expected one of {list(_DATA_FORMATS)}")
     return _DATA_FORMATS[v]
 
 
 def _fidelity(v: Any, path: str) -> MathFidelity:
     if not isinstance(v, str) or v not in _FIDELITIES:
-        raise _fail(path, f"unknown math fidelity {v!r}; expected one of {list(_FIDELITIES)}")
+        raise _fail(path, f"unknown math fidelity {quote(v)}; expected one of {list(_FIDELITIES)}")
     return _FIDELITIES[v]
 
 
@@ -135,7 +141,7 @@ def _device(v: Any, path: str) -> Union[int, Tuple[int, ...]]:
 
 def _var_name(v: Any, path: str) -> str:
     if not isinstance(v, str) or not v.startswith("$") or len(v) < 2:
-        raise _fail(path, f"expected a $variable name, got {v!r}")
+        raise _fail(path, f"expected a $variable name, got {quote(v)}")
     return v
 
 
@@ -152,7 +158,7 @@ def _flag(v: Any, path: str) -> Union[bool, str]:
         return v == "true"
     if isinstance(v, str) and v.startswith("$"):
         return v
-    raise _fail(path, f"expected true, false or a $variable, got {v!r}")
+    raise _fail(path, f"expected true, false or a $variable, got {quote(v)}")
 
 
 def _kind(v: Any) -> str:
@@ -365,10 +371,10 @@ def parse_instruction(v: Any, path: str) -> Any:
     if isinstance(v, str):
         if v == "endloop":
             return EndLoop()
-        raise _fail(path, f"only endloop may be a bare instruction, got {v!r}")
+        raise _fail(path, f"only endloop may be a bare instruction, got {quote(v)}")
     instr = _map(v, path)
     if len(instr) != 1:
-        raise _fail(path, f"an instruction is a map with one key, got {list(instr)}")
+        raise _fail(path, f"an instruction is a map with one key, got {quote(list(instr))}")
     (opcode, arg), = instr.items()
     ipath = key_path(path, opcode)
     if opcode == "param":
@@ -407,7 +413,7 @@ def parse_programs(v: Any, path: str) -> List[Program]:
         ppath = index_path(path, i)
         entry = _map(entry, ppath)
         if len(entry) != 1:
-            raise _fail(ppath, f"each program is a map with one key (its name), got {list(entry)}")
+            raise _fail(ppath, f"each program is a map with one key (its name), got {quote(list(entry))}")
         (name, body), = entry.items()
         name = _str(name, ppath)
         bpath = key_path(ppath, name)
@@ -449,7 +455,7 @@ def parse_fused_ops(v: Any, path: str) -> Dict[int, FusedOpDef]:
     for fid, body in _map(v, path).items():
         fpath = key_path(path, fid)
         if not isinstance(fid, int) or isinstance(fid, bool) or fid < 0:
-            raise _fail(fpath, f"fused op ids are integers >= 0, got {fid!r}")
+            raise _fail(fpath, f"fused op ids are integers >= 0, got {quote(fid)}")
         f = _map(body, fpath)
         _check_keys(f, fpath, ("inputs", "intermediates", "schedules", "custom_kernel_path"),
                     ("inputs", "intermediates", "schedules"))
@@ -485,7 +491,7 @@ def _parse_devices(v: Any, arch: Optional[str]) -> Tuple[Union[str, Tuple[str, .
 
     def one(name: Any, path: str) -> str:
         if not isinstance(name, str) or name.lower() not in NETLIST_ARCH_NAMES:
-            raise _fail(path, f"unknown arch {name!r}; expected one of {list(NETLIST_ARCH_NAMES)}")
+            raise _fail(path, f"unknown arch {quote(name)}; expected one of {list(NETLIST_ARCH_NAMES)}")
         return name.lower()
 
     selected = arch.lower() if arch is not None else None
@@ -494,7 +500,7 @@ def _parse_devices(v: Any, arch: Optional[str]) -> Tuple[Union[str, Tuple[str, .
             raise _fail("devices.arch", "arch list must not be empty")
         names = tuple(one(x, index_path("devices.arch", i)) for i, x in enumerate(raw))
         if selected is not None and selected not in names:
-            raise _fail("devices.arch", f"arch {arch!r} is not among the netlist's archs {list(names)}")
+            raise _fail("devices.arch", f"arch {quote(arch)} is not among the netlist's archs {list(names)}")
         return names, selected
     name = one(raw, "devices.arch")
     if selected is not None and selected != name:
@@ -507,18 +513,92 @@ def _parse_devices(v: Any, arch: Optional[str]) -> Tuple[Union[str, Tuple[str, .
 # ---------------------------------------------------------------------------------------------------
 
 
-# libyaml's composer when installed (about 10x faster than the pure-Python one on large netlists).
+# libyaml's parser and composer when installed (about 10x faster than the pure-Python ones on large netlists).
 _COMPOSE_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
+#: Deepest nesting of maps and lists a netlist may have (real ones stay under 10).
+MAX_YAML_DEPTH = 32
+#: Longest integer literal: Python refuses to convert ones over 4300 digits, and none is meaningful anyway.
+_MAX_INT_DIGITS = 40
+_Y = "tag:yaml.org,2002:"
+#: Explicit tags a netlist may carry: the standard scalars and collections, which safe_load builds anyway.
+_ALLOWED_TAGS = frozenset(_Y + t for t in ("str", "int", "float", "bool", "null", "map", "seq"))
+
+
+def _where(event: Any) -> str:
+    mark = event.start_mark
+    return f"line {mark.line + 1}, column {mark.column + 1}"
+
+
+def _event_path(stack: List[List[Any]]) -> str:
+    path = ""
+    for frame in stack:
+        if frame[0] == "seq":
+            path = index_path(path, frame[1])
+        elif not frame[2]:  # in value position: the key is known
+            path = key_path(path, frame[1])
+    return path or "<root>"
+
+
+def _check_events(text: str) -> None:
+    """Refuse anchors, aliases, non-standard tags and deep nesting from the YAML event stream.
+
+    This runs before anything is composed or expanded, so an alias bomb ("billion laughs": a few
+    hundred bytes whose aliases expand to 10^9 nodes) or a self-referencing alias costs one linear
+    pass over the text. Aliases have no meaning in a netlist, so refusing them loses nothing.
+    """
+    # Frames: ["map", current key, expecting a key] or ["seq", index of the current item].
+    stack: List[List[Any]] = []
+
+    def done(key: Any) -> None:
+        if stack:
+            top = stack[-1]
+            if top[0] == "seq":
+                top[1] += 1
+            elif top[2]:
+                top[1], top[2] = key, False
+            else:
+                top[2] = True
+
+    try:
+        for event in yaml.parse(text, Loader=_COMPOSE_LOADER):
+            if isinstance(event, yaml.AliasEvent):
+                raise NetlistError(_event_path(stack), f"YAML alias *{event.anchor} at {_where(event)}: "
+                                                       "anchors and aliases are not allowed in a netlist")
+            if isinstance(event, (yaml.ScalarEvent, yaml.CollectionStartEvent)):
+                if event.anchor is not None:
+                    raise NetlistError(_event_path(stack), f"YAML anchor &{event.anchor} at {_where(event)}: "
+                                                           "anchors and aliases are not allowed in a netlist")
+                if event.tag is not None and event.tag not in _ALLOWED_TAGS:
+                    raise NetlistError(_event_path(stack), f"YAML tag {event.tag} at {_where(event)} is not "
+                                                           "allowed in a netlist")
+            if isinstance(event, yaml.ScalarEvent):
+                done(event.value if len(event.value) <= 200 else event.value[:200] + "...")
+            elif isinstance(event, yaml.CollectionStartEvent):
+                if len(stack) >= MAX_YAML_DEPTH:
+                    raise NetlistError(_event_path(stack), f"YAML nesting deeper than {MAX_YAML_DEPTH} levels at "
+                                                           f"{_where(event)}")
+                if stack and stack[-1][0] == "map" and stack[-1][2]:
+                    stack[-1][1] = "<complex key>"  # a map or list used as a key: name it, not its text
+                stack.append(["map", None, True] if isinstance(event, yaml.MappingStartEvent) else ["seq", 0])
+            elif isinstance(event, yaml.CollectionEndEvent):
+                stack.pop()
+                done(stack[-1][1] if stack and stack[-1][0] == "map" and stack[-1][2] else None)
+    except yaml.YAMLError as exc:
+        raise NetlistError("<yaml>", f"invalid YAML: {exc}") from None
 
 
 def load_yaml(text: str) -> Any:
-    """YAML text -> Python values, exactly as ``yaml.safe_load`` builds them, rejecting duplicate keys.
+    """YAML text -> Python values, exactly as ``yaml.safe_load`` builds them, rejecting duplicate keys,
+    anchors and aliases, tags beyond the standard scalars, and nesting deeper than ``MAX_YAML_DEPTH``.
 
     safe_load keeps the last of two equal keys silently, which would hide a duplicated op or queue. So the
-    text is composed into a node tree once (compose builds nodes only, no objects), checked for duplicate
-    keys, and turned into values by PyYAML's ``SafeConstructor`` -- the constructor safe_load itself uses,
-    so only plain scalars, lists and maps can come out.
+    text is first checked event by event (:func:`_check_events`: no aliases, so nothing can expand), then
+    composed into a node tree (compose builds nodes only, no objects), checked for duplicate keys and
+    node types, and turned into values by PyYAML's ``SafeConstructor`` -- the constructor safe_load
+    itself uses, so only plain scalars, lists and maps can come out.
     """
+    _check_events(text)
     try:
         root = yaml.compose(text, Loader=_COMPOSE_LOADER)
     except yaml.YAMLError as exc:
@@ -527,22 +607,30 @@ def load_yaml(text: str) -> Any:
         return None
 
     def walk(node: Any, path: str) -> None:
+        # A tree (no aliases) at most MAX_YAML_DEPTH deep: each node is visited once, recursion is bounded.
+        if node.tag not in _ALLOWED_TAGS:
+            kind = node.tag[len(_Y):] if node.tag.startswith(_Y) else node.tag
+            raise NetlistError(path or "<root>", f"YAML type {kind} at {_where(node)} is not allowed in a netlist"
+                                                 + ("; quote the value" if isinstance(node, yaml.ScalarNode) else ""))
         if isinstance(node, yaml.MappingNode):
             seen = set()
             for key_node, value_node in node.value:
-                key = key_node.value if isinstance(key_node, yaml.ScalarNode) else str(key_node)
+                key = key_node.value if isinstance(key_node, yaml.ScalarNode) else "<complex key>"
                 if key in seen:
                     raise NetlistError(key_path(path, key), "duplicate key")
                 seen.add(key)
+                walk(key_node, key_path(path, key))
                 walk(value_node, key_path(path, key))
         elif isinstance(node, yaml.SequenceNode):
             for i, item in enumerate(node.value):
                 walk(item, index_path(path, i))
+        elif node.tag == _Y + "int" and len(node.value) > _MAX_INT_DIGITS:
+            raise NetlistError(path or "<root>", f"integer literal of {len(node.value)} characters at {_where(node)}")
 
     walk(root, "")
     try:
         return yaml.constructor.SafeConstructor().construct_document(root)
-    except yaml.YAMLError as exc:
+    except (yaml.YAMLError, ValueError, TypeError, OverflowError) as exc:
         raise NetlistError("<yaml>", f"invalid YAML: {exc}") from None
 
 
@@ -573,8 +661,13 @@ def parse_yaml(text: str, arch: Optional[str] = None) -> Netlist:
         graphs[name] = parse_graph(name, body, key_path("graphs", name))
     programs = parse_programs(root["programs"], "programs")
     fused = parse_fused_ops(root["fused_ops"], "fused_ops") if root.get("fused_ops") else {}
-    return Netlist(devices_arch=devices_arch, queues=queues, graphs=graphs, programs=programs, fused_ops=fused,
-                   selected_arch=selected)
+    netlist = Netlist(devices_arch=devices_arch, queues=queues, graphs=graphs, programs=programs, fused_ops=fused,
+                      selected_arch=selected)
+    # Sizes are bounded here already, so nothing downstream (validation, the golden device) enumerates
+    # or allocates from an absurd number; validation re-checks for netlists built in Python.
+    for path, message in size_problems(netlist):
+        raise NetlistError(path, message)
+    return netlist
 
 
 def parse_file(path: Union[str, "os.PathLike[str]"], arch: Optional[str] = None) -> Netlist:

@@ -27,6 +27,8 @@ from typing import Any, Dict, Iterable, List, NamedTuple, Optional, Sequence, Tu
 
 import torch
 
+from pybuda.errors import quote
+
 TILE = 32
 
 
@@ -261,7 +263,7 @@ def _kind(v: Any) -> str:
 
 def _int(v: Any, path: str, low: int) -> int:
     if not isinstance(v, numbers.Integral) or isinstance(v, bool):
-        raise TMError(f"expected an integer, got {_kind(v)} {v!r}", path)
+        raise TMError(f"expected an integer, got {_kind(v)} {quote(v)}", path)
     if v < low:
         raise TMError(f"must be >= {low}, got {v}", path)
     return int(v)
@@ -269,7 +271,7 @@ def _int(v: Any, path: str, low: int) -> int:
 
 def _choice(v: Any, path: str, choices: Sequence[str]) -> str:
     if not isinstance(v, str) or v not in choices:
-        raise TMError(f"expected one of {list(choices)}, got {v!r}", path)
+        raise TMError(f"expected one of {list(choices)}, got {quote(v)}", path)
     return v
 
 
@@ -280,7 +282,7 @@ def _item(item: Any, path: str, out: List[TM]) -> None:
         return
     if isinstance(item, str):
         if item != "transpose":
-            raise TMError(f"only transpose may be written as a bare name, got {item!r}", path)
+            raise TMError(f"only transpose may be written as a bare name, got {quote(item)}", path)
         out.append(Transpose())
         return
     if not isinstance(item, dict):
@@ -308,7 +310,7 @@ def _item(item: Any, path: str, out: List[TM]) -> None:
                 raise TMError(f"pad needs [rt, ct, value], got {len(arg)} values", tpath)
             rt, ct, value = _int(arg[0], f"{tpath}[0]", 0), _int(arg[1], f"{tpath}[1]", 0), arg[2]
             if not isinstance(value, numbers.Real) or isinstance(value, bool):
-                raise TMError(f"expected a number, got {_kind(value)} {value!r}", f"{tpath}[2]")
+                raise TMError(f"expected a number, got {_kind(value)} {quote(value)}", f"{tpath}[2]")
             out.append(Pad(rt, ct, float(value)))
         elif name == "transpose":
             raise TMError("transpose is written as a bare list item, not a map", tpath)

@@ -5,7 +5,8 @@ The checker is a list of small named rules, :data:`RULES`, each a generator of
 message starts with ``[rule_name]``). :func:`validate` raises the first error; :func:`check` returns
 them all. Rules are ordered so structural checks (names, fields, inputs) run before the ones that rely
 on them; if an earlier rule failed, an exception inside a later rule is treated as a consequence and
-dropped.
+dropped. Gating rules (``netlist_sizes``: every size within :mod:`pybuda.netlist.limits`) always run,
+and when one fails validation stops there, so no later rule enumerates cores of an absurd grid.
 
 Arch-specific rules use the arch of ``device`` if given, else the netlist's ``devices.arch``. Rules that
 need hardware sizes (grid fit, DRAM channel range, L1 fit) run only when a device is given.
@@ -17,7 +18,7 @@ from typing import Iterable, List, Optional
 
 from pybuda.arch.descriptor import DeviceDescriptor
 from pybuda.netlist.model import Netlist
-from pybuda.netlist.rules.framework import RULES, Ctx, NetlistRuleError  # noqa: F401  (NetlistRuleError is re-exported)
+from pybuda.netlist.rules.framework import GATES, RULES, Ctx, NetlistRuleError  # noqa: F401  (NetlistRuleError is re-exported)
 
 # Rule modules register their rules on import; the import order is the order rules run in.
 from pybuda.netlist.rules import structure as rules_structure  # noqa: E402,F401,I001
@@ -44,7 +45,7 @@ def check(netlist: Netlist, device: Optional[DeviceDescriptor] = None,
     wanted = set(rules) if rules is not None else None
     errors: List[NetlistRuleError] = []
     for name, fn in RULES:
-        if wanted is not None and name not in wanted:
+        if wanted is not None and name not in wanted and name not in GATES:
             continue
         try:
             for path, message in fn(ctx):
@@ -53,6 +54,9 @@ def check(netlist: Netlist, device: Optional[DeviceDescriptor] = None,
             # A rule tripping over data an earlier rule already rejected is a consequence, not a bug.
             if not errors:
                 raise
+        if name in GATES and errors:
+            # Later rules assume what a gate checks (bounded sizes); running them could take hours.
+            break
     return errors
 
 

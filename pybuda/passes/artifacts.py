@@ -20,6 +20,7 @@ from typing import Any, Dict, List
 
 from pybuda.config import build_dir
 from pybuda.passes.context import CompileContext
+from pybuda.paths import path_inside, safe_file_name
 
 
 def output_dir(ctx: CompileContext) -> str:
@@ -87,19 +88,21 @@ def write_artifacts(results: Any, ctx: CompileContext) -> Dict[str, str]:
     from pybuda.netlist import to_yaml
 
     root = output_dir(ctx)
-    name = ctx.graph_name
+    # The graph name comes from the user (module name, saved graph JSON): it is made one harmless file-name
+    # component, and every path is checked to stay in the build folder.
+    name = safe_file_name(ctx.graph_name)
     paths: Dict[str, str] = {}
-    netlist_path = os.path.join(root, f"{name}_netlist.yaml")
+    netlist_path = path_inside(root, f"{name}_netlist.yaml")
     with open(netlist_path, "w") as f:
         f.write(to_yaml(results.netlist))
     paths["netlist"] = netlist_path
     if getattr(results, "host_io", None) is not None:
-        host_io_path = os.path.join(root, f"{name}_host_io.json")
+        host_io_path = path_inside(root, f"{name}_host_io.json")
         with open(host_io_path, "w") as f:
             json.dump(results.host_io.to_dict(), f, indent=1)
         paths["host_io"] = host_io_path
-    cfg_path = os.path.join(root, "compile_and_runtime_config.json")
-    snapshot = {"graph": name, "microbatch": ctx.microbatch, "device": device_summary(ctx.device),
+    cfg_path = path_inside(root, "compile_and_runtime_config.json")
+    snapshot = {"graph": ctx.graph_name, "microbatch": ctx.microbatch, "device": device_summary(ctx.device),
                 "compiler_config": ctx.config.to_dict(), "input_host_tms": _jsonable(ctx.input_host_tms),
                 "output_host_tms": _jsonable(ctx.output_host_tms),
                 "stage_timings": dict(results.stage_timings)}
@@ -109,10 +112,10 @@ def write_artifacts(results: Any, ctx: CompileContext) -> Dict[str, str]:
     report = placement_report(results)
     rep_dir = os.path.join(root, "placement_reports")
     os.makedirs(rep_dir, exist_ok=True)
-    json_path = os.path.join(rep_dir, f"{name}_placement.json")
+    json_path = path_inside(root, "placement_reports", f"{name}_placement.json")
     with open(json_path, "w") as f:
         json.dump(report, f, indent=1, default=str)
-    txt_path = os.path.join(rep_dir, f"{name}_placement.txt")
+    txt_path = path_inside(root, "placement_reports", f"{name}_placement.txt")
     with open(txt_path, "w") as f:
         f.write(placement_table(report))
     paths["placement_json"] = json_path

@@ -73,13 +73,17 @@ def write_html(report: PerfReport, path: PathLike, title: str = "pybuda performa
 def write_reports(report: PerfReport, out_dir: PathLike, basename: str = "perf_report") -> Dict[str, Path]:
     """Write ``<basename>.csv``, ``.json`` and ``.html`` into ``out_dir`` (created if needed).
 
-    Returns ``{"csv": path, "json": path, "html": path}``."""
+    ``basename`` may come from a model or graph name, so it is made one file-name component and the
+    files are checked to lie inside ``out_dir``. Returns ``{"csv": path, "json": path, "html": path}``."""
+    from pybuda.paths import path_inside, safe_file_name
+
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
+    base = safe_file_name(basename)
     return {
-        "csv": write_csv(report, out / f"{basename}.csv"),
-        "json": write_json(report, out / f"{basename}.json"),
-        "html": write_html(report, out / f"{basename}.html"),
+        "csv": write_csv(report, path_inside(out, f"{base}.csv")),
+        "json": write_json(report, path_inside(out, f"{base}.json")),
+        "html": write_html(report, path_inside(out, f"{base}.html")),
     }
 
 

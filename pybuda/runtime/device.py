@@ -85,6 +85,14 @@ def _to_torch_input(value: Any, label: str, device_name: str) -> torch.Tensor:
     else:
         raise InputError(f"device '{device_name}': input {label} must be a torch.Tensor, numpy array or "
                          f"pybuda.Tensor, got {type(value).__name__}")
+    if t.is_complex():
+        # No pybuda data format holds complex values; converting would silently drop the imaginary part.
+        raise InputError(f"device '{device_name}': input {label} is a complex tensor ({t.dtype}); complex tensors "
+                         f"are not supported: push the real and imaginary parts as separate real tensors")
+    if t.numel() == 0:
+        # An empty tensor would become the compile sample and fail deep in the compiler (zero tiles).
+        raise InputError(f"device '{device_name}': input {label} is empty (shape {list(t.shape)}); every "
+                         f"dimension of a pushed tensor must be at least 1")
     return t.detach().contiguous()
 
 

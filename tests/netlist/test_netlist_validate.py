@@ -73,6 +73,10 @@ def m_entries(n):
     n.queues["act"].entries = 0
 
 
+def m_huge_grid(n):
+    mm0(n).grid_size = (100000, 100000)
+
+
 def m_input_count(n):
     n.graphs["fwd0"].input_count = 0
 
@@ -389,6 +393,7 @@ def m_allocate(n):
 
 
 CASES = [
+    ("netlist_sizes", m_huge_grid, "graphs.fwd0.mm0.grid_size[0]", None),
     ("sections_nonempty", m_no_programs, "programs", None),
     ("devices_arch", m_arch_list, "devices.arch", None),
     ("target_device_range", m_target_device, "queues.act.target_device", "wh_n150"),

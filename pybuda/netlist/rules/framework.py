@@ -6,7 +6,7 @@ imports them in order and runs them."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Callable, Dict, Iterable, Iterator, List, Optional, Tuple
+from typing import Callable, Dict, Iterable, Iterator, List, Optional, Set, Tuple
 
 from pybuda.arch.descriptor import DeviceDescriptor
 from pybuda.errors import NetlistError
@@ -27,10 +27,22 @@ Rule = Callable[["Ctx"], Iterable[Tuple[str, str]]]
 RULES: List[Tuple[str, Rule]] = []
 
 
+#: Names of gating rules: when one fails, validation stops there (see :func:`gate`).
+GATES: Set[str] = set()
+
+
 def rule(fn: Rule) -> Rule:
     """Register ``fn`` as a validation rule named after the function."""
     RULES.append((fn.__name__, fn))
     return fn
+
+
+def gate(fn: Rule) -> Rule:
+    """Register ``fn`` as a gating rule: later rules rely on it (e.g. that sizes are bounded before they
+    enumerate cores), so validation runs it even when only other rules are asked for, and stops after
+    it when it fails."""
+    GATES.add(fn.__name__)
+    return rule(fn)
 
 
 @dataclass

@@ -11,9 +11,17 @@ from typing import Optional, Tuple
 from pybuda.arch.descriptor import arch_from_netlist_name
 from pybuda.netlist.model import BINARY_OPS, COPY_OPS, MATMUL_OPS, NetlistOp, OP_TYPES, SFPU_OPS
 from pybuda.netlist.tms import Pad
-from pybuda.netlist.rules.framework import Ctx, rule, _o, _positive_pair, _q, _targets, _tms_path
+from pybuda.netlist.limits import size_problems
+from pybuda.netlist.rules.framework import Ctx, gate, rule, _o, _positive_pair, _q, _targets, _tms_path
 from pybuda.dtypes import DataFormat as DF
 from pybuda.dtypes import MathFidelity
+
+
+@gate
+def netlist_sizes(ctx: Ctx):
+    """Every size is within the device-independent maxima of :mod:`pybuda.netlist.limits`. Runs first
+    and gates the rest: later rules enumerate cores and tiles, which must not start on a 10^5 x 10^5 grid."""
+    yield from size_problems(ctx.netlist)
 
 
 @rule

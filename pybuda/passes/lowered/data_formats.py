@@ -37,6 +37,7 @@ from pybuda.netlist.device_ops import ops_where
 from pybuda.passes.context import CompileContext
 from pybuda.dtypes import DataFormat as DF
 from pybuda.dtypes import MathFidelity as MF
+from pybuda.errors import ConfigError
 
 log = logging.getLogger(__name__)
 
@@ -95,9 +96,11 @@ def set_data_formats(bg: BudaGraph, ctx: CompileContext) -> BudaGraph:
     explicit_acc: Set[str] = set()
     for rule in cfg.amp_properties:
         regex = re.compile(rule.name_regex) if rule.name_regex else None
+        matched: list = []
         for op in bg.ops.values():
             if not _matches(rule, op, regex):
                 continue
+            matched.append(op)
             if rule.output_df is not None:
                 op.out_df = DF.from_json(rule.output_df)
                 if rule.intermediate_df is None:
@@ -122,6 +125,7 @@ def set_data_formats(bg: BudaGraph, ctx: CompileContext) -> BudaGraph:
                 elif include_activations and src in bg.ops:
                     bg.ops[src].out_df = DF.from_json(df)
                     bg.ops[src].intermed_df = DF.from_json(df)
+        _check_input_df_indices(rule, matched)
 
     # 4. legalise
     for op in bg.ops.values():
@@ -141,6 +145,20 @@ def set_data_formats(bg: BudaGraph, ctx: CompileContext) -> BudaGraph:
 
 
 _INT_DTYPES = {"int8", "uint8", "bool", "int32", "int64", "int16"}
+
+
+def _check_input_df_indices(rule, matched) -> None:
+    # An input_df index that fits none of the ops a rule matched would otherwise be skipped silently (the
+    # user asked for a format that is never applied). A rule may match ops of different arity (matmul with
+    # and without bias), so an index is only wrong when no matched op has that operand.
+    if not rule.input_df or not matched or not getattr(rule, "strict_input_df", True):
+        return
+    most = max(len(op.inputs) for op in matched)
+    for index in rule.input_df:
+        if int(index) >= most:
+            names = [op.name for op in matched[:5]] + (["..."] if len(matched) > 5 else [])
+            raise ConfigError(f"configure_mixed_precision: input_df index {index} is out of range for op(s) "
+                              f"{names} (at most {most} operand(s), indices 0..{most - 1})")
 
 
 def _df_of(bg: BudaGraph, name: str) -> DF:
@@ -191,7 +209,13 @@ def _legalize(op: BudaOp, bg: BudaGraph, ctx: CompileContext, explicit_fidelity:
     integer = op.out_df.is_integer or any(df.is_integer for df in data_in)
     if integer:
         if ctx.is_grayskull:
-            raise ctx.error(f"integer data ({op.out_df.name}) is not supported on Grayskull", op=op.name)
+            # Name the integer operand or output: the op's own out_df may still be a float default here.
+            what = [f"input '{n}' is {df.name}" for df, n in zip(in_dfs, op.inputs) if df.is_integer and
+                    not (n in bg.queues and bg.queues[n].tags.get("df") == "RawUInt32")]
+            if op.out_df.is_integer:
+                what.append(f"its output is {op.out_df.name}")
+            raise ctx.error(f"{' and '.join(what)}: Grayskull has no integer data formats; cast integer tensors "
+                            f"to float in the model, or compile for Wormhole B0", op=op.name)
         op.math_fidelity = MF.HiFi4
         op.acc_df = DF.Int32
         if not op.out_df.is_integer:

@@ -1,0 +1,53 @@
+"""Bad inputs fail in the caller with InputError that says what is wrong (DESIGN.md, Errors)."""
+
+import pytest
+import torch
+from torch import nn
+
+import pybuda
+from pybuda.errors import InputError
+
+
+class _Linear(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lin = nn.Linear(32, 32)
+
+    def forward(self, x):
+        return self.lin(x)
+
+
+class _Embed(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.emb = nn.Embedding(10, 32)
+
+    def forward(self, ids):
+        return self.emb(ids)
+
+
+def test_empty_push_is_input_error():
+    dev = pybuda.TTDevice("tt0", module=pybuda.PyTorchModule("m", _Linear().eval()))
+    with pytest.raises(InputError, match=r"empty \(shape \[0, 32, 32\]\)"):
+        dev.push_to_inputs(torch.zeros(0, 32, 32))
+
+
+def test_complex_push_is_input_error():
+    dev = pybuda.TTDevice("tt0", module=pybuda.PyTorchModule("m", _Linear().eval()))
+    with pytest.raises(InputError, match="complex tensors are not supported"):
+        dev.push_to_inputs(torch.randn(1, 32, 32, dtype=torch.complex64))
+
+
+def test_embedding_ids_out_of_range_name_input_range_and_vocab():
+    module = pybuda.PyTorchModule("m", _Embed().eval())
+    with pytest.raises(InputError) as info:
+        pybuda.run_inference(module, inputs=[(torch.tensor([[1, 12, 3, 40]]),)]).get()
+    text = str(info.value)
+    assert "model input 'ids'" in text
+    assert "vocabulary size 10" in text and "from 1 to 40" in text
+
+
+def test_embedding_ids_in_range_run():
+    module = pybuda.PyTorchModule("m", _Embed().eval())
+    out = pybuda.run_inference(module, inputs=[(torch.tensor([[1, 2, 3, 9]]),)]).get()
+    assert list(out[0].value().shape) == [1, 4, 32]
