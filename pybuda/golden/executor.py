@@ -15,6 +15,7 @@ from typing import Any, Dict, List, Mapping, Sequence, Tuple
 
 import torch
 
+from pybuda.dtypes import DataFormat
 from pybuda.errors import InputError
 from pybuda.golden.device import GoldenDevice
 from pybuda.netlist.host_io import HostIO, from_device_layout, to_device_layout, torch_dtype
@@ -35,6 +36,7 @@ class GoldenExecutor:
             raise InputError("the compile results hold no netlist: compile to CompileDepth.FULL before running")
         self.host_io = host_io
         self.device = GoldenDevice(netlist, fast=fast)
+        self._input_formats = {q.name: q.df for q in netlist.queues.values()}
         self.microbatch = max(1, int(netlist.graphs[next(iter(netlist.graphs))].input_count))
         self._params: Dict[str, torch.Tensor] = {p.name: _tensor(tensors, p.tensor, f"parameter '{p.name}'")
                                                  for p in host_io.parameters}
@@ -48,6 +50,8 @@ class GoldenExecutor:
         host_inputs = self.host_io.inputs
         if len(inputs) != len(host_inputs):
             raise InputError(f"the compiled model takes {len(host_inputs)} input(s), got {len(inputs)}")
+        for rec, x in zip(host_inputs, inputs):
+            _check_integer_range(rec.name, x, self._input_formats.get(rec.queue))
         device_inputs = [to_device_layout(rec, x) for rec, x in zip(host_inputs, inputs)]
         entries = device_inputs[0].shape[0] if device_inputs else self.microbatch
         if entries % self.microbatch:
@@ -98,6 +102,32 @@ class GoldenExecutor:
     def close(self) -> None:
         """Release the simulated device."""
         self.device = None
+
+
+#: Value range of each integer queue format: the chip saturates beyond it.
+_INTEGER_RANGES = {
+    DataFormat.Int8: (-(2 ** 7), 2 ** 7 - 1), DataFormat.UInt8: (0, 2 ** 8 - 1), DataFormat.UInt16: (0, 2 ** 16 - 1),
+    DataFormat.Int32: (-(2 ** 31), 2 ** 31 - 1), DataFormat.RawUInt8: (0, 2 ** 8 - 1),
+    DataFormat.RawUInt16: (0, 2 ** 16 - 1), DataFormat.RawUInt32: (0, 2 ** 32 - 1),
+}
+#: The golden device carries values through float32 math, where integers are exact up to 2**24.
+_FLOAT32_EXACT = 2 ** 24
+
+
+def _check_integer_range(name: str, value: torch.Tensor, df: Any) -> None:
+    """Integer data must come back unchanged: beyond its queue's integer format the chip would saturate
+    it, and beyond 2**24 the golden device's float32 math would round it (an int64 id of 2**30 + 1 would
+    come back as 2**30) — a wrong number with no error either way, so refuse it here."""
+    bounds = _INTEGER_RANGES.get(df)
+    if bounds is None or value.dtype.is_floating_point or value.dtype == torch.bool or not value.numel():
+        return
+    lo, hi = int(value.min()), int(value.max())
+    low, high = max(bounds[0], -_FLOAT32_EXACT), min(bounds[1], _FLOAT32_EXACT)
+    if lo < low or hi > high:
+        raise InputError(f"input '{name}' ({str(value.dtype).replace('torch.', '')}) holds values from {lo} to {hi}; "
+                         f"its queue is {df.name} and the simulated chip keeps integers exact in [{low}, {high}] "
+                         f"({df.name} holds [{bounds[0]}, {bounds[1]}]; its math runs in float32), so they would "
+                         f"not come back unchanged")
 
 
 def _tensor(tensors: Mapping[str, torch.Tensor], key: Any, what: str) -> torch.Tensor:

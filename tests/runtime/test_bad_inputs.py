@@ -51,3 +51,30 @@ def test_embedding_ids_in_range_run():
     module = pybuda.PyTorchModule("m", _Embed().eval())
     out = pybuda.run_inference(module, inputs=[(torch.tensor([[1, 2, 3, 9]]),)]).get()
     assert list(out[0].value().shape) == [1, 4, 32]
+
+
+class _IntPlusOne(nn.Module):
+    def forward(self, x):
+        return x + 1
+
+
+def test_integer_input_beyond_the_queue_format_is_input_error_not_a_clamped_number():
+    """The chip's widest integer format is Int32: an int64 value beyond it would saturate silently."""
+    pybuda.TTDevice("tt0", module=pybuda.PyTorchModule("m", _IntPlusOne()), arch=pybuda.BackendDevice.Wormhole_B0)
+    x = torch.tensor([[2 ** 40 + 1, 5]], dtype=torch.int64)
+    with pytest.raises(InputError, match=r"holds values from 6 to 1099511627778; its queue is Int32"):
+        pybuda.run_inference(inputs=[(x,)]).get()
+
+
+def test_integer_input_beyond_float32_exact_integers_is_input_error():
+    """2**30 + 1 fits Int32, but the golden device's float32 math would round it to 2**30."""
+    pybuda.TTDevice("tt0", module=pybuda.PyTorchModule("m", _IntPlusOne()), arch=pybuda.BackendDevice.Wormhole_B0)
+    with pytest.raises(InputError, match=r"keeps integers exact in \[-16777216, 16777216\]"):
+        pybuda.run_inference(inputs=[(torch.tensor([[2 ** 30, 1]], dtype=torch.int64),)]).get()
+
+
+def test_integer_input_within_the_queue_format_runs():
+    pybuda.TTDevice("tt0", module=pybuda.PyTorchModule("m", _IntPlusOne()), arch=pybuda.BackendDevice.Wormhole_B0)
+    x = torch.tensor([[2 ** 24 - 1, -5]], dtype=torch.int64)
+    out = pybuda.run_inference(inputs=[(x,)]).get()[0].value()
+    assert torch.equal(out.to(torch.int64), x + 1)
