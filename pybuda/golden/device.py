@@ -540,10 +540,3 @@ def _topological(graph: nl.GraphDef) -> List[str]:
         if not progressed:
             raise NetlistError(f"graphs.{graph.name}", f"ops form a cycle: {sorted(pending)}")
     return order
-
-
-def create_executor(compile_results, *, microbatch: int = 1, device=None):
-    """The runtime's executor for Golden TTDevices (see :mod:`pybuda.golden.executor`)."""
-    from pybuda.golden.executor import create_executor as _create
-
-    return _create(compile_results, microbatch=microbatch, device=device)

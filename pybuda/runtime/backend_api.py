@@ -11,9 +11,9 @@ TTDevice traces and compiles its modules for **one** sample (dim 0 narrowed to 1
 with ``mb`` along dim 0 (per-sample outputs concatenated along dim 0; 0-d outputs stacked). A
 CPUDevice has no microbatch notion: it traces PyBuda modules for the whole pushed tensor.
 
-Executor contract (what ``pybuda.golden.device`` must provide to run compiled netlists)
-------------------------------------------------------------------------------------------
-``pybuda/golden/device.py`` defines::
+Executor contract (what a backend provides to run compiled netlists)
+---------------------------------------------------------------------
+``pybuda/golden/executor.py`` (the simulated chip; a silicon backend would be a second one) defines::
 
     def create_executor(compile_results, *, microbatch: int, device) -> Executor
 
@@ -42,14 +42,13 @@ Executor contract (what ``pybuda.golden.device`` must provide to run compiled ne
   device's worker (in concurrent mode, inside the device process), so it never needs to be picklable.
   Exceptions it raises stop the pipeline and reach the user (as RuntimeFailure in concurrent mode).
 
-Until ``pybuda.golden.device`` exists TTDevices run on :class:`CPUReferenceExecutor`: the traced
-graph executed with the ops' torch references (after a full compile, so compile errors still show);
-the log says so once. Other devtypes (Model, Versim ...) always use the CPU reference.
+Golden TTDevices run on the golden executor. Other devtypes (Model, Versim ...) run on
+:class:`CPUReferenceExecutor`: the traced graph executed with the ops' torch references (after a full
+compile, so compile errors still show).
 """
 
 from __future__ import annotations
 
-import importlib
 import logging
 from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, List, Mapping, Optional, Protocol, Sequence, Tuple, runtime_checkable
@@ -59,15 +58,6 @@ import torch
 from pybuda.errors import InputError, PybudaError
 
 log = logging.getLogger(__name__)
-
-_notified: set = set()
-
-
-def _notice_once(key: str, message: str, *args: Any) -> None:
-    if key not in _notified:
-        _notified.add(key)
-        log.warning(message, *args)
-
 
 @dataclass(frozen=True)
 class TensorSpec:
@@ -186,31 +176,18 @@ def _check_parameter_update(current: Mapping[str, torch.Tensor], params: Mapping
 def create_executor(devtype, compile_results: Any, *, graph=None, microbatch: int = 1, device=None) -> Executor:
     """The executor for one compiled graph on a device of type ``devtype`` (a ``BackendType``).
 
-    ``BackendType.Golden`` uses ``pybuda.golden.device.create_executor`` (contract in the module
-    docstring) when that module exists and a netlist was compiled; everything else, and Golden until
-    then, runs ``graph`` on :class:`CPUReferenceExecutor`.
+    ``BackendType.Golden`` with compile results uses the golden executor (contract in the module
+    docstring); everything else runs ``graph`` on :class:`CPUReferenceExecutor`.
     """
     from pybuda.arch.types import BackendType
 
     if devtype == BackendType.Golden and compile_results is not None:
-        golden = _optional_module("pybuda.golden.device")
-        if golden is not None and hasattr(golden, "create_executor"):
-            return golden.create_executor(compile_results, microbatch=microbatch, device=device)
-        _notice_once("golden-missing", "pybuda.golden.device has no create_executor yet: TTDevices run the "
-                                       "traced graph with CPU reference numerics, not the chip's")
+        from pybuda.golden.executor import create_executor as golden_executor
+
+        return golden_executor(compile_results, microbatch=microbatch, device=device)
     if graph is None:
         raise PybudaError(f"no executor for devtype {devtype}: there is no graph to run on the CPU reference")
     return CPUReferenceExecutor(graph, microbatch)
-
-
-def _optional_module(name: str):
-    """Import ``name``; None when that module itself does not exist (errors inside it propagate)."""
-    try:
-        return importlib.import_module(name)
-    except ModuleNotFoundError as e:
-        if e.name == name or (e.name and name.startswith(e.name + ".")):
-            return None
-        raise
 
 
 def _run_compiler(graph, device, config, verify_cfg, microbatch: int, inputs=None):

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from pybuda.golden.device import create_executor
+from pybuda.golden.executor import create_executor
 from pybuda.config import CompilerConfig
 from pybuda.models import get_model
 from pybuda.compile import pybuda_compile

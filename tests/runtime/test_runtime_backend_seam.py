@@ -50,9 +50,9 @@ def test_golden_backend_plugs_in_through_create_executor(monkeypatch):
         made.append(RecordingExecutor(compile_results, microbatch, device))
         return made[-1]
 
-    fake = types.ModuleType("pybuda.golden.device")
+    fake = types.ModuleType("pybuda.golden.executor")
     fake.create_executor = create_executor
-    monkeypatch.setitem(sys.modules, "pybuda.golden.device", fake)
+    monkeypatch.setitem(sys.modules, "pybuda.golden.executor", fake)
 
     w = torch.randn(32, 32)
     tt0 = pybuda.TTDevice("tt0", module=Matmul("mm0", w), arch=pybuda.BackendDevice.Wormhole_B0)
