@@ -39,6 +39,17 @@ def _targets(module: str, node: ast.AST, is_package: bool) -> List[str]:
     return [full] + [f"{full}.{alias.name}" for alias in node.names]
 
 
+def imported_names(path: str, module: str) -> List[str]:
+    """Every module (or ``module.name``) an ``import`` or ``from ... import`` in the file names, at module level
+    or inside functions, relative imports resolved as if the file were ``module``. For checks that no code
+    path of a layer reaches another, where lazy imports count too."""
+    with open(path, encoding="utf-8") as f:
+        tree = ast.parse(f.read(), path)
+    is_package = path.endswith("__init__.py")
+    return [target for node in ast.walk(tree) if isinstance(node, (ast.Import, ast.ImportFrom))
+            for target in _targets(module, node, is_package)]
+
+
 def _is_type_checking(test: ast.AST) -> bool:
     return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or \
         (isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING")

@@ -1,7 +1,6 @@
 """The netlist is the backend's contract: the golden device and the performance model read the netlist, the
 host-I/O record and named tensors — never the compiler's code or in-memory state (DESIGN.md, Contracts)."""
 
-import ast
 import json
 import os
 import subprocess
@@ -20,6 +19,7 @@ from pybuda.netlist import to_yaml
 from pybuda.netlist.host_io import HostIO, HostTM, ParameterIO, QueueIO, from_device_layout, to_device_layout
 from pybuda.netlist.parse import parse_yaml
 from pybuda.passes.lowered.buda_eval import evaluate_buda_graph
+from tests.import_graph import imported_names
 
 PACKAGE_DIR = os.path.dirname(pybuda.__file__)
 REPO_ROOT = os.path.dirname(PACKAGE_DIR)
@@ -62,23 +62,11 @@ def _compile(tmp_path, microbatch=2, fast=False):
 
 
 def _imported_modules(path, package=None):
-    """Every module an ``import`` or ``from ... import`` names, at module level or inside functions (relative
-    imports resolved against ``package``, by default the file's own)."""
-    with open(path, encoding="utf-8") as f:
-        tree = ast.parse(f.read(), path)
+    """Every module an import in ``path`` names, lazy ones included (relative imports resolved against
+    ``package``, by default the file's own)."""
     if package is None:
         package = ".".join(["pybuda"] + os.path.relpath(os.path.dirname(path), PACKAGE_DIR).split(os.sep))
-    names = []
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Import):
-            names += [alias.name for alias in node.names]
-        elif isinstance(node, ast.ImportFrom):
-            base = node.module or ""
-            if node.level:
-                parts = package.split(".")
-                base = ".".join(parts[: len(parts) - (node.level - 1)] + ([base] if base else []))
-            names += [base] + [f"{base}.{alias.name}" for alias in node.names]
-    return names
+    return imported_names(path, f"{package}.{os.path.basename(path)[:-3]}")
 
 
 def _backend_files():
