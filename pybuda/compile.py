@@ -161,7 +161,7 @@ class ModuleGraph:
                 self._graph_inputs = list(self.flat_inputs)
             else:
                 with torch.no_grad():
-                    self._graph_inputs = list(_as_tuple(self.pre(*self.flat_inputs)))
+                    self._graph_inputs = list(as_tuple(self.pre(*self.flat_inputs)))
         return self._graph_inputs
 
     @property
@@ -180,10 +180,11 @@ class ModuleGraph:
         if self.post is None:
             return self.graph_outputs
         with torch.no_grad():
-            return list(_as_tuple(self.post(*self.graph_outputs)))
+            return list(as_tuple(self.post(*self.graph_outputs)))
 
 
-def _as_tuple(value: Any) -> tuple:
+def as_tuple(value: Any) -> tuple:
+    """A module's result as a tuple of tensors (a single tensor becomes a 1-tuple)."""
     return (value,) if isinstance(value, torch.Tensor) else tuple(value)
 
 

@@ -26,6 +26,7 @@ from typing import Any, Callable, List, Optional, Sequence, Tuple
 
 import torch
 
+from pybuda.compile import as_tuple
 from pybuda.errors import CompileError
 from pybuda.module import Module, PyTorchModule
 from pybuda.runtime import state
@@ -50,14 +51,8 @@ class CpuFallbackModule(Module):
     def forward(self, *tensors: torch.Tensor) -> Tuple[torch.Tensor, ...]:
         samples = split_microbatch(list(tensors), self.per_sample_shapes, f"CPU fallback stage '{self.name}'")
         with torch.no_grad():
-            outs = [list(_as_tuple(self.fn(*s))) for s in samples]
+            outs = [list(as_tuple(self.fn(*s))) for s in samples]
         return tuple(fold_microbatch(outs))
-
-
-def _as_tuple(value: Any) -> Tuple[torch.Tensor, ...]:
-    if isinstance(value, torch.Tensor):
-        return (value,)
-    return tuple(value)
 
 
 def undo_translation(device: Device) -> None:
