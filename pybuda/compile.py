@@ -25,12 +25,13 @@ from typing import Any, Callable, Dict, List, Optional, Sequence
 import torch
 
 from pybuda.config import CompileDepth, CompilerConfig, _get_global_compiler_config
-from pybuda.errors import CompileError, PybudaError
+from pybuda.errors import CompileError, ConfigError, PybudaError
 from pybuda.ir.graph import Graph
 from pybuda.ir.lowered import BudaGraph
 from pybuda.module import Module
 from pybuda.passes.context import CompileContext
 from pybuda.passes.pipeline import run_stages
+from pybuda.tensor import as_tuple  # noqa: F401  (re-exported: callers of the compile entry points use it)
 
 log = logging.getLogger(__name__)
 
@@ -183,11 +184,6 @@ class ModuleGraph:
             return list(as_tuple(self.post(*self.graph_outputs)))
 
 
-def as_tuple(value: Any) -> tuple:
-    """A module's result as a tuple of tensors (a single tensor becomes a 1-tuple)."""
-    return (value,) if isinstance(value, torch.Tensor) else tuple(value)
-
-
 def module_to_graph(module: Module, samples: Sequence[Any], input_names: Optional[Sequence[str]] = None, *,
                     graph_name: Optional[str] = None, config: Optional[CompilerConfig] = None,
                     for_device: bool = False, allow_cpu_stages: bool = False) -> ModuleGraph:
@@ -256,12 +252,28 @@ def _descriptor(config: CompilerConfig, arch: Any = None, device_config: Optiona
     from pybuda.arch import get_device_descriptor
 
     chips = config.num_chips if num_chips is None else num_chips
+    if config.backend_device_descriptor_path:
+        return descriptor_from_file(config.backend_device_descriptor_path, arch, chips)
     if not config.harvested_rows:
         return get_device_descriptor(arch, device_config=device_config, harvesting_mask=config.harvesting_mask,
                                      num_chips=chips)
     base = get_device_descriptor(arch, device_config=device_config, num_chips=chips)
     return get_device_descriptor(arch, device_config=device_config,
                                  harvesting_mask=config.resolved_harvesting_mask(base.arch), num_chips=chips)
+
+
+def descriptor_from_file(path: str, arch: Any = None, num_chips: int = 1):
+    """The device descriptor in the ``device_desc.yaml`` at ``path`` (``backend_device_descriptor_path``):
+    ConfigError when it is missing or malformed, or describes another arch than ``arch``. A chip count other
+    than 1 replaces the file's (as for presets)."""
+    from pybuda.arch.descriptor import _as_arch, with_chips
+    from pybuda.backend_build.descriptors import read_device_descriptor
+
+    desc = read_device_descriptor(str(path))
+    if arch is not None and desc.arch != _as_arch(arch):
+        raise ConfigError(f"backend_device_descriptor_path '{path}' describes a {desc.arch.value} device; this compile "
+                          f"is for {_as_arch(arch).value}")
+    return with_chips(desc, num_chips) if num_chips and num_chips != 1 else desc
 
 
 def resolve_device(device: Any, config: CompilerConfig):

@@ -339,3 +339,8 @@ def remove_microbatch(tensors: Sequence[Tensor]) -> List[Tensor]:
         shape = (1,) + tuple(t.shape.dims[1:])
         out.append(Tensor(shape, t.data_format, value=v, dtype=t.dtype))
     return out
+
+
+def as_tuple(value: Any) -> tuple:
+    """A module's result as a tuple of tensors (a single tensor becomes a 1-tuple)."""
+    return (value,) if isinstance(value, torch.Tensor) else tuple(value)

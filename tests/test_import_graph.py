@@ -51,7 +51,7 @@ def test_layers_point_down():
     netlist never reach up into the compiler, the frontends or the runtime."""
     graph = import_graph(PACKAGE_DIR)
     assert _imports_of(graph, "pybuda.dtypes") <= {"pybuda.errors"}
-    for low in ("pybuda.golden", "pybuda.perf", "pybuda.arch"):
+    for low in ("pybuda.golden", "pybuda.perf", "pybuda.arch", "pybuda.backend_build"):
         up = {d for d in _imports_of(graph, low)
               if d.split(".")[1] in ("passes", "frontend", "runtime", "compile", "balancer", "placer", "module",
                                      "tensor", "cli", "op")}

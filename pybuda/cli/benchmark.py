@@ -23,7 +23,7 @@ import logging
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Dict, Optional, Tuple
+from typing import Any, Dict, Mapping, Optional, Tuple
 
 from pybuda.errors import ConfigError
 from pybuda.dtypes import DataFormat, MathFidelity
@@ -97,6 +97,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="write the result as JSON into --output-dir")
     parser.add_argument("--output-dir", "--output_dir", dest="output_dir", default=None,
                         help="where --save_output writes (default: the build directory)")
+    parser.add_argument("--save_tti", "--save-tti", dest="save_tti", default=None, metavar="PATH",
+                        help="compile to a device image at PATH (offline: nothing runs) and model the card")
+    parser.add_argument("--load_tti", "--load-tti", dest="load_tti", default=None, metavar="PATH",
+                        help="run the device image at PATH instead of compiling (random inputs of its shapes)")
 
 
 @dataclass
@@ -214,8 +218,82 @@ def _compile_and_run(spec: Any, cfg: Any, device_config: str, loop_count: int) -
         pybuda_reset()
 
 
+def _save_image(spec: Any, cfg: Any, path: str) -> Tuple[Any, float, int]:
+    """Compile to a device image at ``path`` without running. Returns (image, seconds, file size)."""
+    import os
+
+    from pybuda.config import _set_global_compiler_config
+    from pybuda.runtime import TTDevice, pybuda_reset
+
+    pybuda_reset()
+    _set_global_compiler_config(cfg)
+    try:
+        from pybuda.arch import get_device_descriptor
+
+        tt = TTDevice("tt0", arch=get_device_descriptor(device_config=cfg.device_config).arch, module=spec.to_pybuda())
+        t0 = time.perf_counter()
+        image = tt.compile_to_image(img_path=path, sample_inputs=tuple(spec.example_inputs))
+        return image, time.perf_counter() - t0, os.path.getsize(path)
+    finally:
+        pybuda_reset()
+
+
+def _run_image(path: str, loop_count: int) -> Tuple[Any, float, float]:
+    """Load the device image at ``path`` and time ``loop_count`` pushes of random inputs of its shapes, from
+    the first push to the last output. Returns (image, load seconds, run seconds)."""
+    from pybuda.runtime import TTDevice, initialize_pipeline, pybuda_reset, run_forward
+    from pybuda.tti import TTDeviceImage
+    from pybuda.tti.load import random_inputs
+
+    pybuda_reset()
+    try:
+        t0 = time.perf_counter()
+        image = TTDeviceImage.load_from_disk(path)
+        tt = TTDevice.load_image(img=image)
+        inputs = tuple(random_inputs(image))
+        out_q = initialize_pipeline(training=False, sample_inputs=inputs)
+        load_seconds = time.perf_counter() - t0
+        t1 = time.perf_counter()
+        for _ in range(loop_count):
+            tt.push_to_inputs(inputs)
+        run_forward(input_count=loop_count)
+        for _ in range(loop_count):
+            out_q.get()
+        return image, load_seconds, time.perf_counter() - t1
+    finally:
+        pybuda_reset()
+
+
+def _image_record(record: Dict[str, Any], image: Any, loops: int, out_dir: Path) -> Dict[str, Any]:
+    from pybuda.perf.report import write_reports
+    from pybuda.tti.load import estimate_image
+
+    report = estimate_image(image)[0]
+    paths = write_reports(report, out_dir)
+    record.update(_perf_fields(report, loops, paths), device_config=image.device.name,
+                  microbatch=image.microbatch_size)
+    record["_summary"] = report.summary()
+    return record
+
+
+def _perf_fields(report: Any, loops: int, paths: Mapping[str, Any]) -> Dict[str, Any]:
+    return {
+        "epochs": report.num_epochs, "modeled_samples_per_sec": report.samples_per_sec,
+        "modeled_samples_per_sec_loop": report.samples_per_sec_for(loops),
+        "modeled_latency_ms": report.latency_s * 1e3, "modeled_math_utilization": report.math_utilization,
+        "modeled_tflops": report.tflops,
+        "bottleneck_op": report.bottleneck.name if report.bottleneck else None,
+        "limited_by": report.limited_by,
+        "perf_report": {k: str(v) for k, v in paths.items()},
+    }
+
+
 def run(args: argparse.Namespace) -> Dict[str, Any]:
     """Run the benchmark described by ``args``; returns the result record (also printed by :func:`main`)."""
+    if getattr(args, "save_tti", None) and getattr(args, "load_tti", None):
+        raise ConfigError("--save_tti and --load_tti exclude each other: save an image in one run, load it in another")
+    if args.device != "tt" and (getattr(args, "save_tti", None) or getattr(args, "load_tti", None)):
+        raise ConfigError("--save_tti/--load_tti need -d tt")
     plan = _plan(args)
     mb, loops = int(args.microbatch), int(args.loop_count)
     record: Dict[str, Any] = {
@@ -227,6 +305,13 @@ def run(args: argparse.Namespace) -> Dict[str, Any]:
         "modeled_samples_per_sec_loop": None, "modeled_latency_ms": None, "host_samples_per_sec": None,
         "perf_only": bool(args.perf_only),
     }
+    if getattr(args, "load_tti", None):
+        from pybuda.config import build_dir
+
+        image, load_seconds, run_seconds = _run_image(args.load_tti, loops)
+        record.update(load_tti=args.load_tti, image_load_seconds=load_seconds,
+                      host_samples_per_sec=image.microbatch_size * loops / run_seconds)
+        return _image_record(record, image, loops, Path(build_dir()))
     t_build = time.perf_counter()
     spec = _model(plan, mb)
     record["model_build_seconds"] = time.perf_counter() - t_build
@@ -240,6 +325,10 @@ def run(args: argparse.Namespace) -> Dict[str, Any]:
     from pybuda.config import build_dir
 
     cfg = _compiler_config(plan, args)
+    if getattr(args, "save_tti", None):
+        image, compile_seconds, size = _save_image(spec, cfg, args.save_tti)
+        record.update(save_tti=args.save_tti, image_bytes=size, compile_seconds=compile_seconds)
+        return _image_record(record, image, loops, Path(cfg.backend_output_dir or build_dir()))
     if args.perf_only:
         results, compile_seconds = _compile_only(spec, cfg, mb)
         run_seconds = None
@@ -250,16 +339,7 @@ def run(args: argparse.Namespace) -> Dict[str, Any]:
     report = estimate_compiled(results, microbatch=mb)
     out_dir = Path(cfg.backend_output_dir or build_dir())
     paths = write_reports(report, out_dir)
-    record.update({
-        "compile_seconds": compile_seconds, "epochs": report.num_epochs,
-        "modeled_samples_per_sec": report.samples_per_sec,
-        "modeled_samples_per_sec_loop": report.samples_per_sec_for(loops),
-        "modeled_latency_ms": report.latency_s * 1e3, "modeled_math_utilization": report.math_utilization,
-        "modeled_tflops": report.tflops,
-        "bottleneck_op": report.bottleneck.name if report.bottleneck else None,
-        "limited_by": report.limited_by,
-        "perf_report": {k: str(v) for k, v in paths.items()},
-    })
+    record.update(_perf_fields(report, loops, paths), compile_seconds=compile_seconds)
     if run_seconds is not None:
         record["host_samples_per_sec"] = mb * loops / run_seconds
     record["_summary"] = report.summary()
@@ -275,6 +355,11 @@ def _print(record: Dict[str, Any]) -> None:
           + (f" {record['device_config']}" if record.get("device_config") else ""))
     if record.get("compile_seconds") is not None:
         print(f"  compile: {record['compile_seconds']:.1f} s, {record['epochs']} epoch(s)")
+    if record.get("save_tti"):
+        print(f"  device image: {record['save_tti']} ({record['image_bytes']:,} bytes); nothing ran (offline compile)")
+    if record.get("load_tti"):
+        print(f"  device image: {record['load_tti']} loaded and ready in {record['image_load_seconds']:.2f} s, "
+              f"{record['epochs']} epoch(s)")
     if record.get("host_samples_per_sec") is not None:
         where = "simulated chip on this host" if record["device"] == "tt" else "PyTorch on this host"
         print(f"  measured host throughput ({where}): {record['host_samples_per_sec']:,.2f} samples/s")

@@ -1,4 +1,4 @@
-"""The ``pybuda`` command: ``pybuda run | compile | benchmark``.
+"""The ``pybuda`` command: ``pybuda run | compile | benchmark | image``.
 
 Each subcommand lives in its own module (loaded only when used) and exposes ``add_arguments(parser)``
 and ``main(args) -> int``.
@@ -16,6 +16,7 @@ SUBCOMMANDS = {
     "run": ("pybuda.cli.run", "compile a real model for a Wormhole n150 and run it on the simulated chip"),
     "compile": ("pybuda.cli.compile", "compile a model from pybuda.models into a netlist"),
     "benchmark": ("pybuda.cli.benchmark", "measure host throughput and model card throughput"),
+    "image": ("pybuda.cli.image", "inspect (info) or run a device image (.tti)"),
 }
 
 

@@ -48,6 +48,7 @@ __all__ = [
     "matmul_ideal_cycles",
     "epoch_overhead_cycles",
     "distinct_fetchers",
+    "multicast_axis",
     "sparse_table_tiles_per_core",
     "operand_fetches",
     "dram_bytes_per_input",
@@ -551,19 +552,34 @@ def dram_bytes_per_input(op: Any, op_model: Any, input_bandwidth_context: Bandwi
     return total
 
 
-def distinct_fetchers(op: Any, b: Any, index: int) -> int:
-    """How many times operand ``index``'s per-core slice is fetched from its source per input: a dense
-    matmul's in0 once per grid row and in1 once per grid column (NoC multicast along the row/column);
-    a sparse matmul's in1 (the activation) once per grid column, its picker tiles and index per core;
-    every operand of every other op once per core. ``b`` is a blocking or an OpModel-like object."""
-    grid = getattr(b, "grid_shape", None)
-    grid_r, grid_c = (int(grid[0]), int(grid[1])) if grid is not None else (b.grid_r, b.grid_c)
+def multicast_axis(op: Any, index: int) -> Optional[str]:
+    """Along which of the op's grid dimensions operand ``index`` is multicast: ``"row"`` (every core of a
+    grid row receives the same slice: a dense matmul's in0), ``"col"`` (every core of a grid column: a
+    matmul's in1, dense or sparse — the sparse activation), or None (each core fetches its own slice).
+    The one rule both :func:`distinct_fetchers` and the backend build's pipes
+    (:mod:`pybuda.backend_build.routing`) group destination cores by."""
     if op.type in _MATMUL_OPS:
         sparse = bool(op.attrs.get("identity"))
         if index == 0 and not sparse:
-            return max(1, grid_r)
+            return "row"
         if index == 1:
-            return max(1, grid_c)
+            return "col"
+    return None
+
+
+def distinct_fetchers(op: Any, b: Any, index: int) -> int:
+    """How many times operand ``index``'s per-core slice is fetched from its source per input: a dense
+    matmul's in0 once per grid row and in1 once per grid column (NoC multicast along the row/column,
+    :func:`multicast_axis`); a sparse matmul's in1 (the activation) once per grid column, its picker
+    tiles and index per core; every operand of every other op once per core. ``b`` is a blocking or an
+    OpModel-like object."""
+    grid = getattr(b, "grid_shape", None)
+    grid_r, grid_c = (int(grid[0]), int(grid[1])) if grid is not None else (b.grid_r, b.grid_c)
+    axis = multicast_axis(op, index)
+    if axis == "row":
+        return max(1, grid_r)
+    if axis == "col":
+        return max(1, grid_c)
     return max(1, grid_r * grid_c)
 
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 import math
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
+from pybuda.backend_build.routing import Pipe, graph_pipes, input_tile_caps
 from pybuda.perf import cost
 from pybuda.perf.config import BOUNDS, PerfConfig
 from pybuda.perf.pipes import fork_join, gather_sources, pipe_rate, topo
@@ -47,6 +48,21 @@ class _Estimator:
         self.eth_rate = eth_bps * max(1, self.cfg.eth_links_per_chip_pair) / self.clock if eth_bps else 0.0
         self.op_rows: Dict[str, OpPerf] = {}
         self.op_graph: Dict[str, GraphDef] = {g_op.name: g for g, g_op in netlist.iter_ops()}
+        # The backend build's pipes, per graph: op -> input index (-1: output writes) -> pipes. Every
+        # byte the model moves over the NoC, DRAM, PCIe and Ethernet per input is summed from these.
+        self._pipes: Dict[str, Dict[str, Dict[int, List[Pipe]]]] = {}
+
+    def pipes_of(self, graph: GraphDef, op: NetlistOp) -> Dict[int, List[Pipe]]:
+        """The pipes of ``op`` by input index (-1: its output writes), built once per graph
+        (:func:`pybuda.backend_build.routing.graph_pipes`, without routes: only the traffic is needed)."""
+        table = self._pipes.get(graph.name)
+        if table is None:
+            table = {}
+            for p in graph_pipes(self.netlist, graph.name, self.device, routes=False, strict=False):
+                owner = p.producer if p.operand < 0 else p.consumer
+                table.setdefault(owner, {}).setdefault(p.operand, []).append(p)
+            self._pipes[graph.name] = table
+        return table.get(op.name, {})
 
     # -- program-level facts ----------------------------------------------------------------------
     def _samples_per_iteration(self) -> int:
@@ -101,11 +117,8 @@ class _Estimator:
         cop, cmod = _CostOp(op), _CostModel(op)
         sources = self._sources(ex, op)
         n = len(op.inputs)
-        caps: List[Optional[int]] = []
-        for name in op.inputs:
-            q = self.netlist.queues.get(name)
-            caps.append(None if q is None else q.shape.t * q.shape.rt * q.shape.ct)
-        caps_t = tuple(caps)
+        caps_t = input_tile_caps(self.netlist, op)
+        pipes = self.pipes_of(ex.graph, op)
 
         def breakdown(srcs: Sequence[str], dest: str) -> cost.CycleBreakdown:
             ctx = cost.BandwidthContext(tuple(srcs), dest, caps_t)
@@ -120,14 +133,14 @@ class _Estimator:
             br = breakdown([s if s == kind else "prologue" for s in sources], "op")
             key = label[kind]
             bounds[key] = max(bounds[key], br.input_bw)
-        # Op→op pipes at their direct/gather rates (NBS §6.3) instead of cost.py's flat NoC rate.
+        # Op→op pipes at their direct/gather rates (NBS §6.3) instead of cost.py's flat NoC rate: each
+        # core's slice of an input over the slowest (most-gathering) pipe that carries it.
         noc_in = 0.0
-        in_tiles = cost.input_tiles_per_core(cop, cmod)
-        for i, name in enumerate(op.inputs):
-            if sources[i] != "op" or i >= len(in_tiles):
+        for i in range(len(op.inputs)):
+            if sources[i] != "op":
                 continue
-            df = op.in_df[i] if i < len(op.in_df) else op.out_df
-            noc_in += in_tiles[i] * cost.tile_size_bytes(df) / self._pipe_rate(self._gather_sources(op, i))
+            noc_in += max((p.bytes_per_input / self._pipe_rate(p.source_count) for p in pipes.get(i, ())),
+                          default=0.0)
         out_noc = cost.output_tiles_per_core(cmod) * cost.tile_size_bytes(op.out_df) / self._pipe_rate(1)
         if self.cfg.gather_pipes:
             bounds["noc"] = int(math.ceil(max(noc_in, out_noc)))
@@ -135,9 +148,9 @@ class _Estimator:
         if dest != "op":
             bounds[label[dest]] = max(bounds[label[dest]], breakdown(quiet, dest).output_bw)
 
-        # Bytes per input moved over shared links, summed over the op's distinct fetches.
+        # Bytes per input moved over shared links: the sum over the pipes (one per distinct fetch).
         cores = max(1, op.grid_size[0] * op.grid_size[1])
-        fetches = cost.operand_fetches(cop, cmod, caps_t)
+        operands = len(cost.input_tiles_per_core(cop, cmod))  # inputs the cost model gives a slice
         dram_bytes: Dict[Tuple[int, int], float] = {}
         host_bytes = 0.0
         eth_bytes: Dict[Tuple[int, int], float] = {}
@@ -150,9 +163,9 @@ class _Estimator:
                 eth_bytes[pair] = eth_bytes.get(pair, 0.0) + nbytes
         for i, name in enumerate(op.inputs):
             q = self.netlist.queues.get(name)
-            if i >= len(fetches):
+            if i >= operands:
                 break
-            nbytes = fetches[i][0] * fetches[i][1]
+            nbytes = sum(p.bytes_per_input for p in pipes.get(i, ()))
             if q is None:
                 producer_graph = self.op_graph.get(name)
                 if producer_graph is not None:
@@ -165,14 +178,19 @@ class _Estimator:
             else:
                 self._spread(dram_bytes, q, nbytes)
                 cross(_chip_of(q.target_device), nbytes)
-        out_bytes = cost.output_tiles_per_core(cmod) * cost.tile_size_bytes(op.out_df) * cores
+        writes: Dict[str, float] = {}
+        for p in pipes.get(-1, ()):
+            writes[p.consumer] = writes.get(p.consumer, 0) + p.bytes_per_input
         for q in self.netlist.queues_fed_by(op.name):
+            out_bytes = writes.get(q.name, 0)
             if q.loc == "host":
                 host_bytes += out_bytes
             else:
                 self._spread(dram_bytes, q, out_bytes)
                 cross(_chip_of(q.target_device), out_bytes)
         if op.type == "ethernet_datacopy" and op.attr("dest_device") is not None:
+            # an Ethernet copy to another chip's op has no queue to write: its whole output crosses
+            out_bytes = cost.output_tiles_per_core(cmod) * cost.tile_size_bytes(op.out_df) * cores
             cross(int(op.attr("dest_device")), out_bytes)
         if ideal is None:
             ideal = cost.matmul_ideal_cycles(cop, cmod, self.device)
@@ -185,9 +203,10 @@ class _Estimator:
         return pipe_rate(self.cfg, self.clock, sources)
 
     def _gather_sources(self, op: NetlistOp, index: int) -> int:
-        """Producer cores one core of ``op`` gathers input ``index`` from
-        (:func:`~pybuda.perf.pipes.gather_sources`)."""
-        return gather_sources(self.op_graph, op, index)
+        """Producer cores one core of ``op`` gathers input ``index`` from: the most sources of any of
+        the input's pipes (:func:`~pybuda.perf.pipes.gather_sources`)."""
+        graph = self.op_graph.get(op.name)
+        return gather_sources(self.pipes_of(graph, op).get(index, ()) if graph is not None else ())
 
     @staticmethod
     def _spread(acc: Dict[Tuple[int, int], float], q: QueueDef, nbytes: float) -> None:

@@ -86,8 +86,8 @@ Calibration mechanisms (perf_calibration §1; the same parameters for every mode
     properly needs the compiler's fork/join buffering pass (raise the short path's ``buf_size_mb`` /
     insert buffering nops while L1 allows, else an e2e queue) plus a row-strip granularity — not done.
   - *Gather pipes* (NBS §6.3: ~28 GB/s for a one-source pipe, ~16 down to ~10 GB/s when a consumer
-    core gathers from many producer cores; ``_gather_sources`` counts the producer cores per consumer
-    core from the two grids, matmul strips, reduces, broadcasts and transposes) instead of cost.py's
+    core gathers from many producer cores; the source count is the largest among the input's pipes in
+    :mod:`pybuda.backend_build.routing`, which overlap the producer's and consumer's blocks) instead of cost.py's
     flat 16 B/cycle: BERT-L e150 145 → 126 (+27 %), n150 192 → 184 (+55 %), but ResNet-50 n150
     2269 → 2062 (−29 %, fails) and e150 886 → 827, because the balancer (which still costs pipes at
     cost.py's flat rate) leaves ResNet's max-pool im2col on 2 cores gathering a 112×112×64 activation.
@@ -121,6 +121,7 @@ __all__ = [
     "PerfReport",
     "estimate",
     "estimate_compiled",
+    "placer_temporal_epochs",
     "BOUNDS",
 ]
 
@@ -185,11 +186,18 @@ def estimate_compiled(results: Any, microbatch: Optional[int] = None, config: Op
     netlist = getattr(results, "netlist", None)
     if netlist is None:
         raise ConfigError("the compile results hold no netlist (compile to GENERATE_NETLIST or further)")
-    temporal: Optional[Dict[str, int]] = None
-    placement = getattr(results, "placer_solution", None)
-    if placement is not None and getattr(placement, "epochs", None):
-        names = {f"{e.epoch_type}_{e.global_epoch}": int(e.temporal_epoch) for e in placement.epochs}
-        if set(names) == set(netlist.graphs):
-            temporal = names
     return estimate(netlist, getattr(results, "device", None), microbatch=microbatch, config=config,
-                    temporal_epochs=temporal)
+                    temporal_epochs=placer_temporal_epochs(results))
+
+
+def placer_temporal_epochs(results: Any) -> Optional[Dict[str, int]]:
+    """Netlist graph -> the placer's temporal epoch, for a compile's results (duck-typed
+    :class:`pybuda.compile.CompileResults`), when the netlist's graphs are the placer's epochs (graphs named
+    ``<epoch_type>_<global_epoch>``, as the netlist generator names them); None otherwise. A device image
+    stores this map, so a loaded image is modelled as its compile was."""
+    netlist = getattr(results, "netlist", None)
+    placement = getattr(results, "placer_solution", None)
+    if netlist is None or placement is None or not getattr(placement, "epochs", None):
+        return None
+    names = {f"{e.epoch_type}_{e.global_epoch}": int(e.temporal_epoch) for e in placement.epochs}
+    return names if set(names) == set(netlist.graphs) else None

@@ -5,13 +5,13 @@
 from __future__ import annotations
 
 import math
-from typing import Any, Dict, List, Mapping, Optional, Tuple
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
+from pybuda.backend_build.routing import Pipe
 from pybuda.perf import cost
 from pybuda.perf.config import PerfConfig
 from pybuda.perf.program import _CostModel, _CostOp, _input_buffer_tiles
 from pybuda.perf.types import OpPerf
-from pybuda.netlist.model import GraphDef, NetlistOp
 
 __all__ = ["pipe_rate", "gather_sources", "fork_join", "topo"]
 
@@ -28,52 +28,12 @@ def pipe_rate(cfg: PerfConfig, clock: float, sources: int) -> float:
     return gbps / clock
 
 
-def gather_sources(op_graph: Mapping[str, GraphDef], op: NetlistOp, index: int) -> int:
-    """Producer cores one core of ``op`` gathers input ``index`` from (an op in the same epoch).
-
-    Without reshaping TMs the producer's and consumer's row (column) partitions of the tensor
-    overlap: a consumer block spans ``p/c`` producer blocks when the producer grid dimension ``p``
-    is a multiple of the consumer's ``c``, one when ``c`` is a multiple of ``p``, else
-    ``ceil(p/c) + 1``. A broadcast dimension comes from one producer block; a matmul's in0 needs
-    its whole row strip (every producer column), in1 its whole column strip (every producer row),
-    and a reduce the whole reduced dimension. A transpose swaps the producer's grid dimensions;
-    slice/stack TMs (t-streaming, attention heads) keep the row/column partition of each slice, so
-    they are counted like an untouched edge [D]."""
-    graph = op_graph.get(op.inputs[index])
-    if graph is None:
-        return 1
-    prod = graph.ops[op.inputs[index]]
-    pr, pc = prod.grid_size
-    cr, cc = op.grid_size
-    tms = op.tms_of(index)
-    if any(tm.name == "transpose" for tm in tms):
-        pr, pc = pc, pr
-    bcast = {str(getattr(tm, "dim", "")) for tm in tms if tm.name == "broadcast"}
-
-    def overlap(p: int, c: int) -> int:
-        if p % c == 0:
-            return p // c
-        if c % p == 0:
-            return 1
-        return math.ceil(p / c) + 1
-
-    sr, sc = overlap(pr, cr), overlap(pc, cc)
-    if op.type in ("matmul", "depthwise") and not op.attr("identity"):
-        if index == 0:
-            sc = pc
-        elif index == 1:
-            sr = pr
-    elif op.type == "reduce":
-        dim = str(op.attr("dim") or "r").lower()
-        if dim == "r":
-            sr = pr
-        elif dim == "c":
-            sc = pc
-    if "r" in bcast:
-        sr = 1
-    if "c" in bcast:
-        sc = 1
-    return max(1, sr * sc)
+def gather_sources(pipes: Sequence[Pipe]) -> int:
+    """Producer cores one consumer core gathers an input from: the most sources of any of the input's
+    pipes (:mod:`pybuda.backend_build.routing` decides which producer cores feed which consumer cores —
+    overlapping row/column partitions, whole K strips for matmuls, whole reduced dimensions, one block
+    of a broadcast dimension, transposed producer grids), 1 when there is no pipe."""
+    return max((p.source_count for p in pipes), default=1)
 
 
 def fork_join(info: Dict[str, Dict[str, Any]], rows: Dict[str, OpPerf]

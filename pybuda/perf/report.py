@@ -5,7 +5,8 @@
 * HTML: a self-contained page (inline CSS and JS, no external URL): the summary, per-epoch cycle bars
   (switch / fill / steady state), the placement grid of every epoch with each core coloured by its op
   (hovering a core shows the op's model — grid, t, mblock, ublock, u_kt — and its cycles, and highlights
-  the op's other cores), and a sortable op table.
+  the op's other cores), and a sortable op table; given the backend build's pipes (``routes``), also
+  an SVG per epoch of the NoC with every pipe drawn along its hops (:func:`routes_svg`).
 """
 
 from __future__ import annotations
@@ -16,11 +17,11 @@ import html
 import json
 import os
 from pathlib import Path
-from typing import Any, Dict, List, Sequence, Union
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
 from pybuda.perf.model import OpPerf, PerfReport
 
-__all__ = ["OP_COLUMNS", "write_reports", "write_csv", "write_json", "write_html", "to_html"]
+__all__ = ["OP_COLUMNS", "write_reports", "write_csv", "write_json", "write_html", "to_html", "routes_svg"]
 
 #: Columns of the per-op CSV, in order.
 OP_COLUMNS: Sequence[str] = (
@@ -63,14 +64,17 @@ def write_json(report: PerfReport, path: PathLike) -> Path:
     return path
 
 
-def write_html(report: PerfReport, path: PathLike, title: str = "pybuda performance report") -> Path:
-    """Write the self-contained HTML report."""
+def write_html(report: PerfReport, path: PathLike, title: str = "pybuda performance report",
+               routes: Any = None) -> Path:
+    """Write the self-contained HTML report (with route drawings when ``routes`` is given, see
+    :func:`to_html`)."""
     path = Path(path)
-    path.write_text(to_html(report, title), encoding="utf-8")
+    path.write_text(to_html(report, title, routes=routes), encoding="utf-8")
     return path
 
 
-def write_reports(report: PerfReport, out_dir: PathLike, basename: str = "perf_report") -> Dict[str, Path]:
+def write_reports(report: PerfReport, out_dir: PathLike, basename: str = "perf_report",
+                  routes: Any = None) -> Dict[str, Path]:
     """Write ``<basename>.csv``, ``.json`` and ``.html`` into ``out_dir`` (created if needed).
 
     ``basename`` may come from a model or graph name, so it is made one file-name component and the
@@ -83,7 +87,7 @@ def write_reports(report: PerfReport, out_dir: PathLike, basename: str = "perf_r
     return {
         "csv": write_csv(report, path_inside(out, f"{base}.csv")),
         "json": write_json(report, path_inside(out, f"{base}.json")),
-        "html": write_html(report, path_inside(out, f"{base}.html")),
+        "html": write_html(report, path_inside(out, f"{base}.html"), routes=routes),
     }
 
 
@@ -269,8 +273,88 @@ def _op_table_html(report: PerfReport) -> str:
     return f'<table class="ops" id="op-table"><thead><tr>{head}</tr></thead><tbody>{"".join(body)}</tbody></table>'
 
 
-def to_html(report: PerfReport, title: str = "pybuda performance report") -> str:
-    """The HTML report as a string (self-contained: no external URLs, scripts or fonts)."""
+def _routes_by_epoch(routes: Any) -> Dict[int, Sequence[Any]]:
+    """``routes`` as {epoch index: pipes}: a mapping already, or a backend build (``.epochs``)."""
+    if routes is None:
+        return {}
+    if isinstance(routes, Mapping):
+        return {int(k): list(v) for k, v in routes.items()}
+    return {int(e.index): list(e.pipes) for e in getattr(routes, "epochs", ())}
+
+
+#: Stroke colour of a pipe by kind.
+_PIPE_COLOURS = {"op": "#3366cc", "dram_read": "#2e9c4a", "host_read": "#8a5fbf", "dram_write": "#d9822b",
+                 "host_write": "#b04a9c", "ethernet": "#cc3333"}
+
+
+def routes_svg(pipes: Sequence[Any], noc_grid: Optional[Tuple[int, int]] = None, chip: int = 0) -> str:
+    """An SVG of one chip's NoC for one epoch: worker cores the pipes touch (coloured by op), DRAM/host
+    endpoints at their NoC coordinates, and each pipe's routes as polylines along their hops (colour by
+    kind: op→op blue, DRAM read green, DRAM write orange, host purple, Ethernet red). ``pipes`` are
+    :class:`pybuda.backend_build.routing.Pipe` (read by attribute only); ``noc_grid`` (x, y) defaults to
+    the extent of the coordinates drawn."""
+    cell, pad = 28, 14
+    mine = [p for p in pipes if any(e.chip == chip for e in p.destinations)]
+    points = [xy for p in mine for r in p.routes for xy in r]
+    points += [e.noc for p in mine for e in (*p.sources, *p.destinations) if e.noc is not None and e.chip == chip]
+    gx = max([noc_grid[0] if noc_grid else 0] + [x + 1 for x, _ in points])
+    gy = max([noc_grid[1] if noc_grid else 0] + [y + 1 for _, y in points])
+
+    def at(xy: Sequence[int]) -> Tuple[float, float]:
+        return pad + xy[0] * cell + cell / 2, pad + xy[1] * cell + cell / 2
+    out = [f'<svg class="routes" data-chip="{chip}" '
+           f'width="{2 * pad + gx * cell}" height="{2 * pad + gy * cell}">']
+    for x in range(gx):
+        for y in range(gy):
+            out.append(f'<rect x="{pad + x * cell + 1}" y="{pad + y * cell + 1}" width="{cell - 2}" '
+                       f'height="{cell - 2}" fill="#f4f4f4" stroke="#ddd"><title>{x}-{y}</title></rect>')
+    seen = set()
+    for p in mine:
+        for e in (*p.sources, *p.destinations):
+            if e.noc is None or e.chip != chip or (e.kind, e.name, tuple(e.noc)) in seen:
+                continue
+            seen.add((e.kind, e.name, tuple(e.noc)))
+            x, y = pad + e.noc[0] * cell + 2, pad + e.noc[1] * cell + 2
+            fill = _colour(e.name) if e.kind == "core" else ("#9fd4a8" if e.kind == "dram" else "#d6c2ea")
+            label = f"{e.kind} {e.name} at {e.noc[0]}-{e.noc[1]}"
+            if e.channel is not None:
+                label += f", channel {e.channel}"
+            out.append(f'<rect class="end {_esc(e.kind)}" x="{x}" y="{y}" width="{cell - 4}" height="{cell - 4}" '
+                       f'fill="{fill}"><title>{_esc(label)}</title></rect>')
+    for p in mine:
+        colour = _PIPE_COLOURS.get(p.kind, "#555")
+        for route in p.routes:
+            if len(route) < 2:
+                continue
+            pts = " ".join(f"{a:.1f},{b:.1f}" for a, b in (at(xy) for xy in route))
+            out.append(f'<polyline class="pipe" data-kind="{_esc(p.kind)}" points="{pts}" fill="none" '
+                       f'stroke="{colour}" stroke-width="1.5" stroke-opacity="0.6"><title>{_esc(p.id)}: '
+                       f'{_esc(p.producer)} → {_esc(p.consumer)}, {p.bytes_per_input:,} B/input</title></polyline>')
+    out.append("</svg>")
+    return "".join(out)
+
+
+def _routes_html(report: PerfReport, routes: Any) -> str:
+    by_epoch = _routes_by_epoch(routes)
+    if not by_epoch:
+        return ""
+    out = ['<h2>Routes per epoch</h2><p class="note">NoC coordinates; each line is a pipe along its hops '
+           '(blue op→op, green DRAM read, orange DRAM write, purple host, red Ethernet).</p>']
+    for e in report.epochs:
+        pipes = by_epoch.get(e.index)
+        if not pipes:
+            continue
+        svgs = "".join(f'<div><div class="note">chip {chip}</div>{routes_svg(pipes, chip=chip)}</div>'
+                       for chip in e.chips)
+        out.append(f'<div class="epoch-routes" id="routes-{e.index}"><h3>Epoch {e.index}</h3>'
+                   f'<div class="chips">{svgs}</div></div>')
+    return "".join(out)
+
+
+def to_html(report: PerfReport, title: str = "pybuda performance report", routes: Any = None) -> str:
+    """The HTML report as a string (self-contained: no external URLs, scripts or fonts). ``routes``
+    (optional): the backend build's pipes per epoch — ``{epoch index: [Pipe, ...]}`` or a
+    :class:`~pybuda.backend_build.build.BackendBuild` — adds an SVG of each epoch's routes."""
     rows_by_epoch: Dict[int, List[OpPerf]] = {}
     for row in report.ops:
         rows_by_epoch.setdefault(row.epoch, []).append(row)
@@ -287,6 +371,7 @@ def to_html(report: PerfReport, title: str = "pybuda performance report") -> str
         "<h2>Placement per epoch</h2><p class=\"note\">Each square is a worker core, coloured by op; "
         "hover for the op's model and cycles per input. Bold: the epoch's bottleneck.</p>"
         f"{_grid_html(report, rows_by_epoch, grid)}"
+        f"{_routes_html(report, routes)}"
         "<h2>Ops</h2><p class=\"note\">Cycles per core per input; click a header to sort.</p>"
         f"{_op_table_html(report)}"
         f"<script>{_JS}</script></body></html>\n"

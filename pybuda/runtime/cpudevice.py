@@ -68,8 +68,6 @@ class CPUDevice(Device):
         """No compilation on a CPU: build runners (tracing PyBuda modules) and run the sample once to
         learn the output shapes and dtypes; the outputs are the next device's sample. The sample runs
         even without ``want_outputs``: a model that fails on the CPU fails at initialization."""
-        from pybuda.compile import module_to_graph  # lazy: importing the compiler is not free
-
         if not self.modules:
             raise PybudaError(f"CPUDevice '{self.name}' has no modules; place one with place_module")
         runners: List[Tuple[Any, Any]] = []
@@ -81,6 +79,10 @@ class CPUDevice(Device):
                 runners.append((module, None))
                 values = list(_call_torch(module, values, names))
             else:
+                # Lazy, and only here: importing the compiler is not free, and a device running a loaded
+                # image (CPU-fallback stages that run natively) never needs it.
+                from pybuda.compile import module_to_graph
+
                 captured = module_to_graph(module, values, names)
                 runners.append((module, CPUReferenceExecutor(captured.graph, 1)))
                 values = list(captured.outputs)

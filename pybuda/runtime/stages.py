@@ -26,7 +26,7 @@ from typing import Any, Callable, List, Optional, Sequence, Tuple
 
 import torch
 
-from pybuda.compile import as_tuple
+from pybuda.tensor import as_tuple
 from pybuda.errors import CompileError
 from pybuda.module import Module, PyTorchModule
 from pybuda.runtime import state
@@ -79,7 +79,11 @@ def translate_pipeline(devices: Sequence[Device], config: Any) -> List[Device]:
     counter = [0]
     for d in devices:
         undo_translation(d)
-        if isinstance(d, TTDevice) and any(isinstance(m, PyTorchModule) for m in d.modules):
+        image = d.loaded_image if isinstance(d, TTDevice) else None
+        if image is not None and (image.cpu_pre is not None or image.cpu_post is not None):
+            pre, post = _translate_image(d, image, counter)
+            pipeline.extend(x for x in (pre, d, post) if x is not None)
+        elif isinstance(d, TTDevice) and any(isinstance(m, PyTorchModule) for m in d.modules):
             pre, post = _translate_tt(d, config, counter)
             pipeline.extend(x for x in (pre, d, post) if x is not None)
         else:
@@ -87,9 +91,50 @@ def translate_pipeline(devices: Sequence[Device], config: Any) -> List[Device]:
     return pipeline
 
 
+def _translate_image(device: Device, image: Any, counter: List[int]) -> Tuple[Optional[Device], Optional[Device]]:
+    """CPU-fallback devices around a TTDevice that runs a loaded image, from the image's CPU stages."""
+    devices = []
+    for stage in (image.cpu_pre, image.cpu_post):
+        if stage is None:
+            devices.append(None)
+            continue
+        devices.append(_fallback_device(CpuFallbackModule(stage.name, stage.function(), stage.per_sample_shapes),
+                                        counter))
+    _attach_fallback(device, devices[0], devices[1], device._first_inputs)
+    return devices[0], devices[1]
+
+
+def _fallback_device(module: "CpuFallbackModule", counter: List[int]) -> Device:
+    """A CPU-fallback device (not a user device) running ``module``."""
+    from pybuda.runtime.cpudevice import CPUDevice
+
+    with state.unregistered():
+        dev = CPUDevice(f"cpu{counter[0]}_fallback", module=module)
+    counter[0] += 1
+    return dev
+
+
+def _attach_fallback(device: Device, pre_dev: Optional[Device], post_dev: Optional[Device], sample: Any) -> None:
+    """Put ``pre_dev``/``post_dev`` around ``device``: pushes and queued inputs move to the pre device."""
+    if pre_dev is not None:
+        pre_dev._first_inputs = sample
+        while True:
+            try:
+                pre_dev._staging.put(device._staging.get_nowait())
+            except Exception:
+                break
+        pre_dev._fallback_of = device
+        device.cpu_fallback_device_pre = pre_dev
+    if post_dev is not None:
+        post_dev._fallback_of = device
+        device.cpu_fallback_device_post = post_dev
+    if pre_dev is not None or post_dev is not None:
+        log.info("TTDevice '%s' runs with CPU fallback: %s", device.name,
+                 " -> ".join(d.name for d in (pre_dev, device, post_dev) if d is not None))
+
+
 def _translate_tt(device: Device, config: Any, counter: List[int]) -> Tuple[Optional[Device], Optional[Device]]:
     from pybuda.compile import CapturedGraphModule, module_to_graph
-    from pybuda.runtime.cpudevice import CPUDevice
 
     sample = device._first_inputs
     if sample is None:
@@ -115,36 +160,16 @@ def _translate_tt(device: Device, config: Any, counter: List[int]) -> Tuple[Opti
             raise CompileError(f"TTDevice '{device.name}': module '{module.name}' needs CPU fallback, which is only "
                                f"possible when it is the only module on its device", stage="GENERATE_INITIAL_GRAPH")
         if pre is not None:
-            with state.unregistered():
-                pre_dev = CPUDevice(f"cpu{counter[0]}_fallback",
-                                    module=CpuFallbackModule(f"{module.name}_cpu_pre", pre,
-                                                             [t.shape for t in captured.flat_inputs]))
-            counter[0] += 1
+            pre_dev = _fallback_device(CpuFallbackModule(f"{module.name}_cpu_pre", pre,
+                                                         [t.shape for t in captured.flat_inputs]), counter)
         translated.append(CapturedGraphModule(module.name, graph))
         if post is not None:
             # The device graph's per-sample output shapes, from the graph rather than from running it.
-            with state.unregistered():
-                post_dev = CPUDevice(f"cpu{counter[0]}_fallback",
-                                     module=CpuFallbackModule(f"{module.name}_cpu_post", post,
-                                                              [tuple(n.shape) for n in graph.outputs]))
-            counter[0] += 1
+            post_dev = _fallback_device(CpuFallbackModule(f"{module.name}_cpu_post", post,
+                                                          [tuple(n.shape) for n in graph.outputs]), counter)
         previous = _once(lambda c: c, captured)
     device._translated_modules = translated
-    if pre_dev is not None:
-        pre_dev._first_inputs = sample
-        while True:
-            try:
-                pre_dev._staging.put(device._staging.get_nowait())
-            except Exception:
-                break
-        pre_dev._fallback_of = device
-        device.cpu_fallback_device_pre = pre_dev
-    if post_dev is not None:
-        post_dev._fallback_of = device
-        device.cpu_fallback_device_post = post_dev
-    if pre_dev is not None or post_dev is not None:
-        log.info("TTDevice '%s' runs with CPU fallback: %s", device.name,
-                 " -> ".join(d.name for d in (pre_dev, device, post_dev) if d is not None))
+    _attach_fallback(device, pre_dev, post_dev, sample)
     return pre_dev, post_dev
 
 

@@ -43,6 +43,19 @@ def _silicon_notice(name: str, arch: BackendDevice) -> None:
                     name, arch.value)
 
 
+class _class_or_instance:
+    """A method that gets the class when called on the class and the instance when called on one
+    (``TTDevice.load_image(img=...)`` makes a device, ``tt0.load_image(img=...)`` loads onto ``tt0``)."""
+
+    def __init__(self, func: Any):
+        self.func = func
+        self.__doc__ = func.__doc__
+
+    def __get__(self, obj: Any, cls: Any) -> Any:
+        target = obj if obj is not None else cls
+        return lambda *args, **kwargs: self.func(target, *args, **kwargs)
+
+
 class TTDevice(Device):
     """TTDevice represents one or more Tenstorrent devices that will receive modules to run.
 
@@ -88,6 +101,12 @@ class TTDevice(Device):
             self.place_module(module)
 
     def _check_first_push(self, item: InputItem) -> None:
+        image = self.loaded_image
+        if image is not None:
+            from pybuda.tti.load import check_push
+
+            check_push(image, list(item.tensors), self.name)
+            return
         dims = []
         for label, t in zip(item.names or range(len(item.tensors)), item.tensors):
             if t.dim() == 0:
@@ -99,12 +118,17 @@ class TTDevice(Device):
                              f"microbatch size and must be the same for all of them")
 
     def get_device_config(self, compiler_cfg: Any = None):
-        """The device descriptor compiled for: the arch (or the config's ``device_config`` preset, which must
-        be of the same arch), the harvesting mask and the chip count."""
+        """The device descriptor compiled for: the config's ``backend_device_descriptor_path`` file when set,
+        else the arch (or the config's ``device_config`` preset, which must be of the same arch), the
+        harvesting mask and the chip count. The descriptor must be of this device's arch."""
         from pybuda.arch import get_device_descriptor
         from pybuda.config import _get_global_compiler_config
 
         cfg = compiler_cfg or _get_global_compiler_config()
+        if getattr(cfg, "backend_device_descriptor_path", ""):
+            from pybuda.compile import descriptor_from_file
+
+            return descriptor_from_file(cfg.backend_device_descriptor_path, self.arch, self.num_chips)
         resolve = getattr(cfg, "resolved_harvesting_mask", None)  # harvested_rows (NoC rows) -> mask
         mask = (resolve(self.arch) if resolve is not None else getattr(cfg, "harvesting_mask", 0)) or 0
         preset = getattr(cfg, "device_config", None)
@@ -125,6 +149,14 @@ class TTDevice(Device):
 
         if not self.modules:
             raise PybudaError(f"TTDevice '{self.name}' has no modules; place one with place_module")
+        image = self.loaded_image
+        if image is not None:  # a loaded device image: nothing to compile, it runs from the image's data
+            from pybuda.tti.load import check_push, image_artifact
+
+            if image.cpu_pre is None:
+                check_push(image, list(sample.tensors), self.name)
+            self._artifact = image_artifact(image)
+            return InputItem(tuple(self._artifact.sample_outputs)) if want_outputs else None
         cfg = dataclasses.replace(config or _get_global_compiler_config())
         cfg.fp32_fallback = self.fp32_fallback
         if self.num_chips > 1:
@@ -135,6 +167,74 @@ class TTDevice(Device):
                                          device=self.get_device_config(cfg), microbatch=mb, verify_cfg=verify_cfg,
                                          input_names=sample.names, compile_for_device=True)
         return InputItem(tuple(self._artifact.sample_outputs)) if want_outputs else None
+
+    # --- device images ------------------------------------------------------------------------------
+    @property
+    def loaded_image(self) -> Any:
+        """The :class:`~pybuda.TTDeviceImage` this device runs (after :meth:`load_image`), else None."""
+        from pybuda.tti.load import image_modules
+
+        return image_modules(self.modules) if self.modules else None
+
+    def compile_to_image(self, *, img_path: Optional[str] = None, training: bool = False,
+                         sample_inputs: Any = (), sample_targets: Any = (), microbatch_count: int = 1,
+                         verify_cfg: Any = None, cpueval_outputs: Any = None) -> Any:
+        """Compile this device's modules without running them and save a device image (reference §5).
+
+        ``sample_inputs`` is the compile sample unless inputs were pushed (dim 0 is the microbatch). The
+        image (netlists, host-I/O records, tensors, CPU-fallback stages and the backend build, no code) is
+        written to ``img_path`` (default ``device_images/<device name>.tti``) and returned. Offline
+        targeting: compile for any card with ``set_configuration_options(device_config=...,
+        harvested_rows=..., backend_device_descriptor_path=...)``. ``cpueval_outputs`` is accepted for
+        TT-Buda's signature; images store no CPU outputs.
+        """
+        from pybuda.runtime import api
+        from pybuda.tti.image import TTDeviceImage
+
+        if training or sample_targets:
+            raise api._training_error()
+        if self.loaded_image is not None:
+            raise PybudaError(f"TTDevice '{self.name}' already runs a loaded image; save that image instead")
+        previous = self.device_mode
+        self.device_mode = DeviceMode.CompileOnly
+        try:
+            api.initialize_pipeline(training=False, sample_inputs=sample_inputs, microbatch_count=microbatch_count,
+                                    _sequential=True, _verify_cfg=verify_cfg, _device_mode=DeviceMode.CompileOnly)
+            image = TTDeviceImage.create_image_from_device(self, microbatch_count=microbatch_count,
+                                                           verify_cfg=verify_cfg)
+        finally:
+            self.device_mode = previous
+            api.shutdown()
+        image.save_to_disk(img_path)
+        return image
+
+    @_class_or_instance
+    def load_image(target: Any, *, img: Any = None, img_path: Optional[str] = None) -> "TTDevice":
+        """Run a device image: ``TTDevice.load_image(img=TTDeviceImage.load_from_disk(path))`` (or
+        ``img_path=``) returns a new TTDevice for the image's card; on a device instance, loads the image
+        onto that device, which must be of the image's arch (an ImageError otherwise). Then
+        ``push_to_inputs`` and ``run_inference`` as after a compile."""
+        from pybuda.errors import ImageError
+        from pybuda.tti.image import TTDeviceImage
+        from pybuda.tti.load import ImageModule
+
+        if (img is None) == (img_path is None):
+            raise ImageError("load_image takes exactly one of img= (a TTDeviceImage) or img_path=")
+        image = img if img is not None else TTDeviceImage.load_from_disk(img_path)
+        if not isinstance(image, TTDeviceImage):
+            raise ImageError(f"load_image: img must be a TTDeviceImage, got {type(image).__name__}")
+        if isinstance(target, TTDevice):
+            device = target
+            if device.arch != image.arch:
+                raise ImageError(f"image '{image.device_image_name}' was compiled for {image.arch.value} "
+                                 f"({image.device.name}); TTDevice '{device.name}' is {device.arch.value}")
+            if device.modules:
+                raise ImageError(f"TTDevice '{device.name}' already holds modules; load images onto an empty device")
+        else:
+            device = target(image.device_image_name, arch=image.arch, devtype=image.devtype,
+                            chip_ids=list(image.chip_ids), fp32_fallback=image.fp32_fallback)
+        device.place_module([ImageModule(stage, image) for stage in image.stages])
+        return device
 
     def forward_one(self, item: InputItem) -> Tuple[torch.Tensor, ...]:
         if self.device_mode == DeviceMode.CompileOnly:
