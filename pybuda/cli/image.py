@@ -36,7 +36,7 @@ def main(args: argparse.Namespace) -> int:
 
 def _run(image, args: argparse.Namespace, load_s: float) -> int:
     import pybuda
-    from pybuda.tti.load import estimate_image, random_inputs
+    from pybuda.tti.load import estimate_image, image_build, random_inputs
 
     if args.loop_count < 1:
         from pybuda.errors import ConfigError
@@ -62,7 +62,15 @@ def _run(image, args: argparse.Namespace, load_s: float) -> int:
               f"mean {v.mean():.5g}  std {v.std() if v.numel() > 1 else 0.0:.5g}  "
               f"min {v.min():.5g}  max {v.max():.5g}")
     print(f"\ntimings: load {load_s:.2f} s, {args.loop_count} push(es) on the simulated chip {run_s:.2f} s")
-    for stage, report in zip(image.stages, estimate_image(image)):
+    from pybuda.config import build_dir
+    from pybuda.paths import safe_file_name
+    from pybuda.perf.report import write_reports
+
+    for i, (stage, report) in enumerate(zip(image.stages, estimate_image(image))):
         print(f"\nperformance model ({stage.module_name} on {image.device.name}):")
         print(report.summary(max_epochs=4))
+        # The HTML report draws each epoch's pipes along their NoC routes, from the image's backend build.
+        paths = write_reports(report, build_dir(), basename=f"perf_report_{safe_file_name(stage.module_name)}",
+                              routes=image_build(image, i))
+        print(f"performance report with routes: {paths['html']}")
     return 0

@@ -38,9 +38,12 @@ class GoldenExecutor:
         self.device = GoldenDevice(netlist, fast=fast)
         self._input_formats = {q.name: q.df for q in netlist.queues.values()}
         self.microbatch = max(1, int(netlist.graphs[next(iter(netlist.graphs))].input_count))
-        self._params: Dict[str, torch.Tensor] = {p.name: _tensor(tensors, p.tensor, f"parameter '{p.name}'")
-                                                 for p in host_io.parameters}
         self._transformed = host_io.transformed_parameters()
+        # A parameter folded at compile time may come without its framework value (a device image stores
+        # only the folded one): it is then not listed; every other parameter must have its tensor.
+        self._params: Dict[str, torch.Tensor] = {
+            p.name: _tensor(tensors, p.tensor, f"parameter '{p.name}'") for p in host_io.parameters
+            if p.tensor in tensors or p.name not in self._transformed or p.tensor == p.name}
         for rec in host_io.ram_queues:
             value = _tensor(tensors, rec.tensor, f"queue '{rec.queue}'")
             self.device.write_ram(rec.queue, to_device_layout(rec, value)[0])
@@ -52,6 +55,7 @@ class GoldenExecutor:
             raise InputError(f"the compiled model takes {len(host_inputs)} input(s), got {len(inputs)}")
         for rec, x in zip(host_inputs, inputs):
             _check_integer_range(rec.name, x, self._input_formats.get(rec.queue))
+            _check_value_range(rec, x)
         device_inputs = [to_device_layout(rec, x) for rec, x in zip(host_inputs, inputs)]
         entries = device_inputs[0].shape[0] if device_inputs else self.microbatch
         if entries % self.microbatch:
@@ -84,11 +88,11 @@ class GoldenExecutor:
         (consteval: their folded value would go stale) and wrong shapes raise InputError.
         """
         for name, value in params.items():
-            if name not in self._params:
-                raise InputError(f"no device parameter named '{name}'")
             if name in self._transformed:
                 raise InputError(f"parameter '{name}' was transformed at compile time (consteval); "
                                  f"recompile to change it")
+            if name not in self._params:
+                raise InputError(f"no device parameter named '{name}'")
             rec = self.host_io.queue(name)
             if rec is None or rec.kind != "parameter":
                 raise InputError(f"no device parameter named '{name}'")
@@ -128,6 +132,20 @@ def _check_integer_range(name: str, value: torch.Tensor, df: Any) -> None:
                          f"its queue is {df.name} and the simulated chip keeps integers exact in [{low}, {high}] "
                          f"({df.name} holds [{bounds[0]}, {bounds[1]}]; its math runs in float32), so they would "
                          f"not come back unchanged")
+
+
+def _check_value_range(rec: Any, value: torch.Tensor) -> None:
+    """Refuse a push outside the range the compiled model is correct for (embedding ids beyond the table
+    would select no row on the device: zeros instead of torch's IndexError)."""
+    if rec.value_range is None or not value.numel():
+        return
+    low, high = rec.value_range
+    lo, hi = float(value.min()), float(value.max())
+    if lo < low or hi > high:
+        bad = value[(value < low) | (value > high)]
+        raise InputError(f"input '{rec.name}' holds values from {lo:g} to {hi:g}; the model was compiled for "
+                         f"[{low:g}, {high:g}] (ids of an embedding table of {int(high) + 1} rows); first value "
+                         f"outside: {float(bad.flatten()[0]):g}")
 
 
 def _tensor(tensors: Mapping[str, torch.Tensor], key: Any, what: str) -> torch.Tensor:

@@ -137,9 +137,15 @@ class QueueIO:
     batched: bool = False  # dim 0 of the framework tensor is the microbatch: one queue entry per sample
     host_tms: List[HostTM] = field(default_factory=list)  # applied before a push / after a read, in order
     tensor: Optional[str] = None  # parameter/constant queues: key of the initial value among the tensors
+    # Inputs: the values the compiled model is correct for (embedding ids: [0, vocab - 1]); a push outside
+    # it is refused by the host, since the device would return a wrong value without an error.
+    value_range: Optional[Tuple[float, float]] = None
 
     def __post_init__(self) -> None:
         self.framework_shape = _shape(self.framework_shape) or ()
+        if self.value_range is not None:
+            low, high = self.value_range
+            self.value_range = (float(low), float(high))
         self.device_shape = _shape(self.device_shape)
         self.host_tms = [tm if isinstance(tm, HostTM) else HostTM(tm[0], tm[1]) for tm in self.host_tms]
 
@@ -154,7 +160,7 @@ class QueueIO:
                 "framework_shape": list(self.framework_shape),
                 "device_shape": None if self.device_shape is None else list(self.device_shape),
                 "dtype": self.dtype, "batched": self.batched, "host_tms": [tm.to_dict() for tm in self.host_tms],
-                "tensor": self.tensor}
+                "tensor": self.tensor, "value_range": None if self.value_range is None else list(self.value_range)}
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> "QueueIO":
@@ -162,7 +168,8 @@ class QueueIO:
         return cls(queue=str(d["queue"]), kind=str(d["kind"]), name=str(d["name"]),
                    framework_shape=d.get("framework_shape", ()), device_shape=d.get("device_shape"),
                    dtype=str(d.get("dtype", "float32")), batched=bool(d.get("batched", False)),
-                   host_tms=[HostTM.from_dict(t) for t in d.get("host_tms", ())], tensor=d.get("tensor"))
+                   host_tms=[HostTM.from_dict(t) for t in d.get("host_tms", ())], tensor=d.get("tensor"),
+                   value_range=d.get("value_range"))
 
 
 @dataclass
@@ -286,7 +293,7 @@ def queue_io(queue: Any, name: Optional[str] = None, dtype: Optional[str] = None
     return QueueIO(queue=queue.name, kind=queue.kind, name=name or queue.name, framework_shape=framework_shape,
                    device_shape=device_shape, dtype=dtype or str(tags.get("dtype", "float32")),
                    batched=bool(tags.get("batched")), host_tms=[HostTM(t, a) for t, a in tags.get("host_tms") or ()],
-                   tensor=queue.name if ram else None)
+                   tensor=queue.name if ram else None, value_range=tags.get("value_range"))
 
 
 def build_host_io(lowered: Any, framework: Any, consteval_trace: Mapping[str, Mapping[str, Any]],

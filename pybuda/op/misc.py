@@ -7,13 +7,34 @@ from typing import Optional, Sequence, Tuple, Union
 from pybuda.op.record import op_function, record
 from pybuda.tensor import Parameter, Tensor
 
-__all__ = ["Embedding", "Constant", "Resize2d", "Resize3d", "CumSum", "IndexCopy"]
+__all__ = ["Embedding", "DRAMQueue", "Constant", "Resize2d", "Resize3d", "CumSum", "IndexCopy"]
 
 
 @op_function
 def Embedding(name: str, embedding_table: Union[Tensor, Parameter], indices: Tensor) -> Tensor:
-    """Embedding lookup: the rows of embedding_table [V, D] at indices, shape indices.shape + (D,)."""
-    return record("embedding", name, [embedding_table, indices])
+    """Embedding lookup: the rows of embedding_table [V, D] at indices, shape indices.shape + (D,).
+
+    The reference lists ``(name, table, indices)``; TT-Buda's later releases take ``(name, indices,
+    table)``. Both orders work: integer ids (or, with float ids, a Parameter table) identify the operands.
+    On the device the lookup is a one-hot of the ids times the table; integer ids are pushed as they are.
+    """
+    a, b = embedding_table, indices
+    swapped = (isinstance(a, Tensor) and isinstance(b, Tensor) and not a.dtype.is_floating_point
+               and b.dtype.is_floating_point) or (isinstance(a, Tensor) and not isinstance(a, Parameter)
+                                                 and isinstance(b, Parameter))
+    if swapped:
+        a, b = b, a
+    return record("embedding", name, [a, b])
+
+
+@op_function
+def DRAMQueue(name: str, operandA: Tensor, *, num_entries: int) -> Tensor:
+    """Pass operandA through a DRAM queue of ``num_entries`` entries (values unchanged).
+
+    TT-Buda used it to force buffering between two ops; here the compiler places queues itself, so the
+    op leaves the values and the placement as they are.
+    """
+    return record("dram_queue", name, [operandA], num_entries=num_entries)
 
 
 @op_function

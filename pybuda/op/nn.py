@@ -14,13 +14,13 @@ import torch
 from pybuda.errors import ModuleError
 from pybuda.module import PyBudaModule
 from pybuda.op.conv import Conv2d, Conv2dTranspose
-from pybuda.op.matmul import Matmul
+from pybuda.op.matmul import Matmul, SparseMatmul
 from pybuda.op.pool import AvgPool2d, MaxPool1d, MaxPool2d
 from pybuda.op.record import op_function, record
 from pybuda.tensor import Parameter, Tensor
 
 __all__ = ["Softmax", "LogSoftmax", "Layernorm", "Batchnorm", "Linear", "Conv2dModule", "ConvTranspose2dModule",
-           "MaxPool1dModule", "MaxPool2dModule", "AvgPool2dModule"]
+           "MaxPool1dModule", "MaxPool2dModule", "AvgPool2dModule", "SparseMatmulModule"]
 
 Operand = Union[Tensor, Parameter]
 
@@ -190,3 +190,17 @@ class AvgPool2dModule(PyBudaModule):
     def forward(self, activations: Tensor) -> Tensor:
         """Apply the pooling."""
         return AvgPool2d(self.name, activations, **self.kwargs)
+
+
+class SparseMatmulModule(PyBudaModule):
+    """y = sparseA @ x for a fixed sparse (COO) matrix ``sparseA`` given at construction."""
+
+    def __init__(self, name: str, sparseA: torch.Tensor):
+        super().__init__(name)
+        if not isinstance(sparseA, torch.Tensor) or sparseA.dim() != 2:
+            raise ModuleError(f"{name}: sparseA must be a 2-D torch tensor (sparse COO or dense)")
+        self.sparseA = sparseA
+
+    def forward(self, dense: Tensor) -> Tensor:
+        """Multiply the sparse constant by ``dense``."""
+        return SparseMatmul(self.name, self.sparseA, dense)

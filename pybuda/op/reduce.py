@@ -35,6 +35,8 @@ def GroupedReduceAvg(name: str, operandA: Tensor, dim: int, groups: int, keep_di
 
 
 @op_function
-def Argmax(name: str, operandA: Tensor, dim: Optional[int] = None) -> Tensor:
-    """Index of the maximum along dim (kept with size 1), or over all elements when dim is None."""
-    return record("argmax", name, [operandA], dim=dim)
+def Argmax(name: str, operandA: Tensor, dim: Optional[int] = None, keep_dim: bool = False) -> Tensor:
+    """Index of the (first) maximum along dim, or over all elements when dim is None, as a float of the
+    operand's format (TT-Buda computed it on the device). ``keep_dim`` keeps the reduced dim with size 1;
+    without it the dim is dropped (dim None: one index of shape (1,))."""
+    return record("argmax", name, [operandA], dim=dim, keep_dim=keep_dim)

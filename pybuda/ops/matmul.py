@@ -35,3 +35,8 @@ def _matmul_eval(x, attrs):
 register(OpDef(name="matmul", family="matmul", arity=(2, 3), shape=_matmul_shape, eval=_matmul_eval,
                dtype=_matmul_dtype,
                doc="y = a @ b (+ bias). Batch dims broadcast; the bias broadcasts onto the output."))
+
+register(OpDef(name="sparse_matmul", family="matmul", arity=(2, 2), shape=_matmul_shape, eval=_matmul_eval,
+               dtype=_matmul_dtype,
+               doc="y = a @ b with `a` a constant that the user gave as a sparse (COO) matrix, stored dense; "
+                   "TT-Buda's sparse matmul computes the ordinary product."))

@@ -22,6 +22,11 @@ register(OpDef(name="embedding", family="misc", arity=(2, 2), shape=_embedding_s
                    "table's dtype (indices may be stored as floats)."))
 
 
+register(OpDef(name="dram_queue", family="misc", arity=(1, 1), shape=same_shape, eval=lambda x, a: x[0],
+               attrs={"num_entries": attr(int)}, dtype=lambda d, a: d[0],
+               doc="Identity on values: TT-Buda's hint to buffer the operand in a DRAM queue of `num_entries`."))
+
+
 def _constant_shape(shapes, attrs):
     shape = int_list(attrs["shape"], "constant shape")
     if any(d < 1 for d in shape):

@@ -101,3 +101,18 @@ register(OpDef(name="requantize", family="quant", arity=(3, 3), shape=_same, eva
                doc="requantize(q, in_scale, out_scale): saturate(round((q - input_zero_point) * in_scale / "
                    "out_scale + output_zero_point)) in out_dtype. `rounding` is recorded for the device; "
                    "the reference rounds half to even."))
+
+
+def _buda_requantize_eval(x, a):
+    t = x[0].to(torch.float32)
+    scale = _along_axis(x[1], t.dim(), a["axis"])
+    return _saturate(torch.round(t * scale) + a["zero_point"], a["out_dtype"])
+
+
+register(OpDef(name="buda_requantize", family="quant", arity=(2, 2), shape=_same, eval=_buda_requantize_eval,
+               dtype=_out_dtype,
+               attrs={"zero_point": attr(float, default=0.0), "axis": attr(int, default=-1),
+                      "rounding": attr(str, default="Even"), "out_dtype": attr(str, default="int8")},
+               canonicalize=_out_dtype_canonical,
+               doc="buda_requantize(acc, scale): saturate(round(acc * scale) + zero_point) in out_dtype - the "
+                   "device form of requantize, on an int32 accumulator with the combined scale."))

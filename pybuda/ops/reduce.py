@@ -100,21 +100,26 @@ register(OpDef(name="grouped_reduce_avg", family="reduce", arity=(1, 1), shape=_
 def _argmax_shape(shapes, attrs):
     shape = list(shapes[0])
     if attrs["dim"] is None:
-        return tuple([1] * len(shape))
-    shape[normalize_dim(attrs["dim"], len(shape))] = 1
-    return tuple(shape)
+        return tuple([1] * len(shape)) if attrs["keep_dim"] else (1,)
+    d = normalize_dim(attrs["dim"], len(shape))
+    if attrs["keep_dim"]:
+        shape[d] = 1
+    else:
+        del shape[d]
+    return tuple(shape) if shape else (1,)  # the device has no 0-d tensors: one element stays 1-D
 
 
 def _argmax_eval(x, attrs):
     t, dim = x[0], attrs["dim"]
     if dim is None:
-        idx = torch.argmax(t.reshape(-1)).reshape([1] * t.dim())
+        idx = torch.argmax(t.reshape(-1))
     else:
         idx = torch.argmax(t, dim, keepdim=True)
-    return idx.to(t.dtype)
+    return idx.reshape(_argmax_shape([tuple(t.shape)], attrs)).to(t.dtype)
 
 
 register(OpDef(name="argmax", family="reduce", arity=(1, 1), shape=_argmax_shape, eval=_argmax_eval,
-               attrs={"dim": attr(int, default=None)},
-               doc="Index of the max along dim (kept with size 1), or over all elements when dim is None "
-                   "(every dim becomes 1). The index is returned in the operand's dtype, as in TT-Buda."))
+               attrs={"dim": attr(int, default=None), "keep_dim": attr(bool, default=True)},
+               doc="Index of the (first) max along dim, or over all elements when dim is None. keep_dim keeps "
+                   "the reduced dim with size 1 (dim None: every dim becomes 1), else it is dropped (a single "
+                   "index has shape (1,)). The index is returned in the operand's dtype, as in TT-Buda."))

@@ -69,7 +69,8 @@ class ImageStage:
     input_names: List[str] = field(default_factory=list)
     #: Netlist graph -> temporal epoch (the placer's), for the performance model and the backend build.
     temporal_epochs: Dict[str, int] = field(default_factory=dict)
-    #: The backend build of this module's netlist: relative path -> text.
+    #: The backend build of this module's netlist: relative path -> text. Running needs none of it, so a
+    #: loaded image parses it (strictly) only when asked: :func:`pybuda.tti.load.image_build`.
     backend_build: Dict[str, str] = field(default_factory=dict)
 
 
@@ -201,7 +202,9 @@ class TTDeviceImage:
             netlist_file = f"{base}_netlist.yaml"
             tensors_file = f"tensors/{base}.safetensors"
             files[netlist_file] = _netlist_text(stage.netlist).encode()
-            files[tensors_file] = _save_tensors(stage.tensors, f"module '{stage.module_name}'")
+            skip = _folded_copies(stage.host_io)
+            files[tensors_file] = _save_tensors({k: v for k, v in stage.tensors.items() if k not in skip},
+                                                f"module '{stage.module_name}'")
             build_dir = f"{BUILD_DIR}/{base}"
             for rel, text in stage.backend_build.items():
                 files[f"{build_dir}/{rel}"] = text.encode()
@@ -482,23 +485,16 @@ def _read_stage(files: Mapping[str, bytes], item: Any, index: int) -> ImageStage
     for rel in build_files:
         if not isinstance(rel, str):
             raise ImageError(f"device.json stages[{index}].backend_build_files holds a non-string")
-        build[rel] = _file(files, f"{build_dir}/{rel}", f"backend build of module '{name}'").decode()
-    _check_backend_build(build, name)
+        try:
+            build[rel] = _file(files, f"{build_dir}/{rel}", f"backend build of module '{name}'").decode()
+        except UnicodeDecodeError:
+            raise ImageError(f"'{build_dir}/{rel}' is not UTF-8 text") from None
     epochs = r.get("temporal_epochs", dict)
     if not all(isinstance(k, str) and k in netlist.graphs and isinstance(v, int) and not isinstance(v, bool)
                for k, v in epochs.items()):
         raise ImageError(f"device.json stages[{index}].temporal_epochs does not map the netlist's graphs to ints")
     names = r.get("input_names", list)
     return ImageStage(name, netlist, host_io, tensors, [str(n) for n in names], dict(epochs), build)
-
-
-def _check_backend_build(build: Mapping[str, str], module: str) -> None:
-    from pybuda.backend_build.build import BackendBuild
-
-    try:
-        BackendBuild.from_files(build)
-    except ImageError as e:
-        raise ImageError(f"backend build of module '{module}': {e}") from None
 
 
 def _check_host_io(host_io: HostIO, netlist: Any, module: str) -> None:
@@ -522,10 +518,12 @@ def _check_host_io(host_io: HostIO, netlist: Any, module: str) -> None:
 def _check_tensors(host_io: HostIO, tensors: Mapping[str, torch.Tensor], module: str) -> None:
     import math
 
-    missing = [k for k in host_io.tensor_names() if k not in tensors]
+    missing = [k for k in host_io.tensor_names() if k not in tensors and k not in _folded_copies(host_io)]
     if missing:
         raise ImageError(f"module '{module}': the image lacks tensor(s) {missing}")
     for p in host_io.parameters:
+        if p.tensor not in tensors:
+            continue  # a parameter folded at compile time: stored in its folded form only
         t = tensors[p.tensor]
         if tuple(t.shape) != tuple(p.shape):
             raise ImageError(f"module '{module}': parameter '{p.name}' is recorded as {list(p.shape)} but its "
@@ -537,6 +535,14 @@ def _check_tensors(host_io: HostIO, tensors: Mapping[str, torch.Tensor], module:
         if shape and tensors[q.tensor].numel() != math.prod(shape) and not q.host_tms:
             raise ImageError(f"module '{module}': queue '{q.queue}' holds {list(shape)} but its tensor is "
                              f"{list(tensors[q.tensor].shape)}")
+
+
+def _folded_copies(host_io: HostIO) -> set:
+    """Tensor keys an image leaves out: the framework values of parameters folded at compile time (consteval).
+    The device holds their folded values; they cannot be updated on the device, so only a checkpoint of the
+    original model would need them — and they would double the image of a model whose weights are transposed."""
+    folded = host_io.transformed_parameters()
+    return {p.tensor for p in host_io.parameters if p.name in folded and p.tensor != p.name}
 
 
 def _read_cpu_stage(files: Mapping[str, bytes], item: Any, side: str) -> Optional[CpuStage]:

@@ -105,3 +105,11 @@ def estimate_image(image: TTDeviceImage, microbatch: Optional[int] = None) -> Li
 
     return [estimate(stage.netlist, image.device, microbatch=microbatch, temporal_epochs=stage.temporal_epochs or None)
             for stage in image.stages]
+
+
+def image_build(image: TTDeviceImage, stage: int = 0) -> Any:
+    """The backend build stored for compiled module ``stage`` (:class:`pybuda.backend_build.build.BackendBuild`:
+    descriptors, per-epoch pipes with their NoC routes, streams and kernels), read from the image's files."""
+    from pybuda.backend_build.build import BackendBuild
+
+    return BackendBuild.from_files(image.stages[stage].backend_build)

@@ -1,6 +1,7 @@
 """The backend build as data: descriptors, pipes and routes, streams, kernels, the files and their strict
 reader, and the performance model reading its traffic from the same pipes."""
 
+import json
 import math
 import os
 import sys
@@ -236,10 +237,10 @@ def test_files_round_trip():
     b = _rich_build()
     files = b.files()
     assert set(files) == {"device_desc.yaml", "cluster_desc.yaml"} | {
-        f"temporal_epoch_{e.index}/{f}" for e in b.epochs for f in ("pipes.yaml", "streams.yaml", "kernels.yaml")}
+        f"temporal_epoch_{e.index}/{f}" for e in b.epochs for f in ("pipes.json", "streams.json", "kernels.json")}
     assert BackendBuild.from_files(files) == b
     assert BackendBuild.from_files({k: v.encode() for k, v in files.items()}) == b
-    kernels = yaml.safe_load(files["temporal_epoch_0/kernels.yaml"])["ops"]
+    kernels = json.loads(files["temporal_epoch_0/kernels.json"])["ops"]
     assert {"unpack_df", "math_df", "pack_df", "math_fidelity", "mblock", "ublock", "grid_size"} <= set(kernels[0])
 
 
@@ -249,20 +250,20 @@ def test_temporal_epochs_map_and_program_order():
     assert [e.graphs for e in build(nl, N150).epochs] == [(n,) for n in names]
     custom = build(nl, N150, {names[0]: 5, names[1]: 7})
     assert [e.index for e in custom.epochs] == [5, 7]
-    assert "temporal_epoch_7/pipes.yaml" in custom.files()
+    assert "temporal_epoch_7/pipes.json" in custom.files()
     with pytest.raises(ConfigError):
         build(nl, N150, {names[0]: 1, names[1]: 1})
 
 
 def _tamper(files, path, edit):
-    doc = yaml.safe_load(files[path])
+    doc = json.loads(files[path]) if path.endswith(".json") else yaml.safe_load(files[path])
     edit(doc)
-    return dict(files, **{path: yaml.safe_dump(doc)})
+    return dict(files, **{path: json.dumps(doc) if path.endswith(".json") else yaml.safe_dump(doc)})
 
 
 def test_from_files_rejects_tampering():
     files = _rich_build().files()
-    pipes = "temporal_epoch_0/pipes.yaml"
+    pipes = "temporal_epoch_0/pipes.json"
     cases = [
         (_tamper(files, pipes, lambda d: d["pipes"][0].update(extra=1)), "unknown key"),
         (_tamper(files, pipes, lambda d: d["pipes"][0].update(tiles_per_input="many")), "tiles_per_input"),
@@ -270,24 +271,26 @@ def test_from_files_rejects_tampering():
         (_tamper(files, pipes, lambda d: d["pipes"][0].update(gather=not d["pipes"][0]["gather"])), "gather"),
         (_tamper(files, pipes, lambda d: d["pipes"][0].update(kind="teleport")), "kind"),
         (_tamper(files, pipes, lambda d: d.update(temporal_epoch=3)), "temporal_epoch"),
-        (_tamper(files, "temporal_epoch_0/streams.yaml",
+        (_tamper(files, "temporal_epoch_0/streams.json",
                  lambda d: d["cores"][0]["buffers"][0].update(stream_id=40)), "stream_id"),
-        (_tamper(files, "temporal_epoch_0/kernels.yaml", lambda d: d["ops"][0].update(t="1")), "t"),
+        (_tamper(files, "temporal_epoch_0/kernels.json", lambda d: d["ops"][0].update(t="1")), "t"),
         (_tamper(files, "cluster_desc.yaml", lambda d: d["chips"].update({1: [1, 0, 0, 0]})), "cluster"),
         (_tamper(files, "device_desc.yaml", lambda d: d.update(worker_l1_size=-1)), "worker_l1_size"),
-        ({k: v for k, v in files.items() if k != "temporal_epoch_0/streams.yaml"}, "missing file"),
+        ({k: v for k, v in files.items() if k != "temporal_epoch_0/streams.json"}, "missing file"),
         ({k: v for k, v in files.items() if k != "device_desc.yaml"}, "missing file"),
         (dict(files, **{"temporal_epoch_0/../../etc.yaml": "x: 1"}), "unknown file"),
         (dict(files, **{"notes.txt": "hello"}), "unknown file"),
-        (dict(files, **{pipes: "a: &x [1]\nb: *x\n"}), "alias"),
-        (dict(files, **{pipes: "pipes: [unclosed\n"}), "not valid YAML"),
+        (dict(files, **{"cluster_desc.yaml": "a: &x [1]\nb: *x\n"}), "alias"),
+        (dict(files, **{pipes: '{"pipes": [unclosed'}), "not valid JSON"),
+        (dict(files, **{pipes: '{"temporal_epoch": NaN}'}), "not valid JSON"),
         (dict(files, **{pipes: b"\xff\xfe"}), "UTF-8"),
-        (dict(files, **{pipes: "!!python/object/apply:os.system ['true']\n"}), "not valid YAML"),
+        (dict(files, **{pipes: "!!python/object/apply:os.system ['true']\n"}), "not valid JSON"),
+        (dict(files, **{"cluster_desc.yaml": "!!python/object/apply:os.system ['true']\n"}), "YAML|cluster"),
     ]
     for tampered, words in cases:
         with pytest.raises(ImageError, match=words):
             BackendBuild.from_files(tampered)
-    with pytest.raises(ImageError, match="temporal_epoch_0/pipes.yaml: pipes\\[0\\].extra|unknown key"):
+    with pytest.raises(ImageError, match="temporal_epoch_0/pipes.json: pipes\\[0\\].extra|unknown key"):
         BackendBuild.from_files(cases[0][0])
 
 

@@ -94,7 +94,7 @@ ROWS = [
     ("Relu", lambda m, a: op.Relu("", a), [_x], torch.relu, None, 0),
     ("LeakyRelu", lambda m, a: op.LeakyRelu("", a, 0.2), [_x], lambda a: F.leaky_relu(a, 0.2), None, 0),
     ("Gelu", lambda m, a: op.Gelu("", a, approximate="tanh"), [_x], lambda a: F.gelu(a, approximate="tanh"), None, 1e-6),
-    ("Argmax", lambda m, a: op.Argmax("", a, dim=-1), [_x], lambda a: a.argmax(-1, keepdim=True).float(), None, 0),
+    ("Argmax", lambda m, a: op.Argmax("", a, dim=-1), [_x], lambda a: a.argmax(-1).float(), None, 0),
     ("Clip", lambda m, a: op.Clip("", a, -0.5, 0.5), [_x], lambda a: a.clamp(-0.5, 0.5), None, 0),
     ("CumSum", lambda m, a: op.CumSum("", a, axis=-2), [_x], lambda a: a.cumsum(-2), None, 1e-5),
     ("Dropout", lambda m, a: op.Dropout("", a, p=0.2, training=False), [_x], lambda a: a, None, 0),
@@ -174,6 +174,12 @@ ROWS = [
                                                                                                   generator=_GEN)
                                                                                     .to(torch.int32)],
      lambda q: torch.clamp(torch.round(q * 0.1 + 2), -127, 127).to(torch.int8), None, 0),
+    ("BudaRequantize", lambda m, q: op.BudaRequantize("", q, 0.1, zero_point=2.0),
+     [torch.randint(-900, 900, (3, 4), generator=_GEN).to(torch.int32)],
+     lambda q: torch.clamp(torch.round(q * 0.1) + 2, -127, 127).to(torch.int8), None, 0),
+    ("SparseMatmul", lambda m, b: op.SparseMatmul("", torch.eye(3, 5).to_sparse(), b), [rn(5, 4)],
+     lambda b: torch.eye(3, 5) @ b, None, 1e-6),
+    ("DRAMQueue", lambda m, a: op.DRAMQueue("", a, num_entries=2), [_x], lambda a: a, None, 0),
 ]
 
 
@@ -210,7 +216,7 @@ def test_reference_function_names_exist():
         GroupedReduceAvg HSlice HStack VSlice VStack Transpose Reshape Index AdvIndex Select Pad Broadcast Repeat
         Unsqueeze Squeeze Narrow PixelShuffle Concatenate Stack Interleave Softmax LogSoftmax Layernorm Batchnorm
         Conv2d Conv2dTranspose Conv3d MaxPool1d MaxPool2d MaxPool3d AvgPool1d AvgPool2d AvgPool3d Embedding Constant
-        Resize2d Resize3d Quantize Dequantize Requantize""".split()
+        Resize2d Resize3d Quantize Dequantize Requantize BudaRequantize SparseMatmul DRAMQueue""".split()
     missing = [n for n in names if not callable(getattr(op, n, None))]
     assert not missing, missing
     for n in names:

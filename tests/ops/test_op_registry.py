@@ -291,7 +291,9 @@ CASES: Dict[str, List[Case]] = {
                                    x[:, 5:].mean(1, keepdim=True).expand(3, 5)], 1), atol=1e-6)],
     "argmax": [C([_x4], {"dim": -1}, ref=lambda x: T(npy(x).argmax(-1)[..., None].astype(np.float32))),
                C([_a], ref=lambda x: torch.full((1, 1), float(npy(x).argmax()))),
-               C([_ints_a], {"dim": 0}, ref=lambda x: T(npy(x).argmax(0)[None].astype(np.int32)))],
+               C([_ints_a], {"dim": 0}, ref=lambda x: T(npy(x).argmax(0)[None].astype(np.int32))),
+               C([_x4], {"dim": 1, "keep_dim": False}, ref=lambda x: T(npy(x).argmax(1).astype(np.float32))),
+               C([_a], {"keep_dim": False}, ref=lambda x: torch.full((1,), float(npy(x).argmax())))],
     # tm
     "hslice": [C([rn(2, 3, 5, 12)], {"slices": 3}, ref=lambda x: _hslice_ref(x, 3)),
                C([rn(5, 8)], {"slices": 2}, ref=lambda x: _hslice_ref(x.unsqueeze(0), 2))],
@@ -410,6 +412,7 @@ CASES: Dict[str, List[Case]] = {
     # misc
     "embedding": [C([rn(10, 6), torch.tensor([[1, 9, 0], [4, 4, 2]])], ref=lambda t, i: T(npy(t)[npy(i)])),
                   C([rn(5, 3, dtype=torch.bfloat16), torch.tensor([4.0, 0.0])], ref=lambda t, i: t[[4, 0]])],
+    "dram_queue": [C([rn(3, 5)], {"num_entries": 2}, ref=lambda x: x)],
     "constant": [C([], {"constant": 2.5}, ref=lambda: torch.tensor([2.5])),
                  C([], {"constant": -1.0, "shape": (2, 3)}, ref=lambda: T(np.full((2, 3), -1.0, np.float32)))],
     "resize2d": [C([rn(2, 3, 4, 5)], {"sizes": (8, 10)}, ref=lambda x: _nearest_ref(x, (8, 10))),
@@ -429,7 +432,10 @@ CASES: Dict[str, List[Case]] = {
                C([rn(3, 33), rn(33, 9), rn(9)], ref=lambda a, b, c: T(npy(a) @ npy(b) + npy(c)), atol=1e-5),
                C([rn(4, 6, dtype=torch.bfloat16), rn(6, 5)], ref=lambda a, b: (a.float() @ b.bfloat16().float()),
                  atol=5e-2, rtol=2e-2)],
+    "sparse_matmul": [C([torch.eye(4, 6), rn(6, 3)], ref=lambda a, b: T(npy(a) @ npy(b)), atol=1e-6)],
     # quant
+    "buda_requantize": [C([ints(-3000, 3000, 4, 6).float(), torch.tensor([0.02])], {"zero_point": 1.0},
+                          ref=lambda q, s: T(np.clip(np.round(npy(q) * np.float32(0.02)) + 1.0, -127, 127)).to(torch.int8))],
     "quantize": [C([rn(3, 5) * 4, torch.tensor([0.05])], {"zero_point": 3.0, "out_dtype": "int8"},
                    ref=lambda x, s: _quant_ref(x, s, 3.0, -127, 127, torch.int8)),
                  C([rn(2, 4), pos(2)], {"axis": 0, "out_dtype": "uint8", "zero_point": 128},

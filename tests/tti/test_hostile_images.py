@@ -204,3 +204,18 @@ def test_writer_round_trip_is_deterministic(image_files, tmp_path):
     b = write_archive(tmp_path / "b.tti", image_files, "1.0.0")
     assert a == b and open(tmp_path / "a.tti", "rb").read() == open(tmp_path / "b.tti", "rb").read()
     assert {k: v for k, v in read_archive(str(tmp_path / "a.tti")).items() if k != MANIFEST} == image_files
+
+
+def test_backend_build_is_parsed_strictly_when_read(image_files, tmp_path):
+    """Running needs no backend build, so loading only checks its hashes; reading it (reports, tools) parses it
+    strictly, and a tampered file with a rewritten manifest is an ImageError then."""
+    from pybuda.tti.load import image_build
+
+    files = dict(image_files)
+    name = next(n for n in files if n.endswith("pipes.json"))
+    files[name] = b"!!python/object/apply:os.system ['echo pwned']\n"
+    image = _load(_tar(tmp_path / "b.tti", files, _manifest(files)))
+    with pytest.raises(ImageError, match="pipes.json"):
+        image_build(image)
+    good = _load(_tar(tmp_path / "g.tti", image_files, _manifest(image_files)))
+    assert image_build(good).epochs

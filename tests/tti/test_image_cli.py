@@ -19,7 +19,8 @@ class Block(pybuda.PyBudaModule):
         return pybuda.op.Gelu("gelu", pybuda.op.Matmul("mm", x, self.w))
 
 
-def test_image_info_and_run(tmp_path, capsys):
+def test_image_info_and_run(tmp_path, capsys, monkeypatch):
+    monkeypatch.setenv("PYBUDA_BUILD_DIR", str(tmp_path / "build"))
     path = str(tmp_path / "block.tti")
     pybuda.set_configuration_options(device_config="wh_n150")
     device = pybuda.TTDevice("tt0", arch=pybuda.BackendDevice.Wormhole_B0, module=Block())
@@ -42,6 +43,8 @@ def test_image_info_and_run(tmp_path, capsys):
     assert "output 0: [2, 24, 48] float32" in out
     # The image is modelled exactly as the compile that wrote it (same netlist, same temporal epochs).
     assert f"{compiled.samples_per_sec:,.1f} samples/s" in out
+    html = (tmp_path / "build" / "perf_report_block.html").read_text()
+    assert "<svg class=\"routes\"" in html and "<polyline" in html
 
 
 def test_image_commands_report_bad_images(tmp_path, capsys):

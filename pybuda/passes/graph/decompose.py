@@ -16,10 +16,25 @@ combine (batchnorm statistics, layernorm weights) become constant-only subgraphs
 - ``clip(x, lo, hi)`` -> ``y = maximum(x, lo)`` (``relu`` when lo == 0), then ``y - relu(y - hi)``.
 - ``where(c, x, y)`` -> ``y + c * (x - y)`` (c holds 0/1).
 - ``squeeze``/``unsqueeze``/``identity(unsqueeze=...)`` -> ``reshape``; ``stack`` -> reshapes + ``concatenate``.
-- ``nop``, ``tilize``, ``identity``, casts to float (of floats, or of integer graph inputs, which are then
-  pushed in a float format) and inference ``dropout`` vanish.
-
-``embedding`` is a CPU-fallback op; reaching the device compile is an error that names the op.
+- ``nop``, ``tilize``, ``identity``, ``dram_queue``, casts to float (of floats, or of integer graph inputs,
+  which are then pushed in a float format) and inference ``dropout`` vanish.
+- comparisons -> ``heaviside`` of a difference (the chip has no compare op; TT-Buda used the same step):
+  ``a > b`` = ``heaviside(a - b, 0)``, ``a >= b`` = ``heaviside(a - b, 1)``, ``<``/``<=`` swap the operands,
+  ``a == b`` = ``heaviside(-|a - b|, 1)``, ``a != b`` = ``heaviside(|a - b|, 0)``; 0.0/1.0 in float.
+- ``argmax(x, dim)`` -> ``hit = (x == reduce_max(x))`` as above, ``N - reduce_max(hit * (N - i))`` with a
+  constant ``N - i`` along dim, so ties give the first index (torch's rule); dim None flattens first.
+- ``cumsum(x, axis)`` -> ``x @ U`` along axis with the constant triangular ``U[i, j] = i <= j`` (``i < j``
+  when exclusive); another axis is transposed to the last and back.
+- ``resize2d``/``resize3d`` (nearest, linear, cubic) -> one matmul per resized spatial dim with a constant
+  interpolation matrix; the modes are separable, and each matrix is the op's own reference applied to an
+  identity, so align_corners and torch's rounding rules carry over exactly.
+- ``conv2d_transpose`` -> zero insertion (a constant 0/1 matmul per strided dim) and a stride-1 ``conv2d``
+  with the flipped, regrouped weights (folded by consteval) and padding ``d*(k-1) - p`` (+ output_padding);
+  a negative padding becomes an ``index`` crop of the result.
+- ``max_pool1d``/``avg_pool1d`` -> the 2-D pool with a height-1 window on a reshaped input.
+- ``embedding(table, ids)`` -> one-hot ``ids == range(V)`` (as ``equal`` above) ``@ table``; integer ids from a
+  graph input are pushed in a float format (exact up to 2**24 in Float32).
+- ``sparse_matmul(a, b)`` -> ``matmul`` of the densified constant.
 """
 
 from __future__ import annotations
@@ -34,8 +49,10 @@ from pybuda.ops.common import normalize_dim
 from pybuda.passes.context import CompileContext
 from pybuda.passes.graph.rewrite import Rewriter
 
-#: Ops that must have been split off to the CPU by the frontend (TT-Buda's ``cpu_fallback_ops``).
-CPU_ONLY_OPS = frozenset({"embedding"})
+#: Ops that must have been split off to the CPU by the frontend (TT-Buda's ``cpu_fallback_ops``). Empty:
+#: ``embedding`` is decomposed (the torch frontend still sends it to the CPU when configured to, because
+#: its integer ids are not device data there).
+CPU_ONLY_OPS: frozenset = frozenset()
 
 
 def decompose_high_level_ops(graph: Graph, ctx: CompileContext) -> Graph:
@@ -238,7 +255,254 @@ def _stack(rw, node, ops, ctx):
     return rw.op(node.name, "concatenate", parts, {"axis": axis})
 
 
+# --- comparisons, argmax, cumsum -------------------------------------------------------------------------
+
+
+def _heaviside(rw, node, x: str, at_zero: float, tag: str) -> str:
+    return rw.op(f"{node.name}.{tag}", "heaviside", [x, _scalar(rw, node, f"{tag}_at0", at_zero)])
+
+
+def _equal_of(rw, node, a: str, b: str, tag: str = "eq", negate: bool = False) -> str:
+    """1.0 where a == b (0.0 where negate), else the other: a step of ``|a - b|``."""
+    diff = rw.op(f"{node.name}.{tag}_diff", "subtract", [a, b])
+    mag = rw.op(f"{node.name}.{tag}_abs", "abs", [diff])
+    if negate:
+        return _heaviside(rw, node, mag, 0.0, tag)
+    neg = rw.op(f"{node.name}.{tag}_neg", "multiply", [mag, _scalar(rw, node, f"{tag}_m1", -1.0)])
+    return _heaviside(rw, node, neg, 1.0, tag)
+
+
+def _compare(kind: str):
+    def rule(rw, node, ops, ctx):
+        a, b = ops
+        if not node.dtype.is_floating_point:
+            return None  # integer comparisons stay as they are: lowering names them as unsupported
+        if kind in ("equal", "not_equal"):
+            return _equal_of(rw, node, a, b, "cmp", negate=kind == "not_equal")
+        if kind in ("less", "less_equal"):
+            a, b = b, a
+        diff = rw.op(f"{node.name}.diff", "subtract", [a, b])
+        return _heaviside(rw, node, diff, 1.0 if kind.endswith("equal") else 0.0, "step")
+    return rule
+
+
+def _along_last(rw, node, x: str, dim: int, matrix: torch.Tensor, tag: str) -> str:
+    """``x`` with dim ``dim`` multiplied by the constant ``matrix`` [size, new_size] (a matmul on the last
+    dim; another dim is transposed there and back)."""
+    rank = len(rw.shape(x))
+    m = rw.constant(f"{node.name}.{tag}_matrix", matrix.to(torch.float32).contiguous())
+    if dim == rank - 1:
+        return rw.op(f"{node.name}.{tag}", "matmul", [x, m])
+    t = rw.op(f"{node.name}.{tag}_t", "transpose", [x], {"dim0": dim, "dim1": rank - 1})
+    y = rw.op(f"{node.name}.{tag}", "matmul", [t, m])
+    return rw.op(f"{node.name}.{tag}_tb", "transpose", [y], {"dim0": dim, "dim1": rank - 1})
+
+
+def _argmax(rw, node, ops, ctx):
+    before = set(rw.new.nodes)
+    idx = _argmax_ops(rw, node, ops)
+    # Index math must stay exact: in a block format the row maximum, rounded with its neighbours, may no
+    # longer equal any element, and indices above 127 are not representable. The data-format pass keeps
+    # ops tagged ``exact_df`` in that format whatever the default is.
+    for name in set(rw.new.nodes) - before:
+        rw.new.nodes[name].tags["exact_df"] = "Float32"
+    return idx
+
+
+def _argmax_ops(rw, node, ops):
+    x = ops[0]
+    shape = tuple(rw.shape(x))
+    if node.attrs["dim"] is None:
+        x = rw.op(f"{node.name}.flat", "reshape", [x], {"shape": (1, math.prod(shape))})
+        d = 1
+    else:
+        d = normalize_dim(node.attrs["dim"], len(shape))
+    rank = len(rw.shape(x))
+    size = rw.shape(x)[d]
+    m = rw.op(f"{node.name}.max", "reduce_max", [x], {"dim": d})
+    hit = _equal_of(rw, node, x, m, "hit")
+    # Score N - i at the maxima: the largest score is the first maximum, as torch.argmax picks.
+    rev = torch.arange(size, 0, -1, dtype=torch.float32).reshape((size,) + (1,) * (rank - 1 - d))
+    score = rw.op(f"{node.name}.score", "multiply", [hit, rw.constant(f"{node.name}.rev_index", rev)])
+    best = rw.op(f"{node.name}.best", "reduce_max", [score], {"dim": d})
+    idx = rw.op(f"{node.name}.index", "subtract", [_scalar(rw, node, "size", size), best])
+    if tuple(rw.shape(idx)) != tuple(node.shape):
+        idx = rw.op(f"{node.name}.out", "reshape", [idx], {"shape": tuple(node.shape)})
+    return idx
+
+
+def _cumsum(rw, node, ops, ctx):
+    x = ops[0]
+    rank = len(rw.shape(x))
+    d = normalize_dim(node.attrs["axis"], rank)
+    size = rw.shape(x)[d]
+    tri = torch.ones(size, size).triu(1 if node.attrs["exclusive"] else 0)  # U[i, j]: x_i counts toward j
+    return _along_last(rw, node, x, d, tri, "cumsum")
+
+
+# --- resize, transposed conv, 1-D pools ---------------------------------------------------------------------
+
+
+def _resize(nd: int):
+    def rule(rw, node, ops, ctx):
+        from pybuda.ops import registry
+
+        x = ops[0]
+        rank = len(rw.shape(x))
+        first = rank - nd - (1 if node.attrs["channel_last"] else 0)
+        evaluate = registry.get(node.op_type).eval
+        for i in range(nd):
+            dim = first + i
+            size, new = rw.shape(x)[dim], node.attrs["sizes"][i]
+            # The op's reference on an identity basis resizes only this dim (the others have size 1 and
+            # stay 1), giving row k = the output for input e_k: the interpolation matrix [size, new].
+            basis = torch.eye(size).reshape((size, 1) + tuple(size if j == i else 1 for j in range(nd)))
+            sizes = tuple(new if j == i else 1 for j in range(nd))
+            attrs = dict(node.attrs, sizes=sizes, channel_last=False)
+            matrix = evaluate([basis], attrs).reshape(size, new)
+            if size == new and torch.equal(matrix, torch.eye(size)):
+                continue
+            x = _along_last(rw, node, x, dim, matrix, f"resize{i}")
+        return x
+    return rule
+
+
+def _conv2d_transpose(rw, node, ops, ctx):
+    a = node.attrs
+    x, w = ops[0], ops[1]
+    bias = ops[2] if len(ops) == 3 else None
+    rank = len(rw.shape(x))
+    channel_last = a["channel_last"]
+    h_dim, w_dim = (rank - 3, rank - 2) if channel_last else (rank - 2, rank - 1)
+    cin, cog, kh, kw = rw.shape(w)
+    g = a["groups"]
+    n = node.name
+    sh, sw = a["stride"]
+    if sh > 1 or sw > 1:
+        # Zero insertion as one constant pixel picker on the channel-last pixels x channels form (the form
+        # the conv's own im2col reads; an NCHW graph input reaches it by transposes the host applies):
+        # input pixel (i, j) lands on (i * sh, j * sw) of a ((H - 1) * sh + 1, (W - 1) * sw + 1) image.
+        if not channel_last:
+            x = rw.op(f"{n}.to_nhwc_a", "transpose", [x], {"dim0": rank - 3, "dim1": rank - 2})
+            x = rw.op(f"{n}.to_nhwc", "transpose", [x], {"dim0": rank - 2, "dim1": rank - 1})
+        lead, (hh, ww, c) = tuple(rw.shape(x)[:-3]), tuple(rw.shape(x)[-3:])
+        hs, ws = (hh - 1) * sh + 1, (ww - 1) * sw + 1
+        flat = rw.op(f"{n}.pixels", "reshape", [x], {"shape": lead + (hh * ww, c)})
+        ii, jj = torch.meshgrid(torch.arange(hh), torch.arange(ww), indexing="ij")
+        up = torch.zeros(hs * ws, hh * ww)
+        up[(ii * sh * ws + jj * sw).reshape(-1), torch.arange(hh * ww)] = 1.0
+        flat = rw.op(f"{n}.dilate", "matmul", [rw.constant(f"{n}.dilate_picker", up), flat])
+        x = rw.op(f"{n}.dilated", "reshape", [flat], {"shape": lead + (hs, ws, c)})
+        h_dim, w_dim = rank - 3, rank - 2
+    # Weights [Cin, Cout/g, kh, kw] -> [Cout, Cin/g, kh, kw], spatially flipped (consteval folds all this).
+    wt = rw.op(f"{n}.w_groups", "reshape", [w], {"shape": (g, cin // g, cog, kh, kw)})
+    wt = rw.op(f"{n}.w_swap", "transpose", [wt], {"dim0": 1, "dim1": 2})
+    wt = rw.op(f"{n}.w_conv", "reshape", [wt], {"shape": (g * cog, cin // g, kh, kw)})
+    if kw > 1:
+        wt = rw.op(f"{n}.w_flip_w", "matmul", [wt, rw.constant(f"{n}.flip_w", torch.eye(kw).flip(0))])
+    if kh > 1:
+        wt = rw.op(f"{n}.w_t", "transpose", [wt], {"dim0": 2, "dim1": 3})
+        wt = rw.op(f"{n}.w_flip_h", "matmul", [wt, rw.constant(f"{n}.flip_h", torch.eye(kh).flip(0))])
+        wt = rw.op(f"{n}.w_tb", "transpose", [wt], {"dim0": 2, "dim1": 3})
+    dh, dw = a["dilation"]
+    pl, pr, pt, pb = a["padding"]
+    oph, opw = a["output_padding"]
+    full = (dw * (kw - 1) - pl, dw * (kw - 1) - pr + opw, dh * (kh - 1) - pt, dh * (kh - 1) - pb + oph)
+    pads = tuple(max(p, 0) for p in full)
+    conv_cl = channel_last or sh > 1 or sw > 1
+    y = rw.op(n if conv_cl == channel_last else f"{n}.conv", "conv2d", [x, wt] + ([bias] if bias is not None else []),
+              {"stride": 1, "padding": pads, "dilation": (dh, dw), "groups": g, "channel_last": conv_cl})
+    # A padding larger than the kernel's reach crops the result.
+    for dim, before, after in ((w_dim, full[0], full[1]), (h_dim, full[2], full[3])):
+        if before < 0 or after < 0:
+            size = rw.shape(y)[dim]
+            y = rw.op(f"{n}.crop{dim}", "index", [y],
+                      {"dim": dim, "start": max(-before, 0), "stop": size - max(-after, 0)})
+    if conv_cl != channel_last:  # back to NCHW
+        y = rw.op(f"{n}.to_nchw_a", "transpose", [y], {"dim0": rank - 2, "dim1": rank - 1})
+        y = rw.op(n, "transpose", [y], {"dim0": rank - 3, "dim1": rank - 2})
+    return y
+
+
+def _pool1d(rw, node, ops, ctx):
+    a = node.attrs
+    x = ops[0]
+    shape = tuple(rw.shape(x))
+    cl = a["channel_last"]
+    # A height-1 2-D pool: [.., C, L] -> [.., C, 1, L] (channel-last [.., L, C] -> [.., 1, L, C]).
+    at = len(shape) - (2 if cl else 1)
+    x4 = rw.op(f"{node.name}.as2d", "reshape", [x], {"shape": shape[:at] + (1,) + shape[at:]})
+    attrs = {"kernel_size": (1,) + a["kernel_size"], "stride": (1,) + a["stride"],
+             "padding": tuple(a["padding"]) + (0, 0), "ceil_mode": a["ceil_mode"], "channel_last": cl}
+    if node.op_type == "max_pool1d":
+        attrs["dilation"] = (1,) + a["dilation"]
+        y = rw.op(f"{node.name}.pool", "max_pool2d", [x4], attrs)
+    else:
+        attrs.update(count_include_pad=a["count_include_pad"], divisor_override=a["divisor_override"])
+        y = rw.op(f"{node.name}.pool", "avg_pool2d", [x4], attrs)
+    return rw.op(node.name, "reshape", [y], {"shape": tuple(node.shape)})
+
+
+#: Largest table the one-hot embedding handles: the chip unpacks Float32 ids into 19-bit source registers
+#: (10 mantissa bits), where integers are exact only up to 2**11, so larger ids would select a neighbour's row.
+EMBEDDING_MAX_VOCAB = 2 ** 11
+
+
+def _embedding(rw, node, ops, ctx):
+    table, ids = ops
+    src = rw.node(ids)
+    vocab = rw.shape(table)[0]
+    if vocab > EMBEDDING_MAX_VOCAB:
+        return None  # lowering names the op as unsupported (PyTorch models run it on the CPU)
+    if not src.dtype.is_floating_point:
+        root = src
+        while root.kind == "op" and root.op_type in ("reshape", "transpose") and len(root.operands) == 1:
+            root = rw.node(root.operands[0])
+        if root.kind != "input":
+            return None  # ids computed by integer ops: lowering names the op as unsupported
+        # Integer ids are pushed in a float format, where they are exact (< 2**24 in Float32); the
+        # data-format pass keeps integer-valued queues in Float32 whatever the default format is. The host
+        # checks each push against the table's range: on the device an id outside it would select no row.
+        root.tags["device_dtype"] = "float32"
+        root.tags["value_range"] = (0, vocab - 1)
+    col = rw.op(f"{node.name}.ids", "reshape", [ids], {"shape": tuple(rw.shape(ids)) + (1,)})
+    # The id range stays Float32: in a block format neighbouring ids of a block round together.
+    ids_range = rw.constant(f"{node.name}.range", torch.arange(vocab, dtype=torch.float32), tags={"exact_df": "Float32"})
+    onehot = _equal_of(rw, node, col, ids_range, "onehot")
+    return rw.op(node.name, "matmul", [onehot, table])
+
+
+def _integer_only(rw, node, ops, ctx):
+    from pybuda.errors import UnsupportedOp, UnsupportedOpError
+
+    raise UnsupportedOpError([UnsupportedOp(node.op_type, node.name,
+                                            "integer requantization has no float-format device form here; "
+                                            "TT-Buda ran it only on Wormhole B0's int8 path - run it on a "
+                                            "CPUDevice")], stage="POST_INITIAL_GRAPH_PASS")
+
+
+def _sparse_matmul(rw, node, ops, ctx):
+    return rw.op(node.name, "matmul", list(ops))
+
+
 _RULES = {
+    "equal": _compare("equal"),
+    "not_equal": _compare("not_equal"),
+    "greater": _compare("greater"),
+    "greater_equal": _compare("greater_equal"),
+    "less": _compare("less"),
+    "less_equal": _compare("less_equal"),
+    "argmax": _argmax,
+    "cumsum": _cumsum,
+    "resize2d": _resize(2),
+    "resize3d": _resize(3),
+    "conv2d_transpose": _conv2d_transpose,
+    "max_pool1d": _pool1d,
+    "avg_pool1d": _pool1d,
+    "embedding": _embedding,
+    "dram_queue": _vanish,
+    "sparse_matmul": _sparse_matmul,
+    "buda_requantize": _integer_only,
     "softmax": _softmax,
     "log_softmax": lambda rw, node, ops, ctx: _softmax(rw, node, ops, ctx, log=True),
     "layernorm": _layernorm,

@@ -16,6 +16,7 @@ the input/output node's ``tags["host_tms"]`` as ``[(op_type, attrs), ...]`` in a
 
 from __future__ import annotations
 
+import math
 from typing import Dict, List, Optional, Sequence, Tuple
 
 from pybuda.ir.graph import INPUT, OP, OUTPUT, Graph, Node
@@ -126,13 +127,26 @@ def _hoist_inputs(graph: Graph, ctx: CompileContext) -> Graph:
             chain = chains[node.name]
             n = new.add_input(node.name, chain[-1].shape, node.dtype, node.requires_grad)
             n.tags.update(node.tags)
-            tms = list(node.tags.get("host_tms", [])) + [(c.op_type, dict(c.attrs)) for c in chain]
+            tms = list(node.tags.get("host_tms", [])) + [_host_tm(graph, c) for c in chain]
             n.tags["host_tms"] = tms
             n.tags.setdefault("original_shape", tuple(node.tags.get("original_shape", node.shape)))
             ctx.input_host_tms[node.name] = tms
             continue
         _copy(new, graph, node, {n: absorbed[n] for n in absorbed if chains[absorbed[n]][-1].name == n})
     return new
+
+
+def _host_tm(graph: Graph, node: Node) -> Tuple[str, dict]:
+    """``(op_type, attrs)`` of a hoisted input TM. The host applies it to the whole push, whose dim 0 is
+    the microbatch while the graph may be traced for one sample: a reshape that keeps dim 0 records it as
+    -1 so it reshapes any number of samples."""
+    attrs = dict(node.attrs)
+    if node.op_type == "reshape":
+        src = graph[node.operands[0]].shape
+        target = tuple(attrs["shape"])
+        if src and target and src[0] == target[0] and math.prod(src[1:]) == math.prod(target[1:]):
+            attrs["shape"] = (-1,) + target[1:]
+    return node.op_type, attrs
 
 
 def _hoist_outputs(graph: Graph, ctx: CompileContext) -> Graph:
@@ -147,7 +161,7 @@ def _hoist_outputs(graph: Graph, ctx: CompileContext) -> Graph:
                 break
             if graph[p.operands[0]].kind != OP:
                 break  # keep one TM on device between an input/parameter and an output
-            tms.insert(0, (p.op_type, dict(p.attrs)))
+            tms.insert(0, _host_tm(graph, p))
             src = p.operands[0]
         if tms:
             redirect[out.name] = (src, tms)

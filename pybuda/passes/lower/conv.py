@@ -155,12 +155,13 @@ class ConvPoolLowering:
         if a.get("divisor_override"):
             div = np.full(len(pos), float(a["divisor_override"]))
         elif a.get("count_include_pad", True):
-            pad_r_total = (ho - 1) * stride[0] + kh - h - pads[0]
-            pad_c_total = (wo - 1) * stride[1] + kw - w - pads[1]
+            # torch's rule: a window counts the declared padding but not the positions ceil_mode adds past
+            # it, so an edge window is clipped at the input plus the bottom/right padding.
+            pad_r, pad_b = a["padding"][1], a["padding"][3]
             hs = oh * stride[0] - pads[0]
             ws = ow * stride[1] - pads[1]
-            he = np.minimum(hs + kh, h + max(pad_r_total, 0))
-            we = np.minimum(ws + kw, w + max(pad_c_total, 0))
+            he = np.minimum(hs + kh, h + pad_b)
+            we = np.minimum(ws + kw, w + pad_r)
             div = ((he - hs) * (we - ws)).astype(np.float64)
         else:
             counts = np.zeros(ho * wo)

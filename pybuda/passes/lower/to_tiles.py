@@ -131,7 +131,10 @@ class _Lowering(ConvPoolLowering, ReductionLowering, DataMovementLowering):
         tags = {"device_shape": tuple(node.shape), "batched": bool(node.tags.get("batched")),
                 "host_tms": list(node.tags.get("host_tms", [])),
                 "dtype": node.tags.get("device_dtype") or str(node.dtype).replace("torch.", ""),
-                "framework_shape": tuple(node.tags.get("framework_shape", node.shape))}
+                "framework_shape": tuple(node.tags.get("framework_shape", node.shape)),
+                # Integer data pushed in a float format (ids, masks): the format must hold it exactly.
+                "integer_values": not node.dtype.is_floating_point and node.dtype != torch.bool,
+                "value_range": node.tags.get("value_range")}
         q = BudaQueue(node.name, "input", TileShape(1, z, tiles(r), tiles(c)),
                       original_shape=tags["framework_shape"], requires_grad=node.requires_grad, tags=tags)
         self.bg.add_queue(q)
@@ -142,8 +145,9 @@ class _Lowering(ConvPoolLowering, ReductionLowering, DataMovementLowering):
         value = self.g.tensors[node.name]
         kind = "parameter" if node.kind == PARAMETER else "constant"
         tags = {"device_shape": tuple(value.shape), "dtype": str(value.dtype).replace("torch.", "")}
-        if "consteval" in node.tags:
-            tags["consteval"] = node.tags["consteval"]
+        for key in ("consteval", "exact_df"):  # exact_df: values that must keep a format (index tables)
+            if key in node.tags:
+                tags[key] = node.tags[key]
         self.pending[node.name] = (kind, value, tags, node.requires_grad)
         self.values[node.name] = value
         z, r, c = canonical_zrc(value.shape)
@@ -157,7 +161,7 @@ class _Lowering(ConvPoolLowering, ReductionLowering, DataMovementLowering):
         kind, _, tags, requires_grad = self._leaf_info(base.src)
         name = self._name(f"{base.src}.{purpose}")
         tags = {"device_shape": tuple(value.shape), "derived_from": base.src, "transform": purpose,
-                **{k: v for k, v in tags.items() if k == "consteval"}, **(extra_tags or {})}
+                **{k: v for k, v in tags.items() if k in ("consteval", "exact_df")}, **(extra_tags or {})}
         self.pending[name] = (kind, value, tags, requires_grad)
         self.values[name] = value
         z, r, c = canonical_zrc(value.shape)
@@ -217,6 +221,8 @@ class _Lowering(ConvPoolLowering, ReductionLowering, DataMovementLowering):
         z, r, c = out
         op_tags = {"ir_node": self.node.name if self.node is not None else None,
                    "ir_op_type": self.node.op_type if self.node is not None and self.node.kind == OP else None}
+        if self.node is not None and self.node.tags.get("exact_df"):
+            op_tags["exact_df"] = self.node.tags["exact_df"]
         op_tags.update(tags or {})
         op = BudaOp(self._name(name), op_type, srcs, TileShape(1, z, tiles(r), tiles(c)), attrs=dict(attrs or {}),
                     input_tms=in_tms, tags=op_tags)

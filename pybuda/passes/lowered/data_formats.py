@@ -74,9 +74,15 @@ def set_data_formats(bg: BudaGraph, ctx: CompileContext) -> BudaGraph:
     for q in bg.queues.values():
         if q.tags.get("df") == "RawUInt32":
             q.df = DF.RawUInt32
+        elif q.kind == "input" and q.tags.get("integer_values") and q.tags.get("dtype") not in _INT_DTYPES:
+            # Integer data (embedding ids) pushed in a float format: Float32 keeps it exact up to 2**24,
+            # where a block or 16-bit default would silently merge neighbouring ids.
+            q.df = DF.Float32
         elif q.kind == "input":
             dtype = q.tags.get("dtype", "float32")
             q.df = _DTYPE_DF.get(dtype, default) if cfg.default_df_override is None or dtype in _INT_DTYPES else default
+        elif q.kind in ("parameter", "constant") and q.tags.get("exact_df"):
+            q.df = DF.from_json(q.tags["exact_df"])  # a compiler-made table that must stay exact
         elif q.kind in ("parameter", "constant"):
             dtype = q.tags.get("dtype", "float32")
             q.df = _DTYPE_DF[dtype] if dtype in _INT_DTYPES else default
@@ -94,6 +100,7 @@ def set_data_formats(bg: BudaGraph, ctx: CompileContext) -> BudaGraph:
     # 3. user rules
     explicit_fidelity: Set[str] = set()
     explicit_acc: Set[str] = set()
+    explicit_out: Set[str] = set()
     for rule in cfg.amp_properties:
         regex = re.compile(rule.name_regex) if rule.name_regex else None
         matched: list = []
@@ -102,6 +109,7 @@ def set_data_formats(bg: BudaGraph, ctx: CompileContext) -> BudaGraph:
                 continue
             matched.append(op)
             if rule.output_df is not None:
+                explicit_out.add(op.name)
                 op.out_df = DF.from_json(rule.output_df)
                 if rule.intermediate_df is None:
                     op.intermed_df = op.out_df
@@ -126,6 +134,15 @@ def set_data_formats(bg: BudaGraph, ctx: CompileContext) -> BudaGraph:
                     bg.ops[src].out_df = DF.from_json(df)
                     bg.ops[src].intermed_df = DF.from_json(df)
         _check_input_df_indices(rule, matched)
+
+    # 3b. ops whose values must stay exact (index math of argmax): their tagged format, unless a user rule
+    # set the output format; on chips that can, they accumulate in Float32 too.
+    for op in bg.ops.values():
+        exact = op.tags.get("exact_df")
+        if exact and op.name not in explicit_out:
+            op.out_df = op.intermed_df = DF.from_json(exact)
+            if not ctx.is_grayskull and op.name not in explicit_acc:
+                op.acc_df = DF.Float32
 
     # 4. legalise
     for op in bg.ops.values():
