@@ -92,7 +92,7 @@ def test_perf_report_basename_is_sanitised(tmp_path):
 
     out = tmp_path / "out"
     orig = rep.to_html
-    rep.to_html = lambda report, title="": "<html></html>"
+    rep.to_html = lambda report, title="", routes=None: "<html></html>"
     try:
         paths = rep.write_reports(_R(), out, basename="../../../escaped_report")
     finally:

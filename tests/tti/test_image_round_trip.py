@@ -256,3 +256,18 @@ def test_bert_base_pytorch_round_trip_in_a_fresh_process(tmp_path):
     assert len(got) == len(expected)
     for g, e in zip(got, expected):
         assert torch.equal(g, e)
+
+
+def test_harvested_rows_as_in_the_seed_example(tmp_path):
+    """Seed 002: harvesting NoC rows 1 and 11 of a Grayskull gives an [8, 12] grid and 'harvested rows: 2050'."""
+    pybuda.set_configuration_options(harvested_rows=[1, 11])
+    device = pybuda.TTDevice("tt0", arch=pybuda.BackendDevice.Grayskull, devtype=pybuda.BackendType.Silicon,
+                             module=TinyBlock())
+    device.compile_to_image(img_path=str(tmp_path / "h.tti"), sample_inputs=(torch.randn(1, 24, 40),))
+    image = pybuda.TTDeviceImage.load_from_disk(str(tmp_path / "h.tti"))
+    assert image.grid_size == [8, 12] and image.harvested_rows == 2050
+    assert "harvested rows: 2050" in image.info()
+    # The placement stays off the harvested rows: every op lies inside the 8-row grid.
+    for graph in image.stages[0].netlist.graphs.values():
+        for op in graph.ops.values():
+            assert op.grid_loc[0] + op.grid_size[0] <= 8
