@@ -271,3 +271,18 @@ def test_harvested_rows_as_in_the_seed_example(tmp_path):
     for graph in image.stages[0].netlist.graphs.values():
         for op in graph.ops.values():
             assert op.grid_loc[0] + op.grid_size[0] <= 8
+
+
+def test_loaded_image_runs_in_device_processes(tmp_path, monkeypatch):
+    """TT-Buda's default concurrent mode: the loaded device (and its image) travels to a device process."""
+    x = torch.randn(1, 24, 40)
+    device = pybuda.TTDevice("tt0", module=TinyBlock())
+    device.compile_to_image(img_path=str(tmp_path / "t.tti"), sample_inputs=(x,))
+    pybuda.pybuda_reset()
+    expected = _in_process([TinyBlock()], [x])
+    monkeypatch.delenv("PYBUDA_FORCE_SEQUENTIAL", raising=False)
+    monkeypatch.setenv("PYBUDA_FORCE_CONCURRENT", "1")
+    pybuda.TTDevice.load_image(img_path=str(tmp_path / "t.tti"))
+    out = pybuda.run_inference(inputs=[(x,), (x,)])
+    assert torch.equal(out.get(timeout=120)[0].value(), expected[0])
+    assert torch.equal(out.get(timeout=120)[0].value(), expected[0])
