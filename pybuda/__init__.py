@@ -37,6 +37,7 @@ _EXPORTS: Dict[str, str] = {
     "VerifyConfig": "pybuda.verify",
     # devices and runtime
     "Device": "pybuda.runtime", "CPUDevice": "pybuda.runtime", "TTDevice": "pybuda.runtime",
+    "GPUDevice": "pybuda.runtime", "TTCluster": "pybuda.runtime",
     "run_inference": "pybuda.runtime", "run_training": "pybuda.runtime", "initialize_pipeline": "pybuda.runtime",
     "run_forward": "pybuda.runtime", "run_backward": "pybuda.runtime", "run_optimizer": "pybuda.runtime",
     "get_parameter_checkpoint": "pybuda.runtime", "get_parameter_gradients": "pybuda.runtime",

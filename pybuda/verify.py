@@ -8,19 +8,73 @@ tensor whose non-finite positions differ from the golden's fails outright.
 
 from __future__ import annotations
 
+import dataclasses
 import enum
 import logging
 from dataclasses import dataclass, field
-from typing import Callable, Dict, List, Mapping, Optional, Sequence
+from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Set
 
 import torch
 
 from pybuda.config import read_env
-from pybuda.errors import InputError
+from pybuda.errors import ConfigError, InputError
 from pybuda.ir.graph import CONSTANT, INPUT, OP, OUTPUT, PARAMETER, Graph
 from pybuda.ops import registry
 
 log = logging.getLogger(__name__)
+
+
+def _default_arch() -> Any:
+    from pybuda.arch.types import BackendDevice
+
+    env = read_env().runtime
+    return (BackendDevice.Wormhole_B0 if env.golden_wormhole_b0 else
+            BackendDevice.Blackhole if env.golden_blackhole else BackendDevice.Grayskull)
+
+
+def _default_devtype() -> Any:
+    from pybuda.arch.types import BackendType
+
+    return BackendType.Golden
+
+
+def _default_devmode() -> Any:
+    from pybuda.config import DeviceMode
+
+    return DeviceMode.CompileAndRun
+
+
+def _default_fp32_fallback() -> Any:
+    from pybuda.dtypes import DataFormat
+
+    return DataFormat.Float16_b
+
+
+#: VerifyConfig fields of TT-Buda's that pybuda accepts but that change nothing here, and why. Setting one to a
+#: value other than its default logs the reason once per process (VerifyConfig.__post_init__).
+NO_EFFECT_FIELDS: Dict[str, str] = {
+    "run_net2pipe": "net2pipe is TT-Buda's silicon backend compiler; the simulated chip needs no pipes compiled "
+                    "(pybuda.backend_build builds them for the performance model regardless)",
+    "chip_ids": "verify_module's device placement; pybuda's checks run the compiled graph on one simulated chip",
+    "num_chips": "verify_module's device placement; pybuda's checks run the compiled graph on one simulated chip",
+    "verify_tvm_compile": "pybuda has no TVM step: PyTorch is captured straight into the graph",
+    "verify_pipeline_result_vs_framework": "pybuda has no verify_module harness; the compiled outputs are compared "
+                                           "with the framework's when `enabled` is set",
+    "verify_pybuda_codegen_vs_framework": "pybuda generates no PyBuda Python module from the framework (no TVM "
+                                          "codegen), so there is nothing to compare",
+    "waive_gradient_errors": "gradient checks belong to training, which pybuda does not support yet",
+    "override_module_outptus": "verify_module's golden outputs; pybuda has no verify_module harness",
+    "devtype": "the device type of verify_module's devices; every TTDevice runs on the simulated (golden) chip",
+    "devmode": "the device mode of verify_module's devices; pybuda has no verify_module harness",
+    "arch": "the arch of verify_module's devices; pybuda has no verify_module harness (TTDevice(arch=...) sets it)",
+    "optimizer": "training, which pybuda does not support yet",
+    "scheduler": "training, which pybuda does not support yet",
+    "epoch_breaks": "verify_module's epoch breaks; use pybuda.set_epoch_break",
+    "fp32_fallback": "verify_module's TTDevice setting; use TTDevice(fp32_fallback=...)",
+    "skip_shutdown": "verify_module's shutdown; pybuda has no verify_module harness",
+}
+
+_verify_logged: Set[str] = set()
 
 
 class TestKind(enum.Enum):
@@ -63,8 +117,39 @@ class VerifyConfig:
     tti_path: Optional[str] = None
     enable_input_gradient_checking: bool = True
     enable_parameter_gradient_checking: bool = True
+    # TT-Buda's remaining fields (reference §6), with its defaults; see NO_EFFECT_FIELDS.
+    run_net2pipe: bool = False
+    chip_ids: Optional[List[int]] = None
+    num_chips: Optional[int] = None
+    verify_tvm_compile: bool = False
+    verify_pipeline_result_vs_framework: bool = False
+    verify_pybuda_codegen_vs_framework: bool = False
+    waive_gradient_errors: Set[str] = field(default_factory=set)
+    override_module_outptus: Optional[Any] = None
+    devtype: Any = field(default_factory=_default_devtype)
+    devmode: Any = field(default_factory=_default_devmode)
+    arch: Any = field(default_factory=_default_arch)
+    optimizer: Optional[Dict[str, Any]] = field(
+        default_factory=lambda: {"type": "sgd", "params": {"learning_rate": 50.0}})
+    scheduler: Optional[Dict[str, Any]] = None
+    epoch_breaks: List[str] = field(default_factory=list)
+    fp32_fallback: Any = field(default_factory=_default_fp32_fallback)
+    skip_shutdown: bool = False
 
     def __post_init__(self) -> None:
+        from pybuda.arch.types import BackendDevice, BackendType
+        from pybuda.config import DeviceMode
+
+        for name, kind in (("devtype", BackendType), ("arch", BackendDevice), ("devmode", DeviceMode)):
+            if not isinstance(getattr(self, name), kind):
+                raise ConfigError(f"VerifyConfig.{name} must be a pybuda.{kind.__name__}, got {getattr(self, name)!r}")
+        for f_ in self.__dataclass_fields__.values():
+            if f_.name in NO_EFFECT_FIELDS and f_.name not in _verify_logged:
+                default = f_.default_factory() if f_.default_factory is not dataclasses.MISSING else f_.default
+                if getattr(self, f_.name) != default:
+                    _verify_logged.add(f_.name)
+                    log.warning("VerifyConfig.%s accepted but has no effect: %s", f_.name, NO_EFFECT_FIELDS[f_.name])
+
         if self.pcc is None:
             self.pcc = 0.99
         if isinstance(self.rtol, (int, float)):

@@ -1,8 +1,12 @@
 """``pybuda benchmark``: how fast a zoo model runs — on this host, and modelled on the real card.
 
-The flags follow tenstorrent/benchmarking's ``benchmark.py`` (``-d tt|cpu``, ``-m``, ``-c``, ``--task``,
-``-mb``, ``--loop_count``, ``-df``, ``-mf``, ``--save_output``), plus ``--device-config`` (the card),
-``--perf-only`` (compile and model, skip numerics) and ``--output-dir``.
+Every flag of tenstorrent/benchmarking's ``benchmark.py`` parses (``-d tt|cpu|cuda``, ``-m``, ``-c``,
+``--task``, ``-mb``, ``--loop_count``, ``-df``, ``-adf``, ``-mf``, ``-opt``, ``--chips``, ``--trace``, ``-e``,
+``-l``, ``--auto_transpose``, ``--num_tokens``, ``-t``, ``--recompute``, ``-di``/``-dit``/``-dic``,
+``--model_output``, ``--save_output``, ``--save_tti``, ``--load_tti``), plus ``--device-config`` (the card),
+``--perf-only`` (compile and model, skip numerics) and ``--output-dir``. Each flag takes effect, or raises
+ConfigError naming it where pybuda cannot honour it (:data:`FLAG_RULES`). Abbreviations are off
+(``-di`` is ``--dump_intermediate``, never ``-d i``), and an unknown flag is an error.
 
 With ``-d tt`` the model is compiled for the card; the performance model
 (:func:`pybuda.perf.model.estimate`) turns the netlist into modelled card throughput, and — unless
@@ -67,11 +71,49 @@ def parse_math_fidelity(text: str) -> MathFidelity:
     raise ConfigError(f"unknown math fidelity '{text}'; use LoFi, HiFi2, HiFi3 or HiFi4")
 
 
+#: benchmarking flags pybuda cannot honour: flag → why (ConfigError naming the flag when it is given).
+FLAG_RULES: Dict[str, str] = {
+    "--training": "pybuda does not train yet; benchmark inference",
+    "--recompute": "recompute is a training option and pybuda does not train yet",
+    "--num_tokens": "pybuda's benchmark runs one forward pass per microbatch; token-by-token generation is not "
+                    "benchmarked (leave --num_tokens at 1)",
+    "--dump_intermediate": "pybuda's runtime has no intermediates queue yet (op_intermediates_to_save), so "
+                           "intermediate values cannot be dumped",
+}
+_TRACE_LEVELS = {"none": "NONE", "light": "LIGHT", "verbose": "VERBOSE"}
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    """Register the ``pybuda benchmark`` flags on ``parser``."""
-    parser.add_argument("-d", "--device", choices=("tt", "cpu"), default="tt",
-                        help="tt: compile for the card and model it (and run on the simulated chip); cpu: PyTorch")
-    parser.add_argument("-m", "--model", required=True, choices=sorted(MODELS), help="model to benchmark")
+    """Register the ``pybuda benchmark`` flags on ``parser`` (and turn prefix matching off on it)."""
+    # benchmarking's single-dash options (-di, -dit, -dic, -df, -adf, -mb, -mf, -opt) must never be read as a
+    # prefix or as '-d' with a value: exact option names only.
+    parser.allow_abbrev = False
+    parser.add_argument("-d", "--device", choices=("tt", "cpu", "cuda"), default="tt",
+                        help="tt: compile for the card and model it (and run on the simulated chip); cpu: PyTorch; "
+                             "cuda: PyTorch on a CUDA GPU (ConfigError without one)")
+    parser.add_argument("-m", "--model", default=None, choices=sorted(MODELS), help="model to benchmark")
+    parser.add_argument("-l", "--list", action="store_true", help="list the models and their configs, and exit")
+    parser.add_argument("-t", "--training", action="store_true", help="benchmark training (not supported: error)")
+    parser.add_argument("-adf", "--acc_dataformat", default=None,
+                        help="accumulation data format (Fp32, Fp16, Fp16_b, Bfp8, Bfp8_b, Bfp4, Bfp4_b)")
+    parser.add_argument("-opt", "--backend_opt_level", type=int, choices=(0, 1, 2, 3, 4), default=None,
+                        help="backend optimisation level (accepted; the simulated chip has no backend runtime to tune)")
+    parser.add_argument("--num_tokens", type=int, default=1,
+                        help="tokens for text generation models (only 1: generation is not benchmarked)")
+    parser.add_argument("--chips", type=int, default=1, help="number of chips to compile for (default 1)")
+    parser.add_argument("--recompute", action="store_true", help="recompute in training (not supported: error)")
+    parser.add_argument("--trace", choices=tuple(_TRACE_LEVELS), default="none",
+                        help="performance trace level (the simulated chip records none: logged; see perf_report)")
+    parser.add_argument("-e", "--env", default="",
+                        help='environment settings to run with, e.g. "PYBUDA_AMP_LIGHT=1 PYBUDA_GOLDEN_FAST" (=1)')
+    parser.add_argument("--auto_transpose", action="store_true", help="enable auto-transposing placement")
+    parser.add_argument("-di", "--dump_intermediate", default=None,
+                        help="intermediate ops to dump (not supported yet: error)")
+    parser.add_argument("-dit", "--dump_intermediate_tag", default=None, help="file tag for --dump_intermediate")
+    parser.add_argument("-dic", "--dump_intermediate_count", type=int, default=1,
+                        help="inputs to dump with --dump_intermediate")
+    parser.add_argument("--model_output", action="store_true",
+                        help="write each microbatch's outputs to model_output_<model>_<config>.txt in --output-dir")
     parser.add_argument("-c", "--config", default=None,
                         help="model config/variant, e.g. tiny|base|large for bert (default per model)")
     parser.add_argument("--task", default=None,
@@ -155,6 +197,15 @@ def _compiler_config(plan: _Plan, args: argparse.Namespace) -> Any:
 
     cfg = CompilerConfig(balancer_policy=args.balancer_policy, device_config=args.device_config,
                          default_df_override=plan.df, default_math_fidelity=plan.mf)
+    if getattr(args, "acc_dataformat", None):
+        cfg.default_accumulate_df = parse_data_format(args.acc_dataformat)
+    if getattr(args, "backend_opt_level", None) is not None:
+        cfg.backend_opt_level = args.backend_opt_level
+    if getattr(args, "chips", 1) != 1:
+        cfg.num_chips = args.chips
+    cfg.performance_trace = _TRACE_LEVELS[getattr(args, "trace", "none") or "none"]
+    if getattr(args, "auto_transpose", False):
+        cfg.enable_auto_transposing_placement = True
     if plan.model == "bert" and plan.df.is_bfp:
         # benchmarking's BERT kept these outputs at 16 bits when running in block float
         for op_type in ("add", "subtract", "reciprocal"):
@@ -162,16 +213,86 @@ def _compiler_config(plan: _Plan, args: argparse.Namespace) -> Any:
     return cfg
 
 
-def _run_cpu(spec: Any, loop_count: int) -> float:
-    """Seconds for ``loop_count`` eager PyTorch forwards of one microbatch."""
+def _run_cpu(spec: Any, loop_count: int, device: str = "cpu", outputs: Optional[list] = None) -> float:
+    """Seconds for ``loop_count`` eager PyTorch forwards of one microbatch on ``device`` (cpu or cuda)."""
     import torch
 
+    module = spec.module.to(device)
+    inputs = [t.to(device) if isinstance(t, torch.Tensor) else t for t in spec.example_inputs]
     with torch.no_grad():
-        spec.module(*spec.example_inputs)  # warm-up, as benchmarking did
+        module(*inputs)  # warm-up, as benchmarking did
+        if device == "cuda":
+            torch.cuda.synchronize()
         t0 = time.perf_counter()
         for _ in range(loop_count):
-            spec.module(*spec.example_inputs)
+            out = module(*inputs)
+            if outputs is not None:
+                outputs.append(out)
+        if device == "cuda":
+            torch.cuda.synchronize()
         return time.perf_counter() - t0
+
+
+def check_flags(args: argparse.Namespace) -> None:
+    """ConfigError for a benchmarking flag pybuda cannot honour (:data:`FLAG_RULES`) or a bad combination."""
+    given = {"--training": getattr(args, "training", False), "--recompute": getattr(args, "recompute", False),
+             "--num_tokens": getattr(args, "num_tokens", 1) != 1,
+             "--dump_intermediate": getattr(args, "dump_intermediate", None) is not None}
+    for flag, on in given.items():
+        if on:
+            raise ConfigError(f"{flag} is not supported: {FLAG_RULES[flag]}")
+    if getattr(args, "dump_intermediate_tag", None) is not None or getattr(args, "dump_intermediate_count", 1) != 1:
+        raise ConfigError("--dump_intermediate_tag/--dump_intermediate_count only apply with --dump_intermediate")
+    if getattr(args, "model_output", False) and (getattr(args, "perf_only", False) or getattr(args, "save_tti", None)):
+        raise ConfigError("--model_output needs a run: not with --perf-only or --save_tti (nothing runs)")
+    if getattr(args, "chips", 1) < 1:
+        raise ConfigError(f"--chips must be >= 1, got {args.chips}")
+    if args.device == "cuda":
+        import torch
+
+        if not torch.cuda.is_available():
+            raise ConfigError("-d cuda: no CUDA device is available to PyTorch on this host; use -d cpu or -d tt")
+    if getattr(args, "model", None) is None:
+        raise ConfigError("-m/--model is required (pybuda benchmark -l lists the models)")
+
+
+def apply_env_flag(text: str) -> Dict[str, str]:
+    """benchmarking's ``-e "A=1 B=2 C"``: set each variable in this process (a bare name means ``=1``);
+    returns what was set. ConfigError for an empty name."""
+    settings: Dict[str, str] = {}
+    for item in (text or "").split():
+        name, _, value = item.partition("=")
+        if not name:
+            raise ConfigError(f"-e/--env: '{item}' has no variable name")
+        settings[name] = value if "=" in item else "1"
+    from pybuda.config import set_env
+
+    set_env(settings)
+    return settings
+
+
+def list_models() -> str:
+    """``-l``: the models and their default configs."""
+    return "\n".join(f"  {m.ljust(16)} default config: {c}" for m, c in sorted(MODELS.items()))
+
+
+def _write_model_output(record: Dict[str, Any], outputs: list, out_dir: Path) -> Path:
+    """``--model_output``: each microbatch's outputs, as text, in ``out_dir``."""
+    import torch
+
+    from pybuda.paths import path_inside, safe_file_name
+
+    out_dir.mkdir(parents=True, exist_ok=True)
+    name = safe_file_name("model_output_{}_{}".format(record["model"], record["config"]))
+    path = Path(path_inside(out_dir, f"{name}.txt"))
+    with torch.no_grad(), open(path, "w", encoding="utf-8") as f:
+        for i, out in enumerate(outputs):
+            items = out if isinstance(out, (list, tuple)) else [out]
+            for j, t in enumerate(items):
+                if not isinstance(t, torch.Tensor) and callable(getattr(t, "value", None)):
+                    t = t.value()  # pybuda.Tensor
+                f.write(f"microbatch {i} output {j}: {t!r}\n")
+    return path
 
 
 def _compile_only(spec: Any, cfg: Any, microbatch: int) -> Tuple[Any, float]:
@@ -189,7 +310,8 @@ def _compile_only(spec: Any, cfg: Any, microbatch: int) -> Tuple[Any, float]:
     return results, time.perf_counter() - t0
 
 
-def _compile_and_run(spec: Any, cfg: Any, device_config: str, loop_count: int) -> Tuple[Any, float, float]:
+def _compile_and_run(spec: Any, cfg: Any, device_config: str, loop_count: int,
+                     outputs: Optional[list] = None) -> Tuple[Any, float, float]:
     """Compile through the runtime (TTDevice on the simulated chip) and time ``loop_count`` microbatches
     from the first push to the last output. Returns (CompileResults, compile seconds, run seconds)."""
     from pybuda.arch import get_device_descriptor
@@ -206,13 +328,15 @@ def _compile_and_run(spec: Any, cfg: Any, device_config: str, loop_count: int) -
         out_q = initialize_pipeline(training=False, sample_inputs=inputs)
         compile_seconds = time.perf_counter() - t0
         results = (tt.get_compiled_results() or [None])[0]
-        return results, compile_seconds, _time_pushes(tt, inputs, loop_count, out_q)
+        return results, compile_seconds, _time_pushes(tt, inputs, loop_count, out_q, outputs)
     finally:
         pybuda_reset()
 
 
-def _time_pushes(device: Any, inputs: Tuple[Any, ...], loop_count: int, out_q: Any) -> float:
-    """Seconds from the first of ``loop_count`` pushes to the last output, as benchmarking's harness timed."""
+def _time_pushes(device: Any, inputs: Tuple[Any, ...], loop_count: int, out_q: Any,
+                 outputs: Optional[list] = None) -> float:
+    """Seconds from the first of ``loop_count`` pushes to the last output, as benchmarking's harness timed
+    (each output appended to ``outputs`` when given)."""
     from pybuda.runtime import run_forward
 
     t0 = time.perf_counter()
@@ -220,7 +344,9 @@ def _time_pushes(device: Any, inputs: Tuple[Any, ...], loop_count: int, out_q: A
         device.push_to_inputs(inputs)
     run_forward(input_count=loop_count)
     for _ in range(loop_count):
-        out_q.get()
+        out = out_q.get()
+        if outputs is not None:
+            outputs.append(out)
     return time.perf_counter() - t0
 
 
@@ -244,7 +370,7 @@ def _save_image(spec: Any, cfg: Any, path: str) -> Tuple[Any, float, int]:
         pybuda_reset()
 
 
-def _run_image(path: str, loop_count: int) -> Tuple[Any, float, float]:
+def _run_image(path: str, loop_count: int, outputs: Optional[list] = None) -> Tuple[Any, float, float]:
     """Load the device image at ``path`` and time ``loop_count`` pushes of random inputs of its shapes, from
     the first push to the last output. Returns (image, load seconds, run seconds)."""
     from pybuda.runtime import TTDevice, initialize_pipeline, pybuda_reset
@@ -259,7 +385,7 @@ def _run_image(path: str, loop_count: int) -> Tuple[Any, float, float]:
         inputs = tuple(random_inputs(image))
         out_q = initialize_pipeline(training=False, sample_inputs=inputs)
         load_seconds = time.perf_counter() - t0
-        return image, load_seconds, _time_pushes(tt, inputs, loop_count, out_q)
+        return image, load_seconds, _time_pushes(tt, inputs, loop_count, out_q, outputs)
     finally:
         pybuda_reset()
 
@@ -290,6 +416,10 @@ def _perf_fields(report: Any, loops: int, paths: Mapping[str, Any]) -> Dict[str,
 
 def run(args: argparse.Namespace) -> Dict[str, Any]:
     """Run the benchmark described by ``args``; returns the result record (also printed by :func:`main`)."""
+    if getattr(args, "env", ""):
+        apply_env_flag(args.env)  # before any config is made: PYBUDA_* variables apply to it
+    check_flags(args)
+    outputs: Optional[list] = [] if getattr(args, "model_output", False) else None
     if getattr(args, "save_tti", None) and getattr(args, "load_tti", None):
         raise ConfigError("--save_tti and --load_tti exclude each other: save an image in one run, load it in another")
     if args.device != "tt" and (getattr(args, "save_tti", None) or getattr(args, "load_tti", None)):
@@ -303,21 +433,27 @@ def run(args: argparse.Namespace) -> Dict[str, Any]:
         "balancer_policy": args.balancer_policy if args.device == "tt" else None, **plan.size_kw,
         "compile_seconds": None, "epochs": None, "modeled_samples_per_sec": None,
         "modeled_samples_per_sec_loop": None, "modeled_latency_ms": None, "host_samples_per_sec": None,
-        "perf_only": bool(args.perf_only),
+        "perf_only": bool(args.perf_only), "chips": getattr(args, "chips", 1),
     }
     if getattr(args, "load_tti", None):
         from pybuda.config import build_dir
 
-        image, load_seconds, run_seconds = _run_image(args.load_tti, loops)
+        image, load_seconds, run_seconds = _run_image(args.load_tti, loops, outputs)
         record.update(load_tti=args.load_tti, image_load_seconds=load_seconds,
                       host_samples_per_sec=image.microbatch_size * loops / run_seconds)
+        if outputs is not None:
+            record["model_output"] = str(_write_model_output(record, outputs, Path(args.output_dir or build_dir())))
         return _image_record(record, image, loops, Path(build_dir()))
     t_build = time.perf_counter()
     spec = _model(plan, mb)
     record["model_build_seconds"] = time.perf_counter() - t_build
-    if args.device == "cpu":
-        seconds = _run_cpu(spec, loops)
+    if args.device in ("cpu", "cuda"):
+        seconds = _run_cpu(spec, loops, args.device, outputs)
         record["host_samples_per_sec"] = mb * loops / seconds
+        if outputs is not None:
+            from pybuda.config import build_dir
+
+            record["model_output"] = str(_write_model_output(record, outputs, Path(args.output_dir or build_dir())))
         return record
 
     from pybuda.perf.model import estimate_compiled
@@ -333,7 +469,7 @@ def run(args: argparse.Namespace) -> Dict[str, Any]:
         results, compile_seconds = _compile_only(spec, cfg, mb)
         run_seconds = None
     else:
-        results, compile_seconds, run_seconds = _compile_and_run(spec, cfg, args.device_config, loops)
+        results, compile_seconds, run_seconds = _compile_and_run(spec, cfg, args.device_config, loops, outputs)
     if results is None or results.netlist is None:
         raise ConfigError("the compile produced no netlist to model")
     report = estimate_compiled(results, microbatch=mb)
@@ -342,6 +478,8 @@ def run(args: argparse.Namespace) -> Dict[str, Any]:
     record.update(_perf_fields(report, loops, paths), compile_seconds=compile_seconds)
     if run_seconds is not None:
         record["host_samples_per_sec"] = mb * loops / run_seconds
+    if outputs is not None:
+        record["model_output"] = str(_write_model_output(record, outputs, Path(args.output_dir or out_dir)))
     record["_summary"] = report.summary()
     return record
 
@@ -378,6 +516,9 @@ def _print(record: Dict[str, Any]) -> None:
 
 def main(args: argparse.Namespace) -> int:
     """Entry point of ``pybuda benchmark``; returns the exit status."""
+    if getattr(args, "list", False):
+        print("pybuda benchmark models:\n" + list_models())
+        return 0
     record = run(args)
     _print(record)
     if args.save_output:

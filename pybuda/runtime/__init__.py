@@ -15,11 +15,12 @@ from pybuda.runtime.api import (  # noqa: F401
 )
 from pybuda.runtime.cpudevice import CPUDevice  # noqa: F401
 from pybuda.runtime.device import Device  # noqa: F401
+from pybuda.runtime.gpudevice import GPUDevice  # noqa: F401
 from pybuda.runtime.transport import OutputQueue  # noqa: F401
-from pybuda.runtime.ttdevice import TTDevice  # noqa: F401
+from pybuda.runtime.ttdevice import TTCluster, TTDevice  # noqa: F401
 
 __all__ = [
-    "Device", "CPUDevice", "TTDevice", "OutputQueue",
+    "Device", "CPUDevice", "GPUDevice", "TTDevice", "TTCluster", "OutputQueue",
     "run_inference", "run_training", "initialize_pipeline", "run_forward", "run_backward", "run_optimizer",
     "run_schedulers", "get_parameter_checkpoint", "get_parameter_gradients", "update_device_parameters",
     "shutdown", "sync", "error_raised", "detect_available_devices", "pybuda_reset", "set_device_pipeline",

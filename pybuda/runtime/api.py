@@ -105,10 +105,10 @@ def initialize_pipeline(training: bool, output_queue: Optional[queue.Queue] = No
     if isinstance(sample_inputs, Mapping) or len(sample_inputs) > 0:
         first_user.set_sample_inputs(sample_inputs)
     for d in devices[1:]:
-        if d.get_first_inputs() is not None and not d._staging.empty():
+        if d.first_input_item() is not None and not d._staging.empty():
             raise InputError(f"inputs were pushed to '{d.name}', which is not the first device of the pipeline; "
                              f"push them to '{first_user.name}'")
-    if first_user.get_first_inputs() is None:
+    if first_user.first_input_item() is None:
         raise InputError(f"no inputs to compile for: push an input to '{first_user.name}' (push_to_inputs) or pass "
                          f"sample_inputs/inputs")
     config = _get_global_compiler_config().snapshot()
@@ -352,7 +352,8 @@ def update_device_parameters(device: Optional[Device] = None, parameters: Sequen
 
 
 def detect_available_devices():
-    """Archs of the Tenstorrent cards on this machine: always ``[]`` (pybuda simulates the chip)."""
+    """Archs of the Tenstorrent cards pybuda can run on: the one simulated card (never silicon; see
+    :func:`pybuda.runtime.ttdevice.detect_available_devices`)."""
     from pybuda.runtime.ttdevice import detect_available_devices as detect
 
     return detect()

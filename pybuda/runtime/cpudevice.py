@@ -63,8 +63,8 @@ class CPUDevice(Device):
             out.append(t)
         return out
 
-    def compile_for(self, sample: InputItem, config: Any = None, verify_cfg: Any = None,
-                    want_outputs: bool = True) -> InputItem:
+    def _compile_sample(self, sample: InputItem, config: Any = None, verify_cfg: Any = None,
+                        want_outputs: bool = True) -> InputItem:
         """No compilation on a CPU: build runners (tracing PyBuda modules) and run the sample once to
         learn the output shapes and dtypes; the outputs are the next device's sample. The sample runs
         even without ``want_outputs``: a model that fails on the CPU fails at initialization."""
@@ -77,7 +77,7 @@ class CPUDevice(Device):
             self._active_module = module.name  # a failure names the module it happened in
             if _runs_natively(module):
                 runners.append((module, None))
-                values = list(_call_torch(module, values, names))
+                values = list(self._run_module(module, values, names))
             else:
                 # Lazy, and only here: importing the compiler is not free, and a device running a loaded
                 # image (CPU-fallback stages that run natively) never needs it.
@@ -98,11 +98,16 @@ class CPUDevice(Device):
         for module, executor in self._runners:
             self._active_module = module.name  # a failure names the module it happened in
             if executor is None:
-                values = list(_call_torch(module, values, names))
+                values = list(self._run_module(module, values, names))
             else:
-                values = executor.run(values)
+                values = executor.run([v.cpu() for v in values])
             names = None
         return tuple(values)
+
+    def _run_module(self, module: Any, values: Sequence[torch.Tensor],
+                    names: Optional[Sequence[str]]) -> Tuple[torch.Tensor, ...]:
+        """Run a module that runs natively in torch (GPUDevice moves the values to its GPU here)."""
+        return _call_torch(module, values, names)
 
     def _parameter_values(self) -> Dict[str, torch.Tensor]:
         from pybuda.module import PyBudaModule, PyTorchModule

@@ -47,6 +47,11 @@ TRAINING_NOT_SUPPORTED = ("training is not supported yet in pybuda: only inferen
                           "(run_inference, or initialize_pipeline(training=False) + run_forward)")
 
 
+#: TT-Buda's device-connector directions (spec §1.5): the forward ones, and the training ones.
+_FORWARD_DIRECTIONS = ("forward", "forward_in", "forward_in_push", "forward_out", "forward_out_pop", "intermediates_pop")
+_TRAINING_DIRECTIONS = ("backward", "backward_in", "backward_out", "backward_out_push", "target_in_push")
+
+
 class _InputsClosed(Exception):
     """Inside a device: the input a run waits for will never come (EndOfInputs was received)."""
 
@@ -190,6 +195,7 @@ class Device:
         self._compile_count = 0
         self._fallback_of: Optional["Device"] = None  # set on automatic CPU-fallback devices
         self._translated_modules: Optional[List[Any]] = None  # what runs, when a frontend split the modules
+        self._responses: List[Any] = []  # answers to push_to_command_queue, oldest first
         state.register_device(self)
 
     # --- modules ------------------------------------------------------------------------------------
@@ -326,16 +332,29 @@ class Device:
         self.cpu_fallback_device_post = None
         self._translated_modules = None
 
-    def get_first_inputs(self) -> Optional[InputItem]:
-        """The compile sample: the first push (or the sample given to initialize_pipeline)."""
+    def first_input_item(self) -> Optional[InputItem]:
+        """The compile sample: the first push (or the sample given to initialize_pipeline), or None."""
         if self.cpu_fallback_device_pre is not None:
-            return self.cpu_fallback_device_pre.get_first_inputs()
+            return self.cpu_fallback_device_pre.first_input_item()
         return self._first_inputs
+
+    def get_first_inputs(self, peek: bool = False) -> Optional[Tuple[int, Tuple[torch.Tensor, ...]]]:
+        """TT-Buda's form of the compile sample: ``(microbatch size, first input)``, or None before the first
+        push. The first input stays the compile sample either way (``peek`` is accepted for TT-Buda's
+        signature: nothing here consumes it)."""
+        item = self.first_input_item()
+        if item is None:
+            return None
+        return self.microbatch_size or 1, tuple(item.tensors)
+
+    def get_first_targets(self) -> Optional[Tuple[torch.Tensor, ...]]:
+        """The first targets pushed (training only): None, as no targets can be pushed without training."""
+        return None
 
     @property
     def microbatch_size(self) -> Optional[int]:
         """Dim 0 of the compile sample (TT-Buda's microbatch), or None before the first push."""
-        first = self.get_first_inputs()
+        first = self.first_input_item()
         if first is None or not first.tensors or first.tensors[0].dim() == 0:
             return None
         return int(first.tensors[0].shape[0])
@@ -389,9 +408,68 @@ class Device:
         else:
             self._update_parameters(values)
 
+    def compile_for(self, inputs: Sequence[Any], compiler_cfg: Any = None, targets: Sequence[Any] = (),
+                    microbatch_size: int = 0, microbatch_count: int = 1, verify_cfg: Any = None) -> Tuple[Any, ...]:
+        """Compile the modules on this device for ``inputs`` (dim 0 is the microbatch) and return the output
+        tensors for them (pybuda Tensors: shapes and formats for the next device), as in TT-Buda.
+
+        ``compiler_cfg`` defaults to the global config. ``microbatch_size``, when given, must equal dim 0 of
+        the inputs. ``targets`` and ``microbatch_count`` > 1 are for training, which is not supported yet.
+        """
+        from pybuda.config import _get_global_compiler_config
+        from pybuda.tensor import Tensor
+
+        if targets:
+            raise PybudaError(TRAINING_NOT_SUPPORTED)
+        item = self.validate_push(normalize_push(tuple(inputs), self.name)) if self._first_inputs is None else \
+            normalize_push(tuple(inputs), self.name)
+        if microbatch_size and item.tensors and item.tensors[0].dim() and \
+                int(item.tensors[0].shape[0]) != int(microbatch_size):
+            raise InputError(f"device '{self.name}': microbatch_size={microbatch_size}, but dim 0 of the inputs "
+                             f"(the microbatch) is {int(item.tensors[0].shape[0])}")
+        outputs = self._compile_sample(item, compiler_cfg or _get_global_compiler_config(), verify_cfg,
+                                       want_outputs=True)
+        return tuple(Tensor.create_from_torch(t) for t in (outputs.tensors if outputs is not None else ()))
+
+    def push_to_command_queue(self, cmd: Command) -> None:
+        """Send ``cmd`` to this device in the running pipeline (its worker, or inline in sequential mode); a
+        command with a response is answered at once and kept for :meth:`get_command_queue_response`."""
+        from pybuda.runtime import context
+
+        if not isinstance(cmd, Command):
+            raise InputError(f"device '{self.name}': push_to_command_queue takes a pybuda Command, got "
+                             f"{type(cmd).__name__}")
+        ctx = context.current()
+        if ctx is None or self not in ctx.devices:
+            raise PybudaError(f"device '{self.name}' is not part of a running pipeline; call "
+                              f"initialize_pipeline first")
+        if cmd.needs_response:
+            self._responses.append(ctx.request(self, cmd))
+        elif ctx.mode == "sequential":
+            self.run_next_command(cmd)
+        else:
+            ctx.send(self, cmd)
+
+    def get_command_queue_response(self) -> Optional[Any]:
+        """The response to the oldest command pushed with :meth:`push_to_command_queue` that has one, or None
+        when there is none (TT-Buda blocked here; every response here is ready when its push returns)."""
+        return self._responses.pop(0) if self._responses else None
+
+    def dc_transfer(self, direction: str) -> None:
+        """Make sure everything this device has produced in ``direction`` has reached its neighbour.
+
+        Data moves between devices inside each device's run here (no separate transfer threads), so this
+        waits for the device's queued commands (``sync``). ``backward``/``target`` directions are training."""
+        if direction not in _FORWARD_DIRECTIONS + _TRAINING_DIRECTIONS:
+            raise InputError(f"device '{self.name}': unknown transfer direction '{direction}'; expected one of "
+                             f"{list(_FORWARD_DIRECTIONS + _TRAINING_DIRECTIONS)}")
+        if direction in _TRAINING_DIRECTIONS:
+            raise PybudaError(TRAINING_NOT_SUPPORTED)
+        self.sync()
+
     # --- what subclasses implement -------------------------------------------------------------------
-    def compile_for(self, sample: InputItem, config: Any, verify_cfg: Any = None,
-                    want_outputs: bool = True) -> Optional[InputItem]:
+    def _compile_sample(self, sample: InputItem, config: Any, verify_cfg: Any = None,
+                        want_outputs: bool = True) -> Optional[InputItem]:
         """Prepare to run pushes shaped like ``sample``; return sample outputs for the next device.
 
         ``want_outputs=False`` (the last device of a pipeline) lets a device skip computing them and
@@ -425,8 +503,8 @@ class Device:
             return None
         if t == CommandType.COMPILE:
             self._compile_count += 1
-            return self.compile_for(cmd.params["sample"], cmd.params.get("config"), cmd.params.get("verify_cfg"),
-                                    want_outputs=cmd.params.get("want_outputs", True))
+            return self._compile_sample(cmd.params["sample"], cmd.params.get("config"), cmd.params.get("verify_cfg"),
+                                        want_outputs=cmd.params.get("want_outputs", True))
         if t == CommandType.SYNC:
             return True
         if t == CommandType.GET_PARAMETER_CHECKPOINT:

@@ -1,8 +1,8 @@
 """TTDevice: one or more Tenstorrent chips, here always the simulated chip.
 
-There is no silicon to find (:func:`detect_available_devices` returns ``[]``), so a TTDevice asked for
-``BackendType.Silicon`` (TT-Buda's default) runs as ``BackendType.Golden`` and says so once in the
-log. The arch defaults follow TT-Buda's rule for non-silicon devices: Grayskull, unless
+There is never silicon: :func:`detect_available_devices` lists the one simulated card (its arch), and a
+TTDevice asked for ``BackendType.Silicon`` (TT-Buda's default) runs as ``BackendType.Golden`` and says so
+once in the log (not with ``PYBUDA_EMULATE_SILICON_DEVICE``, where the user asked for exactly that). The arch defaults follow TT-Buda's rule for non-silicon devices: Grayskull, unless
 ``GOLDEN_WORMHOLE_B0`` (Wormhole B0) or ``PYBUDA_GOLDEN_BLACKHOLE`` (Blackhole) is set.
 
 Compiling traces the modules for one sample of the first push (dim 0 is the microbatch), runs the
@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-from typing import Any, Dict, List, Mapping, Optional, Tuple, Union
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
 import torch
 
@@ -30,13 +30,33 @@ log = logging.getLogger(__name__)
 _silicon_notice_given = False
 
 
+def _simulated_arch() -> BackendDevice:
+    """The arch of the simulated card: TT-Buda's rule for non-silicon devices (Grayskull, unless
+    ``GOLDEN_WORMHOLE_B0`` or ``PYBUDA_GOLDEN_BLACKHOLE``)."""
+    env = runtime_env()
+    return (BackendDevice.Wormhole_B0 if env.golden_wormhole_b0 else
+            BackendDevice.Blackhole if env.golden_blackhole else BackendDevice.Grayskull)
+
+
 def detect_available_devices() -> List[BackendDevice]:
-    """Archs of the Tenstorrent cards on this machine: none, pybuda only simulates chips."""
-    return []
+    """Archs of the Tenstorrent cards pybuda can run on: one simulated card, of the arch TT-Buda's
+    emulated device had (``GOLDEN_WORMHOLE_B0`` → Wormhole_B0, ``PYBUDA_GOLDEN_BLACKHOLE`` → Blackhole, else
+    Grayskull). These are simulated, never silicon: a TTDevice asked for ``BackendType.Silicon`` still runs
+    on the golden backend (:func:`silicon_present` is always False)."""
+    return [_simulated_arch()]
+
+
+def silicon_present() -> bool:
+    """Whether real Tenstorrent silicon is attached: never (pybuda only simulates chips)."""
+    return False
 
 
 def _silicon_notice(name: str, arch: BackendDevice) -> None:
     global _silicon_notice_given
+    from pybuda.config import read_env
+
+    if read_env().emulate_silicon_device:
+        return  # PYBUDA_EMULATE_SILICON_DEVICE: the user asked for the simulated card in silicon's place
     if not _silicon_notice_given:
         _silicon_notice_given = True
         log.warning("No Tenstorrent silicon found: TTDevice '%s' runs on the simulated %s chip (BackendType.Golden)",
@@ -79,9 +99,8 @@ class TTDevice(Device):
                 raise ConfigError(f"TTDevice '{name}': arch must be a pybuda.BackendDevice, got {arch!r}")
             arch = BackendDevice.from_string(arch)
         if arch is None:
-            arch = (BackendDevice.Wormhole_B0 if env.golden_wormhole_b0 else
-                    BackendDevice.Blackhole if env.golden_blackhole else BackendDevice.Grayskull)
-        if requested == BackendType.Silicon and not detect_available_devices():
+            arch = _simulated_arch()
+        if requested == BackendType.Silicon and not silicon_present():
             _silicon_notice(name, arch)
             requested = BackendType.Golden
         self.requested_devtype = devtype
@@ -96,6 +115,7 @@ class TTDevice(Device):
         self.scheduler = scheduler
         self.fp32_fallback = DataFormat.from_json(fp32_fallback)
         self._artifact: Optional[CompiledArtifact] = None
+        self._active_subgraph: Optional[int] = None
         super().__init__(name, mp_context=mp_context)
         if module is not None:
             self.place_module(module)
@@ -140,8 +160,8 @@ class TTDevice(Device):
                               f"{desc.arch.value}")
         return desc
 
-    def compile_for(self, sample: InputItem, config: Any = None, verify_cfg: Any = None,
-                    want_outputs: bool = True) -> Optional[InputItem]:
+    def _compile_sample(self, sample: InputItem, config: Any = None, verify_cfg: Any = None,
+                        want_outputs: bool = True) -> Optional[InputItem]:
         """Trace and compile the modules for ``sample``; returns sample outputs (shapes/dtypes for the
         next device: the traced single-sample values repeated over the microbatch), or None without
         ``want_outputs`` (the last device: computing them would run the model on the CPU for nothing)."""
@@ -241,11 +261,126 @@ class TTDevice(Device):
             raise PybudaError(f"TTDevice '{self.name}' was compiled with DeviceMode.CompileOnly and cannot run inputs")
         if self._artifact is None:
             raise PybudaError(f"TTDevice '{self.name}' was not compiled; run initialize_pipeline first")
-        return tuple(self._artifact.run(list(item.tensors)))
+        active = self._active_subgraph
+        if active is None:
+            return tuple(self._artifact.run(list(item.tensors)))
+        return tuple(self._artifact.stages[active].executor.run(list(item.tensors)))
 
     def get_compiled_results(self) -> Optional[List[Any]]:
         """The compiler's results for each module (None before compile, or for uncompiled graphs)."""
         return self._artifact.compile_results if self._artifact is not None else None
+
+    # --- TT-Buda's inspection API ------------------------------------------------------------------------
+    def set_active_subgraph(self, subgraph_index: int) -> None:
+        """Run only module ``subgraph_index`` of this device (each module placed on a TTDevice is compiled into
+        its own subgraph): pushes then feed that module's inputs and outputs come from it. ``None`` runs
+        the whole chain again."""
+        if subgraph_index is not None:
+            if not isinstance(subgraph_index, int) or isinstance(subgraph_index, bool) or \
+                    not 0 <= subgraph_index < max(1, len(self.modules)):
+                raise InputError(f"TTDevice '{self.name}' has {len(self.modules)} subgraph(s) (one per module); "
+                                 f"got subgraph index {subgraph_index!r}")
+        self._active_subgraph = subgraph_index
+
+    def get_active_subgraph(self) -> Optional[int]:
+        """The subgraph :meth:`set_active_subgraph` selected (None: all modules, in order)."""
+        return self._active_subgraph
+
+    def validate_push(self, item: InputItem) -> InputItem:
+        active = self._active_subgraph
+        if active in (None, 0) or self._artifact is None:
+            return super().validate_push(item)
+        from pybuda.runtime.backend_api import batched_shape
+
+        stage = self._artifact.stages[active]
+        mb = self._artifact.microbatch
+        want = [batched_shape(n.shape, mb) for n in stage.graph.inputs] if stage.graph is not None else None
+        got = [tuple(t.shape) for t in item.tensors]
+        if want is not None and got != [tuple(w) for w in want]:
+            raise InputError(f"TTDevice '{self.name}': subgraph {active} ('{stage.module_name}') takes inputs of "
+                             f"shapes {[list(w) for w in want]}, got {[list(g) for g in got]}")
+        return item
+
+    def generate_graph(self, *inputs: Any, target_tensors: Sequence[Any] = (), return_intermediate: bool = False,
+                       graph_name: str = "default_graph", compiler_cfg: Any = None, trace_only: bool = False,
+                       verify_cfg: Any = None) -> Tuple[Any, Tuple[Any, ...], Dict[str, torch.Tensor], Tuple[Any, ...],
+                                                        Optional[Any]]:
+        """Trace the modules on this device into a graph for ``inputs`` (TT-Buda's generate_graph).
+
+        Returns ``(graph, outputs, intermediates, inputs, targets)``: the graph of the first module (the
+        modules of a device are chained; each later one is traced on the previous one's outputs), its output
+        tensors, ``{node name: value}`` of every node when ``return_intermediate`` (else empty), the inputs as
+        pybuda Tensors, and None (targets are for training). ``trace_only`` skips computing values.
+        """
+        from pybuda.compile import module_to_graph
+        from pybuda.tensor import Tensor, _as_torch
+        from pybuda.verify import run_graph_on_cpu
+
+        if target_tensors:
+            raise PybudaError("generate_graph: target tensors are for training, which is not supported yet")
+        if not self.modules:
+            raise PybudaError(f"TTDevice '{self.name}' has no modules; place one with place_module")
+        values = [_as_torch(t) for t in inputs]
+        first = None
+        for module in (self._translated_modules or self.modules):
+            captured = module_to_graph(module, values, graph_name=graph_name if first is None else None,
+                                       config=compiler_cfg)
+            if first is None:
+                first = captured
+            if module is not (self._translated_modules or self.modules)[-1]:
+                values = list(captured.graph_outputs)
+        graph = first.graph
+        outputs: Tuple[Any, ...] = ()
+        intermediates: Dict[str, torch.Tensor] = {}
+        if not trace_only:
+            outs, intermediates = run_graph_on_cpu(graph, first.graph_inputs, return_intermediates=True)
+            outputs = tuple(Tensor.create_from_torch(o) for o in outs)
+            if not return_intermediate:
+                intermediates = {}
+        return graph, outputs, intermediates, tuple(Tensor.create_from_torch(_as_torch(t)) for t in inputs), None
+
+    def get_parameters(self, ignore_unused_parameters: bool = True) -> List[Any]:
+        """The parameters of the modules on this device, as pybuda Parameters. With
+        ``ignore_unused_parameters``, after a compile only those the compiled graphs use are listed."""
+        from pybuda.module import PyBudaModule, PyTorchModule
+        from pybuda.tensor import Parameter
+
+        params: List[Any] = []
+        for module in self.modules:
+            if isinstance(module, PyBudaModule):
+                params.extend(module.get_parameters())
+            elif isinstance(module, PyTorchModule):
+                params.extend(Parameter(p.detach(), requires_grad=p.requires_grad, name=n)
+                              for n, p in module.module.named_parameters())
+        if ignore_unused_parameters and self._artifact is not None:
+            used = set(self._artifact.get_parameters())
+            params = [p for p in params if p.get_name() in used]
+        return params
+
+    def get_all_parameters(self) -> Dict[str, Any]:
+        """Every parameter's current value on this device, by name (as ``get_parameter_checkpoint``)."""
+        return self.get_parameter_checkpoint()
+
+    def get_dram_io_queues(self, queue_type: str) -> List[Any]:
+        """The compiled host-visible queues of one kind: ``input``, ``output``, ``parameter`` or ``constant``
+        (each a :class:`pybuda.netlist.host_io.QueueIO`: the netlist queue, its framework name and shapes,
+        host-side TMs, microbatch layout). Training kinds (``target``, ``bw_input`` ...) raise."""
+        kinds = {"input": "inputs", "output": "outputs", "parameter": "ram_queues", "constant": "ram_queues"}
+        if queue_type in ("target", "bw_input", "bw_output", "intermediates"):
+            raise PybudaError(f"get_dram_io_queues('{queue_type}'): {queue_type} queues exist only in training, "
+                              f"which is not supported yet")
+        if queue_type not in kinds:
+            raise InputError(f"get_dram_io_queues: unknown queue type '{queue_type}'; expected one of {list(kinds)}")
+        if self._artifact is None:
+            raise PybudaError(f"TTDevice '{self.name}' was not compiled; run initialize_pipeline first")
+        out: List[Any] = []
+        for stage in self._artifact.stages:
+            host_io = stage.executor.host_io if hasattr(stage.executor, "host_io") else None
+            if host_io is None:
+                continue
+            out.extend(q for q in getattr(host_io, kinds[queue_type])
+                       if kinds[queue_type] != "ram_queues" or q.kind == queue_type)
+        return out
 
     def _parameter_values(self) -> Dict[str, torch.Tensor]:
         from pybuda.module import PyBudaModule, PyTorchModule
@@ -282,6 +417,35 @@ class TTDevice(Device):
     def shutdown_device(self) -> None:
         if self._artifact is not None:
             self._artifact.close()
+
+
+class TTCluster(TTDevice):
+    """A TTDevice spanning ``cluster_size`` chips of one card or system (TT-Buda's ``TTCluster``).
+
+    ``cluster_size=0`` means every chip of the card the config targets (``device_config``: 2 for an n300, 32
+    for a galaxy; one simulated chip otherwise). The modules are placed across the chips by the compiler, as
+    on a TTDevice with ``num_chips``.
+    """
+
+    def __init__(self, name: str, cluster_size: int = 0, arch: Optional[Union[BackendDevice, str]] = None,
+                 devtype: Optional[BackendType] = None, device_mode: Optional[DeviceMode] = None,
+                 optimizer: Any = None, scheduler: Any = None, fp32_fallback: DataFormat = DataFormat.Float16_b,
+                 mp_context: Any = None, module: Union[Any, List[Any], None] = None):
+        if not isinstance(cluster_size, int) or isinstance(cluster_size, bool) or cluster_size < 0:
+            raise ConfigError(f"TTCluster '{name}': cluster_size must be a non-negative int, got {cluster_size!r}")
+        chips = cluster_size or _card_chips()
+        super().__init__(name, num_chips=chips, arch=arch, devtype=devtype, device_mode=device_mode,
+                         optimizer=optimizer, scheduler=scheduler, fp32_fallback=fp32_fallback,
+                         mp_context=mp_context, module=module)
+
+
+def _card_chips() -> int:
+    """Chips of the card the global config targets (``device_config``), 1 without one."""
+    from pybuda.arch import get_device_descriptor
+    from pybuda.config import _get_global_compiler_config
+
+    preset = _get_global_compiler_config().device_config
+    return get_device_descriptor(device_config=preset).chip_count if preset else 1
 
 
 def _chip_ids(name: str, num_chips: Optional[int], chip_ids: Optional[List[Any]]) -> List[Any]:

@@ -75,9 +75,9 @@ def _user_sample(device: Any) -> List[Tuple[str, torch.Tensor]]:
     item = None
     pre = device.cpu_fallback_device_pre
     if pre is not None:
-        item = pre.get_first_inputs()
+        item = pre.first_input_item()
     if item is None:
-        item = device.get_first_inputs()
+        item = device.first_input_item()
     if item is None:
         raise PybudaError(f"TTDevice '{device.name}' has no compile sample")
     names = item.names or tuple(f"input_{i}" for i in range(len(item.tensors)))

@@ -200,7 +200,7 @@ def test_training_is_reported_as_unsupported():
 
 
 def test_device_defaults():
-    assert pybuda.detect_available_devices() == []
+    assert pybuda.detect_available_devices() == [pybuda.BackendDevice.Grayskull]  # the simulated card
     tt = pybuda.TTDevice("tt0")
     assert tt.arch == pybuda.BackendDevice.Grayskull and tt.devtype == pybuda.BackendType.Golden
     assert tt.chip_ids == [0]
