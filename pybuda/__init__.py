@@ -43,6 +43,9 @@ _EXPORTS: Dict[str, str] = {
     "get_parameter_checkpoint": "pybuda.runtime", "get_parameter_gradients": "pybuda.runtime",
     "update_device_parameters": "pybuda.runtime", "shutdown": "pybuda.runtime", "sync": "pybuda.runtime",
     "error_raised": "pybuda.runtime", "detect_available_devices": "pybuda.runtime",
+    "is_silicon": "pybuda.runtime", "run_generate": "pybuda.runtime", "run_generative_inference": "pybuda.runtime",
+    "get_checkpoint_queue": "pybuda.runtime", "compile_torch": "pybuda.frontend.torch_compile",
+    "run_schedulers": "pybuda.runtime", "get_loss_queue": "pybuda.runtime",
     "pybuda_reset": "pybuda.runtime", "set_device_pipeline": "pybuda.runtime",
     # device images
     "TTDeviceImage": "pybuda.tti",

@@ -48,7 +48,7 @@ class Module:
         """Run inference on this module on a TT device (no other module may be placed manually)."""
         import pybuda
 
-        return pybuda.run_inference(self, inputs=[args]).get()
+        return tuple(pybuda.run_inference(self, inputs=[args]).get())
 
     def __getstate__(self):
         state = self.__dict__.copy()

@@ -151,3 +151,7 @@ def register() -> None:
         registry.lookup_backend("pybuda")  # the entry point registers it
         return
     registry.register_backend(pybuda_backend, name="pybuda")
+
+
+#: TT-Buda's name for the backend: ``torch.compile(model, backend=pybuda.compile_torch)``.
+compile_torch = pybuda_backend

@@ -407,3 +407,42 @@ def get_parameter_gradients(device: Optional[Device] = None, _sequential: bool =
 def get_loss_queue() -> None:
     """Loss queues belong to training runs; there are none."""
     return None
+
+
+def get_checkpoint_queue() -> None:
+    """Checkpoint queues belong to training runs; there are none."""
+    return None
+
+
+def is_silicon() -> bool:
+    """Whether the current devices are real Tenstorrent silicon: never, pybuda simulates the chips (a
+    TTDevice asked for ``BackendType.Silicon`` runs on the golden backend)."""
+    from pybuda.runtime.ttdevice import silicon_present
+
+    return silicon_present()
+
+
+def run_generative_inference(module: Any = None, inputs: Sequence[Any] = (), input_count: int = 1,
+                             output_queue: Optional[queue.Queue] = None, _sequential: bool = False,
+                             _perf_trace: bool = False, _verify_cfg: Any = None) -> queue.Queue:
+    """TT-Buda's generative variant of :func:`run_inference`, same arguments and result.
+
+    TT-Buda used it for graphs with past-cache buffers written in place between tokens. Compiled graphs here
+    have no cache buffers (a decoder gets its cache as ordinary inputs and returns it as outputs), so each
+    call is a :func:`run_inference`: a generation loop pushes the next token with the returned cache."""
+    return run_inference(module, inputs, input_count, output_queue, _sequential=_sequential, _perf_trace=_perf_trace,
+                         _verify_cfg=_verify_cfg)
+
+
+def run_generate(input_count: int = 1, write_index: int = -1, tokens_per_iter: int = -1, token_id: int = -1,
+                 _sequential: bool = False) -> None:
+    """TT-Buda's forward run with past-cache pointer management: ``write_index >= 0``, or both
+    ``tokens_per_iter > 0`` and ``token_id >= 0``, say where the cache is written.
+
+    The arguments are checked as TT-Buda did. Compiled graphs here have no in-place cache buffers (see
+    :func:`run_generative_inference`), so there is no pointer to move and the inputs run as
+    :func:`run_forward`."""
+    if write_index < 0 and not (tokens_per_iter > 0 and token_id >= 0):
+        raise InputError(f"run_generate needs write_index >= 0, or tokens_per_iter > 0 and token_id >= 0; got "
+                         f"write_index={write_index}, tokens_per_iter={tokens_per_iter}, token_id={token_id}")
+    run_forward(input_count)

@@ -394,33 +394,29 @@ class RunContext:
 
     # --- running --------------------------------------------------------------------------------------
     def run_forward(self, input_count: int) -> None:
-        """Run ``input_count`` pushes through the pipeline (0 = until shutdown; concurrent mode only)."""
+        """Run ``input_count`` pushes through the pipeline (0 = until shutdown).
+
+        In sequential mode nothing runs in the background, so ``input_count=0`` runs what is queued now and
+        then every later push as it is made (inside ``push_to_inputs``): a TT-Buda loop of pushes and
+        ``output_queue.get()`` after ``run_inference(input_count=0)`` works unchanged."""
         self.check_health()
         if self.compile_only:
             raise PybudaError("this pipeline was compiled with DeviceMode.CompileOnly; it cannot run inputs")
         if not isinstance(input_count, int) or isinstance(input_count, bool) or input_count < 0:
             raise InputError(f"input_count must be a non-negative int, got {input_count!r}")
         if self.mode == SEQUENTIAL:
-            if input_count == 0:
-                raise InputError("input_count=0 (run until shutdown) needs concurrent mode; in sequential mode "
-                                 "give the number of inputs to run")
             first = self.devices[0]
             available = first._input_queue.qsize()
+            if input_count == 0:
+                self.forever = True
+                self._run_sequential(available)
+                return
             if available < input_count:
                 raise InputError(f"asked to run {input_count} input(s), but only {available} are queued on device "
                                  f"'{first.name}'; push them with push_to_inputs (or pass inputs=[...]) first")
             with self._lock:
                 self._requested += input_count  # owed from now: a get() in another thread waits for them
-            device = None
-            try:
-                for _ in range(input_count):
-                    for device in self.devices:
-                        device.run_next_command(Command.run_forward(1))
-            except BaseException as e:
-                err = self._sequential_failure(device, e)
-                if err is e:
-                    raise
-                raise err from e
+            self._run_sequential(input_count)
             return
         if input_count == 0:
             self.forever = True
@@ -429,10 +425,26 @@ class RunContext:
         for d in self.devices:
             self.send(d, Command.run_forward(input_count))
 
+    def _run_sequential(self, count: int) -> None:
+        """Run ``count`` queued inputs through every device in turn, in the caller."""
+        device = None
+        try:
+            for _ in range(count):
+                for device in self.devices:
+                    device.run_next_command(Command.run_forward(1))
+        except BaseException as e:
+            err = self._sequential_failure(device, e)
+            if err is e:
+                raise
+            raise err from e
+
     def note_push(self) -> None:
-        """An input was pushed to the first device (``Device.push_to_inputs``)."""
+        """An input was pushed to the first device (``Device.push_to_inputs``); a sequential pipeline that
+        runs until shutdown runs it now."""
         with self._lock:
             self._pushed += 1
+        if self.forever and self.mode == SEQUENTIAL:
+            self._run_sequential(1)
 
     def unclaimed_inputs(self) -> int:
         """Inputs pushed to the first device that no ``run_forward`` has asked for yet."""

@@ -111,9 +111,21 @@ def test_input_count_rules():
     with pytest.raises(InputError, match="only 1 are queued"):
         pybuda.run_inference(input_count=2, _sequential=True)
     pybuda.shutdown()
-    cpu0.push_to_inputs(x)
-    with pytest.raises(InputError, match="input_count=0"):
-        pybuda.run_inference(input_count=0, _sequential=True)
+
+
+def test_input_count_zero_in_sequential_mode_runs_every_push():
+    """TT-Buda's loop: run_inference(input_count=0), then push and get. Sequential mode has nothing running in
+    the background, so each push runs as it is made."""
+    lin = torch.nn.Linear(4, 2)
+    cpu0 = pybuda.CPUDevice("cpu0", module=pybuda.PyTorchModule("lin", lin))
+    xs = [torch.randn(1, 4) for _ in range(4)]
+    cpu0.push_to_inputs(xs[0])
+    out_q = pybuda.run_inference(input_count=0, _sequential=True)
+    assert torch.allclose(out_q.get(timeout=10)[0].value(), lin(xs[0]).detach())
+    for x in xs[1:]:
+        cpu0.push_to_inputs(x)
+        assert torch.allclose(out_q.get(timeout=10)[0].value(), lin(x).detach())
+    pybuda.shutdown()
 
 
 def test_run_inference_inputs_are_all_or_nothing():
