@@ -11,6 +11,7 @@ import torch
 import torch.nn.functional as F
 
 import pybuda
+from tests.fn_module import FnModule
 from pybuda import op
 from pybuda.errors import ModuleError, OpError
 from pybuda.ir.graph import OP
@@ -25,19 +26,6 @@ def rn(*shape):
 
 def pos(*shape):
     return torch.rand(shape, generator=_GEN) + 0.5
-
-
-class FnModule(pybuda.PyBudaModule):
-    """forward(*inputs) = fn(self, *inputs); `params` become (frozen) Parameters named fn.<key>."""
-
-    def __init__(self, fn, params=None):
-        super().__init__("fn")
-        self.fn = fn
-        for key, value in (params or {}).items():
-            setattr(self, key, pybuda.Parameter(value, requires_grad=False))
-
-    def forward(self, *xs):
-        return self.fn(self, *xs)
 
 
 # (function name, fn(module, *inputs), inputs, torch reference(*inputs, **params), params, atol)

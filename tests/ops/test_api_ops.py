@@ -15,6 +15,7 @@ import torch
 import torch.nn.functional as F
 
 import pybuda
+from tests.fn_module import FnModule
 from pybuda import op
 from pybuda.dtypes import DataFormat, MathFidelity
 from pybuda.errors import UnsupportedOpError
@@ -29,19 +30,6 @@ def rn(*shape):
 
 def ints(lo, hi, *shape):
     return torch.randint(lo, hi, shape, generator=_GEN).float()
-
-
-class FnModule(pybuda.PyBudaModule):
-    """forward(*inputs) = fn(self, *inputs); ``params`` become frozen Parameters."""
-
-    def __init__(self, fn, params=None):
-        super().__init__("fn")
-        self.fn = fn
-        for key, value in (params or {}).items():
-            setattr(self, key, pybuda.Parameter(value, requires_grad=False))
-
-    def forward(self, *xs):
-        return self.fn(self, *xs)
 
 
 def run_on_device(module, inputs, df=DataFormat.Float32):
