@@ -45,6 +45,7 @@ from typing import Optional, Sequence
 import torch
 
 from pybuda.ir.graph import CONSTANT, Graph, Node
+from pybuda.ops import registry
 from pybuda.ops.common import normalize_dim
 from pybuda.passes.context import CompileContext
 from pybuda.passes.graph.rewrite import Rewriter
@@ -485,7 +486,25 @@ def _sparse_matmul(rw, node, ops, ctx):
     return rw.op(node.name, "matmul", list(ops))
 
 
+def _pad(rw, node, ops, ctx):
+    """A constant pad with a non-zero value -> ``pad(x, 0) + mask`` with the constant ``mask`` holding the
+    value on the padded positions and 0 elsewhere (exact: the lowering pads with zeros only)."""
+    value = float(node.attrs.get("value", 0.0) or 0.0)
+    if node.attrs.get("mode", "constant") != "constant" or value == 0.0:
+        return None
+    attrs = dict(node.attrs)
+    attrs["value"] = 0.0
+    padded = rw.op(f"{node.name}.zero_pad", "pad", [ops[0]], attrs)
+    in_shape = tuple(rw.shape(ops[0]))
+    # The mask broadcasts over the leading dims the pad does not touch (the microbatch among them).
+    keep = max(len(in_shape) - len(attrs["pad"]) // 2 - (1 if attrs.get("channel_last") else 0), 0)
+    mask_in = torch.zeros((1,) * keep + in_shape[keep:])
+    mask = registry.evaluate("pad", [mask_in], {**attrs, "value": 1.0}) * value
+    return rw.op(f"{node.name}.fill", "add", [padded, rw.constant(f"{node.name}.fill_value", mask)])
+
+
 _RULES = {
+    "pad": _pad,
     "equal": _compare("equal"),
     "not_equal": _compare("not_equal"),
     "greater": _compare("greater"),

@@ -26,6 +26,9 @@ BINARY = {name: low.op for name, low in LOWERINGS.items() if device_op(low.op).c
 UNARY = {name: low.op for name, low in LOWERINGS.items() if device_op(low.op).is_unary}
 #: Unary ops with f(0) == 0 keep zero padding zero.
 ZERO_PRESERVING = {name for name, op in UNARY.items() if device_op(op).zero_preserving}
+#: Unary ops that turn large finite junk padding into inf (``exp`` of ``0 - rowmax`` after a row of -1e4
+#: logits): their input's junk padding is zeroed first (see ``_safe_pad`` of the lowering pass).
+PAD_SENSITIVE = frozenset({"exp"}) & set(UNARY)
 #: Unary ops whose every output is >= 0, and softmax, which decomposes into such ops: zero padding
 #: cannot win a max over their values.
 NON_NEGATIVE = frozenset({name for name, op in UNARY.items() if device_op(op).non_negative} | {"softmax"})

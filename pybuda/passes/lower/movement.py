@@ -77,8 +77,7 @@ class DataMovementLowering:
             attrs = _unhashable(attrs)
             if op_type in ("pad", "buda_pad") and attrs.get("value", 0.0) != 0.0:
                 raise self.err(f"{op_type} with a non-zero value has no device form yet")
-            if op_type == "pad" and attrs.get("mode", "constant") != "constant":
-                raise self.err(f"pad mode '{attrs['mode']}' has no device form yet")
+            # replicate/reflect pads only repeat input elements: index_select on the index map is exact
             idx = [registry.evaluate(op_type, idx, attrs)]
         return idx[0].to(torch.int64) - 1
 

@@ -72,8 +72,8 @@ from pybuda.netlist.host_io import canonical_zrc, tiles
 from pybuda.netlist.tms import TM, Broadcast, Transpose, VSlice, VStack, tms_shape
 from pybuda.dtypes import DataFormat
 from pybuda.passes.lower.common import (
-    BINARY, BINARY_OPS, GATHER_OPS, JUNK, LOWERINGS, REP, TILE, TRANSPOSE_OK_INPUT0, UNARY, ZERO, ZERO_PRESERVING, DVal,
-    Lazy, _combine_pad, _hashable, _right_align, _tile3,
+    BINARY, BINARY_OPS, GATHER_OPS, JUNK, LOWERINGS, PAD_SENSITIVE, REP, TILE, TRANSPOSE_OK_INPUT0, UNARY,
+    ZERO, ZERO_PRESERVING, DVal, Lazy, _combine_pad, _hashable, _right_align, _tile3,
 )
 from pybuda.netlist.device_ops import device_op
 from pybuda.passes.lower.conv import ConvPoolLowering
@@ -410,12 +410,26 @@ class _Lowering(ConvPoolLowering, ReductionLowering, DataMovementLowering):
             attrs: Dict[str, Any] = LOWERINGS[t].device_attrs(node.attrs)
         except ValueError as e:  # attributes with no device form (a decomposition should have removed them)
             raise self.err(str(e)) from None
+        if t in PAD_SENSITIVE and JUNK in (v.pad_r, v.pad_c):
+            v = self._safe_pad(v)
         if t in ZERO_PRESERVING:
             pad = (v.pad_r, v.pad_c)
         else:
             pad = (REP if v.pad_r == REP else JUNK, REP if v.pad_c == REP else JUNK)
         return self.emit(node.name, UNARY[t], [(v, ())], (v.z, v.r, v.c), attrs, pad=pad, layout=v.layout,
                          spatial=v.spatial)
+
+    def _safe_pad(self, v: DVal) -> DVal:
+        """``v`` with its junk tile padding zeroed, while that junk is still finite.
+
+        Junk padding is harmless only while it stays finite: padding is later removed by a 0/1 mask or a
+        matmul with zero rows, and ``inf * 0`` is NaN. ``exp`` of the junk ``0 - rowmax`` of a row of
+        -1e4 logits is inf and leaked NaN into every real value of a softmax over a fully masked row."""
+        if v.pad_r != REP and tiles(v.r) * TILE != v.r:
+            v = self._zero_rows(v) if v.pad_r != ZERO else v
+        if v.pad_c != REP and tiles(v.c) * TILE != v.c:
+            v = self._zero_cols(v) if v.pad_c != ZERO else v
+        return v
 
     def _binary(self, node: Node, a: DVal, b: DVal) -> DVal:
         out_shape = tuple(node.shape)
