@@ -30,7 +30,11 @@ _EXPORTS: Dict[str, str] = {
     "override_u_kt": "pybuda.config", "override_dram_parameters": "pybuda.config",
     "override_op_placement": "pybuda.config", "override_dram_queue_placement": "pybuda.config",
     "configure_mixed_precision": "pybuda.config", "add_cpu_fallback_ops": "pybuda.config",
-    "remove_cpu_fallback_ops": "pybuda.config",
+    "remove_cpu_fallback_ops": "pybuda.config", "override_input_buffer_multiplier": "pybuda.config",
+    "internal_override_output_buffer_multiplier": "pybuda.config", "insert_nop": "pybuda.config",
+    "insert_buffering_nop": "pybuda.config", "add_schedule_constraint": "pybuda.config",
+    "insert_fracture_group": "pybuda.config", "set_num_repeated_patterns": "pybuda.config",
+    "set_auto_transposing_placement": "pybuda.config", "query": "pybuda.config",
     # compile
     "pybuda_compile": "pybuda.compile", "CompileResults": "pybuda.compile",
     # verification

@@ -26,6 +26,7 @@ from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from pybuda.errors import ConfigError
 from pybuda.dtypes import DataFormat, MathFidelity
+import pybuda.query as query  # TT-Buda's config imports it too: ``pybuda.query`` is reachable from here
 
 log = logging.getLogger(__name__)
 
@@ -126,9 +127,24 @@ class AMPNodeProperties:
             return False
         if self.epoch_type is not None and self.epoch_type != epoch_type:
             return False
-        if self.name_regex is not None and not re.search(self.name_regex, op_name):
+        # TT-Buda matched with std::regex_match: the pattern must match the whole name.
+        if self.name_regex is not None and not re.fullmatch(self.name_regex, op_name):
             return False
         return True
+
+
+@dataclass
+class NopInsertion:
+    """One ``insert_nop`` request (TT-Buda's ``NopInsertionInstruction``): ``nop_count`` buffering nops on
+    the edges ``src_op`` → each of ``dest_ops``; one chain shared by all destinations (forking to them), or
+    with ``daisy_chain`` a chain that passes each destination in turn. ``hoist_tms``: the edge's TMs move to
+    the ``src_op`` → nop edge (True) or stay on the nop → destination edge (False)."""
+
+    src_op: Any
+    dest_ops: List[Any]
+    hoist_tms: bool = True
+    nop_count: int = 1
+    daisy_chain: bool = False
 
 
 def _remember_given_fields(cls):
@@ -174,10 +190,19 @@ class CompilerConfig:
     enable_enumerate_u_kt: bool = True
     enable_auto_transposing_placement: bool = False
     chip_placement_policy: str = "MMIO_LAST"
-    op_names_to_epoch_break: List[str] = field(default_factory=list)
-    op_names_to_chip_break: List[str] = field(default_factory=list)
+    #: Each entry: an op name (break at it), a ``pybuda.query`` predicate (break at the first op it matches, in
+    #: schedule order) or a list of either (break at the first of them in schedule order), as TT-Buda.
+    op_names_to_epoch_break: List[Any] = field(default_factory=list)
+    op_names_to_chip_break: List[Any] = field(default_factory=list)
     balancer_op_overrides: Dict[str, OpOverride] = field(default_factory=dict)
-    placer_op_overrides: Dict[str, PlacerOverride] = field(default_factory=dict)
+    #: op name or ``pybuda.query`` predicate → its placer override
+    placer_op_overrides: Dict[Any, PlacerOverride] = field(default_factory=dict)
+    #: ``add_schedule_constraint``: each list of op names is scheduled in that order.
+    scheduler_constraints: List[List[str]] = field(default_factory=list)
+    #: ``insert_fracture_group``: (nodes [(name, dims, factors)], {name: chip ids}).
+    fracture_groups: List[Any] = field(default_factory=list)
+    #: ``set_num_repeated_patterns``: module name → number of repeated patterns.
+    tvm_module_to_num_patterns: Dict[str, int] = field(default_factory=dict)
     default_dram_parameters: Optional[bool] = None
     random_policy_seed: int = 0
     num_chips: int = 1
@@ -185,6 +210,8 @@ class CompilerConfig:
     enable_consteval: bool = True
     enable_auto_fusing: bool = True
     op_names_dont_fuse: List[str] = field(default_factory=list)
+    #: ``insert_nop`` / ``insert_buffering_nop`` requests, in call order.
+    buffering_nops_to_insert: List[NopInsertion] = field(default_factory=list)
     enable_conv_prestride: bool = True
     enable_stable_softmax: bool = True
     # frontend
@@ -277,17 +304,27 @@ class CompilerConfig:
 
     # --- helpers (TT-Buda method names) ----------------------------------------------------------
     def balancer_op_override(self, op_name: str, attribute: str, value: Any) -> None:
-        override = self.balancer_op_overrides.setdefault(op_name, OpOverride())
-        if not hasattr(override, attribute):
+        if not isinstance(op_name, str):
+            raise ConfigError(f"balancer override '{attribute}': the op name must be a string, got {op_name!r}")
+        if attribute not in {f.name for f in fields(OpOverride)}:
             raise ConfigError(f"unknown balancer override '{attribute}'; expected one of "
                               f"{[f.name for f in fields(OpOverride)]}")
+        override = self.balancer_op_overrides.setdefault(op_name, OpOverride())
+        if isinstance(value, dict):  # TT-Buda merges dict-valued overrides (input_buffer_multiplier)
+            value = {**(getattr(override, attribute) or {}), **value}
         setattr(override, attribute, tuple(value) if isinstance(value, list) else value)
 
-    def place_on_new_epoch(self, op_names: Union[str, Sequence[str]]) -> None:
-        self.op_names_to_epoch_break.extend(_names(op_names))
+    def place_on_new_epoch(self, op_names: Any) -> None:
+        """Break the epoch at the op appearing first in the schedule among ``op_names`` (a name, a
+        ``pybuda.query`` predicate, or a list of them)."""
+        self.op_names_to_epoch_break.append(_break_entry("set_epoch_break", op_names))
 
-    def place_on_new_chip(self, op_names: Union[str, Sequence[str]]) -> None:
-        self.op_names_to_chip_break.extend(_names(op_names))
+    def place_on_new_chip(self, op_names: Any) -> None:
+        """Start a new chip at the op appearing first in the schedule among ``op_names``."""
+        self.op_names_to_chip_break.append(_break_entry("set_chip_break", op_names))
+
+    def place_queue_to_chip_dram(self, dram_queue: str, *, chip_id: Optional[int], channel: Optional[int]) -> None:
+        self.manual_dram_queue_placement[dram_queue] = (chip_id, channel)
 
     def dont_fuse(self, op_names: Union[str, Sequence[str]]) -> None:
         self.op_names_dont_fuse.extend(_names(op_names))
@@ -323,9 +360,28 @@ def _names(op_names: Union[str, Sequence[str]]) -> List[str]:
     return [op_names] if isinstance(op_names, str) else list(op_names)
 
 
+def _is_predicate(value: Any) -> bool:
+    from pybuda.query import NodePredicateBuilder
+
+    return isinstance(value, NodePredicateBuilder)
+
+
+def _break_entry(where: str, op_names: Any) -> Any:
+    """A break list entry: a name or predicate as given, a list as a list (break at its first op)."""
+    if isinstance(op_names, str) or _is_predicate(op_names):
+        return op_names
+    if isinstance(op_names, (list, tuple)) and op_names and all(isinstance(n, str) or _is_predicate(n)
+                                                                for n in op_names):
+        return list(op_names)
+    raise ConfigError(f"{where}: expected an op name, a pybuda.query predicate or a non-empty list of them, "
+                      f"got {op_names!r}")
+
+
 def _to_jsonable(value: Any) -> Any:
     if isinstance(value, enum.Enum):
         return value.name
+    if _is_predicate(value):
+        return value.to_json()
     if isinstance(value, dict):
         return {str(k): _to_jsonable(v) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
@@ -479,13 +535,16 @@ def _harvested_rows(rows: Sequence[Union[int, Sequence[int]]]) -> List[int]:
     return list(rows)
 
 
-def set_epoch_break(op_names: Union[str, Sequence[str]]) -> None:
-    """Instruct place & route to start a new placement epoch on the given op(s)."""
+def set_epoch_break(op_names: Union[str, "query.NodePredicateBuilder", List[Any]]) -> None:
+    """Instruct place & route to start a new placement epoch on the given op(s): an op name, a
+    ``pybuda.query`` predicate, or a list of them (the epoch starts at the first of them in schedule order).
+    The op is kept out of fusion so that the break survives; an unknown name is a ConfigError at compile."""
     _get_global_compiler_config().place_on_new_epoch(op_names)
 
 
-def set_chip_break(op_names: Union[str, Sequence[str]]) -> None:
-    """Instruct place & route to start placing ops on the next chip in the pipeline."""
+def set_chip_break(op_names: Union[str, "query.NodePredicateBuilder", List[Any]]) -> None:
+    """Instruct place & route to start placing ops on the next chip in the pipeline (same forms as
+    :func:`set_epoch_break`)."""
     _get_global_compiler_config().place_on_new_chip(op_names)
 
 
@@ -522,10 +581,18 @@ def override_dram_parameters(op_name: str, force: bool) -> None:
     _get_global_compiler_config().balancer_op_override(op_name, "force_dram_parameters", bool(force))
 
 
-def override_op_placement(op_name: str, *, start: Optional[Tuple[int, int]] = None, transpose_op: bool = False,
+def override_op_placement(op_name: Any, *, start: Optional[Tuple[int, int]] = None, transpose_op: bool = False,
                           chip_id: Optional[int] = None, spatial_epoch_break: bool = False,
                           temporal_epoch_break: bool = False) -> None:
-    """Pin an op's placement (start core, transpose, chip) or break an epoch at it."""
+    """Pin an op's placement (start core, transpose, chip) or break an epoch at it. ``op_name`` is an op name
+    or a ``pybuda.query`` predicate (every op it matches gets the override)."""
+    if not (isinstance(op_name, str) or _is_predicate(op_name)):
+        raise ConfigError(f"override_op_placement: op_name must be a string or a pybuda.query predicate, "
+                          f"got {op_name!r}")
+    if not isinstance(transpose_op, bool):
+        raise ConfigError(f"override_op_placement('{op_name}'): transpose_op must be True or False")
+    if start is not None and (len(tuple(start)) != 2 or not all(isinstance(v, int) and v >= 0 for v in start)):
+        raise ConfigError(f"override_op_placement('{op_name}'): start must be two non-negative ints, got {start!r}")
     _get_global_compiler_config().placer_op_overrides[op_name] = PlacerOverride(
         tuple(start) if start else None, transpose_op, chip_id, spatial_epoch_break, temporal_epoch_break)
 
@@ -533,6 +600,115 @@ def override_op_placement(op_name: str, *, start: Optional[Tuple[int, int]] = No
 def override_dram_queue_placement(queue_name: str, *, chip_id: Optional[int] = None, channel: Optional[int] = None) -> None:
     """Pin a DRAM queue to a chip and channel."""
     _get_global_compiler_config().manual_dram_queue_placement[queue_name] = (chip_id, channel)
+
+
+def override_input_buffer_multiplier(op_name: str, operand_index: int, *, multiplier: int) -> None:
+    """Multiply the input buffer of operand ``operand_index`` of ``op_name`` by ``multiplier``: the balancer
+    sizes that buffer (and the op's L1) accordingly and the netlist op carries it as
+    ``input_buf_min_size_tiles``."""
+    if not isinstance(operand_index, int) or isinstance(operand_index, bool) or operand_index < 0:
+        raise ConfigError(f"override_input_buffer_multiplier('{op_name}'): operand_index must be a non-negative "
+                          f"int, got {operand_index!r}")
+    if not isinstance(multiplier, int) or isinstance(multiplier, bool) or multiplier < 1:
+        raise ConfigError(f"override_input_buffer_multiplier('{op_name}'): multiplier must be a positive int, "
+                          f"got {multiplier!r}")
+    _get_global_compiler_config().balancer_op_override(op_name, "input_buffer_multiplier",
+                                                       {operand_index: multiplier})
+
+
+def internal_override_output_buffer_multiplier(op_name: str, *, multiplier: int) -> None:
+    """Set an op's output buffering (``buf_size_mb``); TT-Buda's internal API (it could hang silicon)."""
+    if not isinstance(multiplier, int) or isinstance(multiplier, bool) or multiplier < 1:
+        raise ConfigError(f"internal_override_output_buffer_multiplier('{op_name}'): multiplier must be a positive "
+                          f"int, got {multiplier!r}")
+    log.warning("internal_override_output_buffer_multiplier is an internal API and may result in hangs on silicon")
+    _get_global_compiler_config().balancer_op_override(op_name, "output_buffer_multiplier", multiplier)
+
+
+def insert_nop(src_op: str, dest_ops: Union[str, Sequence[str]], *, hoist_tms: bool = True, nop_count: int = 1,
+               daisy_chain: bool = False) -> None:
+    """Insert ``nop_count`` buffering nop(s) on the edges ``src_op`` → ``dest_ops`` of the compiled graph.
+
+    ``hoist_tms``: the edge's TMs move onto the ``src_op`` → nop edge (True) or stay on the nop → dest edge.
+    ``daisy_chain``: with several destinations, a chain of nops passing each destination in turn instead of
+    one nop forking to all of them. The nops appear in the netlist; the numerics do not change."""
+    if not isinstance(src_op, str):
+        raise ConfigError(f"insert_nop: src_op must be an op name, got {src_op!r}")
+    dests = [dest_ops] if isinstance(dest_ops, str) else list(dest_ops) if isinstance(dest_ops, (list, tuple)) else None
+    if not dests or not all(isinstance(d, str) for d in dests):
+        raise ConfigError(f"insert_nop('{src_op}'): dest_ops must be an op name or a non-empty list of names, "
+                          f"got {dest_ops!r}")
+    for flag, value in (("hoist_tms", hoist_tms), ("daisy_chain", daisy_chain)):
+        if not isinstance(value, bool):
+            raise ConfigError(f"insert_nop('{src_op}'): {flag} must be True or False, got {value!r}")
+    if not isinstance(nop_count, int) or isinstance(nop_count, bool) or nop_count < 1:
+        raise ConfigError(f"insert_nop('{src_op}'): nop_count must be a positive int, got {nop_count!r}")
+    _get_global_compiler_config().buffering_nops_to_insert.append(
+        NopInsertion(src_op, dests, hoist_tms, nop_count, daisy_chain))
+
+
+def insert_buffering_nop(src_op: str, dest_ops: Union[str, Sequence[str]], *, hoist_tms: bool = True,
+                         nop_count: int = 1, daisy_chain: bool = False) -> None:
+    """TT-Buda's older name of :func:`insert_nop` (deprecated there); the same request."""
+    insert_nop(src_op, dest_ops, hoist_tms=hoist_tms, nop_count=nop_count, daisy_chain=daisy_chain)
+
+
+def add_schedule_constraint(partial_ordering: List[str]) -> None:
+    """Schedule the named ops in the given order (``partial_ordering[i]`` before ``partial_ordering[i+1]``);
+    the placer follows the schedule, so they are also placed in that order."""
+    if not isinstance(partial_ordering, (list, tuple)) or len(partial_ordering) < 2 or \
+            not all(isinstance(n, str) for n in partial_ordering):
+        raise ConfigError(f"add_schedule_constraint: expected a list of at least two op names, got {partial_ordering!r}")
+    _get_global_compiler_config().scheduler_constraints.append(list(partial_ordering))
+
+
+def insert_fracture_group(nodes: List[Any], chip_ids: Union[List[int], Dict[str, List[int]], None] = None) -> None:
+    """TT-Buda's fracture group: ``nodes`` are names or ``(name, dim(s), factor(s))``; ``chip_ids`` a list or
+    ``{name: [chip ids]}``. Checked here; pybuda does not fracture, so a compile with a fracture group raises
+    ConfigError naming its ops (see ``pybuda.passes.lowered.overrides``)."""
+    if not isinstance(nodes, (list, tuple)) or not nodes:
+        raise ConfigError(f"insert_fracture_group: nodes must be a non-empty list, got {nodes!r}")
+    group = []
+    for node in nodes:
+        if isinstance(node, str):
+            group.append((node, [], []))
+            continue
+        if not isinstance(node, (list, tuple)) or len(node) != 3 or not isinstance(node[0], str):
+            raise ConfigError(f"insert_fracture_group: each node is a name or (name, dim(s), factor(s)), got {node!r}")
+        dims = [node[1]] if isinstance(node[1], int) else list(node[1])
+        factors = [node[2]] if isinstance(node[2], int) else list(node[2])
+        if len(dims) != len(factors) or not all(isinstance(v, int) for v in dims + factors):
+            raise ConfigError(f"insert_fracture_group: '{node[0]}': dims and factors must be ints of equal count")
+        group.append((node[0], dims, factors))
+    chip_ids = [] if chip_ids is None else chip_ids
+    if isinstance(chip_ids, (list, tuple)):
+        chip_ids = {name: list(chip_ids) for name, _, _ in group}
+    elif not isinstance(chip_ids, dict):
+        raise ConfigError(f"insert_fracture_group: chip_ids must be a list or a dict, got {chip_ids!r}")
+    _get_global_compiler_config().fracture_groups.append((group, dict(chip_ids)))
+
+
+#: Why ``set_num_repeated_patterns`` changes nothing here (logged once).
+REPEATED_PATTERNS_WHY = (
+    "TT-Buda read it only in its TVM frontend, to compact a module's repeated layers into one pattern and speed "
+    "up compilation; it never changed the netlist. pybuda's frontends do not go through TVM, so the hint is "
+    "recorded in the config (tvm_module_to_num_patterns) and otherwise unused")
+
+
+def set_num_repeated_patterns(module_name: str, num_patterns: int) -> None:
+    """TT-Buda's hint of how many repeated patterns (layers) ``module_name`` has; recorded, logged once."""
+    if not isinstance(module_name, str):
+        raise ConfigError(f"set_num_repeated_patterns: module_name must be a string, got {module_name!r}")
+    if not isinstance(num_patterns, int) or isinstance(num_patterns, bool) or num_patterns < 1:
+        raise ConfigError(f"set_num_repeated_patterns('{module_name}'): num_patterns must be a positive int, "
+                          f"got {num_patterns!r}")
+    _get_global_compiler_config().tvm_module_to_num_patterns[module_name] = num_patterns
+    _log_once("set_num_repeated_patterns", REPEATED_PATTERNS_WHY)
+
+
+def set_auto_transposing_placement(is_enabled: bool) -> None:
+    """Enable or disable auto-transposing placement."""
+    _get_global_compiler_config().enable_auto_transposing_placement = is_enabled
 
 
 def configure_mixed_precision(*, op_type: Optional[str] = None, epoch_type: Optional[str] = None,

@@ -42,7 +42,7 @@ def test_overrides_edit_the_global_config():
     pybuda.configure_mixed_precision(op_type="add", output_df=pybuda.DataFormat.Float16_b)
     cfg = _get_global_compiler_config()
     assert cfg.balancer_op_overrides["mm"].grid_shape == (2, 4) and cfg.balancer_op_overrides["mm"].u_kt == 4
-    assert cfg.op_names_to_epoch_break == ["softmax_3"] and cfg.op_names_to_chip_break == ["a", "b"]
+    assert cfg.op_names_to_epoch_break == ["softmax_3"] and cfg.op_names_to_chip_break == [["a", "b"]]  # a list: break at its first op
     assert cfg.amp_properties[0].matches("add_1", "add") and not cfg.amp_properties[0].matches("m", "multiply")
     with pytest.raises(ConfigError):
         pybuda.override_op_size("mm", (0, 4))

@@ -605,9 +605,16 @@ class Legalizer:
             requested = getattr(override, "t_stream_dir", None) if override is not None else None
             if requested in ("rz", "cz") and requested[0] == direction:
                 direction = requested
+        in_mult = dict(getattr(override, "input_buffer_multiplier", None) or {}) if override is not None else {}
+        # override_input_buffer_multiplier: the streamed buffer of that operand, times the multiplier (the L1
+        # check above counted it); the netlist carries it as input_buf_min_size_tiles (0 = the default size).
+        min_tiles: Tuple[int, ...] = ()
+        if any(int(i) < f.n_inputs and int(i) not in pset for i in in_mult):
+            min_tiles = tuple(self._stream_buffer_tiles(f, i, ub[0], ub[1], mb, u_kt) * int(in_mult[i])
+                              if i in in_mult and i not in pset else 0 for i in range(f.n_inputs))
         model = OpModel(grid_shape=grid, t=t, mblock=mb, ublock=ub, ublock_order="r", u_kt=u_kt, m_k=m_k,
                         buf_size_mb=buf, t_stream_dir=direction, t_stream_factor=stream, prologue_inputs=pset,
-                        l1_bytes=int(l1), dram_inputs=dram)
+                        l1_bytes=int(l1), dram_inputs=dram, input_buf_min_size_tiles=min_tiles)
         sources = []
         for i, kind in enumerate(f.in_kinds):
             if kind == "op":

@@ -65,7 +65,9 @@ def normalize_policy(name: Optional[str]) -> str:
 def epoch_break_flags(graph: Any, config: Any) -> List[bool]:
     """For each op in schedule order: must it start a new epoch? (user epoch/chip breaks, placer
     overrides that break or pin a chip, and changes of epoch type.)"""
-    breaks = set(config.op_names_to_epoch_break) | set(config.op_names_to_chip_break)
+    from pybuda.placer.placer import break_names
+
+    breaks = break_names(graph, config.op_names_to_epoch_break) | break_names(graph, config.op_names_to_chip_break)
     for name, ov in config.placer_op_overrides.items():
         if ov.temporal_epoch_break or ov.spatial_epoch_break or ov.chip_id is not None:
             breaks.add(name)

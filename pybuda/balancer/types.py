@@ -37,6 +37,9 @@ class OpModel:
     kernel_cycles: int = 0  # the kernel (math) part of ``cycles``, perf/cost.py
     dram_inputs: Tuple[int, ...] = ()  # parameter/constant inputs streamed from DRAM every input
     dram_bytes: float = 0.0  # bytes per input over the DRAM channels (cost.dram_bytes_per_input)
+    #: per operand, the input buffer in tiles when override_input_buffer_multiplier sized it (0: default); the
+    #: netlist op's ``input_buf_min_size_tiles``. Empty when no operand is overridden.
+    input_buf_min_size_tiles: Tuple[int, ...] = ()
 
     @property
     def cores(self) -> int:

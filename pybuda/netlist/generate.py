@@ -114,7 +114,9 @@ def _op(bg: BudaGraph, name: str, bs: Any, ps: Any, netlist: Netlist, fused_ids:
         t=int(model.t), mblock=tuple(model.mblock), ublock=tuple(model.ublock), buf_size_mb=int(model.buf_size_mb),
         grid_loc=tuple(place.grid_loc), grid_transpose=bool(place.transposed), ublock_order=model.ublock_order,
         untilize_output=bool(op.untilize_output), gradient_op=bool(op.gradient_op), input_tms=input_tms,
-        attributes=attrs)
+        attributes=attrs,
+        input_buf_min_size_tiles=tuple(model.input_buf_min_size_tiles) if getattr(model, "input_buf_min_size_tiles",
+                                                                                   ()) else None)
 
 
 def _fused_id(bg: BudaGraph, fid: int, model: Any, netlist: Netlist, fused_ids: Dict[Tuple, int]) -> int:

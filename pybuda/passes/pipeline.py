@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any, Callable, List, Optional, Sequence, Tuple
 import torch
 
 from pybuda.config import CompileDepth
-from pybuda.errors import CompileError, PybudaError
+from pybuda.errors import CompileError, ConfigError, PybudaError
 from pybuda.ir.graph import Graph
 from pybuda.ir.lowered import BudaGraph
 from pybuda.passes.context import CompileContext
@@ -55,7 +55,6 @@ def _generate_initial_graph(s: _State) -> None:
     for node in s.graph.inputs + s.graph.outputs:
         node.tags.setdefault("framework_shape", tuple(node.shape))
     s.results.initial_graph = s.graph.copy()
-    _check_override_names(s)
     from pybuda.verify import verification_requested
 
     # The model's outputs on the CPU reference are the golden of every later check; without a check to
@@ -111,12 +110,17 @@ def _buda_graph_pre_placer(s: _State) -> None:
     from pybuda.passes.lowered.data_formats import set_data_formats
     from pybuda.passes.lowered.fuse_matmul_epilogue import fuse_matmul_epilogues
     from pybuda.passes.lowered.fuse_ops import fuse_elementwise_ops
+    from pybuda.passes.lowered.overrides import apply_schedule_constraints, insert_nops, resolve_overrides
     from pybuda.passes.lower.to_tiles import lower_to_buda
 
     bg = lower_to_buda(s.graph, s.ctx)
+    framework_names = set(s.graph.nodes) | (set(s.results.initial_graph.nodes) if s.results.initial_graph else set())
+    bg = resolve_overrides(bg, s.ctx, framework_names)
+    bg = insert_nops(bg, s.ctx)
     bg = fuse_matmul_epilogues(bg, s.ctx)
     bg = set_data_formats(bg, s.ctx)
     bg = fuse_elementwise_ops(bg, s.ctx)
+    bg = apply_schedule_constraints(bg, s.ctx)
     s.bg = bg
     s.results.lowered_graph = bg
 
@@ -225,6 +229,8 @@ def run_stages(graph: Graph, ctx: CompileContext, results: "CompileResults", ver
         t0 = time.perf_counter()
         try:
             fn(state)
+        except ConfigError:
+            raise  # a wrong override or option: the user's to fix, named as such
         except CompileError as e:
             if e.stage is None:
                 e.stage = depth.name
@@ -313,12 +319,3 @@ def _run_ir(graph: Graph, inputs: Sequence[torch.Tensor], ctx: CompileContext) -
     else:
         outs = run_graph_on_cpu(graph, feed)
     return [apply_host_tms(o, n.tags.get("host_tms")) for o, n in zip(outs, graph.outputs)]
-
-
-def _check_override_names(s: _State) -> None:
-    """Warn about overrides naming ops the graph does not have (they may name lowered ops, so only warn)."""
-    cfg = s.ctx.config
-    names = set(s.graph.nodes)
-    for name in list(cfg.balancer_op_overrides) + list(cfg.placer_op_overrides) + cfg.op_names_to_epoch_break:
-        if name not in names and not any(n.startswith(name) for n in names):
-            log.warning("override names '%s', which is not an op of graph '%s'", name, s.graph.name)

@@ -40,6 +40,27 @@ log = logging.getLogger(__name__)
 STAGE = "BALANCER_PASS"
 
 
+def break_names(graph: Any, entries: Any) -> set:
+    """The ops a config's break list (``op_names_to_epoch_break`` / ``op_names_to_chip_break``) breaks at: a name
+    breaks at itself, a list at the first of its ops in schedule order, a ``pybuda.query`` predicate at every
+    op it matches. (A compile has already resolved them to lowered op names: ``passes.lowered.overrides``.)"""
+    from pybuda.query import NodePredicateBuilder
+
+    order = {n: i for i, n in enumerate(graph.ops)}
+    out: set = set()
+    for entry in entries or ():
+        if isinstance(entry, str):
+            out.add(entry)
+        elif isinstance(entry, NodePredicateBuilder):
+            out.update(o.name for o in graph.ops.values()
+                       if entry.matches(o.name, o.type, o.tags.get("ir_node"), o.tags.get("ir_op_type")))
+        else:
+            members = set(break_names(graph, list(entry))) & set(order)
+            if members:
+                out.add(min(members, key=lambda n: order[n]))
+    return out
+
+
 def chip_order(num_chips: int, policy: str) -> Tuple[int, ...]:
     """The order chips are filled in: MMIO_LAST puts chip 0 (the host-attached chip) last."""
     chips = tuple(range(max(1, num_chips)))
@@ -119,8 +140,8 @@ def place(graph: Any, solution: Any, device: Any, config: Any, *, io_queue_multi
     order = chip_order(num_chips, getattr(config, "chip_placement_policy", "MMIO_LAST"))
     cursor = _EpochCursor(rows, cols, order)
     result = PlacerSolution(chip_order=order)
-    epoch_breaks = set(config.op_names_to_epoch_break)
-    chip_breaks = set(config.op_names_to_chip_break)
+    epoch_breaks = break_names(graph, config.op_names_to_epoch_break)
+    chip_breaks = break_names(graph, config.op_names_to_chip_break)
     balancer_breaks = set(getattr(solution, "epoch_breaks", ()) or ())
     overrides = config.placer_op_overrides
     auto_transpose = bool(config.enable_auto_transposing_placement)
@@ -174,9 +195,25 @@ def place(graph: Any, solution: Any, device: Any, config: Any, *, io_queue_multi
 
     result.epochs = cursor.epochs
     _make_e2e_queues(graph, result)
+    _check_manual_queue_names(graph, result, config)
     place_queues(graph, solution, result, device, config, io_queue_multiplier=io_queue_multiplier,
                  dram_reserved_bytes=dram_reserved_bytes, reuse_e2e_dram=reuse_e2e_dram)
     return result
+
+
+def _check_manual_queue_names(graph: Any, result: PlacerSolution, config: Any) -> None:
+    """``override_dram_queue_placement`` on a queue the placed graph does not have is a ConfigError."""
+    import difflib
+
+    from pybuda.errors import ConfigError
+
+    known = set(graph.queues) | set(result.e2e_queues)
+    for name in getattr(config, "manual_dram_queue_placement", {}) or {}:
+        if name not in known:
+            close = difflib.get_close_matches(str(name), sorted(known), n=5, cutoff=0.6)
+            raise ConfigError(f"override_dram_queue_placement: graph '{getattr(graph, 'name', '')}' has no queue "
+                              f"named '{name}'" + (f"; close matches: {close}" if close else
+                                                  f"; its queues: {sorted(known)[:12]}"))
 
 
 def _capacity_break(cursor: _EpochCursor) -> None:

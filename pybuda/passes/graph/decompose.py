@@ -204,10 +204,27 @@ def _clip(rw, node, ops, ctx):
     return rw.op(f"{n}.out", "subtract", [y, over])
 
 
+#: Stands in for an infinite fill value (``masked_fill(mask, -inf)``): where(c, x, y) is y + c * (x - y) on the
+#: device, and 0 * inf would be NaN where the mask is off. bfloat16's largest finite value keeps every
+#: float format finite; after softmax's max subtraction its exp is 0, as inf's would be.
+FINITE_INF = 3.3895313892515355e38
+
+
+def _finite(rw, node, name: str, tag: str) -> str:
+    value = _scalar_constant_value(rw, name)
+    if value is None or not math.isinf(value):
+        return name
+    return _scalar(rw, node, tag, math.copysign(FINITE_INF, value))
+
+
 def _where(rw, node, ops, ctx):
+    # c * x + (1 - c) * y, exact for a 0/1 condition whatever the magnitudes; the shorter y + c * (x - y)
+    # loses x entirely when y is huge (a masked score next to a -inf fill: x - y rounds to -y).
     c, x, y = ops
-    diff = rw.op(f"{node.name}.diff", "subtract", [x, y])
-    return rw.op(f"{node.name}.out", "add", [y, rw.op(f"{node.name}.mask", "multiply", [c, diff])])
+    x, y = _finite(rw, node, x, "x_finite"), _finite(rw, node, y, "y_finite")
+    keep = rw.op(f"{node.name}.keep", "multiply", [c, x])
+    other = rw.op(f"{node.name}.other", "subtract", [_scalar(rw, node, "one", 1.0), c])
+    return rw.op(f"{node.name}.out", "add", [keep, rw.op(f"{node.name}.fill", "multiply", [other, y])])
 
 
 def _to_reshape(rw, node, ops, ctx):
@@ -230,8 +247,32 @@ def _dropout(rw, node, ops, ctx):
     return None
 
 
+def _as_mask(rw, node, x: str, tag: str) -> str:
+    """``x`` as a device mask (float 0/1): a boolean already is one; a float becomes ``x != 0``."""
+    if rw.node(x).dtype == torch.bool:
+        return x
+    return _heaviside(rw, node, rw.op(f"{node.name}.{tag}_abs", "abs", [x]), 0.0, tag)
+
+
+def _logical_and(rw, node, ops, ctx):
+    if not all(rw.node(o).dtype.is_floating_point or rw.node(o).dtype == torch.bool for o in ops):
+        return None  # integer operands stay on the host (the capability check says so)
+    return rw.op(f"{node.name}.and", "multiply", [_as_mask(rw, node, ops[0], "a"), _as_mask(rw, node, ops[1], "b")])
+
+
+def _logical_not(rw, node, ops, ctx):
+    x = rw.node(ops[0])
+    if not (x.dtype.is_floating_point or x.dtype == torch.bool):
+        return None
+    return rw.op(f"{node.name}.not", "subtract", [_scalar(rw, node, "one", 1.0), _as_mask(rw, node, ops[0], "nz")])
+
+
 def _cast(rw, node, ops, ctx):
     src = rw.node(ops[0])
+    if node.dtype == torch.bool and src.dtype.is_floating_point:
+        return _as_mask(rw, node, ops[0], "nz")  # bool(x) is x != 0, a 0/1 float on the device
+    if src.dtype == torch.bool and (node.dtype.is_floating_point or node.dtype == torch.bool):
+        return ops[0]  # a device boolean already is a 0/1 float
     if node.dtype.is_floating_point:
         # Device formats come from the data-format pass, not from casts. An integer graph input cast to
         # float (an attention mask) is pushed in a float format instead: small integers are exact in it.
@@ -539,5 +580,7 @@ _RULES = {
     "tilize": _vanish,
     "dropout": _dropout,
     "cast": _cast,
+    "logical_and": _logical_and,
+    "logical_not": _logical_not,
     "stack": _stack,
 }

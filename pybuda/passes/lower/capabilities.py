@@ -8,11 +8,17 @@ integer ops) belongs on the host. The one integer-to-float step the compiler abs
 integer data to float: its integer producer is either a graph input or an integer op, which runs on
 the host, so on the device the cast reads an input, which is then pushed in a float format. The torch frontend
 sends everything this module rejects to the CPU fallback devices, with the reason in its report.
+
+Booleans are the exception to "floats only": a mask is a float 0/1 on the device, exact in every format, so
+comparisons, their casts to bool, logical and/not, ``where``/``masked_fill`` and data movement of masks run
+there (:data:`BOOL_OPS`); the host turns boolean outputs back into ``torch.bool``.
 """
 
 from __future__ import annotations
 
 from typing import FrozenSet, Optional
+
+import torch
 
 from pybuda.ir.graph import Graph, Node
 
@@ -27,19 +33,36 @@ def device_op_types() -> FrozenSet[str]:
     return frozenset(direct | set(decompose._RULES))
 
 
+#: Ops that produce or read booleans on the device. A boolean lives there as a float 0/1 (exact in every
+#: format): masks from comparisons, their logical combinations, where/masked_fill, and moving them around.
+BOOL_OPS: FrozenSet[str] = frozenset({"cast", "logical_and", "logical_not", "where"})
+
+
+def _is_float_or_bool(dtype: torch.dtype) -> bool:
+    return dtype.is_floating_point or dtype == torch.bool
+
+
 def unsupported_reason(graph: Graph, node: Node) -> Optional[str]:
     """None when ``node`` (an op of ``graph``) can run on the device, else why not."""
+    from pybuda.ops import registry
+
     op_type = node.op_type
     if op_type not in device_op_types():
         return f"'{op_type}' has no device implementation"
+    moves_data = registry.get(op_type).family == "tm"
     if op_type == "cast":
-        if node.dtype.is_floating_point:
-            return None
         src = graph[node.operands[0]]
+        if node.dtype.is_floating_point or (node.dtype == torch.bool and _is_float_or_bool(src.dtype)):
+            return None
         return f"cast from {src.dtype} to {node.dtype} produces integer data on the device"
-    if not node.dtype.is_floating_point:
+    if not node.dtype.is_floating_point and not (node.dtype == torch.bool and (op_type in BOOL_OPS or moves_data)):
         return f"'{op_type}' computes {str(node.dtype).replace('torch.', '')} data; the device computes in float formats"
-    for operand in node.operands:
-        if not graph[operand].dtype.is_floating_point and op_type != "constant":
-            return f"'{op_type}' reads {str(graph[operand].dtype).replace('torch.', '')} operand '{operand}'"
+    for index, operand in enumerate(node.operands):
+        dtype = graph[operand].dtype
+        if dtype.is_floating_point or op_type == "constant":
+            continue
+        # A boolean operand is a 0/1 float on the device: where's condition, logical ops, data movement.
+        if dtype == torch.bool and (op_type in BOOL_OPS or moves_data):
+            continue
+        return f"'{op_type}' reads {str(dtype).replace('torch.', '')} operand '{operand}'"
     return None

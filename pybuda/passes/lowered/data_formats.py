@@ -4,17 +4,24 @@ Order of application (later wins):
 
 1. Defaults. Floating-point tensors use ``default_df_override`` if set, else ``fp32_fallback``
    (Float32 becomes Float16_b unless configured otherwise); bfloat16/float16 inputs keep Float16_b /
-   Float16; integer inputs are Int32 (Int8 for int8/bool). ``acc_df`` is ``default_accumulate_df``, else
+   Float16; integer inputs are Int32 (Int8 for int8), boolean inputs a float format (0/1). ``acc_df`` is ``default_accumulate_df``, else
    Float32 when the default format is Float32 on a chip that can accumulate in it, else Float16_b;
    fidelity is ``default_math_fidelity`` (HiFi3).
-2. ``amp_level`` (TT-Buda's automatic mixed precision, as implemented here):
-   1 = matmuls and their parameter operands in Bfp8_b, everything else Float16_b;
-   2 = also elementwise ops in Bfp8_b, except the precision-sensitive ones (exp, log, reciprocal, sqrt,
-   reduce) which stay Float16_b, matmul fidelity HiFi2;
-   3 = level 2 with matmul weights in Bfp4_b and LoFi.
+2. ``amp_level``, TT-Buda's automatic mixed precision (its ``run_automatic_mixed_precision``): 0 none;
+   1 "mixed B formats": softmax and layernorm ops Float16_b (out, intermediate, accumulate); matmuls out and
+   intermediate Bfp8_b, accumulate Float16_b, HiFi2, their weight and bias parameters (operands 1, 2) Bfp8_b;
+   2 "mixed A formats": matmuls out Bfp8, intermediate and accumulate Float16, every operand Bfp8 (producing
+   ops included), except tile-broadcast matmuls, and matmuls of softmax/layernorm, which stay Float16 (as do
+   multiplies of a softmax and buffers); gelu intermediate Bfp8.
+   With ``default_df_override`` set, any level > 0 picks B for a b-format default and A for an a-format one,
+   as TT-Buda did. Other levels are logged and skipped (TT-Buda's warning). TT-Buda's rules for fused ops
+   (Float16_b / Float16) do not apply here: fusion runs after data formats. Data-movement matmuls (pickers)
+   keep their exact formats. (TT-Buda's documentation describes level 1 as "optimizer ops Float32/HiFi4";
+   its code did the above; pybuda compiles no optimizer ops.)
 3. ``amp_properties`` (``configure_mixed_precision`` / ``enable_amp_light``) in order: a rule matches on
    ``op_type`` (the netlist type or the IR op it came from), ``epoch_type`` and ``name_regex``
-   (``re.search`` on the op name, which starts with the model op's name) and sets output /
+   (matching the *whole* op name, or the name of the model op it came from, as TT-Buda's
+   ``std::regex_match``) and sets output /
    intermediate / accumulate df, fidelity and ``input_df {index: (df, include_activations)}`` (the df of
    the parameter/constant feeding that input, or of the producing op when ``include_activations``).
 4. Legalisation (netlist spec §1.3, §4.5): on Grayskull Float32/Int32 accumulation becomes Float16_b;
@@ -47,7 +54,8 @@ UNTILIZE_OK = (DF.Float16, DF.Float16_b, DF.Float32)
 #: Op types mixed precision (amp level >= 2) keeps in Float16_b: the ``amp_sensitive`` device-op flag.
 SENSITIVE = ops_where("amp_sensitive")
 _FIDELITY_RANK = {MF.LoFi: 0, MF.HiFi2: 1, MF.HiFi2_B: 1, MF.HiFi3: 2, MF.HiFi4: 3}
-_DTYPE_DF = {"bfloat16": DF.Float16_b, "float16": DF.Float16, "int8": DF.Int8, "uint8": DF.UInt8, "bool": DF.Int8,
+# Booleans are not here: on the device a mask is a float 0/1, exact in every float format.
+_DTYPE_DF = {"bfloat16": DF.Float16_b, "float16": DF.Float16, "int8": DF.Int8, "uint8": DF.UInt8,
              "int32": DF.Int32, "int64": DF.Int32, "int16": DF.Int32}
 
 
@@ -95,7 +103,7 @@ def set_data_formats(bg: BudaGraph, ctx: CompileContext) -> BudaGraph:
     # 2. AMP level
     level = cfg.amp_level or 0
     if level:
-        _apply_amp_level(bg, level)
+        _apply_amp_level(bg, level, cfg.default_df_override)
 
     # 3. user rules
     explicit_fidelity: Set[str] = set()
@@ -147,8 +155,8 @@ def set_data_formats(bg: BudaGraph, ctx: CompileContext) -> BudaGraph:
     # 4. legalise
     for op in bg.ops.values():
         _legalize(op, bg, ctx, op.name in explicit_fidelity, op.name in explicit_acc)
-    for op in bg.ops.values():  # z-reduce converts nothing: it keeps its producer's format
-        if op.type == "reduce" and op.attrs.get("dim") == "z":
+    for op in bg.ops.values():  # z-reduce and buffering nops convert nothing: they keep their producer's format
+        if (op.type == "reduce" and op.attrs.get("dim") == "z") or op.tags.get("buffering_nop"):
             src = _df_of(bg, op.inputs[0])
             op.out_df = op.intermed_df = src
 
@@ -161,7 +169,7 @@ def set_data_formats(bg: BudaGraph, ctx: CompileContext) -> BudaGraph:
     return bg
 
 
-_INT_DTYPES = {"int8", "uint8", "bool", "int32", "int64", "int16"}
+_INT_DTYPES = {"int8", "uint8", "int32", "int64", "int16"}
 
 
 def _check_input_df_indices(rule, matched) -> None:
@@ -187,7 +195,7 @@ def _matches(rule, op: BudaOp, regex: Optional[re.Pattern]) -> bool:
         return False
     if rule.epoch_type is not None and rule.epoch_type != op.epoch_type:
         return False
-    if regex is not None and not regex.search(op.name) and not regex.search(str(op.tags.get("ir_node") or "")):
+    if regex is not None and not regex.fullmatch(op.name) and not regex.fullmatch(str(op.tags.get("ir_node") or "")):
         return False
     if rule.is_gradient_op is not None and rule.is_gradient_op != op.gradient_op:
         return False
@@ -198,22 +206,74 @@ def _is_data_movement(op: BudaOp) -> bool:
     return bool(op.tags.get("picker"))
 
 
-def _apply_amp_level(bg: BudaGraph, level: int) -> None:
+_AMP_LEVELS = {0: "none", 1: "mixed_b", 2: "mixed_a"}
+
+
+def _apply_amp_level(bg: BudaGraph, level: int, default_override) -> None:
+    """TT-Buda's AMP presets (module docstring, step 2)."""
+    if level not in _AMP_LEVELS:
+        if level not in _warned_levels:
+            _warned_levels.add(level)
+            log.warning("amp_level=%s is not one of TT-Buda's levels (0 none, 1 mixed B formats, 2 mixed A formats); "
+                        "skipping AMP, as TT-Buda did", level)
+        return
+    setting = _AMP_LEVELS[level]
+    if default_override is not None and level > 0:
+        setting = "mixed_b" if _family_b(DF.from_json(default_override)) else "mixed_a"
     for op in bg.ops.values():
-        if op.type == "matmul" and not _is_data_movement(op) and not op.tags.get("reduce"):
-            op.out_df = op.intermed_df = DF.Bfp8_b
-            if level >= 2:
+        if _is_data_movement(op) or op.tags.get("buffering_nop"):
+            continue
+        kind = op.tags.get("ir_op_type") or op.type
+        name = op.name
+        if setting == "mixed_b":
+            if _is_type(op, "softmax", "layernorm") or _in_layer(op, "softmax", "layernorm"):
+                op.out_df = op.intermed_df = op.acc_df = DF.Float16_b
+            elif op.type == "matmul" and not op.tags.get("reduce") and kind == "matmul":
+                op.out_df = op.intermed_df = DF.Bfp8_b
+                op.acc_df = DF.Float16_b
                 op.math_fidelity = MF.HiFi2
-            if level >= 3:
-                op.math_fidelity = MF.LoFi
-            for i, src in enumerate(op.inputs[1:], start=1):
-                q = bg.queues.get(src)
-                if q is not None and q.kind == "parameter":
-                    q.df = DF.Bfp4_b if level >= 3 and i == 1 else DF.Bfp8_b
-        elif level >= 2 and op.type not in SENSITIVE and not op.tags.get("reduce") and not _is_data_movement(op):
-            op.out_df = op.intermed_df = DF.Bfp8_b
+                _params_to(bg, op, (1, 2), DF.Bfp8_b)
         else:
-            op.out_df = op.intermed_df = DF.Float16_b
+            if op.type == "matmul" and kind == "matmul":
+                sixteen = "brcst" in name or _in_layer(op, "softmax", "layernorm")
+                df = DF.Float16 if sixteen else DF.Bfp8
+                op.out_df = df
+                op.intermed_df = op.acc_df = DF.Float16
+                for index in (0, 1, 2):  # include_activations: producing ops too
+                    if index < len(op.inputs):
+                        src = op.inputs[index]
+                        q = bg.queues.get(src)
+                        if q is not None and q.kind in ("parameter", "constant") and q.tags.get("df") != "RawUInt32":
+                            q.df = df
+                        elif src in bg.ops and not _is_data_movement(bg.ops[src]):
+                            bg.ops[src].out_df = df
+            elif op.type == "multiply" and _in_layer(op, "softmax"):
+                op.out_df = op.intermed_df = op.acc_df = DF.Float16
+            elif op.type == "gelu":
+                op.intermed_df = DF.Bfp8
+            elif op.type == "buffer":
+                op.out_df = op.intermed_df = op.acc_df = DF.Float16
+
+
+_warned_levels: Set[int] = set()
+
+
+def _is_type(op: BudaOp, *types: str) -> bool:
+    return op.type in types or op.tags.get("ir_op_type") in types or op.tags.get("original_op_type") in types
+
+
+def _in_layer(op: BudaOp, *words: str) -> bool:
+    """Whether the op comes from a softmax/layernorm (TT-Buda's ``.*softmax.*`` name rules)."""
+    text = f"{op.name} {op.tags.get('ir_node') or ''} {op.tags.get('decomposed_from') or ''}".lower()
+    return any(w in text for w in words)
+
+
+def _params_to(bg: BudaGraph, op: BudaOp, indices, df: DF) -> None:
+    for index in indices:
+        if index < len(op.inputs):
+            q = bg.queues.get(op.inputs[index])
+            if q is not None and q.kind == "parameter":
+                q.df = df
 
 
 def _family_b(df: DF) -> bool:

@@ -17,6 +17,7 @@ from __future__ import annotations
 from pybuda.netlist.tms import Transpose, as_tms
 from pybuda.ir.lowered import BudaGraph, BudaOp
 from pybuda.passes.context import CompileContext
+from pybuda.passes.lowered.overrides import pinned_ops
 
 RELU_KEYS = ("relu_en", "relu_threshold", "relu_mode")
 
@@ -44,8 +45,11 @@ def _sole_reader(bg: BudaGraph, name: str, readers) -> BudaOp:
     return bg.ops[users[0]]
 
 
-def _can_absorb(keep: BudaOp, gone: BudaOp) -> bool:
-    """A matmul does not take over an output nop's untilize job (it would need m_k == 1)."""
+def _can_absorb(keep: BudaOp, gone: BudaOp, ctx: CompileContext) -> bool:
+    """A matmul does not take over an output nop's untilize job (it would need m_k == 1); an op named by a
+    break, an override or ``dont_fuse``, and a buffering nop, keep their identity (their name would vanish)."""
+    if gone.tags.get("buffering_nop") or gone.name in ctx.config.op_names_dont_fuse or gone.name in pinned_ops(ctx):
+        return False
     return not (gone.untilize_output and keep.type in ("matmul", "reduce"))
 
 
@@ -67,7 +71,7 @@ def _try_bias(bg: BudaGraph, op: BudaOp, readers, ctx) -> bool:
     if op.type != "matmul" or op.attrs.get("identity") or op.attrs.get("bias") or op.tags.get("picker"):
         return False
     add = _sole_reader(bg, op.name, readers)
-    if add is None or add.type != "add" or add.attrs or not _can_absorb(op, add):
+    if add is None or add.type != "add" or add.attrs or not _can_absorb(op, add, ctx):
         return False
     if add.inputs[0] == op.name and add.inputs[1] != op.name:
         bias_index = 1
@@ -98,7 +102,7 @@ def _try_gelu(bg: BudaGraph, op: BudaOp, readers, ctx) -> bool:
     if any(k in op.attrs for k in RELU_KEYS):
         return False
     g = _sole_reader(bg, op.name, readers)
-    if g is None or g.type != "gelu" or g.attrs.get("approximate_mode") or g.input_tms or not _can_absorb(op, g):
+    if g is None or g.type != "gelu" or g.attrs.get("approximate_mode") or g.input_tms or not _can_absorb(op, g, ctx):
         return False
     if any(k not in RELU_KEYS for k in g.attrs):
         return False
@@ -112,7 +116,7 @@ def _try_relu(bg: BudaGraph, op: BudaOp, readers, ctx) -> bool:
     if any(k in op.attrs for k in RELU_KEYS) or op.type == "fused_op":
         return False
     r = _sole_reader(bg, op.name, readers)
-    if r is None or r.type != "nop" or not r.attrs.get("relu_en") or r.input_tms or not _can_absorb(op, r):
+    if r is None or r.type != "nop" or not r.attrs.get("relu_en") or r.input_tms or not _can_absorb(op, r, ctx):
         return False
     if any(k not in RELU_KEYS for k in r.attrs):
         return False

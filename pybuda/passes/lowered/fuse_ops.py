@@ -23,6 +23,7 @@ from pybuda.netlist.device_ops import ops_where
 from pybuda.netlist.tms import Transpose, as_tms
 from pybuda.ir.lowered import BudaGraph, BudaOp
 from pybuda.passes.context import CompileContext
+from pybuda.passes.lowered.overrides import pinned_ops
 
 #: Netlist op types a group may contain (the ``fusible`` flag of their device-op rows).
 FUSIBLE = ops_where("fusible")
@@ -37,6 +38,8 @@ def fuse_elementwise_ops(bg: BudaGraph, ctx: CompileContext) -> BudaGraph:
     if not ctx.config.enable_auto_fusing:
         return bg
     dont = set(ctx.config.op_names_dont_fuse)
+    # ops named by a break or an override may be a fused op's output (it keeps their name), never absorbed
+    pinned = pinned_ops(ctx)
     readers = bg.reader_map()
     order = list(bg.ops)
     position = {n: i for i, n in enumerate(order)}
@@ -52,7 +55,7 @@ def fuse_elementwise_ops(bg: BudaGraph, ctx: CompileContext) -> BudaGraph:
             cur = bg.ops[frontier.pop()]
             for inp in cur.inputs:
                 p = bg.ops.get(inp)
-                if p is None or inp in taken or inp in group or not _fusible(p, dont):
+                if p is None or inp in taken or inp in group or inp in pinned or not _fusible(p, dont):
                     continue
                 if readers.get(inp, []) != [cur.name] or p.untilize_output:
                     continue
@@ -93,7 +96,7 @@ def _tile_broadcast_inputs(bg: BudaGraph, group: List[str], readers) -> bool:
 
 
 def _fusible(op: BudaOp, dont: Set[str]) -> bool:
-    if op.type not in FUSIBLE or op.name in dont or op.tags.get("ir_node") in dont:
+    if op.type not in FUSIBLE or op.name in dont or op.tags.get("ir_node") in dont or op.tags.get("buffering_nop"):
         return False
     if any(k not in SUB_OP_ATTRS for k in op.attrs):
         return False
