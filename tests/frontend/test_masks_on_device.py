@@ -1,0 +1,61 @@
+"""Boolean masks run on the device as float 0/1: comparisons, logical ops, where/masked_fill and SDPA masks,
+with -inf fills, match torch and leave nothing on the host."""
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import pybuda
+from pybuda.verify import calculate_pcc
+
+
+class SdpaBoolMask(torch.nn.Module):
+    def forward(self, q, k, v, mask):
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=mask[:, None, None, :])
+
+
+class MaskedFillInf(torch.nn.Module):
+    def forward(self, q, k, v, mask):
+        scores = (q @ k.transpose(-1, -2)).masked_fill(~mask[:, None, None, :], float("-inf"))
+        return scores.softmax(-1) @ v
+
+
+class MaskLogic(torch.nn.Module):
+    def forward(self, x, mask):
+        keep = (x > 0.2) & mask[:, None, :] | (x < -1.0)
+        return torch.where(~keep, x * 2.0, torch.zeros_like(x)), keep
+
+
+def _inputs(seq=32, keep=15):
+    g = torch.Generator().manual_seed(0)
+    q, k, v = (torch.randn(1, 4, seq, 32, generator=g) for _ in range(3))
+    mask = torch.ones(1, seq, dtype=torch.bool)
+    mask[:, keep:] = False
+    return q, k, v, mask
+
+
+@pytest.mark.parametrize("model", [SdpaBoolMask, MaskedFillInf], ids=["sdpa_bool_mask", "masked_fill_inf"])
+@pytest.mark.parametrize("fast", [True, False], ids=["float32", "chip_numerics"])
+def test_attention_masks_match_torch_on_the_device(model, fast):
+    pybuda.set_configuration_options(default_df_override=pybuda.DataFormat.Float32, golden_ignore_df_precision=fast)
+    m = model().eval()
+    inputs = _inputs()
+    expected = m(*inputs)
+    tt = pybuda.TTDevice("tt0", module=pybuda.PyTorchModule("m", m), arch=pybuda.BackendDevice.Wormhole_B0)
+    got = pybuda.run_inference(inputs=[inputs]).get()[0].value()
+    assert tt.cpu_fallback_device_pre is None and tt.cpu_fallback_device_post is None  # all on the device
+    assert calculate_pcc(got, expected) >= 0.999
+    assert torch.allclose(got, expected, atol=1e-5 if fast else 2e-2)
+
+
+def test_logical_ops_and_boolean_outputs():
+    pybuda.set_configuration_options(default_df_override=pybuda.DataFormat.Float32, golden_ignore_df_precision=True)
+    m = MaskLogic().eval()
+    x = torch.randn(1, 6, 40, generator=torch.Generator().manual_seed(1))
+    mask = torch.rand(1, 40, generator=torch.Generator().manual_seed(2)) > 0.3
+    want_y, want_keep = m(x, mask)
+    tt = pybuda.TTDevice("tt0", module=pybuda.PyTorchModule("m", m), arch=pybuda.BackendDevice.Wormhole_B0)
+    y, keep = (t.value() for t in pybuda.run_inference(inputs=[(x, mask)]).get())
+    assert tt.cpu_fallback_device_pre is None and tt.cpu_fallback_device_post is None
+    assert keep.dtype == torch.bool and torch.equal(keep, want_keep)  # the host turns 0/1 back into bools
+    assert torch.allclose(y, want_y, atol=1e-6)
