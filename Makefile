@@ -20,11 +20,11 @@ run: $(STAMP)
 	$(PY) -m pybuda.cli run
 
 test: $(STAMP)
-	$(PY) -m ruff check pybuda tests benchmarks
+	$(PY) -m ruff check pybuda tests benchmarks tools
 	$(PY) -m pytest -n 2 -q -p no:cacheprovider
 
 lint: $(STAMP)
-	$(PY) -m ruff check pybuda tests benchmarks
+	$(PY) -m ruff check pybuda tests benchmarks tools
 
 bench: $(STAMP)
 	PY=$(PY) benchmarks/run_all.sh
