@@ -17,7 +17,7 @@ from pybuda.errors import CompileError  # noqa: E402
 #: Seeds covering every op family of the generator (each was WRONG, CRASH or a clean error once:
 #: 2/10/26/47 pads with a value or reflect/replicate, 122 softmax over fully masked rows, 39/42 fallback
 #: stages with comparisons), plus a plain range.
-SEEDS = sorted(set(range(0, 16)) | {26, 39, 42, 47, 80, 122, 149, 195})
+SEEDS = sorted(set(range(0, 16)) | {26, 39, 42, 47, 80, 122, 149, 195, 405})  # 405: concat join padding
 
 
 @pytest.fixture(autouse=True)

@@ -14,7 +14,9 @@ from pybuda.ir.graph import Node
 from pybuda.netlist.tms import Transpose, VSlice, VStack
 from pybuda.ops import registry
 from pybuda.netlist.host_io import canonical_zrc, tiles
-from pybuda.passes.lower.common import JUNK, TILE, ZERO, DVal, Lazy, _hashable, _match_mapping, _unhashable
+from pybuda.passes.lower.common import (
+    JUNK, TILE, ZERO, DVal, Lazy, _combine_pad, _hashable, _match_mapping, _unhashable,
+)
 
 
 class DataMovementLowering:
@@ -123,7 +125,10 @@ class DataMovementLowering:
             raise self.err(f"{node.op_type} produces only padding; it has no device form")
         out = parts[0]
         for i, p in enumerate(parts[1:], start=1):
-            out = self.emit(f"{node.name}.join{i}", "add", [(out, ()), (p, ())], (zo, ro, co), pad=(ZERO, ZERO))
+            # The sum's padding is zero only where every part's is: a part whose rows needed no picker keeps
+            # its input's row padding, which may be junk (a matmul over those rows must then mask them).
+            pad = (_combine_pad("add", [out.pad_r, p.pad_r], ro), _combine_pad("add", [out.pad_c, p.pad_c], co))
+            out = self.emit(f"{node.name}.join{i}", "add", [(out, ()), (p, ())], (zo, ro, co), pad=pad)
         return out
 
     def _place(self, node: Node, v: DVal, k: int, g: int, col_map: np.ndarray, row_map: np.ndarray, src, dst) -> DVal:
