@@ -9,6 +9,7 @@ import pytest
 
 import pybuda
 from pybuda import config as C
+from pybuda import option_rules
 from pybuda.cli import benchmark
 from pybuda.config import CompilerConfig, OPTION_RULES, PerfTraceLevel
 from pybuda.errors import ConfigError
@@ -18,7 +19,7 @@ from pybuda.verify import NO_EFFECT_FIELDS, VerifyConfig
 @pytest.fixture(autouse=True)
 def _fresh(monkeypatch):
     C._clear_global_compiler_config()
-    monkeypatch.setattr(C, "_logged_once", set())
+    monkeypatch.setattr(option_rules, "_logged_once", set())
     for var in ("PYBUDA_AMP_LIGHT", "PYBUDA_N300_DATA_PARALLEL", "PYBUDA_EMULATE_SILICON_DEVICE",
                 "GOLDEN_WORMHOLE_B0", "PYBUDA_GOLDEN_BLACKHOLE"):
         monkeypatch.delenv(var, raising=False)

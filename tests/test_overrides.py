@@ -169,9 +169,9 @@ def test_insert_fracture_group_is_refused_naming_the_ops():
 
 
 def test_set_num_repeated_patterns_is_recorded_and_logged_once(caplog):
-    import pybuda.config as config
+    import pybuda.option_rules as option_rules
 
-    config._logged_once.discard("set_num_repeated_patterns")
+    option_rules._logged_once.discard("set_num_repeated_patterns")
     pybuda.set_num_repeated_patterns("encoder", 12)
     pybuda.set_num_repeated_patterns("decoder", 6)
     assert _get_global_compiler_config().tvm_module_to_num_patterns == {"encoder": 12, "decoder": 6}

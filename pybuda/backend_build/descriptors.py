@@ -303,6 +303,23 @@ def read_device_descriptor(path_or_text: Union[str, "os.PathLike[str]"]) -> Devi
 # Cluster
 # --------------------------------------------------------------------------------------------------
 
+def read_cluster_descriptor(path: str) -> Dict[str, Any]:
+    """The ``cluster_desc.yaml`` at ``path`` (``backend_cluster_descriptor_path``, as :func:`cluster_desc_yaml`
+    writes it) as a mapping with at least ``chips`` {id: [x, y, rack, shelf]}; ConfigError when the file is
+    missing or is not a cluster descriptor."""
+    where = f"backend_cluster_descriptor_path '{path}'"
+    if not os.path.isfile(path):
+        raise ConfigError(f"{where}: no such file")
+    try:
+        with open(path, encoding="utf-8") as f:
+            data = yaml.safe_load(f)
+    except (OSError, yaml.YAMLError) as e:
+        raise ConfigError(f"{where}: not readable YAML: {e}") from None
+    if not isinstance(data, dict) or not isinstance(data.get("chips"), dict) or not data["chips"]:
+        raise ConfigError(f"{where}: not a cluster descriptor (expected a 'chips' mapping of chip id to location)")
+    return data
+
+
 def _chip_layout(desc: DeviceDescriptor) -> List[Tuple[int, int]]:
     """(x, y) of every chip: a row of chips, or Galaxy's 4x8 mesh (rows of 8)."""
     n = desc.chip_count

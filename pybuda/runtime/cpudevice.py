@@ -53,13 +53,17 @@ class CPUDevice(Device):
             raise ModuleError(f"CPUDevice '{self.name}' cannot run {type(module).__name__} '{module.name}': this "
                               f"build runs PyTorch and PyBuda modules only")
 
+    #: fp16/bf16 inputs become float32 unless ``input_dtypes`` says otherwise: torch CPU kernels for them are
+    #: slow or missing (a GPUDevice runs them natively).
+    upcast_low_precision = True
+
     def _cast_inputs(self, tensors: Sequence[torch.Tensor]) -> List[torch.Tensor]:
         out = []
         for i, t in enumerate(tensors):
             if self.input_dtypes is not None and i < len(self.input_dtypes) and self.input_dtypes[i] is not None:
                 t = t.to(self.input_dtypes[i])
-            elif self.input_dtypes is None and t.dtype in _LOW_PRECISION:
-                t = t.float()  # torch CPU kernels for fp16/bf16 are slow or missing
+            elif self.input_dtypes is None and self.upcast_low_precision and t.dtype in _LOW_PRECISION:
+                t = t.float()
             out.append(t)
         return out
 

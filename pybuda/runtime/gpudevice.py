@@ -31,14 +31,7 @@ class GPUDevice(CPUDevice):
         super().__init__(name, optimizer_f=optimizer_f, scheduler_f=scheduler_f, mp_context=mp_context,
                          retain_backward_graph=retain_backward_graph, module=module, input_dtypes=input_dtypes)
 
-    def _cast_inputs(self, tensors: Sequence[torch.Tensor]) -> List[torch.Tensor]:
-        # fp16/bf16 run natively on a GPU: only the dtypes the user asked for are applied.
-        out = []
-        for i, t in enumerate(tensors):
-            if self.input_dtypes is not None and i < len(self.input_dtypes) and self.input_dtypes[i] is not None:
-                t = t.to(self.input_dtypes[i])
-            out.append(t)
-        return out
+    upcast_low_precision = False  # fp16/bf16 run natively on a GPU
 
     def _compile_sample(self, sample: InputItem, config: Any = None, verify_cfg: Any = None,
                         want_outputs: bool = True) -> InputItem:
