@@ -53,15 +53,19 @@ _EXPORTS: Dict[str, str] = {
     "pybuda_reset": "pybuda.runtime", "set_device_pipeline": "pybuda.runtime",
     # device images
     "TTDeviceImage": "pybuda.tti",
+    # training: optimizers and learning-rate schedulers
+    "SGD": "pybuda.optimizers", "Adam": "pybuda.optimizers", "AdamW": "pybuda.optimizers",
+    "LAMB": "pybuda.optimizers", "LARS": "pybuda.optimizers", "LearningRateScheduler": "pybuda.schedulers",
 }
 
-__all__ = sorted(_EXPORTS) + ["op", "errors"]
+__all__ = sorted(_EXPORTS) + ["op", "errors", "optimizers", "schedulers"]
 
 
 def __getattr__(name: str) -> Any:
     module_name = _EXPORTS.get(name)
     if module_name is None:
-        if name in ("op", "errors", "ops", "ir", "verify", "config", "models", "frontend", "runtime"):
+        if name in ("op", "errors", "ops", "ir", "verify", "config", "models", "frontend", "runtime", "optimizers",
+                    "schedulers"):
             return importlib.import_module(f"pybuda.{name}")
         raise AttributeError(f"module 'pybuda' has no attribute '{name}'")
     value = getattr(importlib.import_module(module_name), name)

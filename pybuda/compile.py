@@ -126,6 +126,8 @@ class CapturedGraphModule(Module):
     device compile does not capture it again.
     """
 
+    runs_natively_on_cpu = False
+
     def __init__(self, name: str, graph: Graph):
         super().__init__(name)
         # Module.__init__ may add the graph-name suffix; this module keeps the captured module's name.
@@ -227,7 +229,8 @@ def module_to_graph(module: Module, samples: Sequence[Any], input_names: Optiona
         if to_graph is None:
             raise CompileError(f"module '{module.name}' of type {type(module).__name__} cannot be compiled for a "
                                f"device", stage="GENERATE_INITIAL_GRAPH")
-        result = to_graph(*samples)
+        # Frontends take the compile's settings: the fallback config, and whether the graph is for the chip.
+        result = to_graph(*samples, graph_name=graph_name or module.name, config=config, for_device=for_device)
         if not hasattr(result, "split_for_devices"):
             graph, outs = (result[0], result[1] if len(result) > 1 else None) if isinstance(result, tuple) \
                 else (result, None)
@@ -308,13 +311,14 @@ def resolve_device(device: Any, config: CompilerConfig):
 
 def compile_graph(graph: Graph, device: Any, config: Optional[CompilerConfig] = None, verify_cfg: Any = None,
                   microbatch: int = 1, *, inputs: Optional[Sequence[torch.Tensor]] = None,
-                  microbatch_count: int = 1) -> CompileResults:
+                  microbatch_count: int = 1, epoch_type: str = "fwd") -> CompileResults:
     """Compile ``graph`` for ``device`` through the CompileDepth stages (up to ``config.compile_depth``).
 
     ``device``: a DeviceDescriptor, a preset name (``"gs_e150"``, ``"wh_n150"`` ...), an arch name or a
     BackendDevice. ``config`` defaults to the global CompilerConfig; it is snapshotted, so later edits do not
     affect this compile. An explicit ``config`` is used as given: the environment's PYBUDA_* settings reach
-    a compile only through the global config (applied once, when it was created). ``microbatch``: samples
+    a compile only through the global config (applied once, when it was created). ``epoch_type``: ``fwd``,
+    or ``bwd``/``opt`` for a training backward/optimizer graph (its epochs and program are named so). ``microbatch``: samples
     per device run (graph inputs have dim 0 equal to it, or 1 when traced for one sample). ``inputs``
     (optional tensors in ``graph.inputs`` order) give golden and compiled CPU-reference outputs, checked
     against each other when ``verify_cfg`` asks for it. Raises CompileError naming the stage (and op).
@@ -323,7 +327,7 @@ def compile_graph(graph: Graph, device: Any, config: Optional[CompilerConfig] = 
     cfg = (config if config is not None else _get_global_compiler_config()).snapshot()
     dev = resolve_device(device, cfg)
     ctx = CompileContext(config=cfg, device=dev, microbatch=int(microbatch or getattr(graph, "microbatch", 1) or 1),
-                         microbatch_count=int(microbatch_count), graph_name=graph.name)
+                         microbatch_count=int(microbatch_count), graph_name=graph.name, epoch_type=epoch_type)
     results = CompileResults(config=cfg, device=dev, microbatch=ctx.microbatch)
     state = run_stages(graph, ctx, results, verify_cfg, inputs)
     results.summary = _summary(state, time.perf_counter() - start)

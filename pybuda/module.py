@@ -25,6 +25,10 @@ log = logging.getLogger(__name__)
 class Module:
     """A workload that can be assigned to a single device (native PyBuda or a framework model)."""
 
+    #: A CPUDevice runs the module in its own framework (``forward``); False for modules made of pybuda ops,
+    #: which run on the CPU reference of their graph.
+    runs_natively_on_cpu = True
+
     def __init__(self, name: str):
         if not isinstance(name, str) or not name:
             raise ModuleError(f"a module needs a non-empty string name, got {name!r}")
@@ -63,6 +67,8 @@ class PyBudaModule(Module):
     automatically: a parameter assigned as ``self.w`` is named ``<module>.w``; a submodule assigned as
     ``self.sub`` is renamed ``<module>.sub``.
     """
+
+    runs_natively_on_cpu = False
 
     def __init__(self, name: str):
         super().__init__(name)
@@ -339,20 +345,132 @@ class TFModule(_FrameworkModule):
     framework = "TensorFlow"
 
 
-class OnnxModule(_FrameworkModule):
-    """A wrapper around an ONNX module."""
+class OnnxModule(Module):
+    """A wrapper around an ONNX model: an ``onnx.ModelProto`` or a path to a ``.onnx`` file.
+
+    ``to_graph`` imports it onto pybuda ops (:func:`pybuda.frontend.onnx.import_model`, CPU fallback per
+    ONNX node); ``forward`` runs it in ONNX Runtime (what a CPUDevice runs); ``get_parameters`` lists its
+    float initializers. ``onnx_path`` (TT-Buda's argument) names the file when ``module`` is a ModelProto.
+    """
 
     framework = "ONNX"
 
     def __init__(self, name: str, module: Any, onnx_path: Optional[str] = None):
-        super().__init__(name, module)
+        super().__init__(name)
+        from pybuda.frontend.onnx import model as onnx_model
+
+        source = module if module is not None else onnx_path
+        if source is None:
+            raise ModuleError(f"OnnxModule '{name}': pass an onnx.ModelProto or a path to an .onnx file")
+        proto = onnx_model.load(source, name)
+        object.__setattr__(self, "module", proto)
+        if onnx_path is None and hasattr(source, "__fspath__"):
+            onnx_path = source.__fspath__()
+        elif onnx_path is None and isinstance(source, str):
+            onnx_path = source
         object.__setattr__(self, "onnx_path", onnx_path)
+        object.__setattr__(self, "_session", None)
+
+    def to_graph(self, *sample_inputs: SomeTensor, graph_name: Optional[str] = None, config: Any = None,
+                 for_device: bool = True, **kwargs: Any):
+        """Import the model for the sample inputs: an :class:`~pybuda.frontend.onnx.OnnxCapture` (device
+        graph, fallback report, CPU stages run by ONNX Runtime)."""
+        from pybuda.frontend.onnx import import_model
+
+        return import_model(self.module, *[_as_torch(s) for s in sample_inputs], name=graph_name or self.name,
+                            config=config, for_device=for_device, **kwargs)
+
+    def forward(self, *inputs: SomeTensor) -> Tuple[torch.Tensor, ...]:
+        """Run the model in ONNX Runtime on the CPU; returns torch tensors."""
+        from pybuda.frontend.onnx import model as onnx_model
+
+        names = [vi.name for vi in onnx_model.graph_inputs(self.module)]
+        if len(inputs) != len(names):
+            raise InputError(f"OnnxModule '{self.name}' takes {len(names)} input(s) {names}, got {len(inputs)}")
+        if self._session is None:
+            object.__setattr__(self, "_session", onnx_model.session(self.module))
+        feeds = {n: _as_torch(x).detach().cpu().numpy() for n, x in zip(names, inputs)}
+        outs = self._session.run(None, feeds)
+        return tuple(torch.from_numpy(np.array(o, copy=True)) for o in outs)
+
+    def __call__(self, *inputs: SomeTensor) -> Tuple[torch.Tensor, ...]:
+        return self.forward(*inputs)
+
+    def get_parameters(self) -> List[Parameter]:
+        """The model's float initializers as pybuda Parameters (``requires_grad=False``)."""
+        from pybuda.frontend.onnx.model import numpy_helper
+
+        params = []
+        for t in self.module.graph.initializer:
+            value = torch.from_numpy(numpy_helper.to_array(t).copy())
+            if value.dtype.is_floating_point:
+                params.append(Parameter(value, requires_grad=False, name=t.name))
+        return params
+
+    def __getstate__(self):
+        state = super().__getstate__()
+        state["_session"] = None
+        return state
 
 
-class JaxModule(_FrameworkModule):
-    """A wrapper around a JAX module."""
+class JaxModule(Module):
+    """A wrapper around a JAX model: a function ``fn(params, *inputs)`` with its ``params`` pytree, a
+    function ``fn(*inputs)`` (``params=None``), or a Flax linen module with its variables
+    (``{'params': ..., 'batch_stats': ...}``).
+
+    On a TT device it is captured from its jaxpr (:mod:`pybuda.frontend.jax`); ``forward`` runs it in JAX.
+    Inputs may be torch tensors, pybuda Tensors, numpy or JAX arrays; outputs are torch tensors.
+    """
 
     framework = "JAX"
+
+    def __init__(self, name: str, module: Any, params: Any = None):
+        super().__init__(name)
+        if not callable(module):
+            raise ModuleError(f"JaxModule '{name}' expects a function fn(params, *inputs) or a Flax module, "
+                              f"got {type(module).__name__}")
+        object.__setattr__(self, "module", module)
+        object.__setattr__(self, "params", params)
+
+    def forward(self, *args: Any) -> Tuple[torch.Tensor, ...]:
+        """Run the model in JAX; returns a tuple of torch tensors (the flattened output pytree)."""
+        import jax
+
+        from pybuda.frontend.jax.capture import as_apply_fn, to_jax_array, to_torch
+
+        fn = as_apply_fn(self.module)
+        xs = [to_jax_array(a) for a in args]
+        out = fn(*xs) if self.params is None else fn(self.params, *xs)
+        return tuple(to_torch(leaf) for leaf in jax.tree_util.tree_leaves(out))
+
+    cpu_eval_forward = forward
+
+    def __call__(self, *args: Any) -> Tuple[torch.Tensor, ...]:
+        return self.forward(*args)
+
+    def get_parameters(self) -> List[Parameter]:
+        """The arrays of ``params`` as pybuda Parameters, named by their pytree path (``Dense_0.kernel``)."""
+        if self.params is None:
+            return []
+        from pybuda.frontend.jax.capture import _trainable, parameter_names, to_torch
+
+        out = []
+        for (pname, leaf), trainable in zip(parameter_names(self.params), _trainable(self.params)):
+            value = to_torch(leaf)
+            out.append(Parameter(value, requires_grad=bool(trainable and value.dtype.is_floating_point),
+                                 name=pname))
+        return out
+
+    def to_graph(self, *sample_inputs: SomeTensor, graph_name: Optional[str] = None, config: Any = None,
+                 for_device: bool = False, **kwargs: Any):
+        """Capture the model into an ``ir.Graph`` from its jaxpr (:func:`pybuda.frontend.jax.capture`).
+
+        With ``for_device`` a primitive the chip cannot run is an UnsupportedOpError (JAX has no CPU
+        fallback split yet); ``config`` is accepted for the compile path's call and not read."""
+        from pybuda.frontend.jax import capture
+
+        return capture(self.module, sample_inputs, params=self.params, graph_name=graph_name or self.name,
+                       for_device=for_device, **kwargs)
 
 
 class TFLiteModule(_FrameworkModule):

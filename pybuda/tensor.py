@@ -203,11 +203,17 @@ class Tensor:
         return self.value()
 
     def to_framework(self, framework: str) -> Any:
+        """This tensor's value in ``framework``: ``pytorch``/``torch``, ``numpy`` or ``jax`` (``jax`` needs the
+        ``.[jax]`` extra)."""
         if framework in ("pytorch", "torch"):
             return self.to_pytorch()
         if framework == "numpy":
             return self.to_pytorch().detach().numpy()
-        raise InputError(f"unsupported framework '{framework}'")
+        if framework == "jax":
+            from pybuda.frontend.jax import to_jax
+
+            return to_jax(self)
+        raise InputError(f"unsupported framework '{framework}'; expected pytorch, numpy or jax")
 
     def is_constant(self) -> bool:
         return self._constant

@@ -20,6 +20,10 @@ from pybuda.ops import registry
 INPUT, PARAMETER, CONSTANT, OP, OUTPUT = "input", "parameter", "constant", "op", "output"
 NODE_KINDS = (INPUT, PARAMETER, CONSTANT, OP, OUTPUT)
 
+#: Tag of parameter nodes whose value the runtime rewrites after compile (trained weights, optimizer state
+#: and hyper-parameters): the compiler must not fold them or derive compile-time copies of them.
+RUNTIME_UPDATED = "updated_at_runtime"
+
 
 def dtype_name(dtype: torch.dtype) -> str:
     """'float32' for torch.float32, and so on (stable, JSON-friendly)."""

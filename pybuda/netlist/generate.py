@@ -39,6 +39,11 @@ if TYPE_CHECKING:  # the compile context is only read, never built, here
     from pybuda.passes.context import CompileContext
 
 PROGRAM_NAME = "run_fwd_0"
+
+
+def program_name(epoch_type: str) -> str:
+    """The program that runs a compile's epochs: ``run_fwd_0``, ``run_bwd_0`` or ``run_opt_0``."""
+    return f"run_{epoch_type}_0"
 _READ_ONLY_KINDS = ("parameter", "constant")
 _BLOCKED_ATTR_TYPES = ("matmul", "reduce")
 
@@ -55,7 +60,8 @@ def generate_netlist(bg: BudaGraph, balancer_solution: Any, placer_solution: Any
         for name in epoch.ops:
             graph.ops[name] = _op(bg, name, balancer_solution, placer_solution, netlist, fused_ids)
         netlist.graphs[gname] = graph
-    netlist.programs.append(_program(netlist, bg, balancer_solution, placer_solution, queue_kinds, mb))
+    netlist.programs.append(_program(netlist, bg, balancer_solution, placer_solution, queue_kinds, mb,
+                                     program_name(ctx.epoch_type)))
     return netlist
 
 
@@ -153,7 +159,8 @@ def fused_op_def(spec: Dict[str, Any], fused_id: int, mblock: Tuple[int, int] = 
 # --- program -----------------------------------------------------------------------------------------------
 
 
-def _program(netlist: Netlist, bg: BudaGraph, bs: Any, ps: Any, kinds: Dict[str, str], mb: int) -> Program:
+def _program(netlist: Netlist, bg: BudaGraph, bs: Any, ps: Any, kinds: Dict[str, str], mb: int,
+             program_name: str = PROGRAM_NAME) -> Program:
     streamed: List[str] = []
     pointer_vars: Dict[str, Tuple[str, str]] = {}
     executes: List[Execute] = []
@@ -212,7 +219,7 @@ def _program(netlist: Netlist, bg: BudaGraph, bs: Any, ps: Any, kinds: Dict[str,
         instrs.append(VarInst(out=lptr, op="incwrap", args=("$c_microbatch_size", wrap)))
         instrs.append(VarInst(out=gptr, op="incwrap", args=("$c_microbatch_size", wrap)))
     instrs.append(EndLoop())
-    return Program(name=PROGRAM_NAME, instructions=instrs)
+    return Program(name=program_name, instructions=instrs)
 
 
 def queue_lifetimes(netlist: Netlist, program: str = PROGRAM_NAME) -> Dict[str, Tuple[int, int]]:

@@ -364,6 +364,9 @@ def to_device_layout(rec: QueueIO, value: torch.Tensor) -> torch.Tensor:
 def from_device_layout(rec: QueueIO, data: torch.Tensor) -> torch.Tensor:
     """``[entries, z, R, C]`` read from the output queue of ``rec`` back into the framework tensor."""
     device_shape = tuple(rec.device_shape) if rec.device_shape is not None else tuple(rec.framework_shape)
-    samples = [from_canonical(data[i], device_shape) for i in range(data.shape[0])]
-    value = torch.cat(samples, 0) if rec.batched else samples[0]
-    return apply_host_tms(value, rec.host_tms)
+    # Output host TMs were compiled for one sample (a reshape may name the sample's shape), so they apply
+    # entry by entry; the samples are then folded as the runtime folds a microbatch (0-d ones stacked).
+    samples = [apply_host_tms(from_canonical(data[i], device_shape), rec.host_tms) for i in range(data.shape[0])]
+    if not rec.batched:
+        return samples[0]
+    return torch.stack(samples) if samples[0].dim() == 0 else torch.cat(samples, 0)

@@ -11,6 +11,7 @@ from __future__ import annotations
 import math
 from typing import Any, Sequence, Tuple
 
+import torch
 import torch.nn.functional as F
 
 from pybuda.ops.common import float_dtype, int_tuple
@@ -172,9 +173,151 @@ def _conv_attrs(transpose: bool):
     return attrs
 
 
+# --- backward (autograd) --------------------------------------------------------------------------------
+# Shared with the pools: gradients of convolutions are convolutions (transposed for the activations, with
+# batch and channels swapped for the weights), built from the registry's conv ops.
+
+
+def _flip(ac, w: str, dims) -> str:
+    """``w`` reversed along each of ``dims`` (a concatenation of its single-element slices)."""
+    for d in dims:
+        k = ac.shape(w)[d]
+        if k > 1:
+            w = ac.op("concatenate", [ac.crop(w, d, k - 1 - i, 1) for i in range(k)], {"axis": d})
+    return w
+
+
+def _swap_group_channels(ac, w: str, groups: int) -> str:
+    """[A, B/G, k..] -> [B, A/G, k..]: the weights of the transposed (grouped) convolution."""
+    shape = ac.shape(w)
+    a, b_g, kernel = shape[0], shape[1], tuple(shape[2:])
+    w = ac.reshape(w, (groups, a // groups, b_g) + kernel)
+    w = ac.transpose(w, 1, 2)
+    return ac.reshape(w, (groups * b_g, a // groups) + kernel)
+
+
+def conv_transpose_full(ac, g: str, w: str, nd: int, stride, dilation, groups: int = 1) -> str:
+    """The transposed convolution of ``g`` [N, Cg, O..] with weights ``w`` [Cg, Cout/groups, k..] (the
+    layout conv2d_transpose takes, which is conv2d's [Cout, Cin/groups, k..]) with no padding: spatial
+    sizes (O - 1) * stride + dilation * (k - 1) + 1. 2-D uses conv2d_transpose; 3-D (no transposed op in
+    the registry) zero-inserts ``g`` by the stride and runs conv3d with the flipped weights."""
+    stride, dilation = tuple(stride), tuple(dilation)
+    if nd == 2:
+        return ac.op("conv2d_transpose", [g, w], {"stride": stride, "dilation": dilation, "groups": groups,
+                                                   "padding": 0, "output_padding": 0})
+    kernel = ac.shape(w)[2:]
+    for i in range(nd):
+        dim, s = 2 + i, stride[i]
+        if s > 1:  # zero insertion: g0 0 .. 0 g1 0 .. (s - 1 zeros), cropped after the last element
+            zeros = ac.zeros(ac.shape(g), ac.dtype(g))
+            size = ac.shape(g)[dim]
+            g = ac.op("interleave", [g] + [zeros] * (s - 1), {"axis": dim, "stride": 1})
+            g = ac.crop(g, dim, 0, (size - 1) * s + 1)
+        edge = dilation[i] * (kernel[i] - 1)
+        g = ac.pad_dim(g, dim, edge, edge)
+    weights = _flip(ac, _swap_group_channels(ac, w, groups), range(2, 2 + nd))
+    return ac.op(f"conv{nd}d", [g, weights], {"stride": 1, "dilation": dilation, "groups": groups, "padding": 0})
+
+
+def one_hot_kernels(channels: int, kernel) -> torch.Tensor:
+    """[channels * K, 1, k..] weights of a depthwise convolution that copies each of the K = prod(kernel)
+    taps of every window into its own output channel (im2col as a convolution with constant weights)."""
+    taps = math.prod(kernel)
+    return torch.eye(taps).reshape((taps, 1) + tuple(kernel)).repeat((channels, 1) + (1,) * len(kernel))
+
+
+def unfold_windows(ac, a: str, nd: int, kernel, stride, dilation, out_spatial) -> str:
+    """[N, A * K, O..]: every window of ``a`` [N, A, S..] (channel c's tap j at channel c * K + j)."""
+    channels = ac.shape(a)[1]
+    weight = ac.constant(one_hot_kernels(channels, kernel).to(ac.dtype(a)))
+    windows = ac.op(f"conv{nd}d", [a, weight], {"stride": tuple(stride), "dilation": tuple(dilation),
+                                                "groups": channels, "padding": 0})
+    for i in range(nd):
+        windows = ac.crop(windows, 2 + i, 0, out_spatial[i])
+    return windows
+
+
+def conv_weight_grad(ac, a: str, b: str, nd: int, stride, dilation, groups: int, kernel) -> str:
+    """sum over n, o of a[n, i, o * stride + k * dilation] * b[n, j, o] as [B, A/groups, k..], keeping only
+    the (i, j) pairs of one group: the weight gradient of conv(a -> b) (``a`` the padded input, ``b`` the
+    output gradient), or of a transposed conv with the roles swapped. Windows of ``a`` are unfolded by a
+    convolution with constant one-hot weights, then one matmul contracts them with ``b``."""
+    n, a_ch = ac.shape(a)[:2]
+    b_ch = ac.shape(b)[1]
+    out_spatial = ac.shape(b)[2:]
+    taps, pixels = math.prod(kernel), math.prod(out_spatial)
+    windows = unfold_windows(ac, a, nd, kernel, stride, dilation, out_spatial)
+    windows = ac.reshape(windows, (n, a_ch * taps, pixels))
+    r = ac.op("matmul", [ac.reshape(b, (n, b_ch, pixels)), ac.transpose(windows, -2, -1)])  # [N, B, A*K]
+    if n > 1:
+        r = ac.reduce_sum(r, 0)
+    r = ac.reshape(r, (b_ch, a_ch) + tuple(kernel))
+    if groups > 1:
+        ag, bg = a_ch // groups, b_ch // groups
+        blocks = [ac.crop(ac.crop(r, 0, gi * bg, bg), 1, gi * ag, ag) for gi in range(groups)]
+        r = ac.op("concatenate", blocks, {"axis": 0})
+    return r
+
+
+def channel_first(ac, t: str, nd: int, channel_last: bool, batched: bool = True) -> str:
+    """A conv/pool operand as [N, C, spatial..]: channels moved before the spatial dims, a batch dim added."""
+    if channel_last:
+        t = ac.movedim(t, -1, -nd - 1)
+    if not batched:
+        t = ac.reshape(t, (1,) + ac.shape(t))
+    return t
+
+
+def channel_restore(ac, t: str, nd: int, channel_last: bool, shape) -> str:
+    """Undo :func:`channel_first` for a gradient of ``shape``."""
+    if len(shape) == nd + 1:  # unbatched
+        t = ac.reshape(t, ac.shape(t)[1:])
+    if channel_last:
+        t = ac.movedim(t, -nd - 1, -1)
+    return ac.reshape(t, shape)
+
+
+def _conv_bw(nd: int, transpose: bool):
+    def backward(ac, operand, inputs, output, grad, attrs):
+        cl = attrs["channel_last"]
+        act_shape = ac.shape(inputs[0])
+        batched = len(act_shape) == nd + 2
+        if operand == 2:  # bias: one value per output channel
+            return ac.sum_to(grad, -1 if cl else -nd - 1, ac.shape(inputs[2]))
+        stride, dilation, groups, pads = attrs["stride"], attrs["dilation"], attrs["groups"], attrs["padding"]
+        g = channel_first(ac, grad, nd, cl, batched)
+        w = ac.fwd(inputs[1])
+        kernel = ac.shape(inputs[1])[2:]
+        x = channel_first(ac, ac.fwd(inputs[0]), nd, cl, batched) if operand == 1 else None
+        in_spatial = (act_shape[-nd - 1:-1] if cl else act_shape[-nd:])
+        befores = [pads[2 * (nd - 1 - i)] for i in range(nd)]
+        afters = [pads[2 * (nd - 1 - i) + 1] for i in range(nd)]
+        if not transpose:
+            if operand == 0:
+                dx = conv_transpose_full(ac, g, w, nd, stride, dilation, groups)
+                for i in range(nd):
+                    dx = ac.fit_dim(dx, 2 + i, -befores[i], in_spatial[i])
+                return channel_restore(ac, dx, nd, cl, act_shape)
+            for i in range(nd):
+                x = ac.pad_dim(x, 2 + i, befores[i], afters[i])
+            return conv_weight_grad(ac, x, g, nd, stride, dilation, groups, kernel)
+        # Transposed: out = crop(full), full = conv_transpose(x); the gradient of full is grad placed back.
+        for i in range(nd):
+            full = (in_spatial[i] - 1) * stride[i] + dilation[i] * (kernel[i] - 1) + 1 + attrs["output_padding"][i]
+            g = ac.fit_dim(g, 2 + i, befores[i], full)
+        if operand == 0:
+            dx = ac.op(f"conv{nd}d", [g, w], {"stride": stride, "dilation": dilation, "groups": groups, "padding": 0})
+            for i in range(nd):
+                dx = ac.crop(dx, 2 + i, 0, in_spatial[i])
+            return channel_restore(ac, dx, nd, cl, act_shape)
+        return conv_weight_grad(ac, g, x, nd, stride, dilation, groups, kernel)
+
+    return backward
+
+
 def _register(name: str, nd: int, transpose: bool, doc: str) -> None:
     register(OpDef(name=name, family="conv", arity=(2, 3), shape=_conv_shape(nd, transpose),
-                   eval=_conv_eval(nd, transpose), attrs=_conv_attrs(transpose),
+                   eval=_conv_eval(nd, transpose), attrs=_conv_attrs(transpose), backward=_conv_bw(nd, transpose),
                    canonicalize=_conv_canonical(nd, transpose), dtype=lambda d, a: float_dtype(d[0]), doc=doc))
 
 

@@ -32,11 +32,28 @@ def _matmul_eval(x, attrs):
     return out + x[2] if len(x) == 3 else out
 
 
+def _matmul_bw(ac, operand, inputs, output, grad, attrs):
+    if operand == 2:  # bias
+        return ac.unbroadcast(grad, ac.shape(inputs[2]))
+    other = ac.fwd(inputs[1 - operand])
+    other_t = ac.transpose(other, -2, -1)
+    local = ac.op("matmul", [grad, other_t] if operand == 0 else [other_t, grad])
+    return ac.unbroadcast(local, ac.shape(inputs[operand]))
+
+
+def _sparse_matmul_bw(ac, operand, inputs, output, grad, attrs):
+    if operand == 1:  # the dense operand: a^T @ grad keeps the sparse constant on the left
+        a_t = ac.transpose(ac.fwd(inputs[0]), -2, -1)
+        return ac.unbroadcast(ac.op("sparse_matmul", [a_t, grad]), ac.shape(inputs[1]))
+    # The sparse operand is normally a constant; should it be trainable, its gradient is grad @ b^T.
+    return _matmul_bw(ac, operand, inputs, output, grad, attrs)
+
+
 register(OpDef(name="matmul", family="matmul", arity=(2, 3), shape=_matmul_shape, eval=_matmul_eval,
-               dtype=_matmul_dtype,
+               dtype=_matmul_dtype, backward=_matmul_bw,
                doc="y = a @ b (+ bias). Batch dims broadcast; the bias broadcasts onto the output."))
 
 register(OpDef(name="sparse_matmul", family="matmul", arity=(2, 2), shape=_matmul_shape, eval=_matmul_eval,
-               dtype=_matmul_dtype,
+               dtype=_matmul_dtype, backward=_sparse_matmul_bw,
                doc="y = a @ b with `a` a constant that the user gave as a sparse (COO) matrix, stored dense; "
                    "TT-Buda's sparse matmul computes the ordinary product."))

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import math
+
 import torch
 import torch.nn.functional as F
 
 from pybuda.ops.common import float_dtype, int_list, need_rank, normalize_dim, same_shape
-from pybuda.ops.registry import OpDef, attr, register
+from pybuda.ops.registry import NO_GRADIENT, OpDef, attr, register
 
 
 def _embedding_shape(shapes, attrs):
@@ -16,13 +18,23 @@ def _embedding_shape(shapes, attrs):
     return tuple(indices) + (table[1],)
 
 
-register(OpDef(name="embedding", family="misc", arity=(2, 2), shape=_embedding_shape,
+def _embedding_bw(ac, operand, inputs, output, grad, attrs):
+    if operand == 1:
+        return None  # indices
+    vocab, dim = ac.shape(inputs[0])
+    onehot = ac.one_hot(ac.fwd(inputs[1]), vocab)  # [N, V]
+    rows = ac.reshape(grad, (math.prod(ac.shape(inputs[1])), dim))  # [N, D]
+    return ac.op("matmul", [ac.transpose(onehot, 0, 1), rows])  # scatter-add as onehot^T @ grad
+
+
+register(OpDef(name="embedding", family="misc", arity=(2, 2), shape=_embedding_shape, backward=_embedding_bw,
                eval=lambda x, a: x[0][x[1].to(torch.int64)],
                doc="embedding(table [V, D], indices [...]) -> table[indices], of shape [..., D] and the "
                    "table's dtype (indices may be stored as floats)."))
 
 
 register(OpDef(name="dram_queue", family="misc", arity=(1, 1), shape=same_shape, eval=lambda x, a: x[0],
+               backward=lambda ac, operand, inputs, output, grad, attrs: grad,
                attrs={"num_entries": attr(int)}, dtype=lambda d, a: d[0],
                doc="Identity on values: TT-Buda's hint to buffer the operand in a DRAM queue of `num_entries`."))
 
@@ -37,7 +49,8 @@ def _constant_shape(shapes, attrs):
 register(OpDef(name="constant", family="misc", arity=(0, 0), shape=_constant_shape,
                eval=lambda x, a: torch.full(a["shape"], a["constant"], dtype=torch.float32),
                attrs={"constant": attr(float), "shape": attr(tuple, default=(1,))},
-               dtype=lambda d, a: torch.float32, doc="A float32 tensor of `shape` filled with `constant`."))
+               dtype=lambda d, a: torch.float32, backward=NO_GRADIENT,
+               doc="A float32 tensor of `shape` filled with `constant`."))
 
 
 _RESIZE_MODES = {
@@ -81,8 +94,47 @@ def _resize_eval(nd: int):
     return evaluate
 
 
+def _resize_matrix(nd: int, attrs, axis: int, size_in: int, size_out: int) -> torch.Tensor:
+    """[size_out, size_in]: how the resize mixes one spatial dim. Every mode here is separable, so the
+    matrix is the resize of unit impulses along that dim (the other dims keep size 1)."""
+    mode = _RESIZE_MODES[nd][attrs["method"]]
+    kwargs = {} if mode == "nearest" else {"align_corners": attrs["align_corners"]}
+    spatial = [1] * nd
+    spatial[axis] = size_in
+    eye = torch.eye(size_in, dtype=torch.float64).reshape([size_in, 1] + spatial)
+    sizes = [1] * nd
+    sizes[axis] = size_out
+    out = F.interpolate(eye, size=tuple(sizes), mode=mode, **kwargs)
+    return out.reshape(size_in, size_out).t().to(torch.float32)
+
+
+def _resize_bw(nd: int):
+    # A resize is linear and separable: out = M_1 x M_2 ... along each spatial dim; the gradient applies
+    # the transposed matrices, one matmul per dim (the dim moved last and back).
+    def backward(ac, operand, inputs, output, grad, attrs):
+        in_shape = ac.shape(inputs[0])
+        g = grad
+        rank = len(in_shape)
+        if attrs["channel_last"]:
+            g = ac.movedim(g, -1, -nd - 1)
+        spatial_in = in_shape[-nd - 1:-1] if attrs["channel_last"] else in_shape[-nd:]
+        for i in range(nd):
+            dim = rank - nd + i
+            size_out, size_in = ac.shape(g)[dim], spatial_in[i]
+            mat = _resize_matrix(nd, attrs, i, size_in, size_out)  # [out, in]
+            g = ac.movedim(g, dim, -1)
+            g = ac.op("matmul", [g, ac.constant(mat)])
+            g = ac.movedim(g, -1, dim)
+        if attrs["channel_last"]:
+            g = ac.movedim(g, -nd - 1, -1)
+        return g
+
+    return backward
+
+
 for _nd in (2, 3):
     register(OpDef(name=f"resize{_nd}d", family="misc", arity=(1, 1), shape=_resize_shape(_nd), eval=_resize_eval(_nd),
+                   backward=_resize_bw(_nd),
                    attrs={"sizes": attr(tuple),
                           "method": attr(str, default="nearest_neighbor",
                                          choices=("nearest_neighbor", "linear", "bilinear", "cubic")),
@@ -103,7 +155,16 @@ def _cumsum_shape(shapes, attrs):
     return same_shape(shapes, attrs)
 
 
-register(OpDef(name="cumsum", family="misc", arity=(1, 1), shape=_cumsum_shape, eval=_cumsum_eval,
+def _cumsum_bw(ac, operand, inputs, output, grad, attrs):
+    # Each x[i] feeds every later output: dx = reverse cumsum of grad = total - cumsum(grad) (+ grad when
+    # the sum is inclusive).
+    axis = attrs["axis"]
+    total = ac.op("reduce_sum", [grad], {"dim": axis})
+    out = ac.sub(total, ac.op("cumsum", [grad], {"axis": axis}))
+    return out if attrs["exclusive"] else ac.add(out, grad)
+
+
+register(OpDef(name="cumsum", family="misc", arity=(1, 1), shape=_cumsum_shape, eval=_cumsum_eval, backward=_cumsum_bw,
                attrs={"axis": attr(int), "exclusive": attr(bool, default=False)},
                doc="Running sum along axis; `exclusive` leaves each element out of its own sum."))
 
@@ -120,7 +181,20 @@ def _index_copy_shape(shapes, attrs):
     return tuple(target)
 
 
-register(OpDef(name="index_copy", family="misc", arity=(3, 3), shape=_index_copy_shape,
+def _index_copy_bw(ac, operand, inputs, output, grad, attrs):
+    if operand == 1:
+        return None  # indices
+    index = ac.fwd(inputs[1])
+    if operand == 2:  # value: the gradient at the copied slices
+        return ac.op("adv_index", [grad, index], {"dim": attrs["dim"]})
+    shape = ac.shape(inputs[0])
+    d = attrs["dim"] % len(shape)
+    hit = ac.op("reduce_sum", [ac.one_hot(index, shape[d])], {"dim": 0})  # [1, size]: 1 where overwritten
+    keep = ac.sub(ac.constant(1.0), ac.reshape(hit, (shape[d],) + (1,) * (len(shape) - 1 - d)))
+    return ac.mul(grad, keep)
+
+
+register(OpDef(name="index_copy", family="misc", arity=(3, 3), shape=_index_copy_shape, backward=_index_copy_bw,
                eval=lambda x, a: x[0].index_copy(a["dim"], x[1].to(torch.int64), x[2].to(x[0].dtype)),
                attrs={"dim": attr(int)}, dtype=lambda d, a: d[0],
                doc="index_copy(target, index [K], value): target with the slices at `index` along dim replaced "

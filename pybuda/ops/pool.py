@@ -8,11 +8,13 @@ they count toward the divisor when ``count_include_pad``.
 
 from __future__ import annotations
 
+import math
+
 import torch
 import torch.nn.functional as F
 
 from pybuda.ops.common import int_tuple
-from pybuda.ops.conv import canonical_padding
+from pybuda.ops.conv import canonical_padding, conv_transpose_full, one_hot_kernels, unfold_windows
 from pybuda.ops.registry import OpDef, attr, register
 from pybuda.ops.tm import pad_dim
 
@@ -160,10 +162,112 @@ def _attrs(nd: int, kind: str):
     return attrs
 
 
+# --- backward (autograd) --------------------------------------------------------------------------------
+# Both pools work on [1, C', spatial..] (every leading dim folded into the channels, one sample as the
+# device's convolutions take it; 1-D runs as 2-D with a height of 1) and send window gradients back with a
+# depthwise transposed convolution (pybuda.ops.conv).
+
+_FILL = -1.0e38  # padding that never wins a max (finite, so 0 * fill stays 0 in the window convolution)
+
+
+def _pool_frame(ac, t: str, nd: int, attrs):
+    """``t`` as [1, C', spatial..] plus the run-time kernel/stride/dilation/pads (2-D for 1-D pools)."""
+    if attrs["channel_last"]:
+        t = ac.movedim(t, -1, -nd - 1)
+    shape = ac.shape(t)
+    spatial = tuple(shape[-nd:])
+    lead = math.prod(shape[:-nd])
+    k, s = tuple(attrs["kernel_size"]), tuple(attrs["stride"])
+    d = tuple(attrs.get("dilation", (1,) * nd))
+    pads = attrs["padding"]
+    pairs = [(pads[2 * (nd - 1 - i)], pads[2 * (nd - 1 - i) + 1]) for i in range(nd)]
+    if nd == 1:
+        spatial, k, s, d, pairs = (1,) + spatial, (1,) + k, (1,) + s, (1,) + d, [(0, 0)] + pairs
+    return ac.reshape(t, (1, lead) + spatial), shape, k, s, d, pairs
+
+
+def _channel_first_shape(shape, nd: int, channel_last: bool):
+    if not channel_last:
+        return tuple(shape)
+    shape = list(shape)
+    shape.insert(len(shape) - nd - 1, shape.pop())
+    return tuple(shape)
+
+
+def _pool_restore(ac, t: str, nd: int, attrs, cf_shape, shape) -> str:
+    t = ac.reshape(t, cf_shape)
+    if attrs["channel_last"]:
+        t = ac.movedim(t, -nd - 1, -1)
+    return ac.reshape(t, shape)
+
+
+def _scatter_windows(ac, g: str, weight: str, k, s, d, pairs, in_spatial, groups: int) -> str:
+    """Sum window gradients ``g`` [1, C' * K, O..] back onto the input positions through ``weight``."""
+    run_nd = len(k)
+    full = conv_transpose_full(ac, g, weight, run_nd, s, d, groups)
+    for i in range(run_nd):
+        full = ac.fit_dim(full, 2 + i, -pairs[i][0], in_spatial[i])
+    return full
+
+
+def _avg_pool_bw(nd: int):
+    def backward(ac, operand, inputs, output, grad, attrs):
+        shape = ac.shape(inputs[0])
+        g, _, k, s, d, pairs = _pool_frame(ac, grad, nd, attrs)
+        cf_shape = _channel_first_shape(shape, nd, attrs["channel_last"])
+        in_spatial = ((1,) if nd == 1 else ()) + tuple(cf_shape[-nd:])
+        # 1 / divisor per window, a compile-time constant: the average of ones over the count of input
+        # positions in the window (windows with none get no gradient).
+        cf_attrs = {**attrs, "channel_last": False}
+        ones = torch.ones((1,) + tuple(cf_shape[-nd:]))
+        avg = _eval(nd, "avg")([ones], cf_attrs)
+        count = _eval(nd, "avg")([ones], {**cf_attrs, "divisor_override": 1})
+        scale = (avg / count.clamp(min=1.0)).reshape((1, 1) + tuple(ac.shape(g)[2:]))
+        g = ac.mul(g, ac.constant(scale.to(torch.float32)))
+        channels = ac.shape(g)[1]
+        weight = ac.constant(torch.ones((channels, 1) + k))
+        dx = _scatter_windows(ac, g, weight, k, s, d, pairs, in_spatial, channels)
+        return _pool_restore(ac, dx, nd, attrs, cf_shape, shape)
+
+    return backward
+
+
+def _max_pool_bw(nd: int):
+    # The gradient of each window goes to its first maximum (torch's rule). The windows are unfolded by a
+    # convolution with one-hot kernels, the winner masked, and the masked gradients summed back.
+    def backward(ac, operand, inputs, output, grad, attrs):
+        shape = ac.shape(inputs[0])
+        x, cf_shape, k, s, d, pairs = _pool_frame(ac, ac.fwd(inputs[0]), nd, attrs)
+        g = _pool_frame(ac, grad, nd, attrs)[0]
+        run_nd = len(k)
+        in_spatial = ac.shape(x)[2:]
+        out_spatial = ac.shape(g)[2:]
+        for i in range(run_nd):
+            need = (out_spatial[i] - 1) * s[i] + d[i] * (k[i] - 1) + 1  # every (ceil_mode) window exists
+            before = pairs[i][0]
+            after = max(pairs[i][1], need - in_spatial[i] - before)
+            x = ac.pad_dim(x, 2 + i, before, after, _FILL)
+        channels, taps = ac.shape(x)[1], math.prod(k)
+        windows = unfold_windows(ac, x, run_nd, k, s, d, out_spatial)  # [1, C' * K, O..]
+        windows = ac.reshape(windows, (channels, taps) + tuple(out_spatial))
+        best = ac.op("reduce_max", [windows], {"dim": 1})
+        mask = ac.op("equal", [windows, best])
+        first = ac.mul(mask, ac.op("equal", [ac.op("cumsum", [mask], {"axis": 1}), ac.constant(1.0)]))
+        g = ac.reshape(g, (channels, 1) + tuple(out_spatial))
+        picked = ac.reshape(ac.mul(first, g), (1, channels * taps) + tuple(out_spatial))
+        weight = ac.constant(one_hot_kernels(channels, k))
+        dx = _scatter_windows(ac, picked, weight, k, s, d, pairs, in_spatial, channels)
+        return _pool_restore(ac, dx, nd, attrs, cf_shape, shape)
+
+    return backward
+
+
 def _register(nd: int, kind: str) -> None:
     layout = {1: "[.., C, L]", 2: "[.., C, H, W]", 3: "[.., C, D, H, W]"}[nd]
     what = "maximum" if kind == "max" else "average"
+    backward = _max_pool_bw(nd) if kind == "max" else _avg_pool_bw(nd)
     register(OpDef(name=f"{kind}_pool{nd}d", family="pool", arity=(1, 1), shape=_shape(nd), eval=_eval(nd, kind),
+                   backward=backward,
                    attrs=_attrs(nd, kind), canonicalize=_canonical(nd),
                    doc=f"{nd}-D {what} pooling of {layout} activations (channel_last: channels last); "
                        f"padding is stored as "

@@ -3,6 +3,9 @@
 A scale operand is either broadcastable to the input, or 1-D with one value per element of ``axis``
 (or a single value). Integer results saturate to the device range; Int8 is sign-magnitude on the chip,
 so its range is [-127, 127] (as in TT-Buda), not torch's [-128, 127].
+
+None of them is differentiable here (``NO_GRADIENT``): quantised values are integers, and the scales
+are compile-time operands (TT-Buda trained no quantised graphs).
 """
 
 from __future__ import annotations
@@ -10,7 +13,7 @@ from __future__ import annotations
 import torch
 
 from pybuda.ops.common import broadcast_shapes, dtype_name, normalize_dim, torch_dtype
-from pybuda.ops.registry import OpDef, attr, register
+from pybuda.ops.registry import NO_GRADIENT, OpDef, attr, register
 
 _LIMITS = {
     "int8": (-127, 127),
@@ -82,18 +85,21 @@ def _same(shapes, attrs):
 
 
 register(OpDef(name="quantize", family="quant", arity=(2, 2), shape=_same, eval=_quantize_eval, dtype=_out_dtype,
+               backward=NO_GRADIENT,
                attrs={"zero_point": attr(float, default=0.0), "axis": attr(int, default=-1),
                       "out_dtype": attr(str, default="int8")},
                canonicalize=_out_dtype_canonical,
                doc="quantize(x, scale): saturate(round(x / scale) + zero_point) in out_dtype."))
 
 register(OpDef(name="dequantize", family="quant", arity=(2, 2), shape=_same, eval=_dequantize_eval, dtype=_out_dtype,
+               backward=NO_GRADIENT,
                attrs={"zero_point": attr(float, default=0.0), "axis": attr(int, default=-1),
                       "out_dtype": attr(str, default="float32")},
                canonicalize=_out_dtype_canonical,
                doc="dequantize(q, scale): (q - zero_point) * scale in out_dtype."))
 
 register(OpDef(name="requantize", family="quant", arity=(3, 3), shape=_same, eval=_requantize_eval, dtype=_out_dtype,
+               backward=NO_GRADIENT,
                attrs={"input_zero_point": attr(float, default=0.0), "output_zero_point": attr(float, default=0.0),
                       "axis": attr(int, default=-1), "rounding": attr(str, default="None"),
                       "out_dtype": attr(str, default="int8")},
@@ -111,6 +117,7 @@ def _buda_requantize_eval(x, a):
 
 register(OpDef(name="buda_requantize", family="quant", arity=(2, 2), shape=_same, eval=_buda_requantize_eval,
                dtype=_out_dtype,
+               backward=NO_GRADIENT,
                attrs={"zero_point": attr(float, default=0.0), "axis": attr(int, default=-1),
                       "rounding": attr(str, default="Even"), "out_dtype": attr(str, default="int8")},
                canonicalize=_out_dtype_canonical,

@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 
 from pybuda.ops.common import float_dtype, normalize_dim
-from pybuda.ops.registry import OpDef, attr, register
+from pybuda.ops.registry import NO_GRADIENT, OpDef, attr, register
 
 
 def _keepdim_shape(shapes, attrs):
@@ -19,12 +19,24 @@ def _dim_canonical(shapes, attrs):
     return attrs
 
 
-register(OpDef(name="reduce_sum", family="reduce", arity=(1, 1), shape=_keepdim_shape,
+def _reduce_sum_bw(ac, operand, inputs, output, grad, attrs):
+    shape = ac.shape(inputs[0])
+    d = attrs["dim"] % len(shape)
+    return ac.op("broadcast", [grad], {"dim": d, "shape": shape[d]}) if shape[d] != 1 else grad
+
+
+def _reduce_avg_bw(ac, operand, inputs, output, grad, attrs):
+    shape = ac.shape(inputs[0])
+    d = attrs["dim"] % len(shape)
+    return ac.mul(_reduce_sum_bw(ac, operand, inputs, output, grad, attrs), 1.0 / shape[d])
+
+
+register(OpDef(name="reduce_sum", family="reduce", arity=(1, 1), shape=_keepdim_shape, backward=_reduce_sum_bw,
                eval=lambda x, a: torch.sum(x[0], a["dim"], keepdim=True, dtype=x[0].dtype),
                attrs={"dim": attr(int)}, canonicalize=_dim_canonical,
                doc="Sum along dim; the dim is kept with size 1."))
 
-register(OpDef(name="reduce_avg", family="reduce", arity=(1, 1), shape=_keepdim_shape,
+register(OpDef(name="reduce_avg", family="reduce", arity=(1, 1), shape=_keepdim_shape, backward=_reduce_avg_bw,
                eval=lambda x, a: torch.mean(x[0].to(float_dtype(x[0].dtype)), a["dim"], keepdim=True),
                attrs={"dim": attr(int)}, canonicalize=_dim_canonical, dtype=lambda d, a: float_dtype(d[0]),
                doc="Mean along dim; the dim is kept with size 1."))
@@ -58,7 +70,24 @@ def _max_eval(x, attrs):
     return torch.amax(grouped, d + 1)
 
 
+def _reduce_max_bw(ac, operand, inputs, output, grad, attrs):
+    # torch's amax rule: the gradient is shared evenly among the elements equal to the max.
+    x = ac.fwd(inputs[0])
+    shape = ac.shape(inputs[0])
+    d, stride = attrs["dim"] % len(shape), attrs["stride"]
+    y = ac.fwd(output)
+    if stride != -1:  # groups of `stride` along d: work on [.., size/stride, stride, ..]
+        grouped = shape[:d] + (shape[d] // stride, stride) + shape[d + 1:]
+        x = ac.reshape(x, grouped)
+        keep = grouped[:d + 1] + (1,) + grouped[d + 2:]
+        y, grad, d = ac.reshape(y, keep), ac.reshape(grad, keep), d + 1
+    mask = ac.op("equal", [x, y])
+    share = ac.div(mask, ac.op("reduce_sum", [mask], {"dim": d}))
+    return ac.reshape(ac.mul(share, grad), shape)
+
+
 register(OpDef(name="reduce_max", family="reduce", arity=(1, 1), shape=_max_shape, eval=_max_eval,
+               backward=_reduce_max_bw,
                attrs={"dim": attr(int), "stride": attr(int, default=-1)}, canonicalize=_max_canonical,
                doc="Max along dim (kept with size 1). With stride > 0, the max of each group of `stride` "
                    "consecutive elements, so the dim shrinks to size/stride."))
@@ -90,7 +119,20 @@ def _grouped_eval(x, attrs):
     return means.reshape(t.shape[:d] + (groups,) + t.shape[d + 1:])
 
 
+def _grouped_bw(ac, operand, inputs, output, grad, attrs):
+    shape = ac.shape(inputs[0])
+    d, groups = attrs["dim"] % len(shape), attrs["groups"]
+    if attrs["keep_dims"]:  # every element is its group's mean: the gradient is the group mean of grad
+        return ac.op("grouped_reduce_avg", [grad], {"dim": d, "groups": groups, "keep_dims": True})
+    size = shape[d] // groups
+    g = ac.reshape(grad, shape[:d] + (groups, 1) + shape[d + 1:])
+    if size != 1:
+        g = ac.op("broadcast", [g], {"dim": d + 1, "shape": size})
+    return ac.reshape(ac.mul(g, 1.0 / size), shape)
+
+
 register(OpDef(name="grouped_reduce_avg", family="reduce", arity=(1, 1), shape=_grouped_shape, eval=_grouped_eval,
+               backward=_grouped_bw,
                attrs={"dim": attr(int), "groups": attr(int), "keep_dims": attr(bool, default=False)},
                canonicalize=_grouped_canonical, dtype=lambda d, a: float_dtype(d[0]),
                doc="Split dim into `groups` equal groups and average each: the dim becomes `groups`, or with "
@@ -119,6 +161,7 @@ def _argmax_eval(x, attrs):
 
 
 register(OpDef(name="argmax", family="reduce", arity=(1, 1), shape=_argmax_shape, eval=_argmax_eval,
+               backward=NO_GRADIENT,
                attrs={"dim": attr(int, default=None), "keep_dim": attr(bool, default=True)},
                doc="Index of the (first) max along dim, or over all elements when dim is None. keep_dim keeps "
                    "the reduced dim with size 1 (dim None: every dim becomes 1), else it is dropped (a single "

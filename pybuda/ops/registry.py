@@ -65,6 +65,27 @@ class DeviceLowering:
         return dict(self.attrs(dict(attrs))) if self.attrs is not None else {}
 
 
+class _NoGradient:
+    """The ``backward`` of an op that has no gradient (comparisons, logical ops, argmax, quantisation...):
+    autograd stops there, as if every operand got a zero gradient. Calling it gives None (no gradient)."""
+
+    def __call__(self, ac: Any, operand: int, inputs: List[str], output: str, grad: str,
+                 attrs: Dict[str, Any]) -> None:
+        return None
+
+    def __repr__(self) -> str:
+        return "NO_GRADIENT"
+
+
+#: Marks an op as not differentiable (``OpDef(backward=NO_GRADIENT)``).
+NO_GRADIENT = _NoGradient()
+
+#: Signature of an op's backward: ``backward(ac, operand, inputs, output, grad, attrs) -> Optional[str]``, where
+#: ``inputs``/``output`` are forward node names, ``grad`` the backward node holding d(loss)/d(output), and the
+#: result the backward node holding d(loss)/d(inputs[operand]) (None: that operand gets no gradient).
+BackwardFn = Callable[[Any, int, List[str], str, str, Dict[str, Any]], Optional[str]]
+
+
 def first_operand_dtype(dtypes: List[torch.dtype], attrs: Dict[str, Any]) -> torch.dtype:
     """TT-Buda's default output format rule: the format of operand 0."""
     return dtypes[0] if dtypes else torch.float32
@@ -89,8 +110,14 @@ class OpDef:
     # Ops lowered by a structural routine of pybuda.passes.lower (matmul, reductions, convolutions, data
     # movement) or rewritten by pybuda.passes.graph.decompose first leave it None.
     lower: Optional[DeviceLowering] = None
-    # Filled by training (autograd).
+    # Autograd: a BackwardFn (see pybuda.passes.graph.autograd), NO_GRADIENT for an op with no gradient, or
+    # None where nobody wrote one yet (autograd raises when such an op is on a gradient path).
     backward: Optional[Callable[..., Any]] = None
+
+    @property
+    def differentiable(self) -> bool:
+        """True when the op has a backward (not None, not NO_GRADIENT)."""
+        return self.backward is not None and self.backward is not NO_GRADIENT
 
     @property
     def is_tm(self) -> bool:

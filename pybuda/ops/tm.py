@@ -17,11 +17,11 @@ from pybuda.dtypes import TILE_DIM
 
 
 def _tm(op_name: str, shape_fn, eval_fn, doc: str, canonicalize=None, arity=(1, 1), dtype_fn=None,
-        **attrs) -> OpDef:
+        backward=None, **attrs) -> OpDef:
     # Attribute specs arrive as **attrs, so the helper's own parameters avoid attr names (shape, dim...).
     kwargs = {"dtype": dtype_fn} if dtype_fn is not None else {}
     return register(OpDef(name=op_name, family="tm", arity=arity, shape=shape_fn, eval=eval_fn,
-                          attrs=attrs, canonicalize=canonicalize, doc=doc, **kwargs))
+                          attrs=attrs, canonicalize=canonicalize, doc=doc, backward=backward, **kwargs))
 
 
 def _zrc(shape):
@@ -99,18 +99,35 @@ def _vstack_shape(shapes, attrs):
     return outer + (z // s, r * s, c)
 
 
+def _inverse_bw(op_type: str):
+    """Backward of a TM whose inverse is ``op_type`` with the same ``slices`` (then reshaped: a rank-2
+    operand comes back from a rank-3 gradient)."""
+    def backward(ac, operand, inputs, output, grad, attrs):
+        return ac.reshape(ac.op(op_type, [grad], {"slices": attrs["slices"]}), ac.shape(inputs[0]))
+
+    return backward
+
+
+def _reshape_bw(ac, operand, inputs, output, grad, attrs):
+    return ac.reshape(grad, ac.shape(inputs[0]))
+
+
 _tm("hslice", _hslice_shape, _hslice_eval,
     "Cut the columns into `slices` equal blocks and move them into z: [.., z, r, c] -> [.., z*s, r, c/s].",
-    slices=attr(int))
+    slices=attr(int),
+    backward=_inverse_bw("hstack"))
 _tm("hstack", _hstack_shape, _hstack_eval,
     "Inverse of hslice: [.., z, r, c] -> [.., z/s, r, c*s]; slices=-1 stacks all of z.",
-    canonicalize=_stack_canonical, slices=attr(int, default=-1))
+    canonicalize=_stack_canonical, slices=attr(int, default=-1),
+    backward=_inverse_bw("hslice"))
 _tm("vslice", _vslice_shape, lambda x, a: x[0].reshape(_vslice_shape([tuple(x[0].shape)], a)),
     "Cut the rows into `slices` equal blocks and move them into z: [.., z, r, c] -> [.., z*s, r/s, c].",
-    slices=attr(int))
+    slices=attr(int),
+    backward=_inverse_bw("vstack"))
 _tm("vstack", _vstack_shape, lambda x, a: x[0].reshape(_vstack_shape([tuple(x[0].shape)], a)),
     "Inverse of vslice: [.., z, r, c] -> [.., z/s, r*s, c]; slices=-1 stacks all of z.",
-    canonicalize=_stack_canonical, slices=attr(int, default=-1))
+    canonicalize=_stack_canonical, slices=attr(int, default=-1),
+    backward=_inverse_bw("vslice"))
 
 
 # --- transpose / reshape ---------------------------------------------------------------------------------
@@ -124,7 +141,8 @@ def _transpose_shape(shapes, attrs):
 
 
 _tm("transpose", _transpose_shape, lambda x, a: torch.transpose(x[0], a["dim0"], a["dim1"]),
-    "Swap two dims.", dim0=attr(int), dim1=attr(int))
+    "Swap two dims.", dim0=attr(int), dim1=attr(int),
+    backward=lambda ac, operand, inputs, output, grad, attrs: ac.transpose(grad, attrs["dim0"], attrs["dim1"]))
 
 
 def _reshape_canonical(shapes, attrs):
@@ -145,7 +163,8 @@ def _reshape_canonical(shapes, attrs):
 
 _tm("reshape", lambda s, a: a["shape"], lambda x, a: x[0].reshape(a["shape"]),
     "Reshape to `shape` (same number of elements; one -1 is inferred and stored resolved).",
-    canonicalize=_reshape_canonical, shape=attr(tuple))
+    canonicalize=_reshape_canonical, shape=attr(tuple),
+    backward=_reshape_bw)
 
 
 # --- index / adv_index / select / narrow -----------------------------------------------------------------
@@ -184,11 +203,21 @@ def _index_eval(x, attrs):
     return t[key]
 
 
+def _index_bw(ac, operand, inputs, output, grad, attrs):
+    shape = ac.shape(inputs[0])
+    d = attrs["dim"] % len(shape)
+    start, stop, stride = attrs["start"], attrs["stop"], attrs["stride"]
+    if stride == 1:  # a contiguous slice: zeros around it
+        return ac.fit_dim(grad, d, start, shape[d])
+    return ac.gather_backward(grad, d, list(range(start, stop, stride)), shape[d])
+
+
 _tm("index", _index_shape, _index_eval,
     "Python slice start:stop:stride along dim (the dim is kept). stop=None takes the single element at "
     "start; negative start/stop count from the end; stop is stored normalised (0 <= start < stop <= size).",
     canonicalize=_index_canonical, dim=attr(int), start=attr(int), stop=attr(int, default=None),
-    stride=attr(int, default=1))
+    stride=attr(int, default=1),
+    backward=_index_bw)
 
 
 def _adv_index_shape(shapes, attrs):
@@ -209,9 +238,20 @@ def _adv_index_eval(x, attrs):
     return torch.index_select(t, d, idx)
 
 
+def _adv_index_bw(ac, operand, inputs, output, grad, attrs):
+    if operand == 1:
+        return None  # indices
+    shape = ac.shape(inputs[0])
+    d = attrs["dim"] % len(shape)
+    onehot = ac.one_hot(ac.fwd(inputs[1]), shape[d])  # [N, size]: scatter-add as grad @ onehot along d
+    g = ac.movedim(grad, d, -1)
+    return ac.movedim(ac.op("matmul", [g, onehot]), -1, d)
+
+
 _tm("adv_index", _adv_index_shape, _adv_index_eval,
     "Gather the slices at `indices` (operand 1, 1-D) along dim of operand 0.", arity=(2, 2),
-    dim=attr(int, default=0))
+    dim=attr(int, default=0),
+    backward=_adv_index_bw)
 
 
 def _select_canonical(shapes, attrs):
@@ -259,11 +299,19 @@ def _select_eval(x, attrs):
     return torch.index_select(t, d, torch.tensor(pos, dtype=torch.int64))
 
 
+def _select_bw(ac, operand, inputs, output, grad, attrs):
+    shape = ac.shape(inputs[0])
+    d = attrs["dim"] % len(shape)
+    positions = _select_positions(shape[d], attrs["index"][0], attrs["index"][1], attrs["stride"])
+    return ac.gather_backward(grad, d, positions, shape[d])
+
+
 _tm("select", _select_shape, _select_eval,
     "TT-Buda's strided select: in every window of `stride` elements along dim, keep `length` elements "
     "from `start` (index=(start, length); an int index means length 1; stride=0 means the whole dim). "
     "Positions past the end read as zeros.",
-    canonicalize=_select_canonical, dim=attr(int), index=attr(int, tuple), stride=attr(int, default=0))
+    canonicalize=_select_canonical, dim=attr(int), index=attr(int, tuple), stride=attr(int, default=0),
+    backward=_select_bw)
 
 
 def _narrow_shape(shapes, attrs):
@@ -276,9 +324,16 @@ def _narrow_shape(shapes, attrs):
     return tuple(shape)
 
 
+def _narrow_bw(ac, operand, inputs, output, grad, attrs):
+    shape = ac.shape(inputs[0])
+    d = attrs["dim"] % len(shape)
+    return ac.fit_dim(grad, d, attrs["start"], shape[d])
+
+
 _tm("narrow", _narrow_shape, lambda x, a: x[0].narrow(a["dim"], a["start"], a["length"]),
     "Keep `length` elements from `start` along dim (original_length records the size before padding).",
-    dim=attr(int), start=attr(int), length=attr(int), original_length=attr(int, default=None))
+    dim=attr(int), start=attr(int), length=attr(int), original_length=attr(int, default=None),
+    backward=_narrow_bw)
 
 
 # --- padding ---------------------------------------------------------------------------------------------
@@ -341,11 +396,36 @@ def _pad_eval(x, attrs):
     return t
 
 
+def _pad_bw(ac, operand, inputs, output, grad, attrs):
+    # Undo the pads last dim first: constant padding is cropped; replicate/reflect add every copy back
+    # into its source element.
+    shape = list(ac.shape(inputs[0]))
+    plan = _pad_plan(len(shape), attrs)
+    sizes = {}
+    for d, before, after in plan:
+        sizes[d] = shape[d]
+    g = grad
+    for d, before, after in reversed(plan):
+        size = sizes[d]
+        if attrs["mode"] == "constant":
+            g = ac.crop(g, d, before, size)
+            continue
+        pos = torch.arange(-before, size + after)
+        if attrs["mode"] == "replicate":
+            pos = pos.clamp(0, size - 1)
+        else:
+            pos = pos.abs()
+            pos = torch.where(pos > size - 1, 2 * (size - 1) - pos, pos)
+        g = ac.gather_backward(g, d, pos.tolist(), size)
+    return g
+
+
 _tm("pad", _pad_shape, _pad_eval,
     "Pad the last dim by (left, right) and, with 4 values, the one before by (top, bottom); with "
     "channel_last the pads apply to dims -2 and -3 instead. Modes: constant (value), replicate, reflect.",
     pad=attr(tuple), mode=attr(str, default="constant", choices=("constant", "replicate", "reflect")),
-    value=attr(float, default=0.0), channel_last=attr(bool, default=False))
+    value=attr(float, default=0.0), channel_last=attr(bool, default=False),
+    backward=_pad_bw)
 
 
 def _align_up(n: int) -> int:
@@ -359,9 +439,19 @@ def _pad_tile_shape(shapes, attrs):
     return tuple(shape)
 
 
+def _crop_to_input_bw(ac, operand, inputs, output, grad, attrs):
+    """Backward of a zero/constant pad at the end of dims: the leading input-sized block of grad."""
+    shape = ac.shape(inputs[0])
+    g = grad
+    for d in range(len(shape)):
+        g = ac.crop(g, d, 0, shape[d])
+    return g
+
+
 _tm("pad_tile", _pad_tile_shape,
     lambda x, a: pad_dim(x[0], a["dim"], 0, _align_up(x[0].shape[a["dim"]]) - x[0].shape[a["dim"]]),
-    "Zero-pad dim up to a multiple of the tile size (32).", dim=attr(int), original_length=attr(int))
+    "Zero-pad dim up to a multiple of the tile size (32).", dim=attr(int), original_length=attr(int),
+    backward=_crop_to_input_bw)
 
 
 def _buda_pad_plan(shape, attrs):
@@ -390,7 +480,8 @@ def _buda_pad_eval(x, attrs):
 
 _tm("buda_pad", _buda_pad_shape, _buda_pad_eval,
     "Pad rows/cols by whole tiles: paddings=(row_tiles, col_tiles); each padded dim is first zero-aligned "
-    "to the tile size, then grown by tiles*32 elements of `value`.", paddings=attr(tuple), value=attr(float))
+    "to the tile size, then grown by tiles*32 elements of `value`.", paddings=attr(tuple), value=attr(float),
+    backward=_crop_to_input_bw)
 
 
 def _buda_unpad_shape(shapes, attrs):
@@ -408,10 +499,19 @@ def _buda_unpad_shape(shapes, attrs):
     return tuple(shape)
 
 
+def _buda_unpad_bw(ac, operand, inputs, output, grad, attrs):
+    shape = ac.shape(inputs[0])
+    g = grad
+    for d in (-2, -1):
+        g = ac.fit_dim(g, d, 0, shape[d])
+    return g
+
+
 _tm("buda_unpad", _buda_unpad_shape,
     lambda x, a: x[0][..., :a["original_length"][0], :a["original_length"][1]],
     "Undo buda_pad: keep the first original_length=(rows, cols).",
-    original_length=attr(tuple), paddings=attr(tuple))
+    original_length=attr(tuple), paddings=attr(tuple),
+    backward=_buda_unpad_bw)
 
 
 # --- broadcast / repeat / squeeze / unsqueeze ------------------------------------------------------------
@@ -437,8 +537,13 @@ def _broadcast_eval(x, attrs):
     return t.expand(out_shape).contiguous()
 
 
+def _broadcast_bw(ac, operand, inputs, output, grad, attrs):
+    return ac.unbroadcast(grad, ac.shape(inputs[0]))
+
+
 _tm("broadcast", _broadcast_shape, _broadcast_eval,
-    "Grow a size-1 dim to `shape` elements by copying.", dim=attr(int), shape=attr(int))
+    "Grow a size-1 dim to `shape` elements by copying.", dim=attr(int), shape=attr(int),
+    backward=_broadcast_bw)
 
 
 def _repeat_shape(shapes, attrs):
@@ -450,8 +555,22 @@ def _repeat_shape(shapes, attrs):
     return tuple(s * f for s, f in zip(shape, factors))
 
 
+def _repeat_bw(ac, operand, inputs, output, grad, attrs):
+    # Split every dim into (factor, size) and sum over the factors.
+    factors = attrs["factors"]
+    shape = ac.shape(inputs[0])
+    full = (1,) * (len(factors) - len(shape)) + tuple(shape)
+    split = tuple(v for f, s in zip(factors, full) for v in (f, s))
+    g = ac.reshape(grad, split)
+    for i, f in enumerate(factors):
+        if f != 1:
+            g = ac.op("reduce_sum", [g], {"dim": 2 * i})
+    return ac.reshape(g, shape)
+
+
 _tm("repeat", _repeat_shape, lambda x, a: x[0].repeat(*a["factors"]),
-    "Tile the tensor `factors[i]` times along dim i (torch.Tensor.repeat).", factors=attr(tuple))
+    "Tile the tensor `factors[i]` times along dim i (torch.Tensor.repeat).", factors=attr(tuple),
+    backward=_repeat_bw)
 
 
 def _squeeze_shape(shapes, attrs):
@@ -469,8 +588,10 @@ def _unsqueeze_shape(shapes, attrs):
     return tuple(shape)
 
 
-_tm("squeeze", _squeeze_shape, lambda x, a: x[0].squeeze(a["dim"]), "Remove a size-1 dim.", dim=attr(int))
-_tm("unsqueeze", _unsqueeze_shape, lambda x, a: x[0].unsqueeze(a["dim"]), "Insert a size-1 dim.", dim=attr(int))
+_tm("squeeze", _squeeze_shape, lambda x, a: x[0].squeeze(a["dim"]), "Remove a size-1 dim.", dim=attr(int),
+    backward=_reshape_bw)
+_tm("unsqueeze", _unsqueeze_shape, lambda x, a: x[0].unsqueeze(a["dim"]), "Insert a size-1 dim.", dim=attr(int),
+    backward=_reshape_bw)
 
 
 def _pixel_shuffle_shape(shapes, attrs):
@@ -483,8 +604,21 @@ def _pixel_shuffle_shape(shapes, attrs):
     return tuple(shape[:-3]) + (shape[-3] // (r * r), shape[-2] * r, shape[-1] * r)
 
 
+def _pixel_shuffle_bw(ac, operand, inputs, output, grad, attrs):
+    # Forward: [.., C, r, r, H, W] -> [.., C, H, r, W, r]; backward permutes back.
+    shape = ac.shape(inputs[0])
+    r = attrs["upscale_factor"]
+    lead = tuple(shape[:-3])
+    c, h, w = shape[-3] // (r * r), shape[-2], shape[-1]
+    n = len(lead)
+    g = ac.reshape(grad, lead + (c, h, r, w, r))
+    perm = list(range(n)) + [n, n + 2, n + 4, n + 1, n + 3]
+    return ac.reshape(ac.permute(g, perm), shape)
+
+
 _tm("pixel_shuffle", _pixel_shuffle_shape, lambda x, a: torch.nn.functional.pixel_shuffle(x[0], a["upscale_factor"]),
-    "[.., C*r*r, H, W] -> [.., C, H*r, W*r].", upscale_factor=attr(int))
+    "[.., C*r*r, H, W] -> [.., C, H*r, W*r].", upscale_factor=attr(int),
+    backward=_pixel_shuffle_bw)
 
 
 # --- n-ary: concatenate / stack / interleave / binary_stack ----------------------------------------------
@@ -509,8 +643,21 @@ def _concat_eval(x, attrs):
     return torch.cat(operand_dtypes_to(x, result_dtype(*[t.dtype for t in x])), attrs["axis"])
 
 
+def _float_operand(ac, name) -> bool:
+    return ac.dtype(name).is_floating_point
+
+
+def _concat_bw(ac, operand, inputs, output, grad, attrs):
+    if not _float_operand(ac, inputs[operand]):
+        return None
+    d = attrs["axis"] % len(ac.shape(output))
+    start = sum(ac.shape(i)[d] for i in inputs[:operand])
+    return ac.crop(grad, d, start, ac.shape(inputs[operand])[d])
+
+
 _tm("concatenate", _concat_shape, _concat_eval, "Join the operands along axis.", arity=(1, None),
-    dtype_fn=_nary_dtype, axis=attr(int))
+    dtype_fn=_nary_dtype, axis=attr(int),
+    backward=_concat_bw)
 
 
 def _equal_shapes(shapes, op: str) -> None:
@@ -529,8 +676,16 @@ def _stack_eval(x, attrs):
     return torch.stack(operand_dtypes_to(x, result_dtype(*[t.dtype for t in x])), attrs["axis"])
 
 
+def _stack_bw(ac, operand, inputs, output, grad, attrs):
+    if not _float_operand(ac, inputs[operand]):
+        return None
+    d = attrs["axis"] % len(ac.shape(output))
+    return ac.reshape(ac.crop(grad, d, operand, 1), ac.shape(inputs[operand]))
+
+
 _tm("stack", _stack_shape, _stack_eval, "Stack the operands along a new axis.", arity=(1, None),
-    dtype_fn=_nary_dtype, axis=attr(int))
+    dtype_fn=_nary_dtype, axis=attr(int),
+    backward=_stack_bw)
 
 
 def _interleave_shape(shapes, attrs):
@@ -554,9 +709,19 @@ def _interleave_eval(x, attrs):
     return out.reshape(shape[:d] + (shape[d] * len(x),) + shape[d + 1:])
 
 
+def _interleave_bw(ac, operand, inputs, output, grad, attrs):
+    if not _float_operand(ac, inputs[operand]):
+        return None
+    shape = ac.shape(inputs[operand])
+    d, stride = attrs["axis"] % len(shape), attrs["stride"]
+    g = ac.reshape(grad, shape[:d] + (shape[d] // stride, len(inputs), stride) + shape[d + 1:])
+    return ac.reshape(ac.crop(g, d + 1, operand, 1), shape)
+
+
 _tm("interleave", _interleave_shape, _interleave_eval,
     "Take `stride` elements along axis from each operand in turn (TT-Buda uses axis=-3, stride=1).",
-    arity=(1, None), dtype_fn=_nary_dtype, axis=attr(int), stride=attr(int, default=1))
+    arity=(1, None), dtype_fn=_nary_dtype, axis=attr(int), stride=attr(int, default=1),
+    backward=_interleave_bw)
 
 
 def _binary_stack_shape(shapes, attrs):
@@ -572,6 +737,16 @@ def _binary_stack_eval(x, attrs):
     return torch.stack((a, b), d + 1).flatten(d, d + 1)
 
 
+def _binary_stack_bw(ac, operand, inputs, output, grad, attrs):
+    if not _float_operand(ac, inputs[operand]):
+        return None
+    shape = ac.shape(inputs[operand])
+    d = attrs["dim"] % len(shape)
+    g = ac.reshape(grad, shape[:d] + (shape[d], 2) + shape[d + 1:])
+    return ac.reshape(ac.crop(g, d + 1, operand, 1), shape)
+
+
 _tm("binary_stack", _binary_stack_shape, _binary_stack_eval,
     "Interleave A and B element by element along dim: a0 b0 a1 b1 ... (the dim doubles).", arity=(2, 2),
-    dtype_fn=_nary_dtype, dim=attr(int))
+    dtype_fn=_nary_dtype, dim=attr(int),
+    backward=_binary_stack_bw)

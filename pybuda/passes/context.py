@@ -27,6 +27,9 @@ class CompileContext:
     microbatch: int = 1
     microbatch_count: int = 1
     graph_name: str = "graph"
+    #: TT-Buda's epoch type of every op of this compile: ``fwd``, ``bwd`` (a training backward graph) or
+    #: ``opt`` (an optimizer graph). It names the netlist's graphs (``bwd_0``) and program (``run_bwd_0``).
+    epoch_type: str = "fwd"
     stage: str = ""
     #: Registry TMs the host applies to an input before pushing it (hoisted from the graph).
     input_host_tms: Dict[str, List[HostTM]] = field(default_factory=dict)

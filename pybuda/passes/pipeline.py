@@ -114,6 +114,8 @@ def _buda_graph_pre_placer(s: _State) -> None:
     from pybuda.passes.lower.to_tiles import lower_to_buda
 
     bg = lower_to_buda(s.graph, s.ctx)
+    for op in bg.ops.values():
+        op.epoch_type = s.ctx.epoch_type  # a backward or optimizer compile: its own epochs and program
     framework_names = set(s.graph.nodes) | (set(s.results.initial_graph.nodes) if s.results.initial_graph else set())
     bg = resolve_overrides(bg, s.ctx, framework_names)
     bg = insert_nops(bg, s.ctx)
@@ -142,14 +144,14 @@ def _pre_netlist(s: _State) -> None:
 def _generate_netlist(s: _State) -> None:
     from pybuda.passes.artifacts import write_artifacts
     from pybuda.netlist import validate
-    from pybuda.netlist.generate import PROGRAM_NAME, generate_netlist
+    from pybuda.netlist.generate import generate_netlist, program_name
     from pybuda.netlist.host_io import build_host_io
 
     netlist = generate_netlist(s.bg, s.results.balancer_solution, s.results.placer_solution, s.ctx)
     s.results.netlist = netlist
     # With the netlist, the host side as plain data: together with the tensors, all a backend reads.
     s.results.host_io = build_host_io(s.bg, s.results.initial_graph, s.ctx.consteval_trace, s.ctx.microbatch,
-                                      program=PROGRAM_NAME)
+                                      program=program_name(s.ctx.epoch_type))
     try:
         validate(netlist, s.ctx.device)
     except PybudaError as e:

@@ -13,8 +13,8 @@ Semantics follow TT-Buda (``reference/ttbuda_spec.md`` §1.2):
   :mod:`pybuda.runtime.context`) returns after all outputs are in the queue.
 * The returned queue yields one list of :class:`pybuda.Tensor` per input (``.value()`` gives torch).
 
-Training is not supported yet: ``run_training``, ``run_backward``, ``run_optimizer``,
-``get_parameter_gradients`` and ``initialize_pipeline(training=True)`` raise PybudaError.
+Training (``initialize_pipeline(training=True)``, ``run_training``, ``run_forward``/``run_backward``/
+``run_optimizer``/``run_schedulers``) runs through :mod:`pybuda.runtime.training`, sequentially.
 
 Old keyword names from TT-Buda's documentation are accepted with a DeprecationWarning:
 ``num_inputs`` for ``input_count`` and ``sequential`` for ``_sequential`` (tt-buda PR#13).
@@ -34,7 +34,7 @@ from pybuda.config import DeviceMode, _clear_global_compiler_config, _get_global
 from pybuda.errors import InputError, PybudaError
 from pybuda.runtime import context, state
 from pybuda.runtime.context import PROCESSES, SEQUENTIAL, THREADS, RunContext
-from pybuda.runtime.device import TRAINING_NOT_SUPPORTED, Device, InputItem, normalize_push
+from pybuda.runtime.device import Device, InputItem, normalize_push
 from pybuda.runtime.transport import OutputQueue
 
 log = logging.getLogger(__name__)
@@ -55,10 +55,6 @@ def _legacy(func: str, kwargs: Dict[str, Any], values: Dict[str, Any]) -> Dict[s
 
 def _config_key() -> Any:
     return _get_global_compiler_config().to_dict()
-
-
-def _training_error() -> PybudaError:
-    return PybudaError(TRAINING_NOT_SUPPORTED)
 
 
 # --- pipeline setup ----------------------------------------------------------------------------------
@@ -85,33 +81,54 @@ def initialize_pipeline(training: bool, output_queue: Optional[queue.Queue] = No
     ``sample_inputs`` (a tuple, or a dict naming the inputs) is the compile sample when nothing was
     pushed yet; otherwise the first push is. Each device's sample outputs are the next device's sample.
     ``d2d_fwd_queues[i]`` also receives what device ``i`` sends to device ``i+1``.
-    ``checkpoint_queue``, ``sample_targets``, ``microbatch_count`` and ``d2d_bwd_queues`` are training
-    arguments (ignored for inference). ``_device_mode=DeviceMode.CompileOnly`` compiles only.
+    With ``training``, the devices compile forward, backward and optimizer programs
+    (:mod:`pybuda.runtime.training`); ``sample_targets`` is then the loss module's compile sample unless
+    targets were pushed, and ``checkpoint_queue`` receives ``run_optimizer(checkpoint=True)`` checkpoints.
+    ``microbatch_count`` and ``d2d_bwd_queues`` are accepted for TT-Buda's signature.
+    ``_device_mode=DeviceMode.CompileOnly`` compiles only.
     """
     _sequential = _legacy("initialize_pipeline", legacy, {"_sequential": _sequential})["_sequential"]
-    if training:
-        raise _training_error()
     context.shutdown_current()
     context.clear_error()
+    _close_training()
+    devices = _checked_devices(training)
+    first_user = devices[0]
+    if isinstance(sample_inputs, Mapping) or len(sample_inputs) > 0:
+        first_user.set_sample_inputs(sample_inputs)
+    if first_user.first_input_item() is None:
+        raise InputError(f"no inputs to compile for: push an input to '{first_user.name}' (push_to_inputs) or pass "
+                         f"sample_inputs/inputs")
+    config = _get_global_compiler_config().snapshot()
+    if training:
+        from pybuda.runtime import training as train
+
+        out_q = output_queue if output_queue is not None else OutputQueue()
+        train.start(_translate(devices, config), config, out_q, checkpoint_queue, sample_targets)
+        return out_q
+    return _initialize_inference(devices, config, output_queue, d2d_fwd_queues, _sequential, _verify_cfg,
+                                 _device_mode)
+
+
+def _checked_devices(training: bool = False) -> List[Device]:
+    """The user's devices, each holding modules, or in training only a loss module (PybudaError otherwise)."""
     devices = state.user_devices()
     if not devices:
         raise PybudaError("no devices: create a TTDevice or CPUDevice and place a module on it, or call "
                           "run_inference(module=...)")
     for d in devices:
-        if not d.modules:
+        if not d.modules and not (training and d.loss_module is not None):
             raise PybudaError(f"device '{d.name}' has no modules; place one with place_module or remove the device "
                               f"(pybuda_reset)")
-    first_user = devices[0]
-    if isinstance(sample_inputs, Mapping) or len(sample_inputs) > 0:
-        first_user.set_sample_inputs(sample_inputs)
     for d in devices[1:]:
         if d.first_input_item() is not None and not d._staging.empty():
             raise InputError(f"inputs were pushed to '{d.name}', which is not the first device of the pipeline; "
-                             f"push them to '{first_user.name}'")
-    if first_user.first_input_item() is None:
-        raise InputError(f"no inputs to compile for: push an input to '{first_user.name}' (push_to_inputs) or pass "
-                         f"sample_inputs/inputs")
-    config = _get_global_compiler_config().snapshot()
+                             f"push them to '{devices[0].name}'")
+    return devices
+
+
+def _initialize_inference(devices: List[Device], config: Any, output_queue: Optional[queue.Queue],
+                          d2d_fwd_queues: Sequence[Any], _sequential: bool, _verify_cfg: Any,
+                          _device_mode: DeviceMode) -> queue.Queue:
     serial = state.state_serial()
     pipeline = _translate(devices, config)
     mode = _choose_mode(pipeline, _sequential)
@@ -275,7 +292,14 @@ def _as_push_arg(item: InputItem) -> Any:
 
 
 def run_forward(input_count: int = 1, _sequential: bool = False) -> None:
-    """Run ``input_count`` pushed inputs through the initialized pipeline (0 = until shutdown)."""
+    """Run ``input_count`` pushed inputs through the initialized pipeline (0 = until shutdown; training
+    pipelines run exactly ``input_count`` and keep each for its backward)."""
+    from pybuda.runtime import training
+
+    session = training.current()
+    if session is not None:
+        session.forward(input_count)
+        return
     ctx = _require_context("run_forward")
     ctx.run_forward(input_count)
 
@@ -299,6 +323,7 @@ def shutdown() -> None:
     are stopped after a time limit). Inputs pushed and not run are dropped, so a later pipeline never
     consumes them. Idempotent; runs at exit (without waiting for queued work)."""
     context.shutdown_current(clear_inputs=True)
+    _close_training()
     for d in state.user_devices():  # pushes made while no pipeline ran are dropped too
         for buffered in (d, d.cpu_fallback_device_pre):
             if buffered is not None:
@@ -367,6 +392,7 @@ def set_device_pipeline(devices: Sequence[Device]) -> None:
 def pybuda_reset() -> None:
     """Shut down, forget every device, and reset the compiler configuration."""
     context.shutdown_current(clear_inputs=True)
+    _close_training()
     for d in state.user_devices():
         for m in list(d.modules):
             if m.get_device() is d:
@@ -376,42 +402,106 @@ def pybuda_reset() -> None:
     context.clear_error()
 
 
-# --- training: not supported yet -------------------------------------------------------------------------
+# --- training ------------------------------------------------------------------------------------------------
+def _close_training() -> None:
+    from pybuda.runtime import training
+
+    training.close()
+
+
+def _training_session(func: str) -> Any:
+    from pybuda.runtime import training
+
+    session = training.current()
+    if session is None:
+        raise PybudaError(f"{func}: no training pipeline is running; call initialize_pipeline(training=True) or "
+                          f"run_training first")
+    return session
+
+
+def _positive(func: str, **counts: Any) -> None:
+    for name, value in counts.items():
+        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+            raise InputError(f"{func}: {name} must be a positive int, got {value!r}")
+
+
 def run_training(epochs: int = 1, steps: int = 1, accumulation_steps: int = 1, microbatch_count: int = 1,
                  checkpoint_queue: Any = None, loss_queue: Any = None, checkpoint_interval: int = 0,
                  _sequential: bool = False, _perf_trace: bool = False, _verify_cfg: Any = None) -> queue.Queue:
-    """Training is not supported yet: raises PybudaError."""
-    raise _training_error()
+    """Main "run" function for training; returns the checkpoint queue.
+
+    For each epoch, each step: ``accumulation_steps`` times ``run_forward(microbatch_count)`` then
+    ``run_backward(microbatch_count, zero_grad=<first accumulation step>)``, then ``run_optimizer``. Every
+    ``checkpoint_interval`` optimizer steps (0: never) a checkpoint (one dict of parameters per device) goes to
+    ``checkpoint_queue``, and a last one at the end; schedulers step at the end of each epoch. ``loss_queue``
+    receives the loss of every microbatch. All ``epochs * steps * accumulation_steps * microbatch_count``
+    inputs (and targets) must be pushed first: a missing one is an InputError before anything runs.
+    """
+    _positive("run_training", epochs=epochs, steps=steps, accumulation_steps=accumulation_steps,
+              microbatch_count=microbatch_count)
+    if not isinstance(checkpoint_interval, int) or isinstance(checkpoint_interval, bool) or checkpoint_interval < 0:
+        raise InputError(f"run_training: checkpoint_interval must be a non-negative int, got {checkpoint_interval!r}")
+    from pybuda.runtime import training
+
+    checkpoint_queue = checkpoint_queue if checkpoint_queue is not None else OutputQueue()
+    session = training.current()
+    if session is None:
+        initialize_pipeline(True, checkpoint_queue=checkpoint_queue, microbatch_count=microbatch_count,
+                            _verify_cfg=_verify_cfg)
+        session = training.current()
+    session.checkpoint_queue = checkpoint_queue
+    session.loss_queue = loss_queue if loss_queue is not None else session.loss_queue
+    session.require_inputs(epochs * steps * accumulation_steps * microbatch_count, "run_training")
+    for _ in range(epochs):
+        for _ in range(steps):
+            for acc in range(accumulation_steps):
+                session.forward(microbatch_count)
+                session.backward(microbatch_count, zero_grad=acc == 0)
+            session.optimizer(checkpoint=checkpoint_interval > 0 and
+                              (session.optimizer_steps + 1) % checkpoint_interval == 0)
+        session.schedulers()
+    checkpoint_queue.put(session.checkpoint())
+    return checkpoint_queue
 
 
 def run_backward(input_count: int = 1, zero_grad: bool = False, _sequential: bool = False) -> None:
-    """Training is not supported yet: raises PybudaError."""
-    raise _training_error()
+    """Run the backward of the ``input_count`` oldest forwards (``zero_grad``: clear the accumulated
+    gradients first). Each needs its ``run_forward``; a backward without one is an error."""
+    _training_session("run_backward").backward(input_count, zero_grad)
 
 
 def run_optimizer(checkpoint: bool = False, _sequential: bool = False) -> None:
-    """Training is not supported yet: raises PybudaError."""
-    raise _training_error()
+    """One optimizer step on every device over the accumulated gradients; ``checkpoint`` also pushes the new
+    parameters to the checkpoint queue."""
+    _training_session("run_optimizer").optimizer(checkpoint)
 
 
 def run_schedulers(_sequential: bool = False) -> None:
-    """Training is not supported yet: raises PybudaError."""
-    raise _training_error()
+    """Step every device's learning-rate scheduler (the new rate reaches the device without a recompile)."""
+    _training_session("run_schedulers").schedulers()
 
 
 def get_parameter_gradients(device: Optional[Device] = None, _sequential: bool = False) -> List[Dict[str, Any]]:
-    """Training is not supported yet: raises PybudaError."""
-    raise _training_error()
+    """Accumulated gradients: one dict (name -> pybuda Tensor) per device, or for ``device`` only."""
+    session = _training_session("get_parameter_gradients")
+    devices = [device] if device is not None else [t.device for t in session.user_trainers()]
+    return [d.get_parameter_gradients() for d in devices]
 
 
-def get_loss_queue() -> None:
-    """Loss queues belong to training runs; there are none."""
-    return None
+def get_loss_queue() -> Any:
+    """The queue receiving each microbatch's loss in the running training pipeline (None otherwise)."""
+    from pybuda.runtime import training
+
+    session = training.current()
+    return session.loss_queue if session is not None else None
 
 
-def get_checkpoint_queue() -> None:
-    """Checkpoint queues belong to training runs; there are none."""
-    return None
+def get_checkpoint_queue() -> Any:
+    """The checkpoint queue of the running training pipeline (None otherwise)."""
+    from pybuda.runtime import training
+
+    session = training.current()
+    return session.checkpoint_queue if session is not None else None
 
 
 def is_silicon() -> bool:

@@ -167,13 +167,9 @@ class CPUDevice(Device):
 
 
 def _runs_natively(module: Any) -> bool:
-    """PyTorch modules and CPU-fallback stages run as torch code; PyBuda modules and captured graphs
-    run on the CPU reference."""
-    from pybuda.module import PyBudaModule, PyTorchModule
-
-    if isinstance(module, PyTorchModule):
-        return True
-    return not isinstance(module, PyBudaModule) and not hasattr(module, "to_graph")
+    """Framework modules (PyTorch, ONNX, JAX) and CPU-fallback stages run in their own framework; PyBuda
+    modules and captured graphs run on the CPU reference."""
+    return bool(getattr(module, "runs_natively_on_cpu", True))
 
 
 def _call_torch(module: Any, values: Sequence[torch.Tensor], names: Optional[Sequence[str]]) -> Tuple[torch.Tensor, ...]:

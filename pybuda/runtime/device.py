@@ -43,8 +43,8 @@ from pybuda.runtime.transport import EndOfInputs, get_item, is_end_of_inputs, pu
 
 log = logging.getLogger(__name__)
 
-TRAINING_NOT_SUPPORTED = ("training is not supported yet in pybuda: only inference runs "
-                          "(run_inference, or initialize_pipeline(training=False) + run_forward)")
+TRAINING_NOT_SUPPORTED = ("no training pipeline is running: call initialize_pipeline(training=True) or "
+                          "run_training first")
 
 
 #: TT-Buda's device-connector directions (spec §1.5): the forward ones, and the training ones.
@@ -188,6 +188,8 @@ class Device:
         self._mirror_queue: Any = None
         self._is_last = True
         self._first_inputs: Optional[InputItem] = None
+        self._targets: "queue.Queue[InputItem]" = queue.Queue()  # training targets for the loss module
+        self._first_targets: Optional[InputItem] = None
         self._stop_fn: Optional[Callable[[], bool]] = None
         self._inputs_closed = False  # got EndOfInputs: no input will come until the next pipeline
         self._end_sent = False  # passed EndOfInputs on to the next device
@@ -233,7 +235,8 @@ class Device:
         state.mark_changed()
 
     def place_loss_module(self, module: Any) -> None:
-        """Place a loss module (used by training, which is not supported yet; the device must be last)."""
+        """Place a loss module: training computes it on this device, which must be the last of the pipeline,
+        from the device's outputs and the targets pushed with :meth:`push_to_target_inputs`."""
         from pybuda.module import Module
 
         if not isinstance(module, Module):
@@ -328,6 +331,8 @@ class Device:
         model again for the new sample."""
         self._first_inputs = None
         _drain(self._staging)
+        _drain(self._targets)
+        self._first_targets = None
         self.cpu_fallback_device_pre = None
         self.cpu_fallback_device_post = None
         self._translated_modules = None
@@ -348,8 +353,8 @@ class Device:
         return self.microbatch_size or 1, tuple(item.tensors)
 
     def get_first_targets(self) -> Optional[Tuple[torch.Tensor, ...]]:
-        """The first targets pushed (training only): None, as no targets can be pushed without training."""
-        return None
+        """The first targets pushed (the compile sample of the loss module), or None."""
+        return tuple(self._first_targets.tensors) if self._first_targets is not None else None
 
     @property
     def microbatch_size(self) -> Optional[int]:
@@ -360,8 +365,24 @@ class Device:
         return int(first.tensors[0].shape[0])
 
     def push_to_target_inputs(self, *tensors: Any) -> None:
-        """Targets feed a loss module, which only training uses."""
-        raise PybudaError(TRAINING_NOT_SUPPORTED)
+        """Push the targets of one input (``*tensors`` or a tuple) for this device's loss module.
+
+        Validated at once against the first targets pushed: a wrong count, shape or dtype raises InputError
+        here, and a device without a loss module refuses targets."""
+        if self.loss_module is None:
+            raise InputError(f"device '{self.name}' has no loss module: place one with place_loss_module on the last "
+                             f"device and push targets there")
+        item = normalize_push(tensors, self.name)
+        first = self._first_targets
+        if first is not None:
+            want = [(tuple(t.shape), t.dtype) for t in first.tensors]
+            got = [(tuple(t.shape), t.dtype) for t in item.tensors]
+            if want != got:
+                raise InputError(f"device '{self.name}': targets {item.describe()} do not match the first targets "
+                                 f"pushed ({first.describe()}); every push must have the same shapes and dtypes")
+        else:
+            self._first_targets = item
+        self._targets.put(item)
 
     # --- pipeline API on one device ---------------------------------------------------------------------
     def sync(self) -> None:
@@ -377,16 +398,28 @@ class Device:
         from pybuda.runtime import context
         from pybuda.tensor import Tensor
 
+        from pybuda.runtime import training
+
         ctx = context.current()
-        if ctx is not None and self in ctx.devices:
+        session = training.current()
+        if session is not None and self in session.devices:
+            values = session.trainer_of(self).parameters()
+        elif ctx is not None and self in ctx.devices:
             values = ctx.request(self, Command(CommandType.GET_PARAMETER_CHECKPOINT))
         else:
             values = self._parameter_values()
         return {k: Tensor.create_from_torch(v) for k, v in values.items()}
 
     def get_parameter_gradients(self) -> Dict[str, Any]:
-        """Gradients exist only in training, which is not supported yet."""
-        raise PybudaError(TRAINING_NOT_SUPPORTED)
+        """The gradients accumulated since the last ``run_backward(zero_grad=True)``, as pybuda Tensors by
+        parameter name (training only)."""
+        from pybuda.runtime import training
+        from pybuda.tensor import Tensor
+
+        session = training.current()
+        if session is None:
+            raise PybudaError(TRAINING_NOT_SUPPORTED)
+        return {k: Tensor.create_from_torch(v) for k, v in session.trainer_of(self).grads.items()}
 
     def update_device_parameters(self, parameters: Mapping[str, Any]) -> None:
         """Replace parameter values on this device (by name; shapes must match)."""
@@ -402,8 +435,13 @@ class Device:
                 values[k] = _as_torch(v).detach().clone()
             except InputError as e:
                 raise InputError(f"device '{self.name}', parameter '{k}': {e}") from None
+        from pybuda.runtime import training
+
         ctx = context.current()
-        if ctx is not None and self in ctx.devices:
+        session = training.current()
+        if session is not None and self in session.devices:
+            session.trainer_of(self).set_parameters(values)
+        elif ctx is not None and self in ctx.devices:
             ctx.request(self, Command(CommandType.UPDATE_DEVICE_PARAMETERS, {"parameters": values}))
         else:
             self._update_parameters(values)
@@ -464,7 +502,11 @@ class Device:
             raise InputError(f"device '{self.name}': unknown transfer direction '{direction}'; expected one of "
                              f"{list(_FORWARD_DIRECTIONS + _TRAINING_DIRECTIONS)}")
         if direction in _TRAINING_DIRECTIONS:
-            raise PybudaError(TRAINING_NOT_SUPPORTED)
+            from pybuda.runtime import training
+
+            if training.current() is None:
+                raise PybudaError(TRAINING_NOT_SUPPORTED)
+            return  # training runs in the caller's thread: every transfer has completed when a call returns
         self.sync()
 
     # --- what subclasses implement -------------------------------------------------------------------
@@ -580,7 +622,7 @@ class Device:
                 put_item(self._mirror_queue, [Tensor.create_from_torch(o) for o in outputs])
 
     # --- pickling into a device process -----------------------------------------------------------------
-    _TRANSIENT = ("_staging", "cpu_fallback_device_pre", "cpu_fallback_device_post", "_fallback_of", "_stop_fn",
+    _TRANSIENT = ("_staging", "_targets", "cpu_fallback_device_pre", "cpu_fallback_device_post", "_fallback_of", "_stop_fn",
                   "_artifact", "_runners")
 
     def __getstate__(self) -> Dict[str, Any]:
@@ -593,6 +635,7 @@ class Device:
     def __setstate__(self, st: Dict[str, Any]) -> None:
         self.__dict__.update(st)
         self._staging = queue.Queue()
+        self._targets = queue.Queue()
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}('{self.name}', modules={[m.name for m in self.modules]})"

@@ -28,7 +28,7 @@ import torch
 
 from pybuda.tensor import as_tuple
 from pybuda.errors import CompileError
-from pybuda.module import Module, PyTorchModule
+from pybuda.module import Module
 from pybuda.runtime import state
 from pybuda.runtime.backend_api import fold_microbatch, split_microbatch
 from pybuda.runtime.device import Device
@@ -83,7 +83,7 @@ def translate_pipeline(devices: Sequence[Device], config: Any) -> List[Device]:
         if image is not None and (image.cpu_pre is not None or image.cpu_post is not None):
             pre, post = _translate_image(d, image, counter)
             pipeline.extend(x for x in (pre, d, post) if x is not None)
-        elif isinstance(d, TTDevice) and any(isinstance(m, PyTorchModule) for m in d.modules):
+        elif isinstance(d, TTDevice) and any(_framework_module(m) for m in d.modules):
             pre, post = _translate_tt(d, config, counter)
             pipeline.extend(x for x in (pre, d, post) if x is not None)
         else:
@@ -149,7 +149,7 @@ def _translate_tt(device: Device, config: Any, counter: List[int]) -> Tuple[Opti
     for module in device.modules:
         if previous is not None:
             values, names = list(previous().graph_outputs), None
-        if not isinstance(module, PyTorchModule):
+        if not _framework_module(module):
             translated.append(module)
             previous = _once(module_to_graph, module, values, names)
             continue
@@ -171,6 +171,11 @@ def _translate_tt(device: Device, config: Any, counter: List[int]) -> Tuple[Opti
     device._translated_modules = translated
     _attach_fallback(device, pre_dev, post_dev, sample)
     return pre_dev, post_dev
+
+
+def _framework_module(module: Any) -> bool:
+    """A module a frontend captures (PyTorch, ONNX, JAX ...): its capture may split off CPU stages."""
+    return bool(getattr(module, "runs_natively_on_cpu", True)) and hasattr(module, "to_graph")
 
 
 def _once(fn: Callable[..., Any], *args: Any) -> Callable[[], Any]:

@@ -212,7 +212,8 @@ class TTDevice(Device):
         from pybuda.tti.image import TTDeviceImage
 
         if training or sample_targets:
-            raise api._training_error()
+            raise PybudaError("compile_to_image(training=True): device images hold inference programs only; train "
+                              "with initialize_pipeline(training=True) / run_training, then save an inference image")
         if self.loaded_image is not None:
             raise PybudaError(f"TTDevice '{self.name}' already runs a loaded image; save that image instead")
         previous = self.device_mode

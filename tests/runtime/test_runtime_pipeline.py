@@ -190,13 +190,17 @@ def test_compile_only_mode_compiles_but_does_not_run():
         pybuda.run_forward(1)
 
 
-def test_training_is_reported_as_unsupported():
-    for call in (pybuda.run_training, pybuda.run_backward, pybuda.run_optimizer, pybuda.get_parameter_gradients):
-        with pytest.raises(PybudaError, match="training is not supported yet"):
+def test_training_calls_without_a_training_pipeline_say_so():
+    for call in (pybuda.run_backward, pybuda.run_optimizer, pybuda.run_schedulers, pybuda.get_parameter_gradients):
+        with pytest.raises(PybudaError, match="no training pipeline is running"):
             call()
+    with pytest.raises(PybudaError, match="no devices"):
+        pybuda.run_training()
     pybuda.CPUDevice("cpu0", module=pybuda.PyTorchModule("lin", torch.nn.Linear(4, 2)))
-    with pytest.raises(PybudaError, match="training is not supported yet"):
-        pybuda.initialize_pipeline(training=True, sample_inputs=(torch.randn(1, 4),))
+    pybuda.initialize_pipeline(training=True, sample_inputs=(torch.randn(1, 4),))
+    pybuda.get_parameter_gradients()  # empty before a backward
+    with pytest.raises(PybudaError, match="no loss module"):
+        pybuda.run_backward()
 
 
 def test_device_defaults():

@@ -17,7 +17,7 @@ from typing import Any, Dict, List
 
 import torch
 
-from pybuda.ir.graph import CONSTANT, OP, PARAMETER, Graph
+from pybuda.ir.graph import CONSTANT, OP, PARAMETER, RUNTIME_UPDATED, Graph
 from pybuda.ops import registry
 from pybuda.passes.context import CompileContext
 
@@ -31,6 +31,8 @@ def evaluate_constants(graph: Graph, ctx: CompileContext) -> Graph:
     known: Dict[str, torch.Tensor] = {}
     traces: Dict[str, Dict[str, Any]] = {}
     for node in graph:
+        if node.kind == PARAMETER and node.tags.get(RUNTIME_UPDATED):
+            continue  # trained weights and optimizer state change after compile: never fold them
         if node.kind in (PARAMETER, CONSTANT):
             known[node.name] = graph.tensors[node.name]
             traces[node.name] = {"sources": [node.name] if node.kind == PARAMETER else [], "ops": []}

@@ -63,7 +63,7 @@ import numpy as np
 import torch
 
 from pybuda.errors import CompileError
-from pybuda.ir.graph import CONSTANT, INPUT, OP, PARAMETER, Graph, Node
+from pybuda.ir.graph import CONSTANT, INPUT, OP, PARAMETER, RUNTIME_UPDATED, Graph, Node
 from pybuda.ops import registry
 from pybuda.passes.lower import pickers
 from pybuda.ir.lowered import BudaGraph, BudaOp, BudaQueue, TileShape
@@ -151,7 +151,10 @@ class _Lowering(ConvPoolLowering, ReductionLowering, DataMovementLowering):
         self.pending[node.name] = (kind, value, tags, node.requires_grad)
         self.values[node.name] = value
         z, r, c = canonical_zrc(value.shape)
-        return DVal(node.name, (), z, r, c, is_queue_value=True)
+        # A value the runtime rewrites (trained weights, optimizer state) cannot have derived copies made at
+        # compile time: it is read like an activation (replicated on the device when broadcast).
+        fixed = not node.tags.get(RUNTIME_UPDATED)
+        return DVal(node.name, (), z, r, c, is_queue_value=fixed)
 
     def _queue_value(self, base: DVal, purpose: str, value: torch.Tensor, extra_tags: Optional[dict] = None) -> DVal:
         """A queue derived at compile time from a parameter/constant (replicated, reshaped, ...)."""

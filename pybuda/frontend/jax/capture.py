@@ -1,0 +1,524 @@
+"""Capture a JAX function or Flax linen module into a pybuda ``ir.Graph`` from its jaxpr.
+
+``jax.make_jaxpr`` traces the model with the sample inputs (no TensorFlow involved); every equation of
+the jaxpr is then mapped onto registry ops by the converters in :mod:`pybuda.frontend.jax.primitives`.
+Call-like primitives (``jit``/``pjit``, ``closed_call``, ``custom_jvp_call``, ``custom_vjp_call``,
+``remat``) are inlined. The arrays of ``params`` become graph parameters named by their pytree path
+(``Dense_0.kernel``; a Flax ``params`` collection is dropped from the name, other collections such as
+``batch_stats`` are kept as a prefix); arrays the function closes over become constants.
+
+Usage::
+
+    result = capture(fn, (x,), params=params)             # fn(params, x)
+    result = capture(flax_module, (x,), params=variables) # flax_module.apply(variables, x)
+    result.graph                 # the ir.Graph
+    outputs = result.run(x)      # the graph on the CPU reference, as torch tensors
+"""
+
+from __future__ import annotations
+
+import inspect
+import logging
+import math
+import re
+from dataclasses import dataclass, field
+from types import SimpleNamespace
+from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
+
+import numpy as np
+import torch
+
+from pybuda.errors import CompileError, InputError, UnsupportedOp, UnsupportedOpError
+from pybuda.frontend.aten_builder import Builder, Const, Missing, Unsupported
+from pybuda.ir.graph import INPUT, OP, OUTPUT, Graph
+
+log = logging.getLogger(__name__)
+
+STAGE = "GENERATE_INITIAL_GRAPH"
+
+#: Primitives whose sub-jaxpr is inlined (the param holding it is looked up in :data:`_SUBJAXPR_KEYS`).
+INLINED = ("pjit", "jit", "closed_call", "core_call", "custom_jvp_call", "custom_vjp_call",
+           "custom_vjp_call_jaxpr", "remat", "checkpoint", "remat2", "custom_lin")
+_SUBJAXPR_KEYS = ("jaxpr", "call_jaxpr", "fun_jaxpr")
+
+
+def _jax():
+    try:
+        import jax
+    except ImportError:  # pragma: no cover - depends on the environment
+        raise CompileError("the JAX frontend needs jax (and flax for Flax modules): pip install 'pybuda[jax]'",
+                           stage=STAGE) from None
+    return jax
+
+
+# --- dtypes and values -------------------------------------------------------------------------------
+def torch_dtype(dtype: Any) -> torch.dtype:
+    """The torch dtype of a JAX/numpy dtype (bfloat16 included)."""
+    dt = np.dtype(dtype)
+    if dt.name == "bfloat16":
+        return torch.bfloat16
+    if dt == np.bool_:
+        return torch.bool
+    return torch.from_numpy(np.zeros(0, dtype=dt)).dtype
+
+
+def to_torch(value: Any) -> torch.Tensor:
+    """A JAX/numpy array (or torch tensor, or pybuda Tensor) as a torch tensor (copied, CPU)."""
+    if isinstance(value, torch.Tensor):
+        return value.detach()
+    if hasattr(value, "value") and callable(value.value) and not isinstance(value, np.ndarray):
+        return value.value().detach()  # a pybuda Tensor
+    arr = np.asarray(value)
+    if arr.dtype.name == "bfloat16":
+        return torch.from_numpy(arr.astype(np.float32)).to(torch.bfloat16)
+    return torch.from_numpy(np.array(arr, copy=True))
+
+
+def to_jax_array(value: Any) -> Any:
+    """A torch tensor, pybuda Tensor, numpy array or scalar as a JAX array (torch int64 stays int64 only
+    when JAX's x64 mode is on; otherwise JAX narrows it, as it does for numpy)."""
+    jnp = _jax().numpy
+    if hasattr(value, "value") and callable(value.value) and not isinstance(value, (np.ndarray, torch.Tensor)):
+        value = value.value()
+    if isinstance(value, torch.Tensor):
+        t = value.detach().cpu()
+        if t.dtype == torch.bfloat16:
+            return jnp.asarray(t.float().numpy(), dtype=jnp.bfloat16)
+        return jnp.asarray(t.numpy())
+    return jnp.asarray(value)
+
+
+# --- naming ------------------------------------------------------------------------------------------
+def _key_str(k: Any) -> str:
+    for attr_name in ("key", "name", "idx"):
+        if hasattr(k, attr_name):
+            return str(getattr(k, attr_name))
+    return str(k)
+
+
+def parameter_names(params: Any) -> List[Tuple[str, Any]]:
+    """``(name, leaf)`` for every array of a params pytree, in ``jax.tree_util`` flatten order.
+
+    Names join the path with dots; a leading Flax ``params`` collection is dropped
+    (``{'params': {'Dense_0': {'kernel': ..}}}`` -> ``Dense_0.kernel``)."""
+    jax = _jax()
+    leaves = jax.tree_util.tree_flatten_with_path(params)[0]
+    out: List[Tuple[str, Any]] = []
+    seen: Dict[str, int] = {}
+    for path, leaf in leaves:
+        parts = [_key_str(k) for k in path]
+        if len(parts) > 1 and parts[0] == "params":
+            parts = parts[1:]
+        name = ".".join(parts) or "param"
+        if name in seen:
+            seen[name] += 1
+            name = f"{name}_{seen[name]}"
+        else:
+            seen[name] = 0
+        out.append((name, leaf))
+    return out
+
+
+def _trainable(params: Any) -> List[bool]:
+    """Which params leaves are trainable: all but Flax collections other than ``params``."""
+    jax = _jax()
+    leaves = jax.tree_util.tree_flatten_with_path(params)[0]
+    out = []
+    for path, _ in leaves:
+        first = _key_str(path[0]) if path else ""
+        is_flax_vars = isinstance(params, Mapping) and "params" in params
+        out.append(not is_flax_vars or first == "params")
+    return out
+
+
+def _clean(name: str) -> str:
+    return re.sub(r"[^A-Za-z0-9_.]+", "_", name).strip("._") or "op"
+
+
+def source_location(eqn: Any) -> str:
+    """``file:line (function)`` of the user code that emitted ``eqn`` ('<unknown>' if JAX has none)."""
+    try:
+        from jax._src import source_info_util
+
+        return source_info_util.summarize(eqn.source_info)
+    except Exception:  # source info is best effort: private API
+        return "<unknown>"
+
+
+def name_stack(eqn: Any) -> str:
+    """The eqn's name stack (Flax module path such as ``MLP/Dense_0``), or ''."""
+    try:
+        return str(eqn.source_info.name_stack)
+    except Exception:
+        return ""
+
+
+def _is_flax_module(obj: Any) -> bool:
+    try:
+        import flax.linen as nn
+    except ImportError:
+        return False
+    return isinstance(obj, nn.Module)
+
+
+def as_apply_fn(fn_or_module: Any) -> Callable[..., Any]:
+    """``fn(params, *inputs)`` for a plain function (itself) or a Flax module (``module.apply``)."""
+    if _is_flax_module(fn_or_module):
+        module = fn_or_module
+        return lambda variables, *xs: module.apply(variables, *xs)
+    if not callable(fn_or_module):
+        raise CompileError(f"JAX capture expects a function fn(params, *inputs) or a Flax module, got "
+                           f"{type(fn_or_module).__name__}", stage=STAGE)
+    return fn_or_module
+
+
+def input_names(fn_or_module: Any, count: int, with_params: bool = True) -> List[str]:
+    """Graph input names from the function's signature (after ``params``), else ``input_<i>``."""
+    target = fn_or_module.__call__ if _is_flax_module(fn_or_module) else fn_or_module
+    names: List[str] = []
+    try:
+        sig = inspect.signature(target)
+        names = [p.name for p in sig.parameters.values()
+                 if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+        if with_params and not _is_flax_module(fn_or_module):
+            names = names[1:]
+    except (TypeError, ValueError):
+        names = []
+    names = names[:count]
+    names += [f"input_{i}" for i in range(len(names), count)]
+    return names
+
+
+# --- the builder --------------------------------------------------------------------------------------
+class JaxBuilder(Builder):
+    """The ATen mapper's :class:`~pybuda.frontend.aten_builder.Builder`, driven by jaxpr equations.
+
+    Ops are named ``<name stack>.<primitive>`` (``MLP.Dense_0.dot_general``) and tagged with the source
+    line (``source``), the Flax module path (``layer``) and the primitive (``jax``)."""
+
+    def begin_eqn(self, eqn: Any) -> None:
+        """Start emitting ops for jaxpr equation ``eqn``."""
+        stack = name_stack(eqn)
+        prim = eqn.primitive.name
+        base = _clean(f"{stack.replace('/', '.')}.{prim}" if stack else prim)
+        self.node = SimpleNamespace(name=base)
+        self.op_types = []
+        self._tags = {"source": source_location(eqn), "jax": prim}
+        if stack:
+            self._tags["layer"] = stack
+
+
+# --- results -------------------------------------------------------------------------------------------
+@dataclass
+class JaxCaptureResult:
+    """A captured JAX model: the device graph and the names of its inputs and outputs.
+
+    Mirrors the torch frontend's ``CaptureResult`` where it matters: :meth:`split_for_devices` (no CPU
+    stages: JAX primitives the chip cannot run are not split off), :meth:`flatten_inputs`, :meth:`run`."""
+
+    graph: Graph
+    input_names: List[str]
+    output_names: List[str]
+    parameter_names: List[str]
+    out_tree: Any = field(default=None, repr=False)
+    jaxpr: Any = field(default=None, repr=False)
+    primitive_counts: Dict[str, int] = field(default_factory=dict)
+    pre: Optional[Callable[..., Any]] = None
+    post: Optional[Callable[..., Any]] = None
+
+    def split_for_devices(self):
+        """``(None, graph, None)``: the whole model is in the graph."""
+        return self.pre, self.graph, self.post
+
+    def flatten_inputs(self, *args: Any, **kwargs: Any) -> List[torch.Tensor]:
+        """The inputs as the flat list of torch tensors the graph takes."""
+        flat = [to_torch(a) for a in args] + [to_torch(kwargs[k]) for k in kwargs]
+        if len(flat) != len(self.input_names):
+            raise InputError(f"graph '{self.graph.name}' takes {len(self.input_names)} input(s) "
+                             f"{self.input_names}, got {len(flat)}")
+        out = []
+        for t, node in zip(flat, self.graph.inputs):
+            out.append(t.to(node.dtype) if t.dtype != node.dtype else t)
+        return out
+
+    def run(self, *args: Any, parameters: Optional[Mapping[str, torch.Tensor]] = None) -> List[torch.Tensor]:
+        """Run the graph on the CPU reference; returns the flat outputs as torch tensors."""
+        from pybuda.verify import run_graph_on_cpu
+
+        with torch.no_grad():
+            return list(run_graph_on_cpu(self.graph, self.flatten_inputs(*args), parameters=parameters))
+
+    def unflatten_outputs(self, flat: Sequence[Any]) -> Any:
+        """The model's output structure (tuple, dict ...) rebuilt from flat outputs."""
+        if self.out_tree is None:
+            return tuple(flat)
+        return _jax().tree_util.tree_unflatten(self.out_tree, list(flat))
+
+
+# --- capture -------------------------------------------------------------------------------------------
+def make_jaxpr(fn_or_module: Any, sample_inputs: Sequence[Any], params: Any = None):
+    """``(closed_jaxpr, out_tree)`` of the model on the sample inputs (params first when given)."""
+    jax = _jax()
+    fn = as_apply_fn(fn_or_module)
+    xs = [to_jax_array(x) for x in sample_inputs]
+    if params is None and _is_flax_module(fn_or_module):
+        raise CompileError("a Flax module needs its variables ({'params': ...}) to be captured", stage=STAGE)
+    try:
+        if params is None:
+            closed, shape = jax.make_jaxpr(fn, return_shape=True)(*xs)
+        else:
+            closed, shape = jax.make_jaxpr(fn, return_shape=True)(params, *xs)
+    except Exception as e:  # tracing failures are user errors (shapes, concrete values)
+        raise CompileError(f"tracing the JAX model failed: {type(e).__name__}: {e}", stage=STAGE) from e
+    out_tree = jax.tree_util.tree_structure(shape)
+    return closed, out_tree
+
+
+def capture(fn_or_module: Any, sample_inputs: Sequence[Any], params: Any = None, graph_name: Optional[str] = None,
+            *, names: Optional[Sequence[str]] = None, for_device: bool = False) -> JaxCaptureResult:
+    """Capture a JAX function ``fn(params, *inputs)`` (or ``fn(*inputs)`` without params) or a Flax
+    linen module (with its variables as ``params``) into an ``ir.Graph``.
+
+    Args:
+        fn_or_module: the function or ``flax.linen.Module``.
+        sample_inputs: arrays (torch, numpy or JAX) fixing the input shapes and dtypes.
+        params: the pytree of arrays passed as the first argument; they become graph parameters.
+        graph_name: the graph's name (default: the function's or module class's name).
+        names: graph input names (default: from the signature).
+        for_device: also reject ops the chip cannot run (:mod:`pybuda.passes.lower.capabilities`).
+
+    Raises:
+        UnsupportedOpError: some primitives have no mapping; lists every one with its count and the
+            source lines that emitted it.
+        CompileError: tracing failed.
+    """
+    if not isinstance(sample_inputs, (list, tuple)):
+        sample_inputs = (sample_inputs,)
+    closed, out_tree = make_jaxpr(fn_or_module, sample_inputs, params)
+    name = graph_name or getattr(fn_or_module, "__name__", None) or type(fn_or_module).__name__
+    graph = Graph(_clean(name))
+    b = JaxBuilder(graph)
+    jaxpr = closed.jaxpr
+    env: Dict[Any, Any] = {}
+
+    param_entries = parameter_names(params) if params is not None else []
+    trainable = _trainable(params) if params is not None else []
+    n_params = len(param_entries)
+    if len(jaxpr.invars) != n_params + len(sample_inputs):
+        raise CompileError(f"the jaxpr takes {len(jaxpr.invars)} arrays, expected {n_params} params and "
+                           f"{len(sample_inputs)} inputs (inputs must be arrays, not pytrees)", stage=STAGE)
+    for var, (pname, leaf), req in zip(jaxpr.invars[:n_params], param_entries, trainable):
+        value = to_torch(leaf)
+        env[var] = graph.add_parameter(graph.unique_name(pname), value, requires_grad=bool(req and
+                                       value.dtype.is_floating_point)).name
+    in_names = list(names) if names else input_names(fn_or_module, len(sample_inputs), params is not None)
+    for var, iname in zip(jaxpr.invars[n_params:], in_names):
+        aval = var.aval
+        env[var] = graph.add_input(graph.unique_name(_clean(iname)), tuple(aval.shape), torch_dtype(aval.dtype)).name
+    for i, (var, value) in enumerate(zip(jaxpr.constvars, closed.consts)):
+        env[var] = Const(to_torch(value), f"const_{i}")
+
+    mapper = _Mapper(b, for_device)
+    mapper.run_jaxpr(jaxpr, env)
+    if mapper.unsupported:
+        raise UnsupportedOpError(mapper.report())
+
+    out_names = []
+    b.node = None
+    for i, var in enumerate(jaxpr.outvars):
+        value = mapper.read(env, var)
+        if isinstance(value, Missing):
+            raise CompileError(f"output {i} is a value pybuda does not compute ({value.reason})", stage=STAGE)
+        src = b.tensor(value) if not isinstance(value, (bool, int, float)) else \
+            b.const(torch.full(tuple(var.aval.shape), value, dtype=torch_dtype(var.aval.dtype)), f"output_{i}")
+        src = _fix_shape(b, src, var.aval)
+        if graph[src].kind != OP or graph[src].op_type in ("nop",) or any(
+                graph[o].operands[0] == src for o in out_names):
+            src = graph.add_op(graph.unique_name(f"output_{i}.passthrough"), "nop", [src]).name
+        out_names.append(graph.add_output(graph.unique_name(f"{graph.name}.output_{i}"), src).name)
+    _eliminate_dead_code(graph)
+    return JaxCaptureResult(graph, [n.name for n in graph.inputs], out_names, [n for n, _ in param_entries],
+                            out_tree, closed, dict(mapper.counts))
+
+
+def _fix_shape(b: Builder, name: str, aval: Any) -> str:
+    """``name`` with the aval's shape and dtype (scalars live as shape (1,) in the graph)."""
+    shape = tuple(int(d) for d in aval.shape)
+    dtype = torch_dtype(aval.dtype)
+    node = b.graph[name]
+    if node.shape != shape and math.prod(node.shape) == math.prod(shape):
+        name = b.op("reshape", [name], shape=shape)
+    if b.graph[name].dtype != dtype:
+        name = b.cast(name, dtype)
+    return name
+
+
+def _eliminate_dead_code(graph: Graph) -> None:
+    live = set()
+    for node in reversed(list(graph.nodes.values())):
+        if node.kind == OUTPUT or node.name in live:
+            live.add(node.name)
+            live.update(node.operands)
+    dead = [name for name, node in graph.nodes.items() if name not in live and node.kind != INPUT]
+    if dead:
+        dead_set = set(dead)
+        graph.nodes = {k: v for k, v in graph.nodes.items() if k not in dead_set}
+        for name in dead:
+            graph.tensors.pop(name, None)
+
+
+class _Mapper:
+    """Walks a jaxpr (inlining calls), converting each equation and collecting unsupported ones."""
+
+    def __init__(self, b: JaxBuilder, for_device: bool):
+        from pybuda.frontend.jax import primitives
+
+        self.b = b
+        self.for_device = for_device
+        self.converters = primitives.CONVERTERS
+        self.unsupported: List[Tuple[str, str, str]] = []  # (primitive, location, reason)
+        self.counts: Dict[str, int] = {}
+
+    def read(self, env: Mapping[Any, Any], var: Any) -> Any:
+        if _is_literal(var):
+            return _literal_value(var)
+        return env[var]
+
+    def run_jaxpr(self, jaxpr: Any, env: Dict[Any, Any]) -> None:
+        for eqn in jaxpr.eqns:
+            self.run_eqn(eqn, env)
+
+    def _inline(self, eqn: Any, env: Dict[Any, Any]) -> bool:
+        # Any primitive carrying a sub-jaxpr (the INLINED ones, and newer call-like primitives) is inlined.
+        sub = next((eqn.params[k] for k in _SUBJAXPR_KEYS if k in eqn.params), None)
+        if sub is None or not (hasattr(sub, "eqns") or hasattr(sub, "jaxpr")):
+            return False
+        inner = sub if hasattr(sub, "eqns") else sub.jaxpr
+        consts = list(getattr(sub, "consts", []) or [])
+        sub_env: Dict[Any, Any] = {}
+        for i, (var, value) in enumerate(zip(inner.constvars, consts)):
+            sub_env[var] = Const(to_torch(value), f"{eqn.primitive.name}_const_{i}")
+        args = [self.read(env, v) for v in eqn.invars]
+        # custom_vjp_call may pass extra leading consts; align from the end.
+        for var, value in zip(inner.invars, args[len(args) - len(inner.invars):]):
+            sub_env[var] = value
+        self.run_jaxpr(inner, sub_env)
+        for out, var in zip(eqn.outvars, inner.outvars):
+            env[out] = self.read(sub_env, var)
+        return True
+
+    def _call(self, eqn: Any, env: Dict[Any, Any]) -> bool:
+        """Convert a named call as a whole (``primitives.CALLS``); False to inline it instead."""
+        from pybuda.frontend.jax import primitives
+
+        conv = primitives.CALLS.get(str(eqn.params.get("name", "")))
+        if conv is None:
+            return False
+        args = [self.read(env, v) for v in eqn.invars]
+        if any(isinstance(a, Missing) for a in args):
+            return False
+        self.b.begin_eqn(eqn)
+        mark = len(self.b.graph.nodes)
+        try:
+            value = _fix_shape(self.b, conv(self.b, eqn, args), eqn.outvars[0].aval)
+        except Unsupported:
+            for name in list(self.b.graph.nodes)[mark:]:  # drop what the attempt emitted
+                self.b.graph.nodes.pop(name)
+                self.b.graph.tensors.pop(name, None)
+            return False
+        self.counts[eqn.params["name"]] = self.counts.get(eqn.params["name"], 0) + 1
+        env[eqn.outvars[0]] = value
+        return True
+
+    def run_eqn(self, eqn: Any, env: Dict[Any, Any]) -> None:
+        prim = eqn.primitive.name
+        b = self.b
+        conv = self.converters.get(prim)
+        if conv is None and prim in ("jit", "pjit") and self._call(eqn, env):
+            return
+        if conv is None and self._inline(eqn, env):
+            return
+        self.counts[prim] = self.counts.get(prim, 0) + 1
+        args = [self.read(env, v) for v in eqn.invars]
+        if conv is None:
+            self._fail(eqn, "no mapping to a pybuda op")
+            self._standins(eqn, env)
+            return
+        if any(isinstance(a, Missing) for a in args):
+            self._standins(eqn, env)
+            return
+        b.begin_eqn(eqn)
+        before = len(b.graph.nodes)
+        try:
+            result = conv(b, eqn, args)
+            outs = list(result) if isinstance(result, (list, tuple)) else [result]
+            if len(outs) != len(eqn.outvars):
+                raise Unsupported(f"converter produced {len(outs)} results, the primitive has {len(eqn.outvars)}")
+            fixed = []
+            for value, var in zip(outs, eqn.outvars):
+                if isinstance(value, str):
+                    value = _fix_shape(b, value, var.aval)
+                fixed.append(value)
+            if len(fixed) == 1:
+                fixed = [b.finish(fixed[0])]
+        except Unsupported as e:
+            self._fail(eqn, str(e))
+            self._standins(eqn, env)
+            return
+        if self.for_device:
+            reason = _device_unsupported(b.graph, list(b.graph.nodes)[before:])
+            if reason is not None:
+                self._fail(eqn, reason)
+        for var, value in zip(eqn.outvars, fixed):
+            env[var] = value
+
+    def _fail(self, eqn: Any, reason: str) -> None:
+        self.unsupported.append((eqn.primitive.name, source_location(eqn), reason))
+
+    def _standins(self, eqn: Any, env: Dict[Any, Any]) -> None:
+        # Placeholder inputs let the equations after an unmapped one be checked too.
+        g = self.b.graph
+        for i, var in enumerate(eqn.outvars):
+            aval = var.aval
+            env[var] = g.add_input(g.unique_name(f"unmapped.{eqn.primitive.name}.{i}"),
+                                   tuple(int(d) for d in aval.shape), torch_dtype(aval.dtype)).name
+
+    def report(self) -> List[UnsupportedOp]:
+        """One entry per unsupported primitive: its count, source lines and reasons."""
+        grouped: Dict[str, List[Tuple[str, str]]] = {}
+        for prim, loc, reason in self.unsupported:
+            grouped.setdefault(prim, []).append((loc, reason))
+        out = []
+        for prim, hits in grouped.items():
+            locs = list(dict.fromkeys(loc for loc, _ in hits))
+            reasons = list(dict.fromkeys(r for _, r in hits))
+            where = "; ".join(locs[:5]) + (f"; and {len(locs) - 5} more" if len(locs) > 5 else "")
+            out.append(UnsupportedOp(f"jax.lax.{prim} (x{len(hits)})", where, "; ".join(reasons[:3])))
+        return out
+
+
+def _device_unsupported(graph: Graph, created: Sequence[str]) -> Optional[str]:
+    from pybuda.passes.lower.capabilities import unsupported_reason
+
+    for name in created:
+        node = graph.nodes.get(name)
+        if node is not None and node.kind == OP:
+            reason = unsupported_reason(graph, node)
+            if reason is not None:
+                return reason
+    return None
+
+
+def _is_literal(var: Any) -> bool:
+    return type(var).__name__ == "Literal"
+
+
+def _literal_value(var: Any) -> Any:
+    """A rank-0 literal as a Python scalar; larger literals as a Const."""
+    val = np.asarray(var.val)
+    if val.ndim == 0:
+        item = val.item()
+        if val.dtype == np.bool_:
+            return bool(item)
+        return item
+    return Const(to_torch(val), "literal")

@@ -1,0 +1,710 @@
+"""The ONNX importer: an ``onnx.ModelProto`` onto pybuda registry ops, with CPU fallback per ONNX node.
+
+Steps (:func:`import_model`):
+
+1. load, check and (below opset 13) upgrade the model (:mod:`.model`); bind dynamic dims to the sample
+   inputs' shapes and probe every intermediate value once in ONNX Runtime (static shapes and dtypes);
+2. walk the nodes in order. A node whose inputs are all known at import time (constants, integer
+   initializers, shapes of static tensors) is evaluated right away (``onnx.reference``), so
+   ``Shape -> Gather -> Concat -> Reshape`` chains fold into constants. Every other node goes through its
+   converter in :mod:`.ops` (one per ONNX op type) that emits registry ops through the torch frontend's
+   :class:`~pybuda.frontend.aten_builder.Builder`;
+3. nodes without a converter, whose converter cannot express the call, whose ops the chip cannot run
+   (:mod:`pybuda.passes.lower.capabilities`, when compiling for the device) or whose op type is in
+   ``cpu_fallback_ops`` run on the host: exactly the torch frontend's rule (:mod:`pybuda.frontend.fallback`)
+   picks the smaller of their ancestors (CPU *pre*) or descendants (CPU *post*), and those stages are ONNX
+   subgraphs run by ONNX Runtime (:class:`~pybuda.frontend.onnx.stages.OnnxStage`). With fallback disabled,
+   :class:`~pybuda.errors.UnsupportedOpError` lists every such node with its name and op type.
+
+Float initializers become parameters (``requires_grad=False``); integer ones stay constants (they are
+shapes and indices). The result is an :class:`OnnxCapture`, which follows the stage contract of
+:meth:`pybuda.frontend.torch.CaptureResult.split_for_devices`.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import re
+from dataclasses import dataclass, field
+from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Set, Tuple
+
+import numpy as np
+import torch
+
+from pybuda.errors import CompileError, InputError, UnsupportedOp, UnsupportedOpError
+from pybuda.frontend.aten_builder import Builder, Const, Missing, Unsupported
+from pybuda.frontend.fallback import FallbackOp, FallbackReport, warn_if_large
+from pybuda.frontend.onnx import model as onnx_model
+from pybuda.frontend.onnx.model import onnx
+from pybuda.ir.graph import OP, Graph
+
+log = logging.getLogger(__name__)
+
+STAGE = "GENERATE_INITIAL_GRAPH"
+PRE, DEVICE, POST = "pre", "device", "post"
+
+#: Ops never folded at import time: their result is not a function of their inputs.
+NONDETERMINISTIC = frozenset({"RandomNormal", "RandomUniform", "RandomNormalLike", "RandomUniformLike", "Bernoulli",
+                              "Multinomial"})
+
+
+@dataclass(eq=False)
+class Param(Const):
+    """A float initializer: a parameter of the device graph (its value is readable as a static input too)."""
+
+
+class OnnxAttributeError(CompileError):
+    """An ONNX node carries an attribute value that the op does not accept."""
+
+
+def _safe(name: str) -> str:
+    cleaned = re.sub(r"[^0-9A-Za-z_.]", "_", name).strip("_.") or "v"
+    return cleaned if not cleaned[0].isdigit() else "v" + cleaned
+
+
+class OnnxBuilder(Builder):
+    """The torch frontend's Builder, driven by ONNX nodes instead of FX nodes."""
+
+    def __init__(self, graph: Graph):
+        super().__init__(graph)
+        self._param_nodes: Dict[int, str] = {}
+
+    def begin_onnx(self, node: "onnx.NodeProto", label: str) -> None:
+        """Start emitting ops for ONNX ``node`` (``label`` names the ops)."""
+        self.node = _NameOnly(label)
+        self.op_types = []
+        self._tags = {"onnx": node.op_type, "source": f"onnx node '{node.name or label}'"}
+
+    def tensor(self, v: Any, dtype: Optional[torch.dtype] = None) -> str:
+        if isinstance(v, Param):
+            name = self._param_nodes.get(id(v))
+            if name is None:
+                name = self.graph.add_parameter(self.graph.unique_name(v.name), v.value, requires_grad=False).name
+                self._param_nodes[id(v)] = name
+            if dtype is not None and self.graph[name].dtype != dtype:
+                return self.cast(name, dtype)
+            return name
+        if v is None:
+            raise Unsupported("uses an absent optional input")
+        return super().tensor(v, dtype)
+
+
+@dataclass
+class _NameOnly:
+    name: str
+
+
+# --- the per-node context handed to converters ------------------------------------------------------
+_REQUIRED = object()
+
+
+class NodeCtx:
+    """What a converter sees of one ONNX node: its inputs (graph values or constants), validated
+    attributes, the static output shapes/dtypes, and the builder."""
+
+    def __init__(self, imp: "_Importer", node: "onnx.NodeProto", label: str, inputs: List[Any]):
+        self.imp = imp
+        self.node = node
+        self.label = label
+        self.b: OnnxBuilder = imp.b
+        self.inputs = inputs
+        self.opset = imp.opset
+        self.attrs = {a.name: onnx.helper.get_attribute_value(a) for a in node.attribute}
+        self._used: Set[str] = set()
+
+    @property
+    def op_type(self) -> str:
+        return self.node.op_type
+
+    # --- inputs ---
+    def has(self, i: int) -> bool:
+        """True when optional input ``i`` is given."""
+        return i < len(self.inputs) and self.inputs[i] is not None
+
+    def x(self, i: int, dtype: Optional[torch.dtype] = None) -> str:
+        """Input ``i`` as a graph node name (cast to ``dtype`` if given)."""
+        if not self.has(i):
+            raise self.bad(f"input {i} is required")
+        return self.b.tensor(self.inputs[i], dtype)
+
+    def value(self, i: int) -> Any:
+        """Input ``i`` as the raw value (node name, Const or None)."""
+        return self.inputs[i] if i < len(self.inputs) else None
+
+    def const(self, i: int, what: str = "") -> torch.Tensor:
+        """Input ``i``'s value when known at import time; Unsupported (runtime-computed) otherwise."""
+        v = self.value(i)
+        if isinstance(v, Const):
+            return v.value
+        label = what or f"input {i}"
+        raise Unsupported(f"{self.op_type} with a {label} computed at run time (it must be a constant)")
+
+    def ints(self, i: int, what: str = "") -> List[int]:
+        """Input ``i`` as a list of Python ints (a static 0-d/1-d tensor)."""
+        return [int(v) for v in self.const(i, what).reshape(-1).tolist()]
+
+    def shape(self, i: int) -> Tuple[int, ...]:
+        return self.b.shape(self.inputs[i])
+
+    def dtype(self, i: int) -> torch.dtype:
+        return self.b.dtype(self.inputs[i])
+
+    def rank(self, i: int) -> int:
+        return len(self.shape(i))
+
+    # --- outputs ---
+    def out_shape(self, k: int = 0) -> Tuple[int, ...]:
+        """Static shape of output ``k`` (from shape inference / the sample run)."""
+        info = self.imp.info.get(self.node.output[k])
+        if info is None or info[0] is None:
+            raise Unsupported(f"the shape of output '{self.node.output[k]}' is unknown")
+        return info[0]
+
+    def out_dtype(self, k: int = 0) -> torch.dtype:
+        info = self.imp.info.get(self.node.output[k])
+        if info is None or info[1] is None:
+            raise Unsupported(f"the element type of output '{self.node.output[k]}' is unknown")
+        return info[1]
+
+    # --- attributes ---
+    def attr(self, name: str, default: Any = _REQUIRED, types: Tuple[type, ...] = (), choices: Sequence[Any] = ()) -> Any:
+        """Attribute ``name`` (bytes decoded), checked against ``types``/``choices``; OnnxAttributeError on a
+        missing required attribute or a bad value."""
+        self._used.add(name)
+        if name not in self.attrs:
+            if default is _REQUIRED:
+                raise self.bad(f"missing required attribute '{name}'")
+            return default
+        value = self.attrs[name]
+        if isinstance(value, bytes):
+            value = value.decode("utf-8", "replace")
+        if isinstance(value, list):
+            value = [v.decode("utf-8", "replace") if isinstance(v, bytes) else v for v in value]
+        if types and not isinstance(value, types):
+            raise self.bad(f"attribute '{name}' must be {' or '.join(t.__name__ for t in types)}, got {value!r}")
+        if choices and value not in choices:
+            raise self.bad(f"attribute '{name}' must be one of {list(choices)}, got {value!r}")
+        return value
+
+    def axis(self, value: int, rank: int, what: str = "axis") -> int:
+        """``value`` normalised into ``[0, rank)``; OnnxAttributeError when out of range."""
+        if not -max(rank, 1) <= value < max(rank, 1):
+            raise self.bad(f"{what} {value} is out of range for a rank-{rank} input")
+        return value % rank if rank else 0
+
+    def bad(self, message: str) -> OnnxAttributeError:
+        return OnnxAttributeError(f"ONNX node '{self.node.name or self.label}' ({self.op_type}): {message}",
+                                  stage=STAGE, op=self.label)
+
+
+Converter = Callable[[NodeCtx], Any]
+#: ONNX op type -> converter (filled by :mod:`pybuda.frontend.onnx.ops`).
+CONVERTERS: Dict[str, Converter] = {}
+
+
+def converts(*op_types: str) -> Callable[[Converter], Converter]:
+    """Register a converter for the ONNX op types named."""
+    def deco(fn: Converter) -> Converter:
+        for t in op_types:
+            if t in CONVERTERS:
+                raise ValueError(f"ONNX converter for '{t}' registered twice")
+            CONVERTERS[t] = fn
+        return fn
+    return deco
+
+
+def mapped_op_types() -> List[str]:
+    """ONNX op types (default domain) the importer maps onto registry ops, sorted."""
+    from pybuda.frontend.onnx import ops  # noqa: F401  (registers the converters)
+
+    return sorted(CONVERTERS)
+
+
+# --- the capture result -----------------------------------------------------------------------------
+@dataclass
+class OnnxCapture:
+    """An imported ONNX model: device graph, fallback report and optional CPU stages (ONNX Runtime).
+
+    Follows the torch frontend's stage contract (:mod:`pybuda.frontend.fallback`): ``pre(*flat_inputs)``
+    returns the device graph's inputs, ``post(*device_outputs)`` the model's outputs; both are
+    :class:`~pybuda.frontend.onnx.stages.OnnxStage` callables over torch tensors.
+    """
+
+    graph: Graph
+    report: FallbackReport
+    pre: Optional[Callable[..., Tuple[torch.Tensor, ...]]]
+    post: Optional[Callable[..., Tuple[torch.Tensor, ...]]]
+    input_names: List[str]
+    output_names: List[str]  # the model's ONNX output names
+    bound_inputs: Dict[str, np.ndarray] = field(default_factory=dict)  # inputs specialised as constants
+    output_dtypes: List[np.dtype] = field(default_factory=list)
+
+    def split_for_devices(self):
+        """``(pre, device_graph, post)``; missing stages are None."""
+        return self.pre, self.graph, self.post
+
+    def flatten_inputs(self, *args: Any, **kwargs: Any) -> List[torch.Tensor]:
+        """The model inputs (positional, or keyword by ONNX input name) as the flat list the stages take;
+        inputs bound as constants at import are dropped."""
+        if kwargs:
+            missing = [n for n in self.all_inputs if n not in kwargs]
+            if args or missing:
+                raise InputError(f"ONNX model '{self.graph.name}': pass inputs either all by position or all by "
+                                 f"name {self.all_inputs}")
+            args = tuple(kwargs[n] for n in self.all_inputs)
+        if len(args) != len(self.all_inputs):
+            raise InputError(f"ONNX model '{self.graph.name}' takes {len(self.all_inputs)} input(s) "
+                             f"{self.all_inputs}, got {len(args)}")
+        flat = []
+        for name, a in zip(self.all_inputs, args):
+            if name in self.bound_inputs:
+                continue
+            if not isinstance(a, torch.Tensor):
+                try:
+                    a = torch.as_tensor(np.asarray(a))
+                except (TypeError, RuntimeError):  # element types torch lacks stay numpy (host stages read them)
+                    a = np.asarray(a)
+            flat.append(a)
+        return flat
+
+    all_inputs: List[str] = field(default_factory=list)
+
+    def run(self, *args: Any, executor: Optional[Callable[..., Any]] = None) -> List[torch.Tensor]:
+        """Run pre -> device graph -> post; the device graph on ``executor(graph, inputs)`` (default: the
+        CPU reference)."""
+        from pybuda.verify import run_graph_on_cpu
+
+        flat = self.flatten_inputs(*args)
+        with torch.no_grad():
+            values = list(self.pre(*flat)) if self.pre is not None else flat
+            values = list(executor(self.graph, values) if executor is not None else run_graph_on_cpu(self.graph, values))
+            if self.post is not None:
+                values = list(self.post(*values))
+        return values
+
+
+# --- the importer -----------------------------------------------------------------------------------
+def _as_numpy(x: Any) -> np.ndarray:
+    if isinstance(x, torch.Tensor):
+        return x.detach().cpu().numpy()
+    if hasattr(x, "value") and callable(x.value):  # pybuda Tensor
+        return _as_numpy(x.value())
+    return np.asarray(x)
+
+
+def _to_torch(a: np.ndarray) -> torch.Tensor:
+    a = np.asarray(a)
+    if a.dtype == np.dtype("uint16") or a.dtype == np.dtype("uint32") or a.dtype == np.dtype("uint64"):
+        return torch.from_numpy(a.astype(np.int64))
+    return torch.from_numpy(np.array(a, copy=True))
+
+
+def import_model(model_or_path: Any, *samples: Any, name: Optional[str] = None, config: Any = None,
+                 for_device: bool = True, bind_inputs: Sequence[str] = ()) -> OnnxCapture:
+    """Import an ONNX model for the given sample inputs (numpy arrays or torch tensors, one per graph input).
+
+    Args:
+        model_or_path: an ``onnx.ModelProto``, a path to a ``.onnx`` file, or its bytes.
+        samples: one value per model input; their shapes bind the model's dynamic dims.
+        name: graph name (default: the ONNX graph's name).
+        config: a :class:`pybuda.config.CompilerConfig` (default: the global one); reads
+            ``enable_tvm_cpu_fallback`` and ``cpu_fallback_ops`` (ONNX op types or registry op names).
+        for_device: ops the chip cannot run count as unsupported (CPU fallback or UnsupportedOpError).
+        bind_inputs: names of inputs whose sample *values* become constants (e.g. integer shape inputs).
+
+    Raises:
+        ModuleError: the model is malformed (bad proto, fails the checker, an input without a shape).
+        InputError: the samples do not match the model's inputs.
+        OnnxAttributeError: a node has an attribute value its op does not accept.
+        UnsupportedOpError: fallback is disabled and some nodes cannot run on the device (lists them all).
+    """
+    from pybuda.config import _get_global_compiler_config
+    from pybuda.frontend.onnx import ops  # noqa: F401  (registers the converters)
+
+    config = config if config is not None else _get_global_compiler_config()
+    label = name or "onnx_model"
+    model = onnx_model.load(model_or_path, label)
+    label = name or model.graph.name or "onnx_model"
+    onnx_model.require_input_shapes(model, label)
+    model = onnx_model.check_and_upgrade(model, label)
+    arrays = [_as_numpy(s) for s in samples]
+    bound = onnx_model.bind_inputs(model, arrays, label)
+    return _Importer(bound, arrays, label, config, for_device, set(bind_inputs)).run()
+
+
+class _Importer:
+    def __init__(self, model: "onnx.ModelProto", samples: List[np.ndarray], name: str, config: Any, for_device: bool,
+                 bind: Set[str]):
+        self.model = model
+        self.name = name
+        self.config = config
+        self.for_device = for_device
+        self.opset = onnx_model.default_opset(model)
+        self.inputs = onnx_model.graph_inputs(model)
+        self.feeds = {vi.name: s for vi, s in zip(self.inputs, samples)}
+        self.bind = {n for n in bind if n in self.feeds}
+        self.inits = onnx_model.initializer_values(model)
+        self.nodes = list(model.graph.node)
+        self.labels = self._labels()
+        # Static shape/dtype of every value: shape inference, then the sample run for what it left open.
+        inferred = onnx_model.infer_shapes(model, name)
+        self.samples_run = onnx_model.probe(model, self.feeds)
+        self.info: Dict[str, Tuple[Optional[Tuple[int, ...]], Optional[torch.dtype]]] = {}
+        for k, (shape, et) in inferred.items():
+            self.info[k] = (shape, onnx_model.torch_dtype(et))
+        for k, v in self.samples_run.items():
+            if isinstance(v, np.ndarray) and v.dtype != object:
+                try:
+                    self.info[k] = (tuple(int(d) for d in v.shape), _to_torch(v.reshape(-1)[:0]).dtype)
+                except TypeError:  # an element type torch lacks
+                    self.info[k] = (tuple(int(d) for d in v.shape), None)
+        self.b: OnnxBuilder
+        self.graph: Graph
+
+    def _labels(self) -> List[str]:
+        seen: Set[str] = set()
+        out = []
+        for i, node in enumerate(self.nodes):
+            base = _safe(node.name) if node.name else f"{node.op_type.lower()}_{i}"
+            cand, k = base, 1
+            while cand in seen:
+                cand, k = f"{base}_{k}", k + 1
+            seen.add(cand)
+            out.append(cand)
+        return out
+
+    # --- environment ---
+    def _fresh(self) -> None:
+        self.graph = Graph(self.name)
+        self.b = OnnxBuilder(self.graph)
+
+    def _initial_env(self, device_inputs: Optional[Sequence[str]] = None) -> Dict[str, Any]:
+        env: Dict[str, Any] = {"": None}
+        for k, arr in self.inits.items():
+            try:
+                t = _to_torch(arr)
+            except TypeError:
+                env[k] = Missing(f"initializer '{k}' has an element type the device cannot hold")
+                continue
+            env[k] = Param(t, _safe(k)) if t.dtype.is_floating_point else Const(t, _safe(k))
+        for k in self.bind:
+            env[k] = Const(_to_torch(self.feeds[k]), _safe(k))  # integer inputs only (the caller's choice)
+        names = device_inputs if device_inputs is not None else [vi.name for vi in self.inputs if vi.name not in self.bind]
+        for k in names:
+            shape, dtype = self.info.get(k, (None, None))
+            if shape is None or dtype is None:
+                if device_inputs is not None:
+                    raise CompileError(f"ONNX model '{self.name}': value '{k}' has no static shape or an element "
+                                       f"type torch cannot hold", stage=STAGE)
+                # e.g. bfloat16/float8/int4 inputs: only host nodes can read them.
+                env[k] = Missing(f"input '{k}' has an element type the device cannot hold")
+                continue
+            env[k] = self.graph.add_input(self.graph.unique_name(_safe(k)), shape, dtype).name
+        return env
+
+    def _fold(self, node: "onnx.NodeProto", ins: List[Any]) -> Optional[List[Any]]:
+        """Evaluate a node whose inputs are all known now; None when it cannot be folded."""
+        if node.op_type in NONDETERMINISTIC or node.domain not in ("", "ai.onnx"):
+            return None
+        if any(a.type in (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS) for a in node.attribute):
+            return None
+        if not all(v is None or (isinstance(v, Const) and not isinstance(v, Param)) for v in ins):
+            return None
+        try:
+            from onnx.reference import ReferenceEvaluator
+
+            feeds = {n: v.value.numpy() for n, v in zip(node.input, ins) if n and v is not None}
+            ref = ReferenceEvaluator(node, opsets={"": self.opset})
+            outs = ref.run(None, feeds)
+        except Exception as e:  # let the converter (or the fallback) deal with it
+            log.debug("folding %s failed: %s", node.op_type, e)
+            return None
+        result = []
+        for k, o in zip(node.output, outs):
+            if not isinstance(o, np.ndarray) or o.dtype == object:
+                return None
+            try:
+                result.append(Const(_to_torch(o), _safe(k)))
+            except TypeError:
+                return None
+        return result
+
+    def _convert(self, i: int, env: Dict[str, Any]) -> List[Any]:
+        """Map node ``i``; returns its output values or raises Unsupported."""
+        node = self.nodes[i]
+        ins = []
+        for n in node.input:
+            if n not in env:
+                raise Unsupported(f"uses '{n}', which is not available here")
+            v = env[n]
+            if isinstance(v, Missing):
+                raise Unsupported(f"uses a value pybuda does not compute ({v.reason})")
+            if isinstance(v, str) and 0 in self.graph[v].shape:
+                raise Unsupported("zero-size tensors are not supported on the device")
+            ins.append(v)
+        folded = self._fold(node, ins)
+        if folded is not None:
+            return folded
+        if node.domain not in ("", "ai.onnx"):
+            raise Unsupported(f"op domain '{node.domain}' has no mapping")
+        fn = CONVERTERS.get(node.op_type)
+        if fn is None:
+            raise Unsupported("no mapping to a pybuda op")
+        self.b.begin_onnx(node, self.labels[i])
+        ctx = NodeCtx(self, node, self.labels[i], ins)
+        try:
+            out = fn(ctx)
+        except Unsupported:
+            raise
+        except OnnxAttributeError:
+            raise
+        except Exception as e:  # a registry op rejected the call (OpError) or a converter bug
+            raise Unsupported(f"mapping failed: {e}") from None
+        outs = list(out) if isinstance(out, (list, tuple)) else [out]
+        if len(outs) < len([o for o in node.output if o]):
+            outs += [Missing(f"output {k} of {node.op_type}") for k in range(len(outs), len(node.output))]
+        outs = [self._conform(node.output[k], v) for k, v in enumerate(outs[:len(node.output)])]
+        if outs and isinstance(outs[0], str):
+            outs[0] = self.b.finish(outs[0])  # the op producing the node's value takes the node's name
+        return outs
+
+    def _conform(self, name: str, value: Any) -> Any:
+        """Check a converter's result against the static shape/dtype ONNX says it has."""
+        if isinstance(value, Missing) or value is None:
+            return value
+        expected = self.info.get(name)
+        if expected is None or expected[0] is None:
+            return value
+        shape, dtype = expected
+        if 0 in shape and not isinstance(value, Const):
+            raise Unsupported("zero-size tensors are not supported on the device")
+        if isinstance(value, Const):
+            v = value.value
+            if tuple(v.shape) != shape and v.numel() == math.prod(shape):
+                v = v.reshape(shape)
+            if dtype is not None and v.dtype != dtype:
+                v = v.to(dtype)
+            if tuple(v.shape) != shape:
+                raise Unsupported(f"internal mapping error: computed shape {list(v.shape)}, ONNX says {list(shape)}")
+            return Const(v, value.name) if v is not value.value else value
+        name_ = self.b.tensor(value)
+        have = self.graph[name_].shape
+        if have != shape:
+            if math.prod(have) != math.prod(shape):
+                raise Unsupported(f"internal mapping error: pybuda computes shape {list(have)}, ONNX says {list(shape)}")
+            name_ = self.b.reshape(name_, shape)
+        if dtype is not None and self.graph[name_].dtype != dtype:
+            name_ = self.b.cast(name_, dtype)
+        return name_
+
+    def _standins(self, i: int) -> List[Any]:
+        out = []
+        for k in self.nodes[i].output:
+            shape, dtype = self.info.get(k, (None, None))
+            if shape is None or dtype is None or 0 in shape:
+                out.append(Missing(f"result of host node {self.labels[i]}"))
+            else:
+                out.append(self.graph.add_input(self.graph.unique_name(f"host.{_safe(k)}"), shape, dtype).name)
+        return out
+
+    def _device_reason(self, created: Sequence[str]) -> Optional[str]:
+        from pybuda.passes.lower.capabilities import unsupported_reason
+
+        for n in created:
+            node = self.graph.nodes.get(n)
+            if node is not None and node.kind == OP:
+                reason = unsupported_reason(self.graph, node)
+                if reason is not None:
+                    return reason
+        return None
+
+    # --- main ---
+    def run(self) -> OnnxCapture:
+        enabled, names = _fallback_set(self.config)
+        self._fresh()
+        env = self._initial_env()
+        host: Dict[int, str] = {}
+        unsupported: Dict[int, str] = {}
+        folded: Set[int] = set()
+        for i, node in enumerate(self.nodes):
+            before = len(self.graph.nodes)
+            try:
+                outs = self._convert(i, env)
+            except Unsupported as e:
+                unsupported[i] = str(e)
+                env.update(zip(node.output, self._standins(i)))
+                continue
+            env.update(zip(node.output, outs))
+            created = list(self.graph.nodes)[before:]
+            if all(isinstance(v, Const) or v is None for v in outs) and not any(
+                    self.graph[c].kind == OP for c in created):
+                folded.add(i)
+                continue
+            if self.for_device:
+                reason = self._device_reason(created)
+                if reason is not None:
+                    unsupported[i] = reason
+                    continue
+            if enabled and names:
+                hit = node.op_type if node.op_type in names else next((t for t in self.b.op_types if t in names), None)
+                if hit is not None:
+                    host[i] = f"'{hit}' is in cpu_fallback_ops"
+
+        if unsupported and not enabled:
+            raise UnsupportedOpError([UnsupportedOp(f"{self.nodes[i].op_type} (node '{self.nodes[i].name or self.labels[i]}')",
+                                                    f"onnx node #{i}", r) for i, r in unsupported.items()])
+        host.update(unsupported)
+        compute = [i for i in range(len(self.nodes)) if i not in folded]
+        consts = {k: v for k, v in env.items() if isinstance(v, Const) and not isinstance(v, Param)}
+        outputs = [o.name for o in self.model.graph.output]
+        out_dtypes = [onnx_model.np_dtype(o.type.tensor_type.elem_type) for o in self.model.graph.output]
+        user_inputs = [vi.name for vi in self.inputs if vi.name not in self.bind]
+        base = dict(input_names=user_inputs, output_names=outputs,
+                    bound_inputs={k: self.feeds[k] for k in self.bind}, output_dtypes=out_dtypes,
+                    all_inputs=[vi.name for vi in self.inputs])
+        if not host:
+            self._add_outputs(outputs, env)
+            _eliminate_dead_code(self.graph)
+            report = FallbackReport(self.name, enabled, device_ops=len(compute))
+            return OnnxCapture(self.graph, report, None, None, **base)
+
+        stage, decisions = self._partition(compute, {i: host[i] for i in sorted(host)})
+        pre_nodes = [i for i in compute if stage[i] == PRE]
+        dev_nodes = [i for i in compute if stage[i] == DEVICE]
+        post_nodes = [i for i in compute if stage[i] == POST]
+        dev_inputs, dev_outputs = self._plan(stage, pre_nodes, dev_nodes, post_nodes, consts, outputs, user_inputs)
+
+        from pybuda.frontend.onnx.stages import build_stage
+
+        pre = post = None
+        host_inits: Set[str] = set()
+        if pre_nodes:
+            pre = build_stage(self, pre_nodes, user_inputs, dev_inputs, consts, f"{self.name}_cpu_pre")
+            host_inits |= set(pre.initializers)
+        if post_nodes:
+            post = build_stage(self, post_nodes, dev_outputs, outputs, consts, f"{self.name}_cpu_post")
+            host_inits |= set(post.initializers)
+
+        self._fresh()
+        env = self._initial_env(dev_inputs)
+        env.update(consts)
+        for i in dev_nodes:
+            try:
+                env.update(zip(self.nodes[i].output, self._convert(i, env)))
+            except Unsupported as e:
+                raise CompileError(f"mapping ONNX node '{self.labels[i]}' ({self.nodes[i].op_type}) failed after the "
+                                   f"CPU fallback split: {e}", stage=STAGE, op=self.labels[i]) from None
+        self._add_outputs(dev_outputs, env)
+        _eliminate_dead_code(self.graph)
+        device_params = {n.name for n in self.graph.parameters}
+        shared = sorted(k for k in host_inits if k in self.inits and _safe(k) in device_params)
+        report = FallbackReport(self.name, enabled, decisions, self._describe(pre_nodes), self._describe(post_nodes),
+                                len(dev_nodes), shared)
+        if not warn_if_large(report):
+            log.info("%s", report)
+        return OnnxCapture(self.graph, report, pre, post, **base)
+
+    def _describe(self, idx: Sequence[int]) -> List[str]:
+        return [f"{self.labels[i]} ({self.nodes[i].op_type})" for i in idx]
+
+    def _partition(self, compute: List[int], host: Mapping[int, str]) -> Tuple[Dict[int, str], List[FallbackOp]]:
+        """The torch frontend's rule (:func:`pybuda.frontend.fallback.partition`) over ONNX nodes."""
+        cset = set(compute)
+        producer = {o: i for i in compute for o in self.nodes[i].output if o}
+        users: Dict[int, Set[int]] = {i: set() for i in compute}
+        for i in compute:
+            for n in self.nodes[i].input:
+                p = producer.get(n)
+                if p is not None:
+                    users[p].add(i)
+
+        def closure(start: int, up: bool) -> Set[int]:
+            seen: Set[int] = set()
+            stack = [start]
+            while stack:
+                k = stack.pop()
+                nexts = [producer[n] for n in self.nodes[k].input if n in producer] if up else users[k]
+                for m in nexts:
+                    if m in cset and m not in seen:
+                        seen.add(m)
+                        stack.append(m)
+            return seen
+
+        anc = {u: closure(u, True) for u in host}
+        desc = {u: closure(u, False) for u in host}
+        side = {u: PRE if len(anc[u]) <= len(desc[u]) else POST for u in host}
+        pre: Set[int] = set()
+        post: Set[int] = set()
+        for u in host:
+            if side[u] == PRE:
+                pre |= anc[u] | {u}
+            else:
+                post |= desc[u] | {u}
+        if pre & post:
+            raise CompileError("CPU fallback: an ONNX node was placed both before and after the device graph "
+                               "(internal partitioning error)", stage=STAGE)
+        stage = {i: PRE if i in pre else POST if i in post else DEVICE for i in compute}
+        decisions = [FallbackOp(self.labels[u], self.nodes[u].op_type, f"onnx node #{u}", host[u], side[u],
+                                len(anc[u]) if side[u] == PRE else len(desc[u])) for u in host]
+        return stage, decisions
+
+    def _plan(self, stage: Mapping[int, str], pre_nodes, dev_nodes, post_nodes, consts, outputs, user_inputs):
+        """Values crossing stage boundaries (the torch frontend's :func:`~pybuda.frontend.fallback.plan_stages`)."""
+        producer = {o: i for i in stage for o in self.nodes[i].output if o}
+        order = {n: k for k, n in enumerate(user_inputs)}
+        for i in sorted(stage):
+            for o in self.nodes[i].output:
+                if o:
+                    order.setdefault(o, len(order))
+
+        def produced_before(st: str, v: str) -> bool:
+            if v in consts or v in self.inits or v in self.bind or not v:
+                return False
+            if v in user_inputs:
+                return True
+            s = stage.get(producer.get(v, -1))
+            return s is not None and (st == DEVICE and s == PRE or st == POST and s in (PRE, DEVICE))
+
+        def needed_by(idx, st) -> Set[str]:
+            return {v for i in idx for v in self.nodes[i].input if produced_before(st, v)}
+
+        finals = [o for o in outputs if o not in consts and o not in self.inits]
+        if post_nodes:
+            need = needed_by(post_nodes, POST) | {o for o in finals if stage.get(producer.get(o, -1)) != POST}
+            dev_outputs = sorted(need, key=order.__getitem__)
+        else:
+            dev_outputs = list(outputs)
+        if pre_nodes:
+            need = needed_by(dev_nodes, DEVICE) | {o for o in dev_outputs if o in order and
+                                                   stage.get(producer.get(o, -1)) != DEVICE}
+            dev_inputs = sorted(need, key=order.__getitem__)
+        else:
+            dev_inputs = list(user_inputs)
+        return dev_inputs, dev_outputs
+
+    def _add_outputs(self, outputs: Sequence[str], env: Mapping[str, Any]) -> List[str]:
+        names = []
+        self.b.node = None
+        for o in outputs:
+            value = env.get(o)
+            if isinstance(value, Missing) or value is None:
+                raise CompileError(f"ONNX model '{self.name}': output '{o}' is a value pybuda does not compute"
+                                   f"{' (' + value.reason + ')' if isinstance(value, Missing) else ''}", stage=STAGE)
+            src = self.b.tensor(value)
+            if self.graph[src].kind != OP:
+                src = self.graph.add_op(self.graph.unique_name(f"{_safe(o)}.passthrough"), "nop", [src]).name
+            names.append(self.graph.add_output(self.graph.unique_name(f"{self.name}.output_{_safe(o)}"), src).name)
+        return names
+
+
+def _fallback_set(config: Any) -> Tuple[bool, Set[str]]:
+    from pybuda.frontend.torch import _fallback_set as torch_fallback_set
+
+    return torch_fallback_set(config)
+
+
+def _eliminate_dead_code(graph: Graph) -> None:
+    from pybuda.frontend.torch import _eliminate_dead_code as eliminate
+
+    eliminate(graph)

@@ -1,0 +1,192 @@
+"""Flax models through JaxModule: compiled for a TTDevice (simulated Wormhole at Float32) and compared with
+JAX; JaxModule on a CPUDevice; parameter names and conversions."""
+
+import numpy as np
+import pytest
+import torch
+
+jax = pytest.importorskip("jax")
+nn = pytest.importorskip("flax.linen")
+jnp = jax.numpy
+
+import pybuda  # noqa: E402
+from pybuda.verify import calculate_pcc  # noqa: E402
+
+from conftest import DEVICE_ATOL, DEVICE_RTOL, PCC, assert_matches  # noqa: E402
+
+
+class MLP(nn.Module):
+    @nn.compact
+    def __call__(self, x):
+        x = nn.relu(nn.Dense(64)(x))
+        x = nn.gelu(nn.Dense(32)(x))
+        return nn.Dense(10)(x)
+
+
+class CNN(nn.Module):
+    @nn.compact
+    def __call__(self, x):
+        x = nn.Conv(8, (3, 3))(x)
+        x = nn.BatchNorm(use_running_average=True)(x)
+        x = nn.relu(x)
+        x = nn.max_pool(x, (2, 2), strides=(2, 2))
+        x = nn.Conv(16, (3, 3), strides=(2, 2))(x)
+        x = nn.relu(x)
+        x = nn.avg_pool(x, (2, 2), strides=(2, 2))
+        x = x.reshape((x.shape[0], -1))
+        return nn.Dense(10)(x)
+
+
+class Block(nn.Module):
+    """A small transformer block: self-attention (dense q/k/v + softmax) and an MLP, each with LayerNorm."""
+
+    heads: int = 2
+
+    @nn.compact
+    def __call__(self, x):
+        b, s, d = x.shape
+        hd = d // self.heads
+        h = nn.LayerNorm()(x)
+        q, k, v = (nn.Dense(d, name=n)(h).reshape(b, s, self.heads, hd) for n in ("query", "key", "value"))
+        scores = jnp.einsum("bqhd,bkhd->bhqk", q, k) / np.sqrt(hd)
+        probs = jax.nn.softmax(scores, axis=-1)
+        att = jnp.einsum("bhqk,bkhd->bqhd", probs, v).reshape(b, s, d)
+        x = x + nn.Dense(d, name="out")(att)
+        h = nn.LayerNorm()(x)
+        return x + nn.Dense(d)(nn.gelu(nn.Dense(2 * d)(h), approximate=False))
+
+
+def _perturb(variables, seed=1, scale=0.1):
+    """Non-trivial values for every variable (batch-norm statistics and LayerNorm scales included)."""
+    leaves, tree = jax.tree_util.tree_flatten(variables)
+    r = np.random.default_rng(seed)
+    new = []
+    for leaf in leaves:
+        noise = r.standard_normal(leaf.shape).astype(np.float32) * scale
+        new.append(np.abs(leaf + noise) + 0.5 if leaf.ndim == 1 and np.all(leaf == 1) else leaf + noise)
+    return jax.tree_util.tree_unflatten(tree, new)
+
+
+def run_on_tt(module, *inputs):
+    """Compile for a Wormhole TTDevice at Float32 (HiFi4) and return the outputs as torch tensors."""
+    pybuda.set_configuration_options(default_df_override=pybuda.DataFormat.Float32,
+                                     default_math_fidelity=pybuda.MathFidelity.HiFi4)
+    tt = pybuda.TTDevice("tt0", module=module, arch=pybuda.BackendDevice.Wormhole_B0)
+    tt.push_to_inputs(*inputs)
+    out = pybuda.run_inference().get(timeout=300)
+    return [o.value() if hasattr(o, "value") else o for o in out]
+
+
+# A transformer block chains five matmuls (q/k/v, scores, context, output, MLP) through softmax and two
+# LayerNorms; the TF32-like operand reads compound to a few 1e-2 on outputs of magnitude ~8 (PCC stays > 0.9999).
+BLOCK_ATOL = 0.1
+
+
+def _check_on_device(name, model, variables, x, atol=DEVICE_ATOL):
+    module = pybuda.JaxModule(name, model, variables)
+    want = list(module.forward(x))
+    got = [g.float() for g in run_on_tt(module, torch.from_numpy(x))]
+    assert_matches(got, want, atol=atol, rtol=DEVICE_RTOL)
+    for g, w in zip(got, want):
+        assert calculate_pcc(g, w) >= PCC
+
+
+def test_flax_mlp_on_tt_device():
+    x = np.random.default_rng(0).standard_normal((4, 32)).astype(np.float32)
+    model = MLP()
+    variables = model.init(jax.random.PRNGKey(0), x)
+    _check_on_device("flax_mlp", model, variables, x)
+
+
+def test_flax_cnn_on_tt_device():
+    x = np.random.default_rng(0).standard_normal((2, 16, 16, 3)).astype(np.float32)
+    model = CNN()
+    variables = _perturb(model.init(jax.random.PRNGKey(0), x))
+    _check_on_device("flax_cnn", model, variables, x)
+
+
+def test_transformer_block_on_tt_device():
+    # Head size 32 (one tile wide): the device splits heads along tile columns.
+    x = np.random.default_rng(0).standard_normal((2, 32, 64)).astype(np.float32)
+    model = Block()
+    variables = _perturb(model.init(jax.random.PRNGKey(0), x), scale=0.05)
+    _check_on_device("flax_block", model, variables, x, atol=BLOCK_ATOL)
+
+
+def test_plain_function_with_params_on_tt_device():
+    r = np.random.default_rng(3)
+    params = {"w1": r.standard_normal((16, 32)).astype(np.float32) * 0.2, "b1": np.zeros(32, np.float32),
+              "head": {"w": r.standard_normal((32, 4)).astype(np.float32) * 0.2}}
+
+    def fn(p, x):
+        return jax.nn.softmax(jnp.tanh(x @ p["w1"] + p["b1"]) @ p["head"]["w"], axis=-1)
+
+    module = pybuda.JaxModule("fn", fn, params)
+    assert sorted(p.get_name() for p in module.get_parameters()) == ["b1", "head.w", "w1"]
+    x = r.standard_normal((3, 16)).astype(np.float32)
+    got = run_on_tt(module, torch.from_numpy(x))
+    assert_matches([g.float() for g in got], list(module.forward(x)), atol=DEVICE_ATOL, rtol=DEVICE_RTOL)
+
+
+def test_parameters_are_named_by_pytree_path():
+    x = np.ones((2, 16, 16, 3), np.float32)
+    model = CNN()
+    variables = model.init(jax.random.PRNGKey(0), x)
+    module = pybuda.JaxModule("cnn", model, variables)
+    params = {p.get_name(): p for p in module.get_parameters()}
+    assert "Dense_0.kernel" in params and "Conv_1.bias" in params
+    assert "batch_stats.BatchNorm_0.mean" in params
+    assert params["Dense_0.kernel"].requires_grad and not params["batch_stats.BatchNorm_0.mean"].requires_grad
+    graph = module.to_graph(torch.from_numpy(x)).graph
+    assert {n.name for n in graph.parameters} == set(params)
+    assert [n.name for n in graph.inputs] == ["x"]
+
+
+def test_forward_takes_torch_numpy_and_jax_inputs():
+    x = np.random.default_rng(0).standard_normal((4, 32)).astype(np.float32)
+    model = MLP()
+    module = pybuda.JaxModule("mlp", model, model.init(jax.random.PRNGKey(0), x))
+    outs = [module.forward(v)[0] for v in (x, torch.from_numpy(x), jnp.asarray(x))]
+    assert all(isinstance(o, torch.Tensor) and o.shape == (4, 10) for o in outs)
+    assert torch.equal(outs[0], outs[1]) and torch.equal(outs[0], outs[2])
+
+
+def test_jax_module_on_cpu_device(monkeypatch):
+    monkeypatch.setenv("PYBUDA_FORCE_THREADS", "1")
+    x = np.random.default_rng(0).standard_normal((4, 32)).astype(np.float32)
+    model = MLP()
+    module = pybuda.JaxModule("mlp", model, model.init(jax.random.PRNGKey(0), x))
+    pybuda.CPUDevice("cpu0", module=module)
+    out = pybuda.run_inference(inputs=[(torch.from_numpy(x),)]).get(timeout=120)
+    assert_matches([out[0].value()], list(module.forward(x)), atol=1e-5)
+
+
+def test_jax_module_rejects_non_callables():
+    from pybuda.errors import ModuleError
+
+    with pytest.raises(ModuleError, match="JaxModule"):
+        pybuda.JaxModule("bad", 42)
+
+
+def test_function_without_params_and_pytree_outputs():
+    def fn(x, y):
+        return {"sum": x + y, "prod": jnp.tanh(x * y)}
+
+    module = pybuda.JaxModule("noparams", fn)
+    x, y = torch.randn(32, 32), torch.randn(32, 32)
+    assert module.get_parameters() == []
+    want = list(module.forward(x, y))  # leaves in key order: prod, sum
+    got = run_on_tt(module, x, y)
+    assert_matches([g.float() for g in got], want, atol=DEVICE_ATOL, rtol=DEVICE_RTOL)  # SFPU tanh
+
+
+def test_unsupported_primitive_on_tt_device_lists_every_one():
+    from pybuda.errors import UnsupportedOpError
+
+    def fn(x):
+        return jnp.floor(x) + jnp.round(x) + jnp.floor(2 * x)
+
+    module = pybuda.JaxModule("floors", fn)
+    with pytest.raises(UnsupportedOpError) as info:
+        run_on_tt(module, torch.randn(32, 32))
+    assert {op.framework_op for op in info.value.ops} == {"jax.lax.floor (x2)", "jax.lax.round (x1)"}
