@@ -310,10 +310,21 @@ def _gelu_bw(ac, operand, inputs, output, grad, attrs):
         dinner = ac.mul(ac.add(ac.mul(x2, 3 * 0.044715), ac.constant(1.0)), _GELU_K)
         right = ac.mul(ac.mul(ac.mul(x, 0.5), ac.sub(ac.constant(1.0), ac.op("square", [t]))), dinner)
         return ac.mul(grad, ac.add(left, right))
-    # y = x Phi(x): y' = Phi(x) + x phi(x)
-    cdf = ac.mul(ac.add(ac.op("erf", [ac.mul(x, 1.0 / math.sqrt(2.0))]), ac.constant(1.0)), 0.5)
-    pdf = ac.mul(ac.op("exp", [ac.mul(ac.op("square", [x]), -0.5)]), 1.0 / math.sqrt(2.0 * math.pi))
-    return ac.mul(grad, ac.add(cdf, ac.mul(x, pdf)))
+    # y = x Phi(x): y' = Phi(x) + x phi(x), the chip's gelu_derivative kernel (erf has none)
+    return ac.mul(grad, ac.op("gelu_derivative", [x]))
+
+
+def _gelu_derivative(x: torch.Tensor) -> torch.Tensor:
+    x = float_in(x)
+    return 0.5 * (1.0 + torch.erf(x / math.sqrt(2.0))) + x * torch.exp(-0.5 * x * x) / math.sqrt(2.0 * math.pi)
+
+
+def _gelu_derivative_bw(ac, operand, inputs, output, grad, attrs):
+    # d/dx [Phi(x) + x phi(x)] = phi(x) (2 - x^2)
+    x = ac.fwd(inputs[0])
+    x2 = ac.op("square", [x])
+    pdf = ac.mul(ac.op("exp", [ac.mul(x2, -0.5)]), 1.0 / math.sqrt(2.0 * math.pi))
+    return ac.mul(grad, ac.mul(pdf, ac.sub(ac.constant(2.0), x2)))
 
 
 def _pow_bw(ac, operand, inputs, output, grad, attrs):
@@ -340,6 +351,9 @@ _unary("gelu", lambda x, a: F.gelu(float_in(x), approximate=a["approximate"]),
        "GeLU, exact ('none') or with the tanh approximation.", dtype_fn=_float_dtype,
        lower=DeviceLowering("gelu", lambda a: {"approximate_mode": True} if a.get("approximate") == "tanh" else {}),
        backward=_gelu_bw, approximate=attr(str, default="none", choices=("none", "tanh")))
+_unary("gelu_derivative", lambda x, a: _gelu_derivative(x),
+       "Derivative of the exact GeLU, Phi(x) + x phi(x) (gelu's backward; TT-Buda's internal op).",
+       dtype_fn=_float_dtype, lower="gelu_derivative", backward=_gelu_derivative_bw)
 _unary("pow", lambda x, a: torch.pow(float_in(x), a["exponent"]), "Elementwise x ** exponent.",
        dtype_fn=_float_dtype, lower=DeviceLowering("power", _pow_device_attrs), backward=_pow_bw,
        exponent=attr(float))

@@ -88,7 +88,7 @@ CASES: List[Case] = [
     C("cast", A, dtype="float64"), C("cast", A, dtype="float32", label="same"),
     C("relu", A), C("relu", A, threshold=0.3, label="threshold"), C("relu", A, threshold=-0.2, mode="max", label="max"),
     C("leaky_relu", A, alpha=0.1),
-    C("gelu", A, atol=ATOL_SUMS), C("gelu", A, approximate="tanh", atol=ATOL_SUMS, label="tanh"),
+    C("gelu", A, atol=ATOL_SUMS), C("gelu_derivative", A, atol=ATOL_SUMS), C("gelu", A, approximate="tanh", atol=ATOL_SUMS, label="tanh"),
     C("pow", A, exponent=2.0), C("pow", A, exponent=3.0, label="cube"), C("pow", pos(*A), exponent=0.5, label="sqrt"),
     C("pow", pos(*A), exponent=-1.5, label="neg"), C("pow", A, exponent=1.0, label="one"),
     C("clip", A, min=-0.5, max=0.7),

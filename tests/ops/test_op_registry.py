@@ -269,6 +269,8 @@ CASES: Dict[str, List[Case]] = {
                atol=1e-6),
              C([_a], {"approximate": "tanh"},
                ref=lambda x: 0.5 * x * (1 + torch.tanh(math.sqrt(2 / math.pi) * (x + 0.044715 * x ** 3))))],
+    "gelu_derivative": [C([_x4], ref=lambda x: 0.5 * (1 + T(np.vectorize(math.erf)(npy(x) / math.sqrt(2))).float())
+                          + x * torch.exp(-0.5 * x * x) / math.sqrt(2 * math.pi), atol=1e-6)],
     "pow": [C([pos(3, 5)], {"exponent": 2.5}, ref=_np_unary(lambda v: np.power(v, 2.5)), rtol=1e-5)],
     "clip": [C([_x4], {"min": -0.5, "max": 0.25}, ref=_np_unary(lambda v: np.clip(v, -0.5, 0.25)))],
     "dropout": [C([rn(64, 40)], {"p": 0.3, "seed": 7}, check=_dropout_check(0.3, 7)),
