@@ -11,7 +11,7 @@ $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet torch==2.13.0
-	$(PY) -m pip install --quiet -e ".[test,models,onnx,jax]"
+	$(PY) -m pip install --quiet -e ".[test,models,onnx,jax,tf]"
 	# Headless Chromium renders the HTML performance report in the tests (Debian package; needs root).
 	command -v chromium >/dev/null 2>&1 || { [ "$$(id -u)" = 0 ] && apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; } || echo "chromium unavailable: the perf_report.html render test will skip"
 	touch $(STAMP)

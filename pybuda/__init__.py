@@ -18,7 +18,7 @@ _EXPORTS: Dict[str, str] = {
     # modules
     "Module": "pybuda.module", "PyBudaModule": "pybuda.module", "PyTorchModule": "pybuda.module",
     "TFModule": "pybuda.module", "OnnxModule": "pybuda.module", "JaxModule": "pybuda.module",
-    "TFLiteModule": "pybuda.module",
+    "TFLiteModule": "pybuda.module", "TFGraphDefModule": "pybuda.module",
     # backend enums
     "BackendDevice": "pybuda.arch.types", "BackendType": "pybuda.arch.types",
     # configuration and overrides

@@ -16,7 +16,7 @@ import numpy as np
 import torch
 
 from pybuda.config import read_env
-from pybuda.errors import CompileError, InputError, ModuleError
+from pybuda.errors import InputError, ModuleError
 from pybuda.tensor import Parameter, SomeTensor, Tensor, _as_torch, to_buda_tensors
 
 log = logging.getLogger(__name__)
@@ -325,24 +325,142 @@ def flatten_torch_outputs(out: Any) -> Tuple[torch.Tensor, ...]:
     raise InputError(f"model output of type {type(out).__name__} is not a tensor or a container of tensors")
 
 
-class _FrameworkModule(Module):
-    """Common shape of wrappers whose frontend is not available in this build."""
+class TFModule(Module):
+    """A wrapper around a TensorFlow model: a ``keras.Model`` (or layer) or a ``tf.Module`` with a traceable
+    ``__call__``.
 
-    framework = "framework"
+    ``to_graph`` converts it to ONNX with tf2onnx, traced for the sample inputs' shapes and dtypes (one
+    conversion per signature), and imports that onto pybuda ops (:mod:`pybuda.frontend.tensorflow`, then the
+    ONNX importer with its CPU fallback per node); ``forward`` runs it in TensorFlow (Keras with
+    ``training=False``; several inputs go to a Keras model as a list), which is what a CPUDevice runs.
+    Inputs are laid out as the framework expects (NHWC for Keras convolutions); outputs are torch tensors.
+    TensorFlow is imported only when the module is used (``pip install -e ".[tf]"``).
+    """
+
+    framework = "TensorFlow"
 
     def __init__(self, name: str, module: Any):
         super().__init__(name)
+        if not callable(module):
+            raise ModuleError(f"TFModule '{name}' expects a keras.Model or a tf.Module with __call__, "
+                              f"got {type(module).__name__}")
         object.__setattr__(self, "module", module)
+        object.__setattr__(self, "_onnx", {})
 
-    def to_graph(self, *sample_inputs: SomeTensor, **kwargs: Any):
-        raise CompileError(f"{type(self).__name__} '{self.name}': compiling {self.framework} models is not "
-                           f"supported yet; run it on a CPUDevice, or export it to PyTorch", stage="GENERATE_INITIAL_GRAPH")
+    def onnx_model(self, *sample_inputs: SomeTensor):
+        """The model converted to an ``onnx.ModelProto`` for the samples' shapes and dtypes (cached)."""
+        from pybuda.frontend.tensorflow.convert import keras_to_onnx
+        from pybuda.frontend.tensorflow.support import cached_onnx
+
+        who = f"TFModule '{self.name}'"
+        return cached_onnx(self._onnx, sample_inputs, lambda: keras_to_onnx(self.module, sample_inputs, who=who))
+
+    def to_graph(self, *sample_inputs: SomeTensor, graph_name: Optional[str] = None, config: Any = None,
+                 for_device: bool = True, **kwargs: Any):
+        """Convert (tf2onnx) and import the model for the sample inputs: an
+        :class:`~pybuda.frontend.onnx.OnnxCapture` (device graph, fallback report, CPU stages)."""
+        from pybuda.frontend.tensorflow.support import import_converted
+
+        return import_converted(self.onnx_model(*sample_inputs), sample_inputs, graph_name or self.name,
+                                config=config, for_device=for_device, **kwargs)
+
+    def forward(self, *args: SomeTensor, **kwargs: Any) -> Tuple[torch.Tensor, ...]:
+        """Run the model in TensorFlow (keyword arguments go to the model's call; Keras gets
+        ``training=False`` unless given); returns its flattened outputs as torch tensors."""
+        from pybuda.frontend.tensorflow.run import run_model
+
+        return run_model(self.module, args, who=f"TFModule '{self.name}'", **kwargs)
+
+    cpu_eval_forward = forward
+    call = forward  # TT-Buda's name (Keras's)
+
+    def __call__(self, *args: SomeTensor, **kwargs: Any) -> Tuple[torch.Tensor, ...]:
+        return self.forward(*args, **kwargs)
+
+    def get_parameters(self) -> List[Parameter]:
+        """The model's variables (Keras ``weights`` / ``tf.Module.variables``) as Parameters named by path."""
+        from pybuda.frontend.tensorflow.convert import is_keras
+        from pybuda.frontend.tensorflow.support import variable_parameters
+
+        variables = self.module.weights if is_keras(self.module) else getattr(self.module, "variables", ())
+        return variable_parameters(variables)
+
+    def __getstate__(self):
+        state = super().__getstate__()
+        state["_onnx"] = {}
+        return state
 
 
-class TFModule(_FrameworkModule):
-    """A wrapper around a TF module (runs on a CPU device)."""
+class TFGraphDefModule(Module):
+    """A wrapper around a frozen TensorFlow GraphDef (a ``GraphDef``, its bytes, or a ``.pb``/``.pbtxt`` path)
+    with the names of its input and output tensors (``"x"`` or ``"x:0"``).
 
-    framework = "TensorFlow"
+    ``to_graph`` converts it with tf2onnx (the samples' shapes fill the placeholders' unknown dims) and imports
+    it onto pybuda ops; ``forward`` runs the GraphDef in TensorFlow (``tf.compat.v1.wrap_function``, pruned to
+    the named tensors); ``get_parameters`` lists its float constants.
+    """
+
+    framework = "TensorFlow GraphDef"
+
+    def __init__(self, name: str, graph_def: Any, input_names: List[str], output_names: List[str]):
+        super().__init__(name)
+        from pybuda.frontend.tensorflow.convert import load_graph_def
+
+        if isinstance(input_names, str):
+            input_names = [input_names]
+        if isinstance(output_names, str):
+            output_names = [output_names]
+        if not input_names or not output_names:
+            raise ModuleError(f"TFGraphDefModule '{name}' needs the names of its input and output tensors")
+        object.__setattr__(self, "module", load_graph_def(graph_def, who=f"TFGraphDefModule '{name}'"))
+        object.__setattr__(self, "graph_input_names", list(input_names))
+        object.__setattr__(self, "graph_output_names", list(output_names))
+        object.__setattr__(self, "_onnx", {})
+        object.__setattr__(self, "_runner", None)
+
+    def onnx_model(self, *sample_inputs: SomeTensor):
+        """The GraphDef converted to an ``onnx.ModelProto`` for the samples' shapes (cached)."""
+        from pybuda.frontend.tensorflow.convert import graph_def_to_onnx
+        from pybuda.frontend.tensorflow.support import cached_onnx
+
+        who = f"TFGraphDefModule '{self.name}'"
+        return cached_onnx(self._onnx, sample_inputs, lambda: graph_def_to_onnx(
+            self.module, self.graph_input_names, self.graph_output_names, sample_inputs, who=who))
+
+    def to_graph(self, *sample_inputs: SomeTensor, graph_name: Optional[str] = None, config: Any = None,
+                 for_device: bool = True, **kwargs: Any):
+        """Convert (tf2onnx) and import the GraphDef: an :class:`~pybuda.frontend.onnx.OnnxCapture`."""
+        from pybuda.frontend.tensorflow.support import import_converted
+
+        return import_converted(self.onnx_model(*sample_inputs), sample_inputs, graph_name or self.name,
+                                config=config, for_device=for_device, **kwargs)
+
+    def forward(self, *inputs: SomeTensor) -> Tuple[torch.Tensor, ...]:
+        """Run the GraphDef in TensorFlow; returns the named outputs as torch tensors."""
+        from pybuda.frontend.tensorflow.run import GraphDefRunner
+
+        if self._runner is None:
+            object.__setattr__(self, "_runner", GraphDefRunner(self.module, self.graph_input_names,
+                                                               self.graph_output_names,
+                                                               who=f"TFGraphDefModule '{self.name}'"))
+        return self._runner(*inputs)
+
+    cpu_eval_forward = forward
+
+    def __call__(self, *inputs: SomeTensor) -> Tuple[torch.Tensor, ...]:
+        return self.forward(*inputs)
+
+    def get_parameters(self) -> List[Parameter]:
+        """The GraphDef's float constants (the frozen weights) as Parameters (``requires_grad=False``)."""
+        from pybuda.frontend.tensorflow.support import graph_def_parameters
+
+        return graph_def_parameters(self.module, who=f"TFGraphDefModule '{self.name}'")
+
+    def __getstate__(self):
+        state = super().__getstate__()
+        state["_onnx"] = {}
+        state["_runner"] = None
+        return state
 
 
 class OnnxModule(Module):
@@ -473,7 +591,74 @@ class JaxModule(Module):
                        for_device=for_device, **kwargs)
 
 
-class TFLiteModule(_FrameworkModule):
-    """A wrapper around a TFLite model file."""
+class TFLiteModule(Module):
+    """A wrapper around a TFLite model: a path to a ``.tflite`` file or the flatbuffer's bytes.
+
+    ``to_graph`` converts it with tf2onnx and imports it onto pybuda ops; ``forward`` runs it in
+    ``tf.lite.Interpreter`` (resized to the inputs' shapes); ``get_parameters`` lists the float weights of the
+    converted model.
+    """
 
     framework = "TFLite"
+
+    def __init__(self, name: str, module: Any):
+        import os
+
+        super().__init__(name)
+        path = None
+        if isinstance(module, (bytes, bytearray)):
+            content = bytes(module)
+        elif isinstance(module, (str, os.PathLike)):
+            path = os.fspath(module)
+            if not os.path.exists(path):
+                raise ModuleError(f"TFLiteModule '{name}': TFLite file '{path}' does not exist")
+            with open(path, "rb") as f:
+                content = f.read()
+        else:
+            raise ModuleError(f"TFLiteModule '{name}' expects a path to a .tflite file or its bytes, "
+                              f"got {type(module).__name__}")
+        object.__setattr__(self, "module", content)
+        object.__setattr__(self, "tflite_path", path)
+        object.__setattr__(self, "_onnx", {})
+        object.__setattr__(self, "_runner", None)
+
+    def onnx_model(self, *sample_inputs: SomeTensor):
+        """The model converted to an ``onnx.ModelProto`` (TFLite shapes are static: converted once)."""
+        from pybuda.frontend.tensorflow.convert import tflite_to_onnx
+        from pybuda.frontend.tensorflow.support import cached_onnx
+
+        who = f"TFLiteModule '{self.name}'"
+        return cached_onnx(self._onnx, sample_inputs, lambda: tflite_to_onnx(self.module, who=who), keyed=False)
+
+    def to_graph(self, *sample_inputs: SomeTensor, graph_name: Optional[str] = None, config: Any = None,
+                 for_device: bool = True, **kwargs: Any):
+        """Convert (tf2onnx) and import the model: an :class:`~pybuda.frontend.onnx.OnnxCapture`."""
+        from pybuda.frontend.tensorflow.support import import_converted
+
+        return import_converted(self.onnx_model(*sample_inputs), sample_inputs, graph_name or self.name,
+                                config=config, for_device=for_device, **kwargs)
+
+    def forward(self, *inputs: SomeTensor) -> Tuple[torch.Tensor, ...]:
+        """Run the model in ``tf.lite.Interpreter``; returns its outputs as torch tensors."""
+        from pybuda.frontend.tensorflow.run import TFLiteRunner
+
+        if self._runner is None:
+            object.__setattr__(self, "_runner", TFLiteRunner(self.module, who=f"TFLiteModule '{self.name}'"))
+        return self._runner(*inputs)
+
+    cpu_eval_forward = forward
+
+    def __call__(self, *inputs: SomeTensor) -> Tuple[torch.Tensor, ...]:
+        return self.forward(*inputs)
+
+    def get_parameters(self) -> List[Parameter]:
+        """The float weights of the converted model as Parameters (``requires_grad=False``)."""
+        from pybuda.frontend.tensorflow.support import onnx_parameters
+
+        return onnx_parameters(self.onnx_model())
+
+    def __getstate__(self):
+        state = super().__getstate__()
+        state["_onnx"] = {}
+        state["_runner"] = None
+        return state

@@ -203,8 +203,8 @@ class Tensor:
         return self.value()
 
     def to_framework(self, framework: str) -> Any:
-        """This tensor's value in ``framework``: ``pytorch``/``torch``, ``numpy`` or ``jax`` (``jax`` needs the
-        ``.[jax]`` extra)."""
+        """This tensor's value in ``framework``: ``pytorch``/``torch``, ``numpy``, ``jax`` or ``tensorflow``
+        (these two need the ``.[jax]`` / ``.[tf]`` extras)."""
         if framework in ("pytorch", "torch"):
             return self.to_pytorch()
         if framework == "numpy":
@@ -213,7 +213,11 @@ class Tensor:
             from pybuda.frontend.jax import to_jax
 
             return to_jax(self)
-        raise InputError(f"unsupported framework '{framework}'; expected pytorch, numpy or jax")
+        if framework in ("tensorflow", "tf"):
+            from pybuda.frontend.tensorflow import to_tf
+
+            return to_tf(self)
+        raise InputError(f"unsupported framework '{framework}'; expected pytorch, numpy, jax or tensorflow")
 
     def is_constant(self) -> bool:
         return self._constant

@@ -191,7 +191,13 @@ def test_benchmark_unknown_and_abbreviated_flags_error():
             _parser().parse_args(argv)
 
 
-@pytest.mark.parametrize("argv,flag", [(["-t"], "--training"), (["--recompute"], "--recompute"),
+def test_benchmark_training_models_a_step_on_the_card():
+    record = benchmark.run(_parser().parse_args(["-m", "bert", "-c", "tiny", "-t", "-mb", "2", "--seq_len", "32"]))
+    assert record["training"] and record["modeled_training_samples_per_sec"] > 0
+    assert record["epochs"] >= 3  # forward, backward and optimizer never share an epoch
+
+
+@pytest.mark.parametrize("argv,flag", [(["--recompute"], "--recompute"),
                                        (["--num_tokens", "3"], "--num_tokens"), (["-di", "op"], "--dump_intermediate"),
                                        (["-dit", "tag"], "--dump_intermediate_tag"),
                                        (["--model_output", "--perf-only"], "--model_output")])

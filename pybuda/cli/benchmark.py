@@ -73,8 +73,7 @@ def parse_math_fidelity(text: str) -> MathFidelity:
 
 #: benchmarking flags pybuda cannot honour: flag → why (ConfigError naming the flag when it is given).
 FLAG_RULES: Dict[str, str] = {
-    "--training": "pybuda does not train yet; benchmark inference",
-    "--recompute": "recompute is a training option and pybuda does not train yet",
+    "--recompute": "recompute is a training option: use it with -t/--training",
     "--num_tokens": "pybuda's benchmark runs one forward pass per microbatch; token-by-token generation is not "
                     "benchmarked (leave --num_tokens at 1)",
     "--dump_intermediate": "pybuda's runtime has no intermediates queue yet (op_intermediates_to_save), so "
@@ -93,7 +92,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "cuda: PyTorch on a CUDA GPU (ConfigError without one)")
     parser.add_argument("-m", "--model", default=None, choices=sorted(MODELS), help="model to benchmark")
     parser.add_argument("-l", "--list", action="store_true", help="list the models and their configs, and exit")
-    parser.add_argument("-t", "--training", action="store_true", help="benchmark training (not supported: error)")
+    parser.add_argument("-t", "--training", action="store_true",
+                        help="benchmark training: compile forward, backward and optimizer programs and model a "
+                             "training step on the card (the loop is not run on the simulated chip)")
     parser.add_argument("-adf", "--acc_dataformat", default=None,
                         help="accumulation data format (Fp32, Fp16, Fp16_b, Bfp8, Bfp8_b, Bfp4, Bfp4_b)")
     parser.add_argument("-opt", "--backend_opt_level", type=int, choices=(0, 1, 2, 3, 4), default=None,
@@ -101,7 +102,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--num_tokens", type=int, default=1,
                         help="tokens for text generation models (only 1: generation is not benchmarked)")
     parser.add_argument("--chips", type=int, default=1, help="number of chips to compile for (default 1)")
-    parser.add_argument("--recompute", action="store_true", help="recompute in training (not supported: error)")
+    parser.add_argument("--recompute", action="store_true",
+                        help="with -t: the backward recomputes activations instead of saving them")
     parser.add_argument("--trace", choices=tuple(_TRACE_LEVELS), default="none",
                         help="performance trace level (the simulated chip records none: logged; see perf_report)")
     parser.add_argument("-e", "--env", default="",
@@ -235,7 +237,7 @@ def _run_cpu(spec: Any, loop_count: int, device: str = "cpu", outputs: Optional[
 
 def check_flags(args: argparse.Namespace) -> None:
     """ConfigError for a benchmarking flag pybuda cannot honour (:data:`FLAG_RULES`) or a bad combination."""
-    given = {"--training": getattr(args, "training", False), "--recompute": getattr(args, "recompute", False),
+    given = {"--recompute": getattr(args, "recompute", False) and not getattr(args, "training", False),
              "--num_tokens": getattr(args, "num_tokens", 1) != 1,
              "--dump_intermediate": getattr(args, "dump_intermediate", None) is not None}
     for flag, on in given.items():
@@ -308,6 +310,32 @@ def _compile_only(spec: Any, cfg: Any, microbatch: int) -> Tuple[Any, float]:
     graph.microbatch = microbatch
     results = compile_graph(graph, cfg.device_config, cfg, None, microbatch)
     return results, time.perf_counter() - t0
+
+
+def _training_record(record: Dict[str, Any], spec: Any, cfg: Any, microbatch: int, recompute: bool) -> Dict[str, Any]:
+    """``-t``: compile the model's forward and backward programs and an Adam optimizer program (TT-Buda's
+    benchmark default) without running them, and model a training step on the card."""
+    import torch
+
+    from pybuda.optimizers import Adam
+    from pybuda.runtime.training import compile_optimizer, compile_stage
+
+    cfg.enable_recompute = recompute
+    sample = tuple(t[:1] if isinstance(t, torch.Tensor) and t.dim() else t for t in spec.example_inputs)
+    t0 = time.perf_counter()
+    graph = spec.to_pybuda().to_graph(*sample, graph_name=spec.full_name).graph
+    common = dict(device_desc=cfg.device_config, devtype=None, config=cfg, run=False)
+    tg, fwd, bwd = compile_stage(spec.full_name, graph, input_grads=(), microbatch=microbatch, **common)
+    shapes = {n: tuple(tg.forward[n].shape) for n in tg.param_grads}
+    _, opt = compile_optimizer(spec.full_name, Adam(learning_rate=1e-4), shapes, **common) if shapes else (None, None)
+    compile_seconds = time.perf_counter() - t0
+    from pybuda.perf.training import estimate_training
+
+    perf = estimate_training([fwd.compile_results], [bwd.compile_results], opt.compile_results if opt else None,
+                             microbatch=microbatch)
+    record.update(training=True, recompute=recompute, compile_seconds=compile_seconds, epochs=perf.epochs,
+                  modeled_training_samples_per_sec=perf.samples_per_sec, _summary=perf.summary())
+    return record
 
 
 def _compile_and_run(spec: Any, cfg: Any, device_config: str, loop_count: int,
@@ -465,6 +493,8 @@ def run(args: argparse.Namespace) -> Dict[str, Any]:
         image, compile_seconds, size = _save_image(spec, cfg, args.save_tti)
         record.update(save_tti=args.save_tti, image_bytes=size, compile_seconds=compile_seconds)
         return _image_record(record, image, loops, Path(cfg.backend_output_dir or build_dir()))
+    if getattr(args, "training", False):
+        return _training_record(record, spec, cfg, mb, bool(getattr(args, "recompute", False)))
     if args.perf_only:
         results, compile_seconds = _compile_only(spec, cfg, mb)
         run_seconds = None
@@ -501,8 +531,13 @@ def _print(record: Dict[str, Any]) -> None:
     if record.get("host_samples_per_sec") is not None:
         where = "simulated chip on this host" if record["device"] == "tt" else "PyTorch on this host"
         print(f"  measured host throughput ({where}): {record['host_samples_per_sec']:,.2f} samples/s")
-    elif record["device"] == "tt":
+    elif record["device"] == "tt" and not record.get("training"):
         print("  measured host throughput: skipped (--perf-only)")
+    if record.get("modeled_training_samples_per_sec") is not None:
+        print(f"  modeled card training throughput ({record['device_config']}): "
+              f"{record['modeled_training_samples_per_sec']:,.1f} samples/s (forward + backward + Adam per "
+              f"microbatch; the loop is not run on the simulated chip)")
+        print(f"  {record['_summary']}")
     if record.get("modeled_samples_per_sec") is not None:
         print(f"  modeled card throughput ({record['device_config']}): {record['modeled_samples_per_sec']:,.1f} "
               f"samples/s steady state, {record['modeled_samples_per_sec_loop']:,.1f} samples/s over "

@@ -13,7 +13,7 @@ from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
 import torch
 
-from pybuda.errors import InputError, ModuleError, PybudaError
+from pybuda.errors import InputError, PybudaError
 from pybuda.runtime.backend_api import CPUReferenceExecutor
 from pybuda.runtime.device import Device, InputItem
 
@@ -45,13 +45,6 @@ class CPUDevice(Device):
         self._runners: Optional[List[Tuple[Any, Any]]] = None  # (module, CPUReferenceExecutor | None)
         if module is not None:
             self.place_module(module)
-
-    def _check_module_kind(self, module: Any) -> None:
-        from pybuda.module import _FrameworkModule
-
-        if isinstance(module, _FrameworkModule):
-            raise ModuleError(f"CPUDevice '{self.name}' cannot run {type(module).__name__} '{module.name}': this "
-                              f"build runs PyTorch and PyBuda modules only")
 
     #: fp16/bf16 inputs become float32 unless ``input_dtypes`` says otherwise: torch CPU kernels for them are
     #: slow or missing (a GPUDevice runs them natively).

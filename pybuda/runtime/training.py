@@ -89,9 +89,9 @@ class Program:
 
 
 def compile_program(name: str, graph: Any, *, epoch_type: str, device_desc: Any, devtype: Any, config: Any,
-                    microbatch: int) -> Program:
-    """Compile ``graph`` for the device; a graph the compiler cannot place runs on the CPU reference (logged
-    and reported, never silently)."""
+                    microbatch: int, run: bool = True) -> Program:
+    """Compile ``graph`` for the device. A graph the compiler cannot place runs on the CPU reference (logged
+    and reported, never silently). ``run=False`` compiles only (no executor; compile errors are raised)."""
     from pybuda.compile import compile_graph
 
     for node in graph.parameters:
@@ -99,11 +99,38 @@ def compile_program(name: str, graph: Any, *, epoch_type: str, device_desc: Any,
     graph.microbatch = microbatch
     try:
         results = compile_graph(graph, device_desc, config, None, microbatch, epoch_type=epoch_type)
-        executor = create_executor(devtype, results, graph=graph, microbatch=microbatch, device=device_desc)
-        return Program(name, graph, executor, results)
     except CompileError as e:
+        if not run:
+            raise
         log.warning("training program '%s' runs on the host CPU: %s", name, e)
         return Program(name, graph, CPUReferenceExecutor(graph, microbatch), None, f"host: {e}")
+    executor = create_executor(devtype, results, graph=graph, microbatch=microbatch, device=device_desc) \
+        if run else None
+    return Program(name, graph, executor, results)
+
+
+def compile_stage(name: str, graph: Any, *, input_grads: Sequence[str], device_desc: Any, devtype: Any, config: Any,
+                  microbatch: int, run: bool = True) -> Tuple[Any, Program, Program]:
+    """Autograd on one module's graph, then its forward and backward programs: ``(TrainingGraphs, fwd, bwd)``.
+    ``config.enable_recompute`` makes the backward recompute activations instead of saving them."""
+    from pybuda.passes.graph.autograd import build_training_graphs
+
+    tg = build_training_graphs(graph, recompute=bool(getattr(config, "enable_recompute", False)),
+                               input_grads=list(input_grads))
+    _add_sample_dim(tg.backward, list(tg.param_grads.values()))
+    common = dict(device_desc=device_desc, devtype=devtype, config=config, microbatch=microbatch, run=run)
+    fwd = compile_program(f"fwd_{name}", tg.forward, epoch_type="fwd", **common)
+    bwd = compile_program(f"bwd_{name}", tg.backward, epoch_type="bwd", **common)
+    return tg, fwd, bwd
+
+
+def compile_optimizer(name: str, optimizer: Any, shapes: Mapping[str, Sequence[int]], *, device_desc: Any,
+                      devtype: Any, config: Any, run: bool = True) -> Tuple[Any, Program]:
+    """The optimizer's update graph over the parameters ``shapes`` and its program: ``(UpdateGraph, opt)``."""
+    update = optimizer.build_update_graph({n: (tuple(s), torch.float32) for n, s in shapes.items()})
+    program = compile_program(f"opt_{name}", update.graph, epoch_type="opt", device_desc=device_desc,
+                              devtype=devtype, config=config, microbatch=1, run=run)
+    return update, program
 
 
 # --- TTDevice ---------------------------------------------------------------------------------------------------
@@ -137,7 +164,6 @@ class TTTrainer:
     def __init__(self, device: Any, sample: InputItem, targets: Optional[InputItem], config: Any,
                  needs_input_grads: bool):
         from pybuda.compile import module_to_graph
-        from pybuda.passes.graph.autograd import build_training_graphs
 
         self.device = device
         self.config = config
@@ -163,13 +189,9 @@ class TTTrainer:
             graph = captured.graph
             floats = [k for k, node in enumerate(graph.inputs[:n_inputs]) if node.dtype.is_floating_point]
             grad_inputs = floats if (i > 0 or needs_input_grads) else []
-            tg = build_training_graphs(graph, recompute=bool(getattr(config, "enable_recompute", False)),
-                                       input_grads=[graph.inputs[k].name for k in grad_inputs])
-            _add_sample_dim(tg.backward, list(tg.param_grads.values()))
-            fwd = compile_program(f"fwd_{module.name}", tg.forward, epoch_type="fwd", device_desc=self.desc, devtype=device.devtype,
-                                  config=config, microbatch=self.microbatch)
-            bwd = compile_program(f"bwd_{module.name}", tg.backward, epoch_type="bwd", device_desc=self.desc, devtype=device.devtype,
-                                  config=config, microbatch=self.microbatch)
+            tg, fwd, bwd = compile_stage(module.name, graph, input_grads=[graph.inputs[k].name for k in grad_inputs],
+                                         device_desc=self.desc, devtype=device.devtype, config=config,
+                                         microbatch=self.microbatch)
             self.stages.append(_Stage(module.name, tg, fwd, bwd, n_inputs, len(graph.outputs), grad_inputs, is_loss))
             for prog in (fwd, bwd):
                 self.report.append(f"{prog.name}: {prog.placement}")
@@ -197,10 +219,9 @@ class TTTrainer:
         chosen = self._optimized_names(optimizer)
         if not chosen:
             return
-        self.update = optimizer.build_update_graph({n: (self.shapes[n], torch.float32) for n in chosen})
-        self.optimizer_program = compile_program(f"opt_{self.device.name}", self.update.graph, epoch_type="opt",
-                                                 device_desc=self.desc,
-                                                 devtype=self.device.devtype, config=self.config, microbatch=1)
+        self.update, self.optimizer_program = compile_optimizer(
+            self.device.name, optimizer, {n: self.shapes[n] for n in chosen}, device_desc=self.desc,
+            devtype=self.device.devtype, config=self.config)
         self.report.append(f"{self.optimizer_program.name}: {self.optimizer_program.placement}")
         self.optimizer_state = {k: v.detach().clone() for k, v in self.update.initial_state().items()}
         self._push_optimizer_inputs(with_params=True)
@@ -220,6 +241,23 @@ class TTTrainer:
         if with_params:
             values.update({n: self.params[n] for n in self.update.param_outputs})
         self.optimizer_program.executor.update_parameters(values)
+
+    def performance(self, microbatch_count: int = 1, accumulation_steps: int = 1) -> Any:
+        """The modelled training speed of this device's programs on its card
+        (:class:`pybuda.perf.training.TrainingPerf`); PybudaError when a program runs on the host."""
+        from pybuda.perf.training import estimate_training
+
+        programs = [p for s in self.stages for p in (s.forward, s.backward)]
+        programs += [self.optimizer_program] if self.optimizer_program is not None else []
+        on_host = [p.name for p in programs if p.compile_results is None]
+        if on_host:
+            raise PybudaError(f"TTDevice '{self.device.name}': programs {on_host} run on the host CPU, so the card's "
+                              f"training speed cannot be modelled (see the trainer's report)")
+        return estimate_training([s.forward.compile_results for s in self.stages],
+                                 [s.backward.compile_results for s in self.stages],
+                                 self.optimizer_program.compile_results if self.optimizer_program else None,
+                                 microbatch=self.microbatch, microbatch_count=microbatch_count,
+                                 accumulation_steps=accumulation_steps)
 
     def refresh_hyperparameters(self) -> None:
         """Write the optimizer's current hyper-parameters (a scheduler changed the learning rate) to the

@@ -267,6 +267,17 @@ class TTDevice(Device):
             return tuple(self._artifact.run(list(item.tensors)))
         return tuple(self._artifact.stages[active].executor.run(list(item.tensors)))
 
+    def training_performance(self, microbatch_count: int = 1, accumulation_steps: int = 1) -> Any:
+        """The modelled speed of this device's training programs (forward, backward, optimizer) on its card, as
+        a :class:`pybuda.perf.training.TrainingPerf`; needs a running training pipeline."""
+        from pybuda.runtime import training
+
+        session = training.current()
+        if session is None or self not in session.devices:
+            raise PybudaError(f"TTDevice '{self.name}' is not in a running training pipeline; call "
+                              f"initialize_pipeline(training=True) first")
+        return session.trainer_of(self).performance(microbatch_count, accumulation_steps)
+
     def get_compiled_results(self) -> Optional[List[Any]]:
         """The compiler's results for each module (None before compile, or for uncompiled graphs)."""
         return self._artifact.compile_results if self._artifact is not None else None

@@ -294,6 +294,70 @@ def _manual_pipeline():
     close(q.get(timeout=60)[0], 3 * x.sum(-1, keepdim=True).expand(1, 32, 32))
 
 
+class _Regression(pybuda.PyBudaModule):
+    """x @ w for a trainable w, to train in the training effects."""
+
+    def __init__(self, name):
+        super().__init__(name)
+        self.w = pybuda.Parameter(torch.zeros(32, 32), requires_grad=True)
+
+    def forward(self, x):
+        return pybuda.op.Matmul("mm", x, self.w)
+
+
+def _training_device(steps):
+    pybuda.set_configuration_options(default_df_override=pybuda.DataFormat.Float32,
+                                     accumulate_df=pybuda.DataFormat.Float32, math_fidelity=pybuda.MathFidelity.HiFi4)
+    tt = pybuda.TTDevice("tt0", module=_Regression("reg"), arch=pybuda.BackendDevice.Wormhole_B0,
+                         optimizer=pybuda.SGD(learning_rate=0.5), fp32_fallback=pybuda.DataFormat.Float32)
+    tt.place_loss_module(pybuda.op.loss.MSELoss("mse"))
+    for k in range(steps):
+        x = _training_input(k)
+        tt.push_to_inputs(x)
+        tt.push_to_target_inputs(x)  # learn the identity
+    return tt
+
+
+def _training_input(k):
+    return torch.rand(1, 32, 32, generator=torch.Generator().manual_seed(k))
+
+
+@effect("pybuda.run_training", "pybuda.Device.place_loss_module", "pybuda.Device.push_to_target_inputs")
+def _run_training():
+    _training_device(8)
+    losses = queue.Queue()
+    checkpoints = pybuda.run_training(steps=8, loss_queue=losses)
+    curve = [float(losses.get(timeout=60)[0].value().sum()) for _ in range(8)]
+    assert curve[-1] < 0.5 * curve[0]  # the regression is being learned
+    assert float(checkpoints.get(timeout=60)[0]["reg.w"].value().abs().sum()) > 0
+
+
+@effect("pybuda.run_backward", "pybuda.run_optimizer", "pybuda.get_parameter_gradients",
+        "pybuda.TTDevice.get_parameter_gradients", "pybuda.Device.get_first_targets")
+def _manual_training_loop():
+    tt = _training_device(1)
+    assert tt.get_first_targets()[0].shape == (1, 32, 32)
+    pybuda.initialize_pipeline(training=True)
+    pybuda.run_forward(input_count=1)
+    pybuda.run_backward(input_count=1, zero_grad=True)
+    grad = pybuda.get_parameter_gradients(tt)[0]["reg.w"].value()
+    x = _training_input(0)
+    want = -2.0 / (32 * 32) * x[0].T @ x[0]  # d/dw mean((x w - x)^2) at w = 0, about -0.016 per entry
+    close(grad, want, atol=1e-4, rtol=1e-2)
+    close(tt.get_parameter_gradients()["reg.w"], want, atol=1e-4, rtol=1e-2)
+    pybuda.run_optimizer()
+    close(pybuda.get_parameter_checkpoint(tt)[0]["reg.w"], -0.5 * want, atol=1e-4, rtol=1e-2)
+
+
+@effect("pybuda.Device.remove_loss_module")
+def _remove_loss_module():
+    tt = pybuda.TTDevice("tt0", module=_Regression("reg"))
+    tt.place_loss_module(pybuda.op.loss.MSELoss("mse"))
+    tt.remove_loss_module()
+    with pytest.raises(pybuda.errors.InputError, match="no loss module"):
+        tt.push_to_target_inputs(r(1, 32, 32))
+
+
 @effect("pybuda.Device.push_to_inputs")
 def _push_to_inputs():
     tt = pybuda.TTDevice("tt0", devtype=pybuda.BackendType.Golden, module=Linear("lin"))

@@ -127,6 +127,28 @@ class AutogradContext:
         """The backward-graph node for forward value ``name`` (same name), created on first use."""
         if name in self._from_forward:
             return name
+        # Recomputed values need their operands first: visit the missing ones depth-first with an explicit
+        # stack (a deep model would overflow Python's recursion limit), each added after its operands.
+        stack = [(name, False)]
+        while stack:
+            current, expanded = stack.pop()
+            if current in self._from_forward:
+                continue
+            operands = self._recomputed_operands(current)
+            if expanded or not operands:
+                self._add_forward_value(current)
+                continue
+            stack.append((current, True))
+            stack.extend((o, False) for o in reversed(operands) if o not in self._from_forward)
+        return name
+
+    def _recomputed_operands(self, name: str) -> List[str]:
+        node = self.forward[name]
+        if node.kind == OP and (self.recompute or self._from_leaves_only(name)):
+            return list(node.operands)
+        return []
+
+    def _add_forward_value(self, name: str) -> None:
         if name in self.backward:
             raise CompileError(f"forward node '{name}' collides with a backward node name", stage=STAGE, op=name)
         self._from_forward.add(name)
@@ -142,23 +164,17 @@ class AutogradContext:
             self.backward.add_input(name, node.shape, node.dtype)
             self.saved.append(name)
         else:
-            operands = [self.fwd(o) for o in node.operands]
-            self.backward.add_op(name, node.op_type, operands, node.attrs, tags=node.tags)
-        return name
+            self.backward.add_op(name, node.op_type, list(node.operands), node.attrs, tags=node.tags)
 
     def _from_leaves_only(self, name: str) -> bool:
         """True for a forward op computed from parameters and constants alone (a transposed weight): the
         backward recomputes it from the parameters instead of saving a copy per sample, which would also
         lack the microbatch dim every saved activation has."""
         known = self._leaf_only
-        if name not in known:
-            node = self.forward[name]
-            if node.kind in (PARAMETER, CONSTANT):
-                known[name] = True
-            elif node.kind != OP:
-                known[name] = False
-            else:
-                known[name] = all(self._from_leaves_only(o) for o in node.operands)
+        if not known:  # one pass in topological order (a recursive walk overflows on deep models)
+            for node in self.forward:
+                known[node.name] = node.kind in (PARAMETER, CONSTANT) or (
+                    node.kind == OP and all(known[o] for o in node.operands))
         return known[name]
 
     def shape(self, name: str) -> Tuple[int, ...]:

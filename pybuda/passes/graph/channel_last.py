@@ -21,8 +21,13 @@ from pybuda.ops.common import normalize_dim
 from pybuda.passes.context import CompileContext
 from pybuda.passes.graph.rewrite import Rewriter
 
-SEED_OPS = frozenset({"conv2d", "max_pool2d", "avg_pool2d"})
+SEED_OPS = frozenset({"conv2d", "conv2d_transpose", "max_pool2d", "avg_pool2d"})
 REDUCE_OPS = frozenset({"reduce_sum", "reduce_avg", "reduce_max"})
+#: Layout-agnostic data movement carried in NHWC (their dim attributes are remapped).
+AXIS_OPS = {"concatenate": "axis", "interleave": "axis", "index": "dim"}
+#: NCHW -> NHWC as the transpose pair this pass (and conv2d_transpose's decomposition) writes, and back.
+_TO_NHWC = ((1, 2), (2, 3))
+_TO_NCHW = ((2, 3), (1, 2))
 #: NCHW dim -> NHWC dim.
 _DIM_MAP = {0: 0, 1: 3, 2: 1, 3: 2}
 
@@ -34,7 +39,7 @@ def convert_convs_to_channel_last(graph: Graph, ctx: CompileContext) -> Graph:
     "fuse pad + conv"), so TF-style asymmetric "same" padding costs nothing.
     """
     graph = _fold_pads_into_convs(graph)
-    region = _region(graph)
+    region, pairs = _region(graph)
     if not region:
         return graph
     rw = Rewriter(graph)
@@ -77,7 +82,14 @@ def convert_convs_to_channel_last(graph: Graph, ctx: CompileContext) -> Graph:
         return out
 
     for node in graph:
-        if node.kind == OP and node.name in region:
+        if node.kind == OP and node.name in pairs:
+            src = pairs[node.name]
+            if node.name in region:  # NHWC conv output back to NCHW: the region keeps the NHWC value
+                nhwc[node.name] = rw.map[src]
+                rw.map[node.name] = nhwc[node.name]
+            else:  # NCHW region value to NHWC: the value itself
+                rw.map[node.name] = nhwc[src]
+        elif node.kind == OP and node.name in region:
             nhwc[node.name] = _rewrite_region_op(rw, node, to_nhwc)
             rw.map[node.name] = nhwc[node.name]
         elif node.kind == OP:
@@ -99,28 +111,93 @@ def _as4d(shape: Sequence[int]) -> Optional[tuple]:
     return (1,) * (4 - len(shape)) + tuple(shape)
 
 
-def _region(graph: Graph) -> Set[str]:
-    """Names of the NCHW op nodes to compute in NHWC."""
+def _region(graph: Graph):
+    """Names of the NCHW op nodes to compute in NHWC, and the layout-conversion transpose pairs to drop:
+    ``{name: NHWC source}`` for a pair turning an NHWC value into NCHW (whose result then joins the region:
+    the channel-last convolution a ``conv2d_transpose`` decomposes into) or an NCHW region value into NHWC."""
     region: Set[str] = set()
-    for node in graph:
-        if node.kind != OP:
-            continue
-        if node.op_type in SEED_OPS:
-            if not node.attrs.get("channel_last", False) and len(graph[node.operands[0]].shape) == 4:
-                region.add(node.name)
-            continue
-        if len(node.shape) != 4:
-            continue
-        if not any(o in region for o in node.operands):
-            continue
+    pairs: Dict[str, str] = {}
+    users = graph.user_map()
+
+    def pair_source(node: Node, dims) -> Optional[str]:
+        if node.op_type != "transpose" or len(node.shape) != 4 or _dims(node) != dims[1]:
+            return None
+        first = graph[node.operands[0]]
+        if first.kind != OP or first.op_type != "transpose" or _dims(first) != dims[0]:
+            return None
+        return first.operands[0]
+
+    def passes_through(node: Node) -> bool:
         family = registry.get(node.op_type).family
-        if family == "eltwise_unary":
-            region.add(node.name)
-        elif family == "eltwise_binary":
-            region.add(node.name)
-        elif node.op_type in REDUCE_OPS and node.attrs.get("stride", -1) == -1:
-            region.add(node.name)
-    return region
+        if family in ("eltwise_unary", "eltwise_binary"):
+            return all(len(graph[o].shape) <= 4 for o in node.operands)
+        if node.op_type in AXIS_OPS:
+            return True
+        if node.op_type == "pad":
+            return not node.attrs.get("channel_last") and len(node.attrs["pad"]) in (2, 4)
+        return node.op_type in REDUCE_OPS and node.attrs.get("stride", -1) == -1
+
+    changed = True
+    while changed:
+        changed = False
+        for node in graph:
+            if node.kind != OP or node.name in region:
+                continue
+            add = False
+            if node.op_type in SEED_OPS:
+                add = not node.attrs.get("channel_last", False) and len(graph[node.operands[0]].shape) == 4
+            elif len(node.shape) == 4:
+                src = pair_source(node, _TO_NCHW)
+                if src is not None and graph[src].kind == OP and (
+                        graph[src].op_type in SEED_OPS and graph[src].attrs.get("channel_last")):
+                    pairs[node.name] = src  # an NHWC convolution's output converted back to NCHW
+                    add = True
+                elif passes_through(node):
+                    if any(o in region for o in node.operands):
+                        add = True
+                    elif node.op_type not in REDUCE_OPS:
+                        # Pulled in from below: every reader computes in NHWC (a convolution's activation or a
+                        # region op), so converting the operands instead costs nothing more (graph inputs and
+                        # constants convert on the host or at compile time).
+                        readers = [graph[u] for u in users[node.name]]
+                        on_device = [o for o in node.operands if graph[o].kind == OP and _spatial(graph[o].shape)]
+                        add = (len(on_device) <= 1 and bool(readers)
+                               and all(_reads_nhwc(r, node.name, region, graph, users) for r in readers))
+            if add:
+                region.add(node.name)
+                changed = True
+    # NCHW -> NHWC pairs on region values (in front of the decomposed conv2d_transpose) become the value itself.
+    for node in graph:
+        if node.kind == OP and node.name not in region:
+            src = pair_source(node, _TO_NHWC)
+            if src is not None and src in region:
+                pairs[node.name] = src
+    return region, pairs
+
+
+def _spatial(shape) -> bool:
+    """Whether an NCHW value of ``shape`` needs a real conversion (not just a reshape) to NHWC."""
+    s = _as4d(shape)
+    return s is not None and s[2] * s[3] > 1
+
+
+def _dims(node: Node):
+    rank = len(node.shape)
+    return tuple(sorted((normalize_dim(node.attrs["dim0"], rank), normalize_dim(node.attrs["dim1"], rank))))
+
+
+def _reads_nhwc(reader: Node, name: str, region: Set[str], graph: Graph, users) -> bool:
+    """Whether ``reader`` takes value ``name`` in NHWC once ``name`` is in the region: an NCHW convolution's
+    activation, a region op, or the NCHW -> NHWC transpose pair in front of a decomposed conv2d_transpose."""
+    if reader.kind != OP:
+        return False
+    if reader.op_type == "transpose" and len(reader.shape) == 4 and _dims(reader) == _TO_NHWC[0]:
+        seconds = [graph[u] for u in users[reader.name]]
+        return bool(seconds) and all(u.kind == OP and u.op_type == "transpose" and _dims(u) == _TO_NHWC[1]
+                                     for u in seconds)
+    if reader.op_type in SEED_OPS and not reader.attrs.get("channel_last", False):
+        return reader.operands[0] == name and name not in reader.operands[1:]
+    return reader.name in region
 
 
 def _rewrite_region_op(rw: Rewriter, node: Node, to_nhwc) -> str:
@@ -132,6 +209,15 @@ def _rewrite_region_op(rw: Rewriter, node: Node, to_nhwc) -> str:
     if node.op_type in REDUCE_OPS:
         attrs = dict(node.attrs)
         attrs["dim"] = _DIM_MAP[normalize_dim(attrs["dim"], 4)]
+        return rw.op(node.name, node.op_type, [to_nhwc(node.operands[0])], attrs, node.tags)
+    if node.op_type in AXIS_OPS:
+        attrs = dict(node.attrs)
+        key = AXIS_OPS[node.op_type]
+        attrs[key] = _DIM_MAP[normalize_dim(attrs[key], 4)]
+        return rw.op(node.name, node.op_type, [to_nhwc(o) for o in node.operands], attrs, node.tags)
+    if node.op_type == "pad":
+        attrs = dict(node.attrs)
+        attrs["channel_last"] = True
         return rw.op(node.name, node.op_type, [to_nhwc(node.operands[0])], attrs, node.tags)
     return rw.op(node.name, node.op_type, [to_nhwc(o) for o in node.operands], node.attrs, node.tags)
 

@@ -28,7 +28,10 @@ UNARY = {name: low.op for name, low in LOWERINGS.items() if device_op(low.op).is
 ZERO_PRESERVING = {name for name, op in UNARY.items() if device_op(op).zero_preserving}
 #: Unary ops that turn large finite junk padding into inf (``exp`` of ``0 - rowmax`` after a row of -1e4
 #: logits): their input's junk padding is zeroed first (see ``_safe_pad`` of the lowering pass).
-PAD_SENSITIVE = frozenset({"exp"}) & set(UNARY)
+PAD_SENSITIVE = frozenset({"exp", "sqrt"}) & set(UNARY)
+#: Unary ops with a pole at zero: zero tile padding would become inf, and inf meets a 0 of a mask or of a
+#: picker matmul later (NaN in real values), so their operand's padding is set to ones first.
+POLE_AT_ZERO = frozenset({"reciprocal", "log"}) & set(UNARY)
 #: Unary ops whose every output is >= 0, and softmax, which decomposes into such ops: zero padding
 #: cannot win a max over their values.
 NON_NEGATIVE = frozenset({name for name, op in UNARY.items() if device_op(op).non_negative} | {"softmax"})

@@ -88,13 +88,11 @@ class ConvPoolLowering:
         """The matmul (or depthwise multiply + sum) that applies the weights to picked pixels."""
         groups = node.attrs["groups"]
         wv = ops[1]
-        if not wv.is_queue_value:
-            raise self.err("conv2d weights must be a parameter or constant (computed weights are not supported)")
+        bias = ops[2] if len(ops) == 3 else None
+        if not wv.is_queue_value or (bias is not None and not bias.is_queue_value):
+            return self._conv_device_weights(node, ops, picked, kk, kernel, cin, cout, out_hw, out_rp, x)
         weight = self.values[wv.src]
         ho, wo = self.g[node.name].shape[1:3]
-        bias = ops[2] if len(ops) == 3 else None
-        if bias is not None and not bias.is_queue_value:
-            raise self.err("conv2d bias must be a parameter or constant")
         direct = picked is x  # 1x1, stride 1, no padding: the weights apply to the pixels as they are
         if direct:
             z, rows, layout, spatial = x.z, x.r, x.layout, x.spatial
@@ -145,6 +143,85 @@ class ConvPoolLowering:
         out = self.emit(node.name, "matmul", inputs, (z, rows, cout), attrs, pad=(a.pad_r, ZERO), layout=layout,
                         spatial=spatial)
         return out
+
+    def _conv_device_weights(self, node, ops, picked: DVal, kk: int, kernel, cin, cout, out_hw, out_rp, x) -> DVal:
+        """:meth:`_conv_weights` for weights (or a bias) whose value is not known at compile time: trained
+        parameters the runtime rewrites after every optimizer step (``RUNTIME_UPDATED``), or values the graph
+        computes (the flipped weights of a transposed convolution's gradient). The layout transform the
+        compile-time path does on the host (im2col matrix, depthwise rows) runs on the device instead, as a
+        data movement of the weight tensor (pickers, see :meth:`move`); it is a few small ops per weight,
+        read by every sample of the microbatch."""
+        groups = node.attrs["groups"]
+        wv, bias = ops[1], (ops[2] if len(ops) == 3 else None)
+        wshape = tuple(self.g[node.operands[1]].shape)
+        cout_w, cin_g, kh, kw = wshape
+        ho, wo = self.g[node.name].shape[1:3]
+        direct = picked is x
+        if direct:
+            z, rows, layout, spatial = x.z, x.r, x.layout, x.spatial
+        else:
+            z, rows, layout, spatial = 1, out_hw, "flat", (ho, wo)
+        idx = torch.arange(cout_w * cin_g * kh * kw).reshape(cout_w, cin_g, kh * kw)
+        bq = None
+        if bias is not None:
+            bshape = tuple(self.g[node.operands[2]].shape)
+            bq = bias if (bias.z, bias.r, bias.c) == (1, 1, cout) and not bias.tms else \
+                self.move(bias, bshape, (1, cout), torch.arange(cout), f"{node.name}.bias_row")
+        depthwise = groups > 1 and groups == cin and cout == cin
+        if depthwise and not direct:
+            # [kk, 32, C]: slice ``pos`` holds w[c, 0, pos] in every row (replicated for a broadcast over r).
+            emap = idx[:, 0, :].t()[:, None, :].expand(kk, TILE, cout).contiguous()
+            wrows = self.move(wv, wshape, (kk, TILE, cout), emap.reshape(-1), f"{node.name}.dw_rows")
+            wrows = replace(wrows, r=TILE, pad_r=REP)
+            extra = (Broadcast(dim="r", factor=tiles(out_rp)),) if tiles(out_rp) > 1 else ()
+            prod = self.emit(f"{node.name}.dw_mul", "multiply", [(picked, ()), (replace(wrows, r=1), extra)],
+                             (kk, out_hw, cin), pad=(ZERO, JUNK))
+            if kk > 1:
+                src = replace(prod, tms=(VStack(factor=kk),), z=1, r=kk * out_rp)
+                pos = np.repeat(np.arange(kk), out_hw)
+                pix = np.tile(np.arange(out_hw), kk)
+                out = self._row_pick(src, f"{node.name}.dw_sum", pix, pos * out_rp + pix,
+                                     np.ones(len(pix), np.float32), out_r=out_hw, k_r=kk * out_rp,
+                                     key=("dwsum", kk, out_hw, out_rp))
+            else:
+                out = replace(prod, r=out_hw)
+            if bq is not None:
+                brep = self._rep(bq, "r")
+                extra = (Broadcast(dim="r", factor=tiles(out_hw)),) if tiles(out_hw) > 1 else ()
+                out = self.emit(f"{node.name}.bias", "add", [(out, ()), (replace(brep, r=1), extra)],
+                                (1, out_hw, cout), pad=(JUNK, JUNK))
+            return replace(out, r=out_hw, layout="flat", spatial=(ho, wo))
+        # The im2col matrix [kk*cin_pad, Cout] (block-diagonal for groups): first [Cout, Cin/g, kk] (kh parts),
+        # then a z <-> c rotation to [Cin/g, kk, Cout] and one row picker. Other groups' rows and the channel
+        # padding stay zero.
+        cin_pad = tiles(cin) * TILE
+        cout_g = cout // groups
+        w3 = wv
+        if kh * kw > 1:
+            w3 = self.move(wv, wshape, (cout, cin_g, kk), torch.arange(cout * cin_g * kk), f"{node.name}.w_taps")
+        idx3 = torch.arange(cout * cin_g * kk).reshape(cout, cin_g, kk)
+        emap = torch.full((kk, cin_pad, cout), -1, dtype=torch.int64)
+        for g in range(groups):
+            co = slice(g * cout_g, (g + 1) * cout_g)
+            emap[:, g * cin_g:(g + 1) * cin_g, co] = idx3[co].permute(2, 1, 0)
+        wt = self.move(w3, (cout, cin_g, kk), (kk * cin_pad, cout), emap.reshape(-1), f"{node.name}.im2col_weights")
+        if direct:
+            a = x
+            wextra: tuple = (Broadcast(dim="z", factor=z),) if z > 1 else ()
+        else:
+            tms = (HStack(factor=kk),) if kk > 1 else ()
+            a = replace(picked, tms=tuple(picked.tms) + tms, z=1, r=out_hw, c=kk * cin_pad)
+            wextra = ()
+        inputs = [(a, ()), (wt, wextra)]
+        attrs: Dict[str, Any] = {}
+        if bq is not None:
+            extra: List[TM] = [Broadcast(dim="z", factor=z)] if z > 1 else []
+            if tiles(rows) > 1:
+                extra.append(Broadcast(dim="r", factor=tiles(rows)))
+            inputs.append((bq, tuple(extra)))
+            attrs["bias"] = True
+        return self.emit(node.name, "matmul", inputs, (z, rows, cout), attrs, pad=(a.pad_r, ZERO), layout=layout,
+                         spatial=spatial)
 
     def _avg_pool(self, node, src, in_pitch, k_r, hw, out_hw2, kernel, stride, pads, cin) -> DVal:
         h, w = hw

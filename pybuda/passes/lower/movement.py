@@ -11,7 +11,7 @@ import numpy as np
 import torch
 
 from pybuda.ir.graph import Node
-from pybuda.netlist.tms import Transpose, VSlice, VStack
+from pybuda.netlist.tms import HSlice, HStack, Transpose, VSlice, VStack
 from pybuda.ops import registry
 from pybuda.netlist.host_io import canonical_zrc, tiles
 from pybuda.passes.lower.common import (
@@ -35,6 +35,8 @@ class DataMovementLowering:
         kind, cols, tms = plan
         if kind == "pickers":
             return self._gather_pickers(self.g[lz.name], [v], [lz.base_shape], lz.shape, chain=lz)
+        if kind == "rotate":
+            return self._rotated_move(self.g[lz.name], v, cols, tms, lz.shape)
         if cols is not None:
             v = self._col_pick(v, f"{lz.name}.select_cols", cols, key=("select_cols", lz.base_shape, lz.ops))
         zo, ro, co = canonical_zrc(lz.shape)
@@ -68,7 +70,90 @@ class DataMovementLowering:
             tms = _match_mapping((zi, ri, cu), remapped)
             if tms is not None:
                 return ("tms", used.numpy(), tms)
-        return ("pickers", None, None)
+        return self._plan_general((zi, ri, ci), expected)
+
+    def _plan_general(self, src, expected: torch.Tensor):
+        """Plan for a map the column picker + TMs cannot do: pickers when every output column reads one
+        source column; else a z <-> c rotation of the source first (``("rotate", kind, map)``), the move
+        that turns NCHW into NHWC and back (a transpose, ``hstack``, one dense column picker, ``hslice``),
+        followed by TMs or pickers on the rotated value."""
+        if _pickers_feasible(src, expected):
+            return ("pickers", None, None)
+        zi = src[0]
+        for group in [d for d in range(zi, 0, -1) if zi % d == 0]:
+            for kind in ("fwd", "inv"):
+                rshape, rmap = _rotated_map(src, expected, kind, group)
+                if _match_mapping(rshape, rmap) is not None or _pickers_feasible(rshape, rmap):
+                    return ("rotate", (kind, group), rmap)
+        return ("pickers", None, None)  # reports why the device cannot do it
+
+    def _rotate(self, v: DVal, kind: str, group: int) -> DVal:
+        """Canonical ``v`` (B*Z, R, C), Z = ``group``, rotated within each group of Z slices: ``fwd`` ->
+        (B*R, C, Z) (out[b, r][c][z] = in[b, z][r][c]: NCHW -> NHWC for z = C), ``inv`` -> (B*C, Z, R)
+        (NHWC -> NCHW for z = H). Each group's tile-aligned slices are stacked along columns (``hstack``), one
+        dense column picker reorders the columns, and ``hslice`` cuts the new z back out."""
+        key = ("rotate", v.src, v.tms, kind, group, v.z, v.r, v.c)
+        if key in self.cache:
+            return self.cache[key]
+        z, r, c = group, v.r, v.c
+        b = v.z // group
+        stack = (HStack(factor=z),) if z > 1 else ()
+        if kind == "fwd":
+            # transpose: (Z, C, R); hstack Z: col z*Rp + r  ->  col r*Zp + z; hslice R: (R, C, Z)
+            rp, zp = tiles(r) * TILE, tiles(z) * TILE
+            src = replace(v, tms=tuple(v.tms) + (Transpose(),) + stack, z=b, r=c, c=z * rp, pad_r=v.pad_c, pad_c=JUNK)
+            zz, rr = np.meshgrid(np.arange(z), np.arange(r), indexing="ij")
+            sources = np.full(r * zp, -1, dtype=np.int64)
+            sources[(rr * zp + zz).reshape(-1)] = (zz * rp + rr).reshape(-1)
+            out_z, out_r, out_c, slices = b * r, c, z, r
+        else:
+            # hstack Z: col z*Cp + c  ->  col c*Zp + z; hslice C: (C, R, Z); transpose: (C, Z, R)
+            cp, zp = tiles(c) * TILE, tiles(z) * TILE
+            src = replace(v, tms=tuple(v.tms) + stack, z=b, c=z * cp, pad_c=JUNK)
+            zz, cc = np.meshgrid(np.arange(z), np.arange(c), indexing="ij")
+            sources = np.full(c * zp, -1, dtype=np.int64)
+            sources[(cc * zp + zz).reshape(-1)] = (zz * cp + cc).reshape(-1)
+            out_z, out_r, out_c, slices = b * c, z, r, c
+        name = f"{self.node.name if self.node is not None else v.src}.rotate_{kind}"
+        picked = self._col_pick(src, name, sources, key=("rotate", kind, z, r, c))
+        tms = (HSlice(factor=slices),) if slices > 1 else ()
+        if kind == "fwd":
+            out = replace(picked, tms=tms, z=out_z, r=out_r, c=out_c, pad_c=ZERO)
+        else:
+            out = replace(picked, tms=tms + (Transpose(),), z=out_z, r=out_r, c=out_c, pad_r=ZERO, pad_c=v.pad_r)
+        out = replace(out, is_queue_value=False, layout="canonical", spatial=None)
+        self.cache[key] = out
+        return out
+
+    def _rotated_move(self, node: Node, v: DVal, rotation, rmap: torch.Tensor, out_shape) -> DVal:
+        """``v`` rotated (see :meth:`_rotate`), then moved by ``rmap`` (source indices into the rotated value)."""
+        rv = self._rotate(v, *rotation)
+        zo, ro, co = canonical_zrc(out_shape)
+        tms = _match_mapping((rv.z, rv.r, rv.c), rmap)
+        if tms is not None:
+            if not tms and (rv.z, rv.r, rv.c) == (zo, ro, co):
+                return rv
+            return replace(rv, tms=tuple(rv.tms) + tuple(tms), z=zo, r=ro, c=co, pad_r=JUNK, pad_c=JUNK)
+        return self._gather_pickers(node, [rv], [(rv.z, rv.r, rv.c)], out_shape, emap=rmap.reshape(-1))
+
+    def move(self, v: DVal, in_shape, out_shape, emap: torch.Tensor, name: str) -> DVal:
+        """Move the elements of ``v`` (logical shape ``in_shape``) into ``out_shape``: output element i takes
+        input element ``emap[i]`` (flat, -1 = zero), by TMs, pickers or a rotation and pickers."""
+        v = self._canonical(v)
+        zi, ri, ci = canonical_zrc(in_shape)
+        zo, ro, co = canonical_zrc(out_shape)
+        expected = emap.reshape(zo, ro, co).to(torch.int64)
+        tms = _match_mapping((zi, ri, ci), expected)
+        if tms is not None:
+            if not tms:
+                return v
+            return replace(v, tms=tuple(v.tms) + tuple(tms), z=zo, r=ro, c=co, pad_r=JUNK, pad_c=JUNK,
+                           is_queue_value=False)
+        kind, rot, rmap = self._plan_general((zi, ri, ci), expected)
+        node = self.node if self.node is not None else _Named(name)
+        if kind == "rotate":
+            return self._rotated_move(node, v, rot, rmap, out_shape)
+        return self._gather_pickers(node, [v], [tuple(in_shape)], out_shape, emap=expected.reshape(-1))
 
     def _index_map(self, in_shapes, ops, node: Optional[Node] = None) -> torch.Tensor:
         """Source of every output element as a flat index over the inputs (in order), -1 = zero."""
@@ -83,10 +168,13 @@ class DataMovementLowering:
             idx = [registry.evaluate(op_type, idx, attrs)]
         return idx[0].to(torch.int64) - 1
 
-    def _gather_pickers(self, node: Node, ops: List[DVal], in_shapes, out_shape, chain: Optional[Lazy] = None) -> DVal:
-        """Data movement as row pickers (sparse, on vstack-ed rows) and/or column pickers, summed per input."""
-        op_list = chain.ops if chain is not None else ((node.op_type, _hashable(node.attrs)),)
-        emap = self._index_map(in_shapes, op_list)
+    def _gather_pickers(self, node: Node, ops: List[DVal], in_shapes, out_shape, chain: Optional[Lazy] = None,
+                        emap: Optional[torch.Tensor] = None, max_parts: int = 32) -> DVal:
+        """Data movement as row pickers (sparse, on vstack-ed rows) and/or column pickers, summed per input.
+        ``emap``: the source of every output element when it is not the node's (or chain's) own map."""
+        if emap is None:
+            op_list = chain.ops if chain is not None else ((node.op_type, _hashable(node.attrs)),)
+            emap = self._index_map(in_shapes, op_list)
         zo, ro, co = canonical_zrc(out_shape)
         emap = emap.reshape(zo, ro, co).numpy()
         sizes = [math.prod(s) for s in in_shapes]
@@ -106,7 +194,7 @@ class DataMovementLowering:
             vectors, group_of = np.unique(src_row.T, axis=0, return_inverse=True)
             group_of = np.asarray(group_of).reshape(-1)
             groups = [g for g in range(len(vectors)) if (vectors[g] >= 0).any()]
-            if len(groups) > 32:
+            if len(groups) > max_parts:
                 raise self.err(f"{node.op_type} from {list(s)} to {list(out_shape)} moves data in a way the device "
                                f"cannot express cheaply ({len(groups)} picker parts); run it on the CPU or change "
                                f"the model's layout")
@@ -149,3 +237,45 @@ class DataMovementLowering:
                                  np.ones(len(out_rows), np.float32), out_r=zo * rp_out, k_r=zi * rp_in)
             cur = replace(cur, tms=(VSlice(factor=zo),) if zo > 1 else (), z=zo, r=ro, pad_r=ZERO)
         return replace(cur, z=zo, r=ro, c=co)
+
+
+class _Named:
+    """Stands in for an IR node where a move has no node of its own (only its name is read)."""
+
+    op_type = "move"
+
+    def __init__(self, name: str):
+        self.name = name
+
+
+def _pickers_feasible(src, expected: torch.Tensor, max_parts: int = 32) -> bool:
+    """Whether :meth:`DataMovementLowering._gather_pickers` can realise ``expected`` from one canonical
+    source ``src`` (z, r, c): every output column reads one source column, in at most ``max_parts`` parts."""
+    zi, ri, ci = src
+    zo, ro, co = expected.shape
+    e = expected.reshape(zo * ro, co)
+    valid = e >= 0
+    if not valid.any():
+        return False
+    col = torch.where(valid, e % ci, torch.full_like(e, -1))
+    hi = torch.where(valid, col, torch.full_like(col, -1)).max(dim=0).values
+    lo = torch.where(valid, col, torch.full_like(col, ci + 1)).min(dim=0).values
+    used = valid.any(dim=0)
+    if bool((hi[used] != lo[used]).any()):
+        return False
+    rows = torch.where(valid, e // ci, torch.full_like(e, -1)).T.numpy()
+    vectors = np.unique(rows, axis=0)
+    return sum(1 for vec in vectors if (vec >= 0).any()) <= max_parts
+
+
+def _rotated_map(src, expected: torch.Tensor, kind: str, group: int):
+    """(rotated shape, ``expected`` re-expressed as indices into ``src`` rotated within groups of ``group``
+    slices, see :meth:`DataMovementLowering._rotate`)."""
+    zi, ri, ci = src
+    base = torch.arange(zi * ri * ci).reshape(zi // group, group, ri, ci)
+    rot = base.permute(0, 2, 3, 1) if kind == "fwd" else base.permute(0, 3, 1, 2)
+    rot = rot.reshape((-1,) + tuple(rot.shape[2:]))
+    position = torch.empty(zi * ri * ci, dtype=torch.int64)
+    position[rot.reshape(-1)] = torch.arange(rot.numel())
+    rmap = torch.where(expected >= 0, position[expected.clamp(min=0)], torch.full_like(expected, -1))
+    return tuple(rot.shape), rmap

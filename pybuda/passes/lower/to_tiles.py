@@ -72,7 +72,7 @@ from pybuda.netlist.host_io import canonical_zrc, tiles
 from pybuda.netlist.tms import TM, Broadcast, Transpose, VSlice, VStack, tms_shape
 from pybuda.dtypes import DataFormat
 from pybuda.passes.lower.common import (
-    BINARY, BINARY_OPS, GATHER_OPS, JUNK, LOWERINGS, PAD_SENSITIVE, REP, TILE, TRANSPOSE_OK_INPUT0, UNARY,
+    BINARY, BINARY_OPS, GATHER_OPS, JUNK, LOWERINGS, PAD_SENSITIVE, POLE_AT_ZERO, REP, TILE, TRANSPOSE_OK_INPUT0, UNARY,
     ZERO, ZERO_PRESERVING, DVal, Lazy, _combine_pad, _hashable, _right_align, _tile3,
 )
 from pybuda.netlist.device_ops import device_op
@@ -415,6 +415,8 @@ class _Lowering(ConvPoolLowering, ReductionLowering, DataMovementLowering):
             raise self.err(str(e)) from None
         if t in PAD_SENSITIVE and JUNK in (v.pad_r, v.pad_c):
             v = self._safe_pad(v)
+        if t in POLE_AT_ZERO:
+            v = self._ones_pad(v)
         if t in ZERO_PRESERVING:
             pad = (v.pad_r, v.pad_c)
         else:
@@ -433,6 +435,31 @@ class _Lowering(ConvPoolLowering, ReductionLowering, DataMovementLowering):
         if v.pad_c != REP and tiles(v.c) * TILE != v.c:
             v = self._zero_cols(v) if v.pad_c != ZERO else v
         return v
+
+    def _ones_pad(self, v: DVal) -> DVal:
+        """``v`` with ones in its tile padding (see ``POLE_AT_ZERO``): padding zeroed if it is junk, then a
+        constant that is 1 on padding rows/columns only is added."""
+        if v.pad_r != REP and tiles(v.r) * TILE != v.r:
+            v = self._zero_rows(v) if v.pad_r != ZERO else v
+            ones = self._const(("row_pad_ones", v.r), f"row_pad_ones_{v.r}", 1.0 - pickers.row_mask(v.r))
+            v = self.emit(f"{v.src}.one_pad_r", "add", [(v, ()), (ones, self._mask_tms(v, "c"))], (v.z, v.r, v.c),
+                          pad=(JUNK, v.pad_c), layout=v.layout, spatial=v.spatial)
+        if v.pad_c != REP and tiles(v.c) * TILE != v.c:
+            v = self._zero_cols(v) if v.pad_c != ZERO else v
+            ones = self._const(("col_pad_ones", v.c), f"col_pad_ones_{v.c}", 1.0 - pickers.col_mask(v.c))
+            v = self.emit(f"{v.src}.one_pad_c", "add", [(v, ()), (ones, self._mask_tms(v, "r"))], (v.z, v.r, v.c),
+                          pad=(v.pad_r, JUNK), layout=v.layout, spatial=v.spatial)
+        return v
+
+    @staticmethod
+    def _mask_tms(v: DVal, along: str) -> Tuple[TM, ...]:
+        """TMs that stretch a one-tile-wide (``along="c"``) or one-tile-high (``"r"``) mask over ``v``."""
+        extra: List[TM] = []
+        if tiles(v.c if along == "c" else v.r) > 1:
+            extra.append(Broadcast(dim=along, factor=tiles(v.c if along == "c" else v.r)))
+        if v.z > 1:
+            extra.insert(0, Broadcast(dim="z", factor=v.z))
+        return tuple(extra)
 
     def _binary(self, node: Node, a: DVal, b: DVal) -> DVal:
         out_shape = tuple(node.shape)
@@ -495,11 +522,13 @@ class _Lowering(ConvPoolLowering, ReductionLowering, DataMovementLowering):
 
     def _expand_leading(self, v: DVal, s: Sequence[int], out_shape: Sequence[int], index: int) -> DVal:
         """An operand that broadcasts over some (not all) leading dims: only compile-time values can."""
-        if not v.is_queue_value:
-            raise self.err(f"operand {index} of shape {list(s)} broadcasts over some but not all leading dims of "
-                           f"{list(out_shape)}; the device can only broadcast z as a whole")
-        value = self.values[v.src].reshape(s)
         target = tuple(out_shape[:-2]) + tuple(s[-2:])
+        if not v.is_queue_value:
+            # An activation (e.g. a max-pool gradient's per-window max against its windows): its slices are
+            # repeated by a row picker.
+            idx = torch.arange(int(np.prod(s))).reshape(tuple(s)).expand(target).reshape(-1)
+            return self.move(v, tuple(s), target, idx, f"{self.node.name}.expand{index}")
+        value = self.values[v.src].reshape(s)
         return self._queue_value(v, f"expand{'x'.join(map(str, target))}", value.expand(target).contiguous())
 
     def _rep(self, v: DVal, dim: str) -> DVal:
@@ -573,18 +602,12 @@ class _Lowering(ConvPoolLowering, ReductionLowering, DataMovementLowering):
 
     def _zero_rows(self, v: DVal) -> DVal:
         mask = self._const(("row_mask", v.r), f"row_mask_{v.r}", pickers.row_mask(v.r))
-        extra = [Broadcast(dim="c", factor=tiles(v.c))] if tiles(v.c) > 1 else []
-        if v.z > 1:
-            extra.insert(0, Broadcast(dim="z", factor=v.z))
-        return self.emit(f"{v.src}.zero_pad_r", "multiply", [(v, ()), (mask, tuple(extra))], (v.z, v.r, v.c),
+        return self.emit(f"{v.src}.zero_pad_r", "multiply", [(v, ()), (mask, self._mask_tms(v, "c"))], (v.z, v.r, v.c),
                          pad=(ZERO, v.pad_c), layout=v.layout, spatial=v.spatial)
 
     def _zero_cols(self, v: DVal) -> DVal:
         mask = self._const(("col_mask", v.c), f"col_mask_{v.c}", pickers.col_mask(v.c))
-        extra = [Broadcast(dim="r", factor=tiles(v.r))] if tiles(v.r) > 1 else []
-        if v.z > 1:
-            extra.insert(0, Broadcast(dim="z", factor=v.z))
-        return self.emit(f"{v.src}.zero_pad_c", "multiply", [(v, ()), (mask, tuple(extra))], (v.z, v.r, v.c),
+        return self.emit(f"{v.src}.zero_pad_c", "multiply", [(v, ()), (mask, self._mask_tms(v, "r"))], (v.z, v.r, v.c),
                          pad=(v.pad_r, ZERO), layout=v.layout, spatial=v.spatial)
 
     # --- outputs --------------------------------------------------------------------------------------------
