@@ -427,6 +427,11 @@ def build_training_graphs(graph: Graph, *, recompute: bool = False, input_grads:
     backward.nodes = nodes
 
     forward = graph.copy()
+    # A parameter or constant a backward looked at but did not use (created on first use, then not needed)
+    # would be a device parameter no program reads: drop it.
+    for node in list(backward.parameters) + list(backward.constants):
+        if not backward.users(node.name):
+            backward.remove(node.name)
     saved_outputs: List[str] = []
     for name in saved:
         if graph[name].kind == OP:
