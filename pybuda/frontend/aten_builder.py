@@ -12,6 +12,7 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 import torch
 import torch.fx
 
+from pybuda.frontend.converters import registrar
 from pybuda.errors import OpError
 from pybuda.ir.graph import CONSTANT, OP, Graph
 from pybuda.ops import registry
@@ -40,17 +41,8 @@ class Missing:
 
 Converter = Callable[["Builder", torch.fx.Node, Dict[str, Any]], Any]
 CONVERTERS: Dict[str, Converter] = {}
-
-
-def converts(*names: str) -> Callable[[Converter], Converter]:
-    """Register a converter for the ATen ops named (overload packet names, e.g. ``'add'``)."""
-    def deco(fn: Converter) -> Converter:
-        for name in names:
-            if name in CONVERTERS:
-                raise ValueError(f"converter for '{name}' registered twice")
-            CONVERTERS[name] = fn
-        return fn
-    return deco
+#: ``@converts("add", ...)`` registers a converter for ATen ops (overload packet names, e.g. ``'add'``).
+converts = registrar(CONVERTERS, "ATen op")
 
 
 def _dtype_str(dtype: torch.dtype) -> str:

@@ -29,7 +29,7 @@ import torch.fx
 import torch.utils._pytree as pytree
 
 from pybuda.errors import CompileError, InputError, UnsupportedOp, UnsupportedOpError
-from pybuda.ir.graph import INPUT, OP, OUTPUT, Graph
+from pybuda.ir.graph import OP, Graph
 
 from pybuda.frontend import aten_map, fallback, fx_program
 from pybuda.frontend.aten_map import Builder, Const, Missing, Unsupported
@@ -296,7 +296,7 @@ def _map_program(prog: FxProgram, config: Any, for_device: bool = False) -> Capt
     if not host:
         outputs = [o for o in prog.output_leaves if isinstance(o, torch.fx.Node)]
         out_names = _add_outputs(b, graph, outputs, env)
-        _eliminate_dead_code(graph)
+        graph.eliminate_dead_code()
         report = FallbackReport(prog.name, enabled, device_ops=len(prog.compute))
         return CaptureResult(graph, report, None, None, [n.name for n in prog.user_inputs], out_names, prog)
 
@@ -325,7 +325,7 @@ def _map_program(prog: FxProgram, config: Any, for_device: bool = False) -> Capt
                                f"fallback split: {e}", stage=STAGE, op=node.name) from None
     dev_outputs = [o for o in plan.device_outputs if isinstance(o, torch.fx.Node)]
     out_names = _add_outputs(b, graph, dev_outputs, env)
-    _eliminate_dead_code(graph)
+    graph.eliminate_dead_code()
     device_params = {n.name for n in graph.parameters}
     report = FallbackReport(prog.name, enabled, part.decisions, fallback.describe(plan.pre_nodes),
                             fallback.describe(plan.post_nodes), len(plan.device_nodes),
@@ -355,18 +355,3 @@ def _add_outputs(b: Builder, graph: Graph, outputs: Sequence[torch.fx.Node], env
         out = graph.add_output(graph.unique_name(f"{graph.name}.output_{node.name}"), src)
         names.append(out.name)
     return names
-
-
-def _eliminate_dead_code(graph: Graph) -> None:
-    """Drop ops, parameters and constants no output depends on (inputs always stay)."""
-    live = set()
-    for node in reversed(list(graph.nodes.values())):
-        if node.kind == OUTPUT or node.name in live:
-            live.add(node.name)
-            live.update(node.operands)
-    dead = [name for name, node in graph.nodes.items() if name not in live and node.kind != INPUT]
-    if dead:
-        dead_set = set(dead)
-        graph.nodes = {k: v for k, v in graph.nodes.items() if k not in dead_set}
-        for name in dead:
-            graph.tensors.pop(name, None)

@@ -260,6 +260,19 @@ class Graph:
                     out[operand].append(node.name)
         return out
 
+    def eliminate_dead_code(self) -> None:
+        """Drop ops, parameters and constants no output depends on (inputs always stay)."""
+        live = set()
+        for node in reversed(list(self.nodes.values())):
+            if node.kind == OUTPUT or node.name in live:
+                live.add(node.name)
+                live.update(node.operands)
+        dead = {name for name, node in self.nodes.items() if name not in live and node.kind != INPUT}
+        if dead:
+            self.nodes = {k: v for k, v in self.nodes.items() if k not in dead}
+            for name in dead:
+                self.tensors.pop(name, None)
+
     def unique_name(self, base: str) -> str:
         if base not in self.nodes:
             return base

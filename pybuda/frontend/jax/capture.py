@@ -30,7 +30,7 @@ import torch
 
 from pybuda.errors import CompileError, InputError, UnsupportedOp, UnsupportedOpError
 from pybuda.frontend.aten_builder import Builder, Const, Missing, Unsupported
-from pybuda.ir.graph import INPUT, OP, OUTPUT, Graph
+from pybuda.ir.graph import OP, Graph
 
 log = logging.getLogger(__name__)
 
@@ -336,7 +336,7 @@ def capture(fn_or_module: Any, sample_inputs: Sequence[Any], params: Any = None,
                 graph[o].operands[0] == src for o in out_names):
             src = graph.add_op(graph.unique_name(f"output_{i}.passthrough"), "nop", [src]).name
         out_names.append(graph.add_output(graph.unique_name(f"{graph.name}.output_{i}"), src).name)
-    _eliminate_dead_code(graph)
+    graph.eliminate_dead_code()
     return JaxCaptureResult(graph, [n.name for n in graph.inputs], out_names, [n for n, _ in param_entries],
                             out_tree, closed, dict(mapper.counts))
 
@@ -351,20 +351,6 @@ def _fix_shape(b: Builder, name: str, aval: Any) -> str:
     if b.graph[name].dtype != dtype:
         name = b.cast(name, dtype)
     return name
-
-
-def _eliminate_dead_code(graph: Graph) -> None:
-    live = set()
-    for node in reversed(list(graph.nodes.values())):
-        if node.kind == OUTPUT or node.name in live:
-            live.add(node.name)
-            live.update(node.operands)
-    dead = [name for name, node in graph.nodes.items() if name not in live and node.kind != INPUT]
-    if dead:
-        dead_set = set(dead)
-        graph.nodes = {k: v for k, v in graph.nodes.items() if k not in dead_set}
-        for name in dead:
-            graph.tensors.pop(name, None)
 
 
 class _Mapper:

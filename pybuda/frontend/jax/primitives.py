@@ -14,22 +14,14 @@ from typing import Any, Callable, Dict, List, Sequence, Tuple
 
 import torch
 
+from pybuda.frontend.converters import registrar
 from pybuda.frontend.aten_builder import Builder, Const, Unsupported, _reduce_max_or_min
 from pybuda.frontend.jax.capture import torch_dtype
 
 Converter = Callable[[Builder, Any, List[Any]], Any]
 CONVERTERS: Dict[str, Converter] = {}
-
-
-def converts(*names: str) -> Callable[[Converter], Converter]:
-    """Register a converter for the named primitives."""
-    def deco(fn: Converter) -> Converter:
-        for name in names:
-            if name in CONVERTERS:
-                raise ValueError(f"converter for '{name}' registered twice")
-            CONVERTERS[name] = fn
-        return fn
-    return deco
+#: ``@converts("add", ...)`` registers a converter for lax primitives.
+converts = registrar(CONVERTERS, "lax primitive")
 
 
 # --- helpers ------------------------------------------------------------------------------------------

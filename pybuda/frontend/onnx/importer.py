@@ -32,6 +32,7 @@ from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Set, 
 import numpy as np
 import torch
 
+from pybuda.frontend.converters import registrar
 from pybuda.errors import CompileError, InputError, UnsupportedOp, UnsupportedOpError
 from pybuda.frontend.aten_builder import Builder, Const, Missing, Unsupported
 from pybuda.frontend.fallback import FallbackOp, FallbackReport, warn_if_large
@@ -201,17 +202,8 @@ class NodeCtx:
 Converter = Callable[[NodeCtx], Any]
 #: ONNX op type -> converter (filled by :mod:`pybuda.frontend.onnx.ops`).
 CONVERTERS: Dict[str, Converter] = {}
-
-
-def converts(*op_types: str) -> Callable[[Converter], Converter]:
-    """Register a converter for the ONNX op types named."""
-    def deco(fn: Converter) -> Converter:
-        for t in op_types:
-            if t in CONVERTERS:
-                raise ValueError(f"ONNX converter for '{t}' registered twice")
-            CONVERTERS[t] = fn
-        return fn
-    return deco
+#: ``@converts("Add", ...)`` registers a converter for ONNX op types.
+converts = registrar(CONVERTERS, "ONNX op type")
 
 
 def mapped_op_types() -> List[str]:
@@ -565,7 +557,7 @@ class _Importer:
                     all_inputs=[vi.name for vi in self.inputs])
         if not host:
             self._add_outputs(outputs, env)
-            _eliminate_dead_code(self.graph)
+            self.graph.eliminate_dead_code()
             report = FallbackReport(self.name, enabled, device_ops=len(compute))
             return OnnxCapture(self.graph, report, None, None, **base)
 
@@ -596,7 +588,7 @@ class _Importer:
                 raise CompileError(f"mapping ONNX node '{self.labels[i]}' ({self.nodes[i].op_type}) failed after the "
                                    f"CPU fallback split: {e}", stage=STAGE, op=self.labels[i]) from None
         self._add_outputs(dev_outputs, env)
-        _eliminate_dead_code(self.graph)
+        self.graph.eliminate_dead_code()
         device_params = {n.name for n in self.graph.parameters}
         shared = sorted(k for k in host_inits if k in self.inits and _safe(k) in device_params)
         report = FallbackReport(self.name, enabled, decisions, self._describe(pre_nodes), self._describe(post_nodes),
@@ -702,9 +694,3 @@ def _fallback_set(config: Any) -> Tuple[bool, Set[str]]:
     from pybuda.frontend.torch import _fallback_set as torch_fallback_set
 
     return torch_fallback_set(config)
-
-
-def _eliminate_dead_code(graph: Graph) -> None:
-    from pybuda.frontend.torch import _eliminate_dead_code as eliminate
-
-    eliminate(graph)
