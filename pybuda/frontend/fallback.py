@@ -147,17 +147,15 @@ class Partition:
     decisions: List[FallbackOp]
 
 
-def partition(prog: FxProgram, host: Mapping[torch.fx.Node, str]) -> Partition:
-    """Assign every compute node of ``prog`` to pre, device or post, given the ops that must run on
-    the host (``host``: node -> reason). See the module doc for the rule."""
-    compute = set(prog.compute)
-    anc = {u: _closure(u, compute, up=True) for u in host}
-    desc = {u: _closure(u, compute, up=False) for u in host}
+def assign_sides(host: Iterable[Any], anc: Mapping[Any, Set[Any]], desc: Mapping[Any, Set[Any]],
+                 stage: str) -> Tuple[Dict[Any, str], Set[Any], Set[Any]]:
+    """The module doc's rule for any node type: each host op goes with the smaller of its ancestors ``anc[u]``
+    (pre) and descendants ``desc[u]`` (post), ties to pre. Returns ``(side per host op, pre set, post set)``."""
     side = {u: PRE if len(anc[u]) <= len(desc[u]) else POST for u in host}
-    pre: Set[torch.fx.Node] = set()
-    post: Set[torch.fx.Node] = set()
-    for u in host:
-        if side[u] == PRE:
+    pre: Set[Any] = set()
+    post: Set[Any] = set()
+    for u, where in side.items():
+        if where == PRE:
             pre |= anc[u] | {u}
         else:
             post |= desc[u] | {u}
@@ -165,7 +163,17 @@ def partition(prog: FxProgram, host: Mapping[torch.fx.Node, str]) -> Partition:
         # Cannot happen: a pre-placed op downstream of a post-placed one would need
         # |anc(post op)| > |desc(post op)| > |desc(pre op)| >= |anc(pre op)| > |anc(post op)|.
         raise CompileError("CPU fallback: an op was placed both before and after the device graph "
-                           "(internal partitioning error)", stage="GENERATE_INITIAL_GRAPH")
+                           "(internal partitioning error)", stage=stage)
+    return side, pre, post
+
+
+def partition(prog: FxProgram, host: Mapping[torch.fx.Node, str]) -> Partition:
+    """Assign every compute node of ``prog`` to pre, device or post, given the ops that must run on
+    the host (``host``: node -> reason). See the module doc for the rule."""
+    compute = set(prog.compute)
+    anc = {u: _closure(u, compute, up=True) for u in host}
+    desc = {u: _closure(u, compute, up=False) for u in host}
+    side, pre, post = assign_sides(host, anc, desc, "GENERATE_INITIAL_GRAPH")
     # A tuple result (split, max.dim ...) never crosses stages: its getitems follow their producer.
     for node in prog.compute:
         if node.target is operator.getitem and node.args[0] in pre:

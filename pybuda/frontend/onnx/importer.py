@@ -35,7 +35,7 @@ import torch
 from pybuda.frontend.converters import registrar
 from pybuda.errors import CompileError, InputError, UnsupportedOp, UnsupportedOpError
 from pybuda.frontend.aten_builder import Builder, Const, Missing, Unsupported
-from pybuda.frontend.fallback import FallbackOp, FallbackReport, warn_if_large
+from pybuda.frontend.fallback import FallbackOp, FallbackReport, assign_sides, warn_if_large
 from pybuda.frontend.onnx import model as onnx_model
 from pybuda.frontend.onnx.model import onnx
 from pybuda.ir.graph import OP, Graph
@@ -625,17 +625,7 @@ class _Importer:
 
         anc = {u: closure(u, True) for u in host}
         desc = {u: closure(u, False) for u in host}
-        side = {u: PRE if len(anc[u]) <= len(desc[u]) else POST for u in host}
-        pre: Set[int] = set()
-        post: Set[int] = set()
-        for u in host:
-            if side[u] == PRE:
-                pre |= anc[u] | {u}
-            else:
-                post |= desc[u] | {u}
-        if pre & post:
-            raise CompileError("CPU fallback: an ONNX node was placed both before and after the device graph "
-                               "(internal partitioning error)", stage=STAGE)
+        side, pre, post = assign_sides(host, anc, desc, STAGE)
         stage = {i: PRE if i in pre else POST if i in post else DEVICE for i in compute}
         decisions = [FallbackOp(self.labels[u], self.nodes[u].op_type, f"onnx node #{u}", host[u], side[u],
                                 len(anc[u]) if side[u] == PRE else len(desc[u])) for u in host]

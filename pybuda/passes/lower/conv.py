@@ -84,6 +84,20 @@ class ConvPoolLowering:
             return replace(out, r=out_hw, layout="flat", spatial=(ho, wo))
         return self._conv_weights(node, ops, picked, kk_eff, (kh, kw), cin, cout, out_hw, out_rp, x)
 
+    def _depthwise_apply(self, node, picked: DVal, wrows: DVal, kk: int, out_hw: int, out_rp: int, cin: int) -> DVal:
+        """Depthwise conv on picked pixels: multiply by each kernel position's weight row (``wrows``, one row
+        per position, broadcast over the pixels), then sum the ``kk`` positions with a row picker."""
+        extra = (Broadcast(dim="r", factor=tiles(out_rp)),) if tiles(out_rp) > 1 else ()
+        prod = self.emit(f"{node.name}.dw_mul", "multiply", [(picked, ()), (wrows, extra)], (kk, out_hw, cin),
+                         pad=(ZERO, JUNK))
+        if kk == 1:
+            return replace(prod, r=out_hw)
+        src = replace(prod, tms=(VStack(factor=kk),), z=1, r=kk * out_rp)
+        pos = np.repeat(np.arange(kk), out_hw)
+        pix = np.tile(np.arange(out_hw), kk)
+        return self._row_pick(src, f"{node.name}.dw_sum", pix, pos * out_rp + pix, np.ones(len(pix), np.float32),
+                              out_r=out_hw, k_r=kk * out_rp, key=("dwsum", kk, out_hw, out_rp))
+
     def _conv_weights(self, node, ops, picked: DVal, kk: int, kernel, cin, cout, out_hw, out_rp, x) -> DVal:
         """The matmul (or depthwise multiply + sum) that applies the weights to picked pixels."""
         groups = node.attrs["groups"]
@@ -102,19 +116,7 @@ class ConvPoolLowering:
         if depthwise and not direct:
             wrows = self._queue_value(wv, "depthwise_rows", pickers.depthwise_weight_rows(weight),
                                       {"consteval_transform": "depthwise_weight_rows"})
-            extra = (Broadcast(dim="r", factor=tiles(out_rp)),) if tiles(out_rp) > 1 else ()
-            prod = self.emit(f"{node.name}.dw_mul", "multiply",
-                             [(picked, ()), (replace(wrows, r=1, pad_r=REP), extra)], (kk, out_hw, cin),
-                             pad=(ZERO, JUNK))
-            if kk > 1:
-                src = replace(prod, tms=(VStack(factor=kk),), z=1, r=kk * out_rp)
-                pos = np.repeat(np.arange(kk), out_hw)
-                pix = np.tile(np.arange(out_hw), kk)
-                out = self._row_pick(src, f"{node.name}.dw_sum", pix, pos * out_rp + pix,
-                                     np.ones(len(pix), np.float32), out_r=out_hw, k_r=kk * out_rp,
-                                     key=("dwsum", kk, out_hw, out_rp))
-            else:
-                out = replace(prod, r=out_hw)
+            out = self._depthwise_apply(node, picked, replace(wrows, r=1, pad_r=REP), kk, out_hw, out_rp, cin)
             if bias is not None:
                 bq = self._queue_value(bias, "rep_r", self.values[bias.src].reshape(1, cout).expand(TILE, cout).contiguous())
                 bq = replace(bq, r=1, pad_r=REP)
@@ -173,18 +175,7 @@ class ConvPoolLowering:
             emap = idx[:, 0, :].t()[:, None, :].expand(kk, TILE, cout).contiguous()
             wrows = self.move(wv, wshape, (kk, TILE, cout), emap.reshape(-1), f"{node.name}.dw_rows")
             wrows = replace(wrows, r=TILE, pad_r=REP)
-            extra = (Broadcast(dim="r", factor=tiles(out_rp)),) if tiles(out_rp) > 1 else ()
-            prod = self.emit(f"{node.name}.dw_mul", "multiply", [(picked, ()), (replace(wrows, r=1), extra)],
-                             (kk, out_hw, cin), pad=(ZERO, JUNK))
-            if kk > 1:
-                src = replace(prod, tms=(VStack(factor=kk),), z=1, r=kk * out_rp)
-                pos = np.repeat(np.arange(kk), out_hw)
-                pix = np.tile(np.arange(out_hw), kk)
-                out = self._row_pick(src, f"{node.name}.dw_sum", pix, pos * out_rp + pix,
-                                     np.ones(len(pix), np.float32), out_r=out_hw, k_r=kk * out_rp,
-                                     key=("dwsum", kk, out_hw, out_rp))
-            else:
-                out = replace(prod, r=out_hw)
+            out = self._depthwise_apply(node, picked, replace(wrows, r=1), kk, out_hw, out_rp, cin)
             if bq is not None:
                 brep = self._rep(bq, "r")
                 extra = (Broadcast(dim="r", factor=tiles(out_hw)),) if tiles(out_hw) > 1 else ()
