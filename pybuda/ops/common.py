@@ -44,6 +44,19 @@ def need_rank(shape: Sequence[int], least: int, what: str = "operand") -> None:
         raise ValueError(f"{what} needs rank >= {least}, got shape {list(shape)}")
 
 
+def transpositions(perm: Sequence[int]) -> List[Tuple[int, int]]:
+    """The two-dim swaps ``(i, j)`` that, applied in order as transposes, permute dims so that output dim
+    ``i`` is input dim ``perm[i]`` (the registry's transpose swaps two dims)."""
+    order = list(range(len(perm)))
+    swaps = []
+    for i, want in enumerate(perm):
+        j = order.index(want)
+        if j != i:
+            swaps.append((i, j))
+            order[i], order[j] = order[j], order[i]
+    return swaps
+
+
 def int_tuple(value: Any, n: int, what: str) -> Tuple[int, ...]:
     """An int or a sequence of ``n`` ints as an n-tuple of ints (ValueError otherwise)."""
     if isinstance(value, bool):

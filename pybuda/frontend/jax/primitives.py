@@ -15,6 +15,7 @@ from typing import Any, Callable, Dict, List, Sequence, Tuple
 import torch
 
 from pybuda.frontend.converters import registrar
+from pybuda.ops.common import transpositions
 from pybuda.frontend.aten_builder import Builder, Const, Unsupported, _reduce_max_or_min
 from pybuda.frontend.jax.capture import torch_dtype
 
@@ -74,12 +75,8 @@ def constant_value(b: Builder, v: Any) -> torch.Tensor:
 def permute(b: Builder, v: Any, perm: Sequence[int]) -> str:
     """``v`` with its dims permuted (``out[i] = in[perm[i]]``) as a chain of two-dim transposes."""
     name = b.tensor(v)
-    cur = list(range(len(perm)))
-    for i, want in enumerate(perm):
-        j = cur.index(want)
-        if j != i:
-            name = b.transpose(name, i, j)
-            cur[i], cur[j] = cur[j], cur[i]
+    for i, j in transpositions(perm):
+        name = b.transpose(name, i, j)
     return name
 
 

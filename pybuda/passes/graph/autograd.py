@@ -28,6 +28,7 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 import torch
 
+from pybuda.ops.common import transpositions
 from pybuda.errors import CompileError
 from pybuda.ir.graph import CONSTANT, INPUT, OP, PARAMETER, Graph
 from pybuda.ops import registry
@@ -223,12 +224,8 @@ class AutogradContext:
 
     def permute(self, x: str, perm: Sequence[int]) -> str:
         """``x`` with its dims permuted (output dim i = input dim perm[i]), as a chain of transposes."""
-        order = list(range(len(perm)))
-        for i, want in enumerate(perm):
-            j = order.index(want)
-            if j != i:
-                x = self.transpose(x, i, j)
-                order[i], order[j] = order[j], order[i]
+        for i, j in transpositions(perm):
+            x = self.transpose(x, i, j)
         return x
 
     def movedim(self, x: str, src: int, dst: int) -> str:
