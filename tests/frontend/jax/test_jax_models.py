@@ -12,7 +12,7 @@ jnp = jax.numpy
 import pybuda  # noqa: E402
 from pybuda.verify import calculate_pcc  # noqa: E402
 
-from conftest import DEVICE_ATOL, DEVICE_RTOL, PCC, assert_matches  # noqa: E402
+from jax_helpers import DEVICE_ATOL, DEVICE_RTOL, PCC, assert_matches  # noqa: E402
 
 
 class MLP(nn.Module):
