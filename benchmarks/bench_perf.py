@@ -7,9 +7,12 @@ Reported:
   <= 60 s on 2 cores);
 * :func:`pybuda.perf.model.estimate` and the three report files on that netlist: seconds, and the ratio
   to one eager PyTorch forward of the same model at batch 1 measured here, now;
-* with ``--calibrate``: the modeled vs published throughput table (perf_calibration.md §1).
+* with ``--calibrate``: the modeled vs published throughput table (perf_calibration.md §1);
+* with ``--policies``: modelled card throughput of pybuda's default balancer policy against Ribbon (TT-Buda's
+  placement) for the issue #16 targets (BERT-Large seq 384 on n150/e150; ResNet-50, VoVNet-V2-39 and
+  Inception-v4 on n150), each as a ratio to TT-Buda's published figure.
 
-    .venv/bin/python benchmarks/bench_perf.py [--repeat 3] [--calibrate]
+    .venv/bin/python benchmarks/bench_perf.py [--repeat 3] [--calibrate] [--policies]
 """
 
 from __future__ import annotations
@@ -41,7 +44,11 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--calibrate", action="store_true", help="also print the calibration table (slow)")
+    ap.add_argument("--policies", action="store_true", help="only print default policy vs Ribbon (slow)")
     args = ap.parse_args()
+    if args.policies:
+        policies()
+        return
 
     from pybuda.cli import benchmark
     from pybuda.perf.model import estimate_compiled
@@ -83,6 +90,40 @@ def main() -> None:
     if args.calibrate:
         # the calibration points and the table printer live with the calibration test
         subprocess.run([sys.executable, str(ROOT / "tests" / "perf" / "test_calibration.py")], cwd=ROOT / "tests" / "perf")
+
+
+#: (model, config, card, format, fidelity, microbatch, published samples/s, goal as a multiple of it)
+POLICY_POINTS = [
+    ("bert", "large", "wh_n150", "Bfp8_b", "LoFi", 64, 118.0, 2.0),
+    ("bert", "large", "gs_e150", "Bfp8_b", "LoFi", 64, 99.0, 2.0),
+    ("resnet", "resnet50", "wh_n150", "Bfp8_b", "LoFi", 256, 2891.0, 1.3),
+    ("vovnet_v2", "39", "wh_n150", "Bfp8_b", "LoFi", 128, 1603.0, 1.3),
+    ("inception_v4", "base", "wh_n150", "Bfp8_b", "LoFi", 128, 1061.0, 1.3),
+]
+
+
+def policies() -> None:
+    """Modelled throughput with the default policy and with Ribbon, both compiled in this run."""
+    from pybuda.cli import benchmark
+
+    print(f"{'model':<22}{'card':<9}{'published':>10}{'Ribbon':>9}{'default':>9}{'default/pub':>12}{'goal':>6}")
+    for model, config, card, df, mf, mb, published, goal in POLICY_POINTS:
+        rates = []
+        for policy in ("Ribbon", "NLP"):
+            with tempfile.TemporaryDirectory() as tmp:
+                os.environ["PYBUDA_BUILD_DIR"] = tmp
+                parser = argparse.ArgumentParser()
+                benchmark.add_arguments(parser)
+                ns = parser.parse_args(["-m", model, "-c", config, "--device-config", card, "-df", df, "-mf", mf,
+                                        "-mb", str(mb), "--perf-only", "--output-dir", tmp,
+                                        "--balancer-policy", policy])
+                try:
+                    rates.append(benchmark.run(ns)["modeled_samples_per_sec"])
+                except Exception as e:  # one failed compile should not hide the other rows
+                    print(f"  {model} {card} {policy}: {type(e).__name__}: {e}")
+                    rates.append(float("nan"))
+        print(f"{model + ' ' + config:<22}{card:<9}{published:>10.0f}{rates[0]:>9.1f}{rates[1]:>9.1f}"
+              f"{rates[1] / published:>11.2f}x{goal:>5.1f}x")
 
 
 if __name__ == "__main__":

@@ -50,6 +50,7 @@ _EXPORTS: Dict[str, str] = {
     "is_silicon": "pybuda.runtime", "run_generate": "pybuda.runtime", "run_generative_inference": "pybuda.runtime",
     "get_checkpoint_queue": "pybuda.runtime", "compile_torch": "pybuda.frontend.torch_compile",
     "run_schedulers": "pybuda.runtime", "get_loss_queue": "pybuda.runtime",
+    "get_intermediates_queue": "pybuda.runtime",
     "pybuda_reset": "pybuda.runtime", "set_device_pipeline": "pybuda.runtime",
     # device images
     "TTDeviceImage": "pybuda.tti",

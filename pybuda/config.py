@@ -183,6 +183,9 @@ class CompilerConfig:
     # mode
     enable_training: bool = False
     enable_recompute: bool = False
+    # Microbatches of saved activations a training netlist's forward->backward DRAM queues hold (None: the
+    # larger of 8 and the pipeline's microbatch_count; run_backward must follow at most that many forwards).
+    training_saved_microbatches: Optional[int] = None
     compile_depth: CompileDepth = CompileDepth.FULL
     device_mode: DeviceMode = DeviceMode.CompileAndRun
     # balancer / placer

@@ -203,9 +203,23 @@ class PyBudaModule(Module):
 
     # --- debug queues ---------------------------------------------------------------------------
     def insert_tapout_queue_for_op(self, op_name: str, output_index: int) -> "IntQueueHandle":
-        """Ask for op ``op_name``'s output to be saved to an intermediate queue; returns its handle."""
+        """Save output ``output_index`` of op ``op_name`` on every inference (for checking/debugging).
+
+        When this module is compiled for a TTDevice the op's output becomes an extra output queue of the
+        netlist, and each input run adds its value to ``pybuda.get_intermediates_queue()`` (one
+        :class:`~pybuda.runtime.transport.Intermediates` per input, indexable by this handle). The next run
+        recompiles. An op name the module's graph lacks is a ModuleError at compile, naming the nearest ops.
+        Returns the handle of the tap-out queue."""
+        if not isinstance(op_name, str) or not op_name:
+            raise ModuleError(f"insert_tapout_queue_for_op: op_name must be a non-empty string, got {op_name!r}")
+        if not isinstance(output_index, int) or isinstance(output_index, bool) or output_index < 0:
+            raise ModuleError(f"insert_tapout_queue_for_op: output_index must be a non-negative int, "
+                              f"got {output_index!r}")
         handle = IntQueueHandle(self, op_name, output_index)
         self._user_inserted_tapout_queues.append(handle)
+        from pybuda.runtime import state
+
+        state.mark_changed()  # a running pipeline was compiled without this tap: the next run recompiles
         return handle
 
     # --- tracing --------------------------------------------------------------------------------
@@ -247,7 +261,8 @@ def _flatten_outputs(outputs: Any, module_name: str) -> List[Tensor]:
 
 
 class IntQueueHandle:
-    """Handle of an intermediate (tap-out) queue inserted with ``insert_tapout_queue_for_op``."""
+    """Handle of an intermediate (tap-out) queue inserted with ``insert_tapout_queue_for_op``: index an item
+    of ``pybuda.get_intermediates_queue()`` with it to get the op's value."""
 
     def __init__(self, module: Module, op_name: str, output_index: int):
         self.module = module
@@ -583,12 +598,12 @@ class JaxModule(Module):
                  for_device: bool = False, **kwargs: Any):
         """Capture the model into an ``ir.Graph`` from its jaxpr (:func:`pybuda.frontend.jax.capture`).
 
-        With ``for_device`` a primitive the chip cannot run is an UnsupportedOpError (JAX has no CPU
-        fallback split yet); ``config`` is accepted for the compile path's call and not read."""
+        With ``for_device`` a primitive the chip cannot run goes to a JAX stage on the host when ``config``
+        enables CPU fallback (:mod:`pybuda.frontend.jax.fallback`), else it is an UnsupportedOpError."""
         from pybuda.frontend.jax import capture
 
         return capture(self.module, sample_inputs, params=self.params, graph_name=graph_name or self.name,
-                       for_device=for_device, **kwargs)
+                       for_device=for_device, config=config, **kwargs)
 
 
 class TFLiteModule(Module):

@@ -96,9 +96,9 @@ OPTION_RULES: Dict[str, OptionRule] = {
     "PYBUDA_AMP_LIGHT": OptionRule(
         "effect", "set", "a new CompilerConfig calls enable_amp_light(level); 1-3, anything else is a ConfigError"),
     "PYBUDA_N300_DATA_PARALLEL": OptionRule(
-        "error", "compile", "data parallelism across the two chips of an n300 (half the microbatch each) is not "
-        "implemented; unset it (numerics are the same on one chip), or use device_config='wh_n300' with num_chips=2 "
-        "for model parallelism"),
+        "effect", "compile", "a TTDevice on an n300 (device_config='wh_n300', or Wormhole B0 with num_chips=2) "
+        "compiles once for one chip and half the microbatch and runs each half on one chip "
+        "(pybuda.runtime.data_parallel); another card is a ConfigError when the device compiles"),
 }
 
 #: TT-Buda's device_config names (reference §4.2: wh_n150, wh_n300, galaxy, gs_e150, gs_e300, bh_test). The first
@@ -164,12 +164,7 @@ def check_compile_options(config: Any) -> Any:
     """The compile-time rules of :data:`OPTION_RULES`, applied to ``config`` (a snapshot, changed in place and
     returned): ConfigError for an unsupported combination, the options that take effect here applied."""
     from pybuda.backend_build.descriptors import read_cluster_descriptor
-    from pybuda.config import read_env
 
-    env = read_env()
-    if env.n300_data_parallel:
-        raise ConfigError(f"environment variable PYBUDA_N300_DATA_PARALLEL is not supported: "
-                          f"{OPTION_RULES['PYBUDA_N300_DATA_PARALLEL'].why}")
     if config.backend_cluster_descriptor_path:
         chips = len(read_cluster_descriptor(config.backend_cluster_descriptor_path)["chips"])
         if config.num_chips > chips:

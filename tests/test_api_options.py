@@ -131,11 +131,12 @@ def test_place_on_one_row_logged_once(caplog):
     _logs_once(caplog, "place_on_one_row", place_on_one_row=True)
 
 
-def test_env_n300_data_parallel_raises_at_compile(monkeypatch):
+def test_env_n300_data_parallel_takes_effect(monkeypatch):
+    from pybuda.option_rules import OPTION_RULES
+
     monkeypatch.setenv("PYBUDA_N300_DATA_PARALLEL", "1")
-    cfg = CompilerConfig()  # setting it is not the mistake; compiling with it is
-    with pytest.raises(ConfigError, match="PYBUDA_N300_DATA_PARALLEL"):
-        cfg.snapshot()
+    CompilerConfig().snapshot()  # a compile accepts it; tests/runtime/test_data_parallel.py checks its effect
+    assert OPTION_RULES["PYBUDA_N300_DATA_PARALLEL"].action == "effect"
 
 
 def test_env_amp_light_enables_amp_light(monkeypatch):
@@ -198,8 +199,9 @@ def test_benchmark_training_models_a_step_on_the_card():
 
 
 @pytest.mark.parametrize("argv,flag", [(["--recompute"], "--recompute"),
-                                       (["--num_tokens", "3"], "--num_tokens"), (["-di", "op"], "--dump_intermediate"),
+                                       (["--num_tokens", "3"], "--num_tokens"),
                                        (["-dit", "tag"], "--dump_intermediate_tag"),
+                                       (["-di", "gelu", "--perf-only"], "--dump_intermediate"),
                                        (["--model_output", "--perf-only"], "--model_output")])
 def test_benchmark_unsupported_flags_raise_naming_them(argv, flag):
     with pytest.raises(ConfigError, match=flag):
@@ -289,3 +291,26 @@ def test_verify_config_no_effect_field_logged_once(caplog, monkeypatch):
     assert sum("verify_pybuda_codegen_vs_framework" in r.getMessage() for r in caplog.records) == 1
     with pytest.raises(ConfigError, match="devtype"):
         VerifyConfig(devtype="golden")
+
+
+def test_benchmark_dump_intermediate_writes_the_saved_op_outputs(tmp_path):
+    import numpy as np
+
+    argv = ["-m", "bert", "-c", "tiny", "-mb", "2", "--loop_count", "2", "--seq_len", "32", "-di", "gelu,layer_norm_1",
+            "-dic", "2", "-dit", "run1", "--output-dir", str(tmp_path)]
+    record = benchmark.run(_parser().parse_args(argv))
+    saved = np.load(record["intermediates"], allow_pickle=False)
+    assert record["intermediates"].endswith("intermediates_run1.npz")
+    assert sorted(saved.files) == ["0.gelu", "0.layer_norm_1", "1.gelu", "1.layer_norm_1"]
+    assert saved["0.gelu"].shape == (2, 32, 512) and saved["0.layer_norm_1"].shape == (2, 32, 128)
+    # a layer norm's output rows have mean 0 and variance 1 (BERT-tiny's random init keeps gamma=1, beta=0),
+    # to the benchmark's Float16_b precision (8-bit mantissa: ~0.4 % per value)
+    rows = saved["0.layer_norm_1"]
+    fp16b_tol = 1e-2
+    assert np.allclose(rows.mean(-1), 0.0, atol=fp16b_tol) and np.allclose(rows.var(-1), 1.0, atol=5 * fp16b_tol)
+
+
+def test_benchmark_dump_intermediate_of_an_unknown_op_names_the_ops():
+    argv = ["-m", "bert", "-c", "tiny", "-mb", "2", "--loop_count", "1", "--seq_len", "32", "-di", "no_such_op"]
+    with pytest.raises(ConfigError, match="no_such_op.*layer_norm"):
+        benchmark.run(_parser().parse_args(argv))

@@ -7,7 +7,7 @@ The node cases are the ones the ``onnx`` package defines (``onnx.backend.test.ca
 their models and data in memory. ``--data-dir`` additionally writes the on-disk test data with
 ``python -m onnx.backend.test.cmd_tools generate-data`` (into a cache dir, never the repository) when absent.
 
-    python tools/onnx_backend_report.py [--jobs 2] [--filter REGEX] [--quiet]
+    python tools/onnx_backend_report.py [--jobs 2] [--filter REGEX] [--quiet] [--reasons]
 """
 
 from __future__ import annotations
@@ -24,6 +24,8 @@ import warnings
 from typing import List, Optional, Tuple
 
 CASE_TIMEOUT_S = 60
+#: Print why each host node of a fallback-pass case runs on the host (``--reasons``).
+REASONS = False
 
 
 def _generate_data(path: str) -> None:
@@ -72,7 +74,11 @@ def run_case(case) -> Tuple[str, str, str]:
                                               rtol=case.rtol, atol=case.atol)
         if fallback:
             ops = ", ".join(sorted({f.aten_op for f in rep.report.fallback_ops}))
-            return case.name, "fallback-pass", f"host: {ops}"
+            detail = f"host: {ops}"
+            if REASONS:
+                why = sorted({f"{f.aten_op}: {' '.join(f.reason.split())[:140]}" for f in rep.report.fallback_ops})
+                detail += " | " + " | ".join(why)
+            return case.name, "fallback-pass", detail
         return case.name, "pass", ""
     except BaseException as e:  # noqa: BLE001 - every failure is a line of the report
         msg = " ".join(str(e).split())[:160]
@@ -89,7 +95,11 @@ def main(argv: Optional[List[str]] = None) -> int:
     parser.add_argument("--quiet", action="store_true", help="print failures and totals only")
     parser.add_argument("--data-dir", default=None,
                         help="also generate ONNX's on-disk test data here when absent (e.g. a temp dir)")
+    parser.add_argument("--reasons", action="store_true", help="say why each host node of a fallback-pass case "
+                                                                 "runs on the host")
     args = parser.parse_args(argv)
+    global REASONS
+    REASONS = args.reasons
     if args.data_dir:
         _generate_data(args.data_dir)
     os.environ.setdefault("PYBUDA_LOG_LEVEL", "ERROR")

@@ -2,8 +2,10 @@
 partly on the CPU (with a fallback report), or fail with a PybudaError naming an op -- never give a
 wrong number without an error, never crash.
 
-Each seed builds a small ``torch.nn.Module`` (3-12 common ops, odd shapes, batch 1 or 2) as Python
-source, runs it as a ``pybuda.PyTorchModule`` on a golden ``TTDevice`` at Float32 and compares the
+Each seed builds a small ``torch.nn.Module`` (3-12 common ops, odd shapes, batch 1 or 2; data movement
+includes attention head splits/merges of any head size, window partitions, flatten/unflatten, stack, repeat
+and expand; ``--classic`` leaves those out and gives the first generator's seeds, ``--batch-mix`` adds ops
+that mix the samples of a batch) as Python source, runs it as a ``pybuda.PyTorchModule`` on a golden ``TTDevice`` at Float32 and compares the
 result with torch eager. Outcomes:
 
     PASS       ran on the device, matches torch
@@ -21,6 +23,7 @@ Usage::
 
     python tools/random_graphs.py --seeds 0-499 --jobs 2     # the table of outcomes
     python tools/random_graphs.py --seed 17 -v              # one seed: module source, outcome, error
+    python tools/random_graphs.py --seeds 0-499 --classic    # the first generator's seeds
 """
 
 from __future__ import annotations
@@ -98,7 +101,9 @@ class Model:
 
 
 class Gen:
-    def __init__(self, seed: int):
+    def __init__(self, seed: int, classic: bool = False, batch_mix: bool = False):
+        self.classic = classic
+        self.ops = self.OPS + ([] if classic else self.MOVEMENT_OPS) + (self.BATCH_MIX_OPS if batch_mix else [])
         self.rng = random.Random(seed)
         self.m = Model(seed)
         self.values: List[Value] = []
@@ -365,8 +370,109 @@ class Gen:
         expr = f"({x.name} {sym} {y})" if sym else f"torch.{opname}({x.name}, {y})"
         return self.new(expr, shape, f"binary_{opname}")
 
+    def op_heads(self):
+        """Attention-style head split (reshape + transpose) or merge, with any head size."""
+        x = self.pick(lambda v: len(v.shape) == 3)
+        if x is None:
+            return None
+        b, s, d = x.shape
+        if self.rng.random() < 0.5:
+            h = next((f for f in self.rng.sample([2, 3, 4, 5, 6], 5) if d % f == 0 and d > f), None)
+            if h is None:
+                return None
+            return self.new(f"{x.name}.reshape({x.name}.shape[0], {s}, {h}, {d // h}).transpose(1, 2)",
+                            (b, h, s, d // h), "heads_split")
+        y = self.pick(lambda v: len(v.shape) == 4)
+        if y is None:
+            return None
+        b, h, s, d = y.shape
+        return self.new(f"{y.name}.transpose(1, 2).reshape({y.name}.shape[0], {s}, {h * d})", (b, s, h * d),
+                        "heads_merge")
+
+    def op_windows(self):
+        """Swin-style window partition of a 4-D value: split two dims, swap the inner parts, merge."""
+        x = self.pick(lambda v: len(v.shape) == 4)
+        if x is None:
+            return None
+        b, h, w, c = x.shape
+        fh = next((f for f in (2, 3, 5) if h % f == 0 and h > f), None)
+        fw = next((f for f in (2, 3, 5) if w % f == 0 and w > f), None)
+        if fh is None or fw is None:
+            return None
+        nh, nw = h // fh, w // fw
+        return self.new(f"{x.name}.reshape({x.name}.shape[0], {nh}, {fh}, {nw}, {fw}, {c}).permute(0, 1, 3, 2, 4, 5)"
+                        f".reshape({x.name}.shape[0], {nh * nw}, {fh * fw}, {c})", (b, nh * nw, fh * fw, c), "windows")
+
+    def op_flatten(self):
+        x = self.pick(lambda v: len(v.shape) >= 3)
+        if x is None:
+            return None
+        r = len(x.shape)
+        start = self.rng.randrange(1, r - 1)
+        end = self.rng.randrange(start + 1, r)
+        shape = x.shape[:start] + (_numel(x.shape[start:end + 1]),) + x.shape[end + 1:]
+        return self.new(f"{x.name}.flatten({start}, {end})", shape, "flatten")
+
+    def op_unflatten(self):
+        x = self.pick(lambda v: 2 <= len(v.shape) <= 4)
+        if x is None:
+            return None
+        d = self.rng.randrange(1, len(x.shape))
+        f = next((f for f in self.rng.sample([2, 3, 4, 5, 7], 5) if x.shape[d] % f == 0 and x.shape[d] > f), None)
+        if f is None:
+            return None
+        shape = x.shape[:d] + (f, x.shape[d] // f) + x.shape[d + 1:]
+        return self.new(f"{x.name}.unflatten({d}, ({f}, {x.shape[d] // f}))", shape, "unflatten")
+
+    def op_stack(self):
+        x = self.pick(lambda v: len(v.shape) <= 4)
+        if x is None:
+            return None
+        same = [v for v in self.values if v.shape == x.shape and v is not x]
+        other = self.rng.choice(same).name if same else f"torch.sigmoid({x.name})"
+        d = self.rng.randrange(1, len(x.shape) + 1)
+        shape = x.shape[:d] + (2,) + x.shape[d:]
+        return self.new(f"torch.stack([{x.name}, {other}], dim={d})", shape, "stack")
+
+    def op_repeat(self):
+        x = self.pick(lambda v: len(v.shape) >= 2)
+        if x is None:
+            return None
+        factors = [1] + [self.rng.choice([1, 1, 2, 3]) for _ in x.shape[1:]]
+        if all(f == 1 for f in factors):
+            factors[-1] = 2
+        shape = tuple(d * f for d, f in zip(x.shape, factors))
+        return self.new(f"{x.name}.repeat({', '.join(map(str, factors))})", shape, "repeat")
+
+    def op_expand(self):
+        x = self.pick(lambda v: len(v.shape) >= 2)
+        if x is None:
+            return None
+        d = self.rng.randrange(1, len(x.shape))
+        n = self.rng.choice([2, 3, 5, 7])
+        shape = x.shape[:d] + (n,) + x.shape[d + 1:]
+        sizes = ", ".join("-1" if i != d else str(n) for i in range(len(x.shape)))
+        return self.new(f"{x.name}.mean(dim={d}, keepdim=True).expand({sizes})", shape, "expand")
+
+    def op_batch_mix(self):
+        """Ops that mix the samples of a batch: a concat over dim 0 or a reshape that folds dim 0."""
+        x = self.pick(lambda v: len(v.shape) >= 2)
+        if x is None:
+            return None
+        if self.rng.random() < 0.5:
+            return self.new(f"torch.cat([{x.name}, torch.tanh({x.name})], dim=0)", (2 * x.shape[0],) + x.shape[1:],
+                            "batch_cat")
+        return self.new(f"{x.name}.reshape(1, -1, {x.shape[-1]})",
+                        (1, _numel(x.shape[:-1]), x.shape[-1]), "batch_fold")
+
     OPS = ["linear", "conv2d", "batchnorm", "layernorm", "softmax", "reduce", "reshape", "permute", "slice",
            "cat", "pad", "pool", "interpolate", "where", "masked_fill", "compare", "sdpa", "unary", "binary"]
+    #: Data movement beyond the first generator's reshape/permute/slice/cat/pad (issue #12); ``--classic``
+    #: generates without them (the seeds of the first generator).
+    MOVEMENT_OPS = ["heads", "windows", "flatten", "unflatten", "stack", "repeat", "expand"]
+    #: Ops that mix the samples of a batch, only with ``--batch-mix``: the runtime traces a device module for
+    #: one sample, so today they give per-sample results (WRONG) instead of running on the host.
+    BATCH_MIX_OPS = ["batch_mix"]
 
     def build(self) -> Model:
         rng = self.rng
@@ -383,7 +489,7 @@ class Gen:
         guard = 0
         while len(self.m.ops) < n and guard < 200:
             guard += 1
-            op = rng.choice(self.OPS)
+            op = rng.choice(self.ops)
             v = getattr(self, f"op_{op}")()
             if v is not None and (max(v.shape) > 2048 or _numel(v.shape) > 200_000):
                 # keep graphs small: undo a too-large value
@@ -408,9 +514,16 @@ def _numel(shape: Shape) -> int:
     return n
 
 
-def generate(seed: int) -> Model:
-    """The random model of ``seed`` (deterministic)."""
-    return Gen(seed).build()
+def generate(seed: int, classic: Optional[bool] = None, batch_mix: Optional[bool] = None) -> Model:
+    """The random model of ``seed`` (deterministic); ``classic``: without :attr:`Gen.MOVEMENT_OPS`;
+    ``batch_mix``: with :attr:`Gen.BATCH_MIX_OPS` (defaults: the ``RANDOM_GRAPHS_CLASSIC`` and
+    ``RANDOM_GRAPHS_BATCH_MIX`` environment variables, which ``--classic`` / ``--batch-mix`` set for the
+    workers)."""
+    if classic is None:
+        classic = os.environ.get("RANDOM_GRAPHS_CLASSIC") == "1"
+    if batch_mix is None:
+        batch_mix = os.environ.get("RANDOM_GRAPHS_BATCH_MIX") == "1"
+    return Gen(seed, classic, batch_mix).build()
 
 
 PRELUDE = '''
@@ -712,8 +825,16 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     p.add_argument("--timeout", type=float, default=SEED_TIMEOUT_S, help="seconds per seed before HANG")
     p.add_argument("-v", "--verbose", action="store_true")
     p.add_argument("--json", help="write the outcomes to this file")
+    p.add_argument("--classic", action="store_true", help="the first generator's ops only (no stack, repeat, "
+                   "expand, flatten, head/window moves, batch mixing)")
+    p.add_argument("--batch-mix", action="store_true", help="also ops that mix the samples of a batch (a concat "
+                   "over dim 0, a reshape folding dim 0)")
     p.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     a = p.parse_args(argv)
+    if a.classic:
+        os.environ["RANDOM_GRAPHS_CLASSIC"] = "1"  # inherited by the worker processes
+    if a.batch_mix:
+        os.environ["RANDOM_GRAPHS_BATCH_MIX"] = "1"
     if a.worker:
         _worker_main()
         return 0

@@ -298,6 +298,13 @@ class DeviceDescriptor:
         """Usable worker cores of all chips."""
         return self.cores_per_chip * self.chip_count
 
+    @property
+    def chip_link(self) -> str:
+        """How data moves between chips: ``"ethernet"`` (Wormhole, Blackhole: chip-to-chip links) or
+        ``"pcie"`` (Grayskull has no Ethernet: several chips are separate cards in one host, and data between
+        them goes through host memory queues over PCIe)."""
+        return "ethernet" if self.eth_cores else "pcie"
+
     def logical_to_noc(self, row: int, col: int) -> XY:
         """NoC (x, y) of logical worker core (row, col). Example: WH [7, 6] -> (8, 9)."""
         if not (0 <= row < self.grid_rows and 0 <= col < self.grid_cols):
@@ -501,7 +508,8 @@ def get_device_descriptor(arch: Union[BackendDevice, str, None] = None, device_c
     ``galaxy``); ``arch`` may then be omitted, and must match if given. Without a preset, ``arch`` alone
     gives the unharvested die (GS 10x12 at 1.2 GHz, WH 10x8 at 1.0 GHz, BH 10x14 at 1.35 GHz).
     A non-zero ``harvesting_mask`` replaces the preset's mask (0 keeps it, so a config default of 0 never
-    un-harvests a card); ``num_chips`` other than 1 replaces the preset's chip count.
+    un-harvests a card); ``num_chips`` other than 1 replaces the preset's chip count (several Grayskull
+    chips are that many cards in one host, linked over PCIe: :attr:`DeviceDescriptor.chip_link`).
     Raises ConfigError for an unknown preset, a mismatched arch, an illegal mask or chip count.
     """
     preset: Optional[_Preset] = None
@@ -522,8 +530,6 @@ def get_device_descriptor(arch: Union[BackendDevice, str, None] = None, device_c
     si = _SILICON[arch_e]
     mask = harvesting_mask if harvesting_mask else (preset.harvesting_mask if preset else 0)
     chips = num_chips if num_chips != 1 else (preset.chip_count if preset else 1)
-    if chips > 1 and not si.eth:
-        raise ConfigError(f"{arch_e.value} has no Ethernet: a multi-chip descriptor is not possible")
     rows_out = harvested_noc_rows(arch_e, mask)
     cols_out = harvested_noc_cols(arch_e, mask)
     clock = preset.aiclk_hz if preset else {BackendDevice.Grayskull: 1.2e9, BackendDevice.Wormhole_B0: 1.0e9,
@@ -565,9 +571,8 @@ def get_device_descriptor(arch: Union[BackendDevice, str, None] = None, device_c
 
 
 def with_chips(desc: DeviceDescriptor, num_chips: int) -> DeviceDescriptor:
-    """A copy of ``desc`` with another chip count (same per-chip layout)."""
+    """A copy of ``desc`` with another chip count (same per-chip layout). Chips without Ethernet
+    (Grayskull) are separate cards in one host: :attr:`DeviceDescriptor.chip_link` is then ``"pcie"``."""
     if num_chips < 1:
         raise ConfigError(f"num_chips must be >= 1, got {num_chips}")
-    if num_chips > 1 and not desc.eth_cores:
-        raise ConfigError(f"{desc.arch.value} has no Ethernet: a multi-chip descriptor is not possible")
     return dataclasses.replace(desc, chip_count=num_chips)

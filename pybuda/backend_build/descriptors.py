@@ -269,8 +269,11 @@ def _check_consistent(desc: DeviceDescriptor, top: Mapping[str, Any], where: str
             raise _fail(f"{where}: dram_bank_size", "must be positive")
     if desc.chip_count < 1:
         raise _fail(f"{where}: pybuda.chip_count", "must be >= 1")
-    if desc.chip_count > 1 and not desc.eth_cores:
-        raise _fail(f"{where}: pybuda.chip_count", f"{desc.arch.value} has no Ethernet: one chip only")
+    if desc.chip_count > 1 and desc.arch.value != "grayskull" and not desc.eth_cores:
+        # Chips without Ethernet (Grayskull) are separate cards linked over PCIe through the host; chips that
+        # link over Ethernet need Ethernet cores to do it.
+        raise _fail(f"{where}: pybuda.chip_count", f"{desc.arch.value} chips link over Ethernet, but the "
+                    f"descriptor lists no Ethernet cores")
     if desc.aiclk_hz <= 0:
         raise _fail(f"{where}: pybuda.aiclk_hz", "must be positive")
     if desc.l1_size_bytes <= desc.l1_data_buffer_base_bytes + desc.l1_pipegen_reserved_bytes:

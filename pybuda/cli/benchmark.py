@@ -15,6 +15,11 @@ runtime, timed like benchmarking's harness (first input pushed to last output re
 With ``-d cpu`` the PyTorch model runs on the host only. Performance reports
 (``perf_report.csv/.json/.html``) go to the build directory.
 
+The balancer policy defaults to pybuda's own (NLP: one global cycle target for the whole model, the
+compile default too); ``--balancer-policy Ribbon`` reproduces the placement policy of the published TT-Buda runs, which is what
+the calibration against them uses. Besides benchmarking's models, ``vovnet_v2`` (``-c 39``),
+``inception_v4``, ``hrnet`` (``-c v2_w64``) and ``unet`` (256x256 by default) are built from their papers.
+
 As in the published benchmark runs, BERT in a ``Bfp8*`` format keeps the outputs of add, subtract and
 reciprocal in Float16_b (``configure_mixed_precision``), which is what benchmarking's BERT did.
 """
@@ -37,12 +42,15 @@ log = logging.getLogger(__name__)
 #: Models this command benchmarks (benchmarking's ``-m`` names) and their default ``-c`` config.
 MODELS: Dict[str, str] = {
     "bert": "base", "resnet": "resnet50", "mobilenet_v1": "base", "mobilenet_v2": "base", "vit": "base",
-    "gpt2": "small", "whisper": "tiny",
+    "gpt2": "small", "whisper": "tiny", "vovnet_v2": "39", "inception_v4": "base", "hrnet": "v2_w64",
+    "unet": "base",
 }
 
 #: Default input size per (model, config) where the model's own default is not what benchmarking used:
 #: BERT-Large ran at sequence 384 (perf_calibration §1), the others at 128; vision models at 224.
 _DEFAULT_SEQ = {("bert", "large"): 384}
+#: Vision models benchmarking ran at another size than 224: U-Net at 256x256 (``unet -c 256``).
+_DEFAULT_IMAGE = {"unet": 256}
 
 #: benchmarking's data-format spellings → DataFormat names.
 _DF_ALIASES = {"fp32": "Float32", "fp16": "Float16", "fp16_b": "Float16_b", "bf16": "Float16_b",
@@ -76,8 +84,6 @@ FLAG_RULES: Dict[str, str] = {
     "--recompute": "recompute is a training option: use it with -t/--training",
     "--num_tokens": "pybuda's benchmark runs one forward pass per microbatch; token-by-token generation is not "
                     "benchmarked (leave --num_tokens at 1)",
-    "--dump_intermediate": "pybuda's runtime has no intermediates queue yet (op_intermediates_to_save), so "
-                           "intermediate values cannot be dumped",
 }
 _TRACE_LEVELS = {"none": "NONE", "light": "LIGHT", "verbose": "VERBOSE"}
 
@@ -110,7 +116,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help='environment settings to run with, e.g. "PYBUDA_AMP_LIGHT=1 PYBUDA_GOLDEN_FAST" (=1)')
     parser.add_argument("--auto_transpose", action="store_true", help="enable auto-transposing placement")
     parser.add_argument("-di", "--dump_intermediate", default=None,
-                        help="intermediate ops to dump (not supported yet: error)")
+                        help="comma-separated op names whose outputs are saved (op_intermediates_to_save) and "
+                             "written to intermediates_<tag>.npz in --output-dir")
     parser.add_argument("-dit", "--dump_intermediate_tag", default=None, help="file tag for --dump_intermediate")
     parser.add_argument("-dic", "--dump_intermediate_count", type=int, default=1,
                         help="inputs to dump with --dump_intermediate")
@@ -129,8 +136,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="LoFi|HiFi2|HiFi3|HiFi4 (default HiFi3)")
     parser.add_argument("--device-config", "--device_config", dest="device_config", default="wh_n150",
                         choices=DEVICE_CONFIGS, help="card to compile for and model (default wh_n150)")
-    parser.add_argument("--balancer-policy", "--balancer_policy", dest="balancer_policy", default="Ribbon",
-                        help="balancer policy (default Ribbon, as the published runs)")
+    parser.add_argument("--balancer-policy", "--balancer_policy", dest="balancer_policy", default="NLP",
+                        help="balancer policy (default NLP, pybuda's own, as for compile; Ribbon reproduces the "
+                             "published runs' placement)")
     parser.add_argument("--seq-len", "--seq_len", dest="seq_len", type=int, default=None,
                         help="sequence length for text/audio models (default per model)")
     parser.add_argument("--image-size", "--image_size", dest="image_size", type=int, default=None,
@@ -166,8 +174,10 @@ def _plan(args: argparse.Namespace) -> _Plan:
     entry = model_entry(model)
     config = args.config or MODELS[model]
     size_kw: Dict[str, int] = {}
-    if config.isdigit() and entry.size_arg == "image_size":
-        # benchmarking names some vision configs by their resolution (mobilenet_v2 -c 224)
+    known = config in entry.variants or config in entry.aliases
+    if config.isdigit() and entry.size_arg == "image_size" and not known:
+        # benchmarking names some vision configs by their resolution (mobilenet_v2 -c 224); a variant
+        # named by a number (vovnet_v2 -c 39) stays a variant
         size_kw["image_size"] = int(config)
         config = MODELS[model]
     if entry.size_arg == "seq_len":
@@ -175,7 +185,7 @@ def _plan(args: argparse.Namespace) -> _Plan:
         if seq:
             size_kw["seq_len"] = int(seq)
     elif args.image_size or "image_size" not in size_kw:
-        size_kw["image_size"] = int(args.image_size or size_kw.get("image_size", 224))
+        size_kw["image_size"] = int(args.image_size or size_kw.get("image_size", _DEFAULT_IMAGE.get(model, 224)))
     task = None if args.task in (None, "na", "") else args.task
     if args.microbatch < 1:
         raise ConfigError(f"--microbatch must be >= 1, got {args.microbatch}")
@@ -208,6 +218,8 @@ def _compiler_config(plan: _Plan, args: argparse.Namespace) -> Any:
     cfg.performance_trace = _TRACE_LEVELS[getattr(args, "trace", "none") or "none"]
     if getattr(args, "auto_transpose", False):
         cfg.enable_auto_transposing_placement = True
+    if getattr(args, "dump_intermediate", None):
+        cfg.op_intermediates_to_save = [n.strip() for n in args.dump_intermediate.split(",") if n.strip()]
     if plan.model == "bert" and plan.df.is_bfp:
         # benchmarking's BERT kept these outputs at 16 bits when running in block float
         for op_type in ("add", "subtract", "reciprocal"):
@@ -238,13 +250,20 @@ def _run_cpu(spec: Any, loop_count: int, device: str = "cpu", outputs: Optional[
 def check_flags(args: argparse.Namespace) -> None:
     """ConfigError for a benchmarking flag pybuda cannot honour (:data:`FLAG_RULES`) or a bad combination."""
     given = {"--recompute": getattr(args, "recompute", False) and not getattr(args, "training", False),
-             "--num_tokens": getattr(args, "num_tokens", 1) != 1,
-             "--dump_intermediate": getattr(args, "dump_intermediate", None) is not None}
+             "--num_tokens": getattr(args, "num_tokens", 1) != 1}
     for flag, on in given.items():
         if on:
             raise ConfigError(f"{flag} is not supported: {FLAG_RULES[flag]}")
-    if getattr(args, "dump_intermediate_tag", None) is not None or getattr(args, "dump_intermediate_count", 1) != 1:
+    dumping = getattr(args, "dump_intermediate", None) is not None
+    if not dumping and (getattr(args, "dump_intermediate_tag", None) is not None
+                        or getattr(args, "dump_intermediate_count", 1) != 1):
         raise ConfigError("--dump_intermediate_tag/--dump_intermediate_count only apply with --dump_intermediate")
+    if dumping and (getattr(args, "perf_only", False) or getattr(args, "save_tti", None) or getattr(args, "load_tti", None)
+                    or getattr(args, "training", False) or getattr(args, "device", "tt") != "tt"):
+        raise ConfigError("--dump_intermediate needs an inference run on the device (-d tt): not with --perf-only, "
+                          "--save_tti, --load_tti or -t")
+    if dumping and getattr(args, "dump_intermediate_count", 1) < 1:
+        raise ConfigError("--dump_intermediate_count must be >= 1")
     if getattr(args, "model_output", False) and (getattr(args, "perf_only", False) or getattr(args, "save_tti", None)):
         raise ConfigError("--model_output needs a run: not with --perf-only or --save_tti (nothing runs)")
     if getattr(args, "chips", 1) < 1:
@@ -297,6 +316,25 @@ def _write_model_output(record: Dict[str, Any], outputs: list, out_dir: Path) ->
     return path
 
 
+def _write_intermediates(record: Dict[str, Any], tag: Optional[str], items: list, out_dir: Path) -> Path:
+    """``--dump_intermediate``: the saved op outputs as ``intermediates_<tag>.npz`` (arrays named
+    ``<input index>.<op name>``; numpy's format, read back with ``allow_pickle=False``)."""
+    import numpy as np
+
+    from pybuda.paths import path_inside, safe_file_name
+
+    out_dir.mkdir(parents=True, exist_ok=True)
+    name = safe_file_name("intermediates_{}".format(tag or "{}_{}".format(record["model"], record["config"])))
+    path = Path(path_inside(out_dir, f"{name}.npz"))
+    arrays = {}
+    for i, item in enumerate(items):
+        for op_name, tensor in zip(item.names, item):
+            value = tensor.value() if callable(getattr(tensor, "value", None)) else tensor
+            arrays[f"{i}.{op_name}"] = value.detach().float().numpy()
+    np.savez(path, **arrays)
+    return path
+
+
 def _compile_only(spec: Any, cfg: Any, microbatch: int) -> Tuple[Any, float]:
     """Capture one sample and compile it at ``microbatch`` without numerics: no input values reach the
     compiler, so it skips the golden and compiled-graph CPU runs. Returns (CompileResults, seconds)."""
@@ -339,12 +377,15 @@ def _training_record(record: Dict[str, Any], spec: Any, cfg: Any, microbatch: in
 
 
 def _compile_and_run(spec: Any, cfg: Any, device_config: str, loop_count: int,
-                     outputs: Optional[list] = None) -> Tuple[Any, float, float]:
+                     outputs: Optional[list] = None, intermediates: Optional[list] = None,
+                     intermediate_count: int = 1) -> Tuple[Any, float, float]:
     """Compile through the runtime (TTDevice on the simulated chip) and time ``loop_count`` microbatches
-    from the first push to the last output. Returns (CompileResults, compile seconds, run seconds)."""
+    from the first push to the last output. Returns (CompileResults, compile seconds, run seconds).
+    With ``intermediates``, the saved intermediates of the first ``intermediate_count`` inputs are appended
+    to it after the timed run."""
     from pybuda.arch import get_device_descriptor
     from pybuda.config import _set_global_compiler_config
-    from pybuda.runtime import TTDevice, initialize_pipeline, pybuda_reset
+    from pybuda.runtime import TTDevice, get_intermediates_queue, initialize_pipeline, pybuda_reset
 
     pybuda_reset()
     _set_global_compiler_config(cfg)
@@ -356,7 +397,11 @@ def _compile_and_run(spec: Any, cfg: Any, device_config: str, loop_count: int,
         out_q = initialize_pipeline(training=False, sample_inputs=inputs)
         compile_seconds = time.perf_counter() - t0
         results = (tt.get_compiled_results() or [None])[0]
-        return results, compile_seconds, _time_pushes(tt, inputs, loop_count, out_q, outputs)
+        run_seconds = _time_pushes(tt, inputs, loop_count, out_q, outputs)
+        if intermediates is not None:
+            queue = get_intermediates_queue()
+            intermediates.extend(queue.get() for _ in range(min(intermediate_count, loop_count)))
+        return results, compile_seconds, run_seconds
     finally:
         pybuda_reset()
 
@@ -499,7 +544,14 @@ def run(args: argparse.Namespace) -> Dict[str, Any]:
         results, compile_seconds = _compile_only(spec, cfg, mb)
         run_seconds = None
     else:
-        results, compile_seconds, run_seconds = _compile_and_run(spec, cfg, args.device_config, loops, outputs)
+        intermediates: Optional[list] = [] if getattr(args, "dump_intermediate", None) else None
+        results, compile_seconds, run_seconds = _compile_and_run(
+            spec, cfg, args.device_config, loops, outputs, intermediates,
+            int(getattr(args, "dump_intermediate_count", 1)))
+        if intermediates is not None:
+            record["intermediates"] = str(_write_intermediates(
+                record, getattr(args, "dump_intermediate_tag", None), intermediates,
+                Path(args.output_dir or cfg.backend_output_dir or build_dir())))
     if results is None or results.netlist is None:
         raise ConfigError("the compile produced no netlist to model")
     report = estimate_compiled(results, microbatch=mb)

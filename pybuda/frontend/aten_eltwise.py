@@ -11,7 +11,7 @@ import operator
 
 import torch
 
-from pybuda.frontend.aten_builder import (_as_bool, _reduce_max_or_min, out_shape_of, Builder, converts, Missing, out_dtype, out_shape, Unsupported, _is_number, _norm_dim, _promote)
+from pybuda.frontend.aten_builder import (_as_bool, _reduce_max_or_min, out_shape_of, Builder, Const, converts, Missing, out_dtype, out_shape, Unsupported, _is_number, _norm_dim, _promote)
 from pybuda.frontend.fx_program import meta_val, op_name
 
 # --- elementwise binary ---------------------------------------------------------------------------
@@ -317,7 +317,14 @@ def _dropout(b: Builder, n, p):
 @converts("clone", "contiguous", "alias", "detach", "lift_fresh_copy", "lift_fresh", "_to_copy", "to", "type_as")
 def _copy_or_cast(b: Builder, n, p):
     x = p.get("self", p.get("input"))
-    return b.cast(x, out_dtype(n))
+    dt = out_dtype(n)
+    if dt == torch.bool and b.is_tensor(x) and not isinstance(x, Const):
+        src = b.dtype(x)
+        if not (src.is_floating_point or src == torch.bool):
+            # An integer mask (e.g. a tokenizer's attention_mask) turned into bools: float it first and
+            # compare with 0, so the mask is a float 0/1 on the device instead of integer data.
+            return _as_bool(b, b.cast(x, torch.float32))
+    return b.cast(x, dt)
 
 
 @converts("copy")

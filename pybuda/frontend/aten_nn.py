@@ -11,7 +11,8 @@ from typing import Any, Sequence, Tuple
 
 import torch
 
-from pybuda.frontend.aten_builder import (_as_bool, _reduce_max_or_min, out_shape_of, Builder, converts, Missing, out_dtype, out_shape, Unsupported, _dims, _is_number, _norm_dim)
+from pybuda.frontend.aten_builder import (_as_bool, _reduce_max_or_min, out_shape_of, Builder, Const, converts, Missing, out_dtype, out_shape, Unsupported, _dims, _is_number, _norm_dim)
+from pybuda.frontend.aten_shape import const_gather
 from pybuda.frontend.fx_program import meta_val, op_name
 
 # --- reductions -----------------------------------------------------------------------------------
@@ -143,7 +144,7 @@ def _flip(b: Builder, n, p):
     for d in _dims(p["dims"], b.rank(v)):
         size = b.shape(v)[d]
         if size > 1:
-            v = b.op("adv_index", [v, b.const(torch.arange(size - 1, -1, -1), f"{n.name}.reversed")], dim=d)
+            v = const_gather(b, v, torch.arange(size - 1, -1, -1), d, f"{n.name}.reversed")
     return v
 
 
@@ -285,8 +286,9 @@ def _sdpa(b: Builder, n, p):
     if p.get("dropout_p", 0.0):
         raise Unsupported("scaled_dot_product_attention with dropout")
     qs, ks = b.shape(q), b.shape(k)
-    if p.get("enable_gqa") and qs[-3] != ks[-3]:
-        raise Unsupported("grouped-query attention (enable_gqa)")
+    if p.get("enable_gqa") and len(qs) >= 3 and qs[-3] != ks[-3]:
+        k, v = _repeat_heads(b, k, qs[-3]), _repeat_heads(b, v, qs[-3])
+        ks = b.shape(k)
     scale = p.get("scale")
     scale = float(scale) if scale is not None else 1.0 / math.sqrt(qs[-1])
     scores = b.op("matmul", [q, b.transpose(k, -2, -1)])
@@ -296,13 +298,43 @@ def _sdpa(b: Builder, n, p):
     if p.get("is_causal"):
         causal = torch.ones(L, S, dtype=torch.bool).tril()
         scores = b.op("where", [b.const(causal, f"{n.name}.causal"), scores, b.scalar(-math.inf, dt, 1)])
-    if mask is not None:
-        if b.dtype(mask) == torch.bool:
-            scores = b.op("where", [b.tensor(mask), scores, b.scalar(-math.inf, dt, 1)])
-        else:
-            scores = b.op("add", [scores, b.tensor(mask, dt)])
+    bool_mask = mask is not None and b.dtype(mask) == torch.bool
+    if bool_mask:
+        scores = b.op("where", [b.tensor(mask), scores, b.scalar(-math.inf, dt, 1)])
+    elif mask is not None:
+        scores = b.op("add", [scores, b.tensor(mask, dt)])
     probs = b.op("softmax", [scores], dim=b.rank(scores) - 1, stable=True)
+    if bool_mask:
+        probs = _zero_fully_masked_rows(b, probs, mask, dt, n.name)
     return b.reshape(b.op("matmul", [probs, v]), out_shape(n))
+
+
+def _repeat_heads(b: Builder, x: str, heads: int) -> str:
+    """Key/value heads ``[.., kv, S, D]`` repeated to ``heads`` (GQA/MQA): each kv head serves a group of
+    consecutive query heads, as ``repeat_interleave`` on the head dim; a broadcast, so no data is copied
+    before the device's data movement."""
+    shape = b.shape(x)
+    kv = shape[-3]
+    if heads % kv:
+        raise Unsupported(f"grouped-query attention with {heads} query heads on {kv} key/value heads")
+    grouped = b.reshape(x, shape[:-2] + (1,) + shape[-2:])
+    grouped = b.broadcast_to(grouped, shape[:-2] + (heads // kv,) + shape[-2:])
+    return b.reshape(grouped, shape[:-3] + (heads,) + shape[-2:])
+
+
+def _zero_fully_masked_rows(b: Builder, probs: str, mask: Any, dt: torch.dtype, name: str) -> str:
+    """Rows whose boolean mask is all False attend to nothing: torch's SDPA gives 0 there (its safe
+    softmax), where a plain softmax of all -inf gives NaN (the CPU reference) or a uniform average (the
+    device, which fills with a finite minimum). Left-padded batches have such rows."""
+    if isinstance(mask, Const):
+        any_row = mask.value.any(dim=-1, keepdim=True)
+        if bool(any_row.all()):
+            return probs  # (causal masks and the like: nothing to do)
+        keep = b.const(any_row, f"{name}.rows_attending")
+    else:
+        m = b.cast(mask, dt)
+        keep = b.cast(b.op("reduce_max", [m], dim=b.rank(m) - 1), torch.bool)
+    return b.op("where", [keep, probs, b.scalar(0.0, dt, b.rank(probs))])
 
 
 # --- convolution and pooling ----------------------------------------------------------------------

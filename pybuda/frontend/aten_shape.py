@@ -167,6 +167,32 @@ def _cat(b: Builder, n, p):
     return b.op("concatenate", names, axis=_norm_dim(p["dim"], len(out_shape(n))))
 
 
+@converts("roll")
+def _roll(b: Builder, n, p):
+    """``torch.roll`` as two slices and a concatenate per rolled dim (Swin's cyclic window shift)."""
+    x = p["self"]
+    shifts = list(p["shifts"]) if isinstance(p["shifts"], (list, tuple)) else [p["shifts"]]
+    dims = list(p["dims"] or [])
+    shape = b.shape(x)
+    if not dims:  # roll of the flattened tensor
+        flat = b.reshape(x, (math.prod(shape),))
+        return b.reshape(_roll_dim(b, flat, int(shifts[0]), 0), shape)
+    if len(shifts) != len(dims):
+        raise Unsupported("roll with a different number of shifts and dims")
+    v = b.tensor(x)
+    for shift, dim in zip(shifts, dims):
+        v = _roll_dim(b, v, int(shift), _norm_dim(dim, len(shape)))
+    return v
+
+
+def _roll_dim(b: Builder, x: str, shift: int, dim: int) -> str:
+    size = b.shape(x)[dim]
+    cut = size - shift % size  # the last shift % size elements move to the front
+    if cut == size:
+        return x
+    return b.op("concatenate", [_index_range(b, x, dim, cut, size), _index_range(b, x, dim, 0, cut)], axis=dim)
+
+
 @converts("stack")
 def _stack(b: Builder, n, p):
     dt = out_dtype(n)
@@ -220,9 +246,79 @@ def _tril_triu(b: Builder, n, p):
 
 
 # --- indexing -------------------------------------------------------------------------------------
+#: A gather with constant indices becomes slices + one concatenate when the indices form at most this many
+#: strided runs (a roll is two, a window shift four); beyond it a one-hot matmul is cheaper than a long concat.
+MAX_SLICE_RUNS = 8
+#: Largest one-hot selection matrix (elements) a constant gather may use; bigger gathers stay ``adv_index``.
+MAX_ONE_HOT_ELEMENTS = 1 << 22
+
+
+def _strided_runs(index: Sequence[int]) -> List[Tuple[int, int, int]]:
+    """``index`` as maximal ``(start, stop, stride)`` runs with a positive stride (a lone index is a run)."""
+    runs: List[Tuple[int, int, int]] = []
+    i, n = 0, len(index)
+    while i < n:
+        start = index[i]
+        step = index[i + 1] - start if i + 1 < n else 0
+        if step <= 0:
+            runs.append((start, start + 1, 1))
+            i += 1
+            continue
+        j = i + 1
+        while j + 1 < n and index[j + 1] - index[j] == step:
+            j += 1
+        runs.append((start, index[j] + 1, step))
+        i = j + 1
+    return runs
+
+
+def const_gather(b: Builder, x: Any, index: torch.Tensor, dim: int, name: str) -> str:
+    """``index_select(x, dim, index)`` for an index known at capture time, in ops the device runs.
+
+    The chip has no gather, but a constant gather is data movement it can do: a few strided runs (rolls,
+    window shifts, reversed halves) become slices joined by one concatenate; any other pattern (relative
+    position tables, permutations) becomes a matmul with a constant one-hot selection matrix, exact in
+    every data format because each output reads one input times 1.0. Integer data and one-hot matrices
+    above :data:`MAX_ONE_HOT_ELEMENTS` keep the ``adv_index`` op (the host runs it).
+    """
+    shape = b.shape(x)
+    size = shape[dim]
+    flat = index.reshape(-1).to(torch.int64)
+    flat = torch.where(flat < 0, flat + size, flat)
+    if flat.numel() == 0:
+        raise Unsupported("gather of no elements (zero-size tensors are not supported on the device)")
+    if int(flat.min()) < 0 or int(flat.max()) >= size:
+        raise Unsupported(f"index out of range for dim {dim} of size {size}")
+    values = [int(v) for v in flat]
+    if values == list(range(size)):
+        return b.tensor(x)
+    runs = _strided_runs(values)
+    if len(runs) <= MAX_SLICE_RUNS:
+        parts = [_index_range(b, x, dim, start, stop, step) for start, stop, step in runs]
+        return parts[0] if len(parts) == 1 else b.op("concatenate", parts, axis=dim)
+    dtype = b.dtype(x)
+    if not (dtype.is_floating_point or dtype == torch.bool) or len(values) * size > MAX_ONE_HOT_ELEMENTS:
+        return b.op("adv_index", [x, b.const(flat.contiguous(), f"{name}.index")], dim=dim)
+    work = torch.float32 if dtype == torch.bool else dtype
+    one_hot = torch.nn.functional.one_hot(flat, size).to(work)  # [len(index), size]
+    v = b.cast(x, work)
+    outer, inner = math.prod(shape[:dim]), math.prod(shape[dim + 1:])
+    if inner == 1:  # gather along the last (effective) dim: x @ one_hot^T
+        v = b.reshape(v, (outer, size))
+        out = b.op("matmul", [v, b.const(one_hot.t().contiguous(), f"{name}.select")])
+    else:
+        v = b.reshape(v, (outer, size, inner) if outer > 1 else (size, inner))
+        out = b.op("matmul", [b.const(one_hot, f"{name}.select"), v])
+    out = b.reshape(out, shape[:dim] + (len(values),) + shape[dim + 1:])
+    return b.cast(out, dtype) if dtype == torch.bool else out
+
+
 def _adv_index(b: Builder, x: Any, idx: Any, dim: int, final_shape: Sequence[int]) -> str:
     if b.dtype(idx) == torch.bool:
         raise Unsupported("boolean-mask indexing has a data-dependent shape")
+    if isinstance(idx, Const) and not isinstance(x, Const):
+        name = b.node.name if b.node is not None else "gather"
+        return b.reshape(const_gather(b, x, idx.value, dim, name), final_shape)
     idx_shape = b.shape(idx)
     flat = b.reshape(idx, (max(1, math.prod(idx_shape)),)) if len(idx_shape) != 1 else b.tensor(idx)
     r = b.op("adv_index", [x, flat], dim=dim)
@@ -260,7 +356,10 @@ def _multi_index(b: Builder, n, x: Any, used: List[Tuple[int, Any]]) -> str:
         flat = flat * size + idx.value.to(torch.int64) % size
     flat = torch.broadcast_to(flat, torch.broadcast_shapes(*(i.value.shape for _, i in used))).reshape(-1)
     merged = b.reshape(x, shape[:start] + (math.prod(sizes),) + shape[stop:])
-    out = b.op("adv_index", [merged, b.const(flat.contiguous(), f"{n.name}.flat_index")], dim=start)
+    if isinstance(x, Const):
+        out = b.op("adv_index", [merged, b.const(flat.contiguous(), f"{n.name}.flat_index")], dim=start)
+    else:
+        out = const_gather(b, merged, flat, start, n.name)
     return b.reshape(out, out_shape(n))
 
 

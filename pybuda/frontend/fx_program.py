@@ -189,11 +189,63 @@ def _essential_lines(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {first}{where}"
 
 
+def _uses_transformers(module: torch.nn.Module) -> bool:
+    return any(type(m).__module__.startswith("transformers.") for m in module.modules())
+
+
+_CACHE_PYTREES_REGISTERED = False
+
+
+def register_cache_pytrees(module: torch.nn.Module) -> bool:
+    """Teach torch's pytree the cache objects of Hugging Face decoders (``DynamicCache`` ...).
+
+    A decoder LLM called with its default config (``use_cache=True``) returns its key/value cache next to
+    the logits. Registered as pytree nodes, the cache flattens into one key and one value tensor per
+    layer: they become ordinary graph outputs (computed on the device like the logits), and
+    :meth:`pybuda.frontend.torch.CaptureResult.unflatten_outputs` rebuilds the cache object. A user who
+    wants only the logits passes ``use_cache=False`` (in the sample inputs or the model config) and the
+    graph has no cache outputs at all. The registration is the one transformers' own exporters use; it is
+    process-wide and done once. Returns whether cache types are (now) registered.
+    """
+    global _CACHE_PYTREES_REGISTERED
+    if _CACHE_PYTREES_REGISTERED or not _uses_transformers(module):
+        return _CACHE_PYTREES_REGISTERED
+    try:  # transformers >= 5: every Cache subclass, plus model-specific cache classes
+        from transformers.exporters.exporter_dynamo import register_cache_pytrees_for_model
+    except ImportError:
+        register_cache_pytrees_for_model = None
+    try:
+        if register_cache_pytrees_for_model is not None:
+            register_cache_pytrees_for_model(module)
+        else:  # transformers 4.x: DynamicCache only
+            from transformers.integrations.executorch import register_dynamic_cache_export_support
+
+            register_dynamic_cache_export_support()
+    except Exception as e:  # an older or newer transformers without these helpers: export says what failed
+        log.debug("could not register transformers cache pytrees: %s", e)
+        return False
+    _CACHE_PYTREES_REGISTERED = True
+    return True
+
+
+_UNKNOWN_OUTPUT = re.compile(r"Found <class '([^']+)'> in output, which is not a known type")
+
+
 def run_export(module: torch.nn.Module, args: Tuple[Any, ...], kwargs: Mapping[str, Any], name: str):
-    """``torch.export.export`` with errors turned into :class:`CompileError` naming the model."""
+    """``torch.export.export`` with errors turned into :class:`CompileError` naming the model.
+
+    Hugging Face cache objects in the outputs are flattened into tensors (:func:`register_cache_pytrees`).
+    """
+    register_cache_pytrees(module)
     try:
         return torch.export.export(module, tuple(args), kwargs=dict(kwargs) if kwargs else None, strict=False)
     except Exception as e:  # torch raises many unrelated exception types here
+        unknown = _UNKNOWN_OUTPUT.search(str(e))
+        if unknown:
+            raise CompileError(
+                f"model '{name}' returns a '{unknown.group(1)}', which pybuda cannot flatten into tensors. "
+                f"Return tensors (or tuples/dicts of them) from forward(); for a Hugging Face decoder that "
+                f"returns a cache, pass use_cache=False to get the logits alone.", stage=STAGE) from e
         if _is_data_dependent(e):
             raise CompileError(
                 f"model '{name}' has data-dependent control flow (a Python branch, loop bound or shape "

@@ -8,6 +8,8 @@ from typing import Any, Callable, Dict, Optional, Tuple
 from pybuda.errors import ConfigError
 
 from . import bert, gpt2, minilm, mobilenet, resnet, vit, whisper
+from . import decoders, hf_vision, wav2vec2
+from . import hrnet, inception, unet, vovnet
 from ._common import check_positive
 from .spec import ModelSpec
 
@@ -38,6 +40,17 @@ _ENTRIES: Dict[str, ModelEntry] = {e.name: e for e in (
                {"1.0_224": "base"}),
     ModelEntry("whisper", ("mini", "tiny", "base"), whisper.TASKS, "seq_len", whisper.build),
     ModelEntry("minilm", ("l6_v2",), minilm.TASKS, "seq_len", minilm.build, {"base": "l6_v2"}),
+    # Small configs of transformers models (issue #12); "base" is the mini config until full sizes are added.
+    ModelEntry("llama", ("mini",), decoders.TASKS, "seq_len", decoders.build_llama, {"base": "mini"}),
+    ModelEntry("opt", ("mini",), decoders.TASKS, "seq_len", decoders.build_opt, {"base": "mini"}),
+    ModelEntry("swin", ("mini",), hf_vision.TASKS, "image_size", hf_vision.build_swin, {"base": "mini"}),
+    ModelEntry("mobilevit", ("mini",), hf_vision.TASKS, "image_size", hf_vision.build_mobilevit, {"base": "mini"}),
+    ModelEntry("convnext", ("mini",), hf_vision.TASKS, "image_size", hf_vision.build_convnext, {"base": "mini"}),
+    ModelEntry("wav2vec2", ("mini",), wav2vec2.TASKS, "seq_len", wav2vec2.build, {"base": "mini"}),
+    ModelEntry("vovnet_v2", ("tiny", "39"), vovnet.TASKS, "image_size", vovnet.build, {"base": "39"}),
+    ModelEntry("inception_v4", ("tiny", "base"), inception.TASKS, "image_size", inception.build),
+    ModelEntry("hrnet", ("tiny", "w64"), hrnet.TASKS, "image_size", hrnet.build, {"base": "w64", "v2_w64": "w64"}),
+    ModelEntry("unet", ("tiny", "base"), unet.TASKS, "image_size", unet.build),
 )}
 
 

@@ -94,9 +94,18 @@ Calibration mechanisms (perf_calibration §1; the same parameters for every mode
     Turning it on needs the producer grid in cost.py's ``BandwidthContext`` so the balancer sees the
     same rate (cost.py is the single source of per-op cycles).
 * Not (yet) modelled: the balancer does not see the binary cache (a placement of ≤ 32 epochs per
-  chip would avoid the re-sends) nor the epoch's shared DRAM channels (ResNet-50 e150 streams its
-  stage-4 weights in one epoch); ``PYBUDA_EXP_APPROX``, which benchmarking set for BERT Bfp8_b, is
-  not applied (exp is costed exact).
+  chip would avoid the re-sends), the pipeline fill, nor the prologue re-reads of each epoch switch (a
+  whole-cost score was tried and picked worse placements at microbatch 1, where the switch's prologue
+  reads dominate); ``PYBUDA_EXP_APPROX``, which benchmarking set for BERT Bfp8_b, is not applied.
+* **Calibration beyond the four points** (issue #16, tests/perf/test_calibration.py): MobileNetV2
+  (e150 +0 %, e75 +12 %) and Inception-v4 (n150 +1 %) land without new parameters. The misses are
+  compiler lowerings that differ from TT-Buda's, not model constants, so none was fitted to them:
+  a convolution's sparse im2col matmul puts the kernel taps in ``t`` with ``act_t: 1``, so every core
+  re-reads its whole activation column once per tap (NoC-bound: ResNet-50's max-pool on e150, U-Net's
+  256x256 levels), where TT-Buda's slices the activation by output row band; channel concatenation is
+  lowered as dense column-picker matmuls (VoVNet's OSA modules) instead of a splice; ConvTranspose2d
+  as a dense "dilate" matmul (U-Net); and some Grayskull compiles find no L1 layout for a sparse matmul
+  with a prime tile count.
 """
 
 from __future__ import annotations

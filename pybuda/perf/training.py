@@ -6,12 +6,14 @@ modelled by :func:`pybuda.perf.model.estimate_compiled`. Activations saved for t
 between devices and accumulated gradients stay in device DRAM on the card (TT-Buda's intermediate and
 accumulation queues), so only the forward's inputs cross PCIe, overlapping device work as in inference;
 the host transfers that the separate compiles of the programs model for their other queues are left out.
+:func:`estimate_training_netlist` models the programs of a device's one training netlist instead, where
+those queues are device queues in the netlist itself.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, List, Optional, Sequence
+from typing import Any, List, Mapping, Optional, Sequence
 
 from pybuda.errors import ConfigError
 
@@ -68,15 +70,48 @@ def estimate_training(forward: Sequence[Any], backward: Sequence[Any], optimizer
     """
     from pybuda.perf.model import estimate_compiled
 
-    for name, value in (("microbatch", microbatch), ("microbatch_count", microbatch_count),
-                        ("accumulation_steps", accumulation_steps)):
-        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-            raise ConfigError(f"estimate_training: {name} must be a positive int, got {value!r}")
+    _check_counts(microbatch, microbatch_count, accumulation_steps)
     if not forward or len(forward) != len(backward):
         raise ConfigError("estimate_training needs one backward program per forward program (and at least one)")
     fwd = [estimate_compiled(r, microbatch=microbatch) for r in forward]
     bwd = [estimate_compiled(r, microbatch=microbatch) for r in backward]
     opt = estimate_compiled(optimizer, microbatch=1) if optimizer is not None else None
+    return training_perf(fwd, bwd, opt, microbatch=microbatch, microbatch_count=microbatch_count,
+                         accumulation_steps=accumulation_steps)
+
+
+def estimate_training_netlist(netlist: Any, device: Any, forward: Sequence[str], backward: Sequence[str],
+                              optimizer: Optional[str] = None, *, microbatch: int, microbatch_count: int = 1,
+                              accumulation_steps: int = 1,
+                              temporal_epochs: Optional[Mapping[str, int]] = None) -> TrainingPerf:
+    """Model a training step from one training netlist (:mod:`pybuda.netlist.training`): its programs
+    ``forward`` / ``backward`` (program names, one per module) and ``optimizer`` run on ``device``.
+    ``temporal_epochs``: graph name -> temporal epoch, as the placer grouped each program's graphs."""
+    from pybuda.perf.model import estimate
+
+    _check_counts(microbatch, microbatch_count, accumulation_steps)
+    if not forward or len(forward) != len(backward):
+        raise ConfigError("estimate_training_netlist needs one backward program per forward program (and at least one)")
+
+    def run(program: str, mb: int) -> Any:
+        return estimate(netlist, device, microbatch=mb, program=program, temporal_epochs=temporal_epochs)
+
+    return training_perf([run(p, microbatch) for p in forward], [run(p, microbatch) for p in backward],
+                         run(optimizer, 1) if optimizer is not None else None, microbatch=microbatch,
+                         microbatch_count=microbatch_count, accumulation_steps=accumulation_steps)
+
+
+def _check_counts(microbatch: int, microbatch_count: int, accumulation_steps: int) -> None:
+    for name, value in (("microbatch", microbatch), ("microbatch_count", microbatch_count),
+                        ("accumulation_steps", accumulation_steps)):
+        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+            raise ConfigError(f"estimate_training: {name} must be a positive int, got {value!r}")
+
+
+def training_perf(fwd: Sequence[Any], bwd: Sequence[Any], opt: Any = None, *, microbatch: int,
+                  microbatch_count: int = 1, accumulation_steps: int = 1) -> TrainingPerf:
+    """A training step from the PerfReports of its forward, backward and optimizer programs."""
+    fwd, bwd = list(fwd), list(bwd)
     device = sum(r.device_cycles_per_microbatch for r in fwd + bwd)
     per_microbatch = max(device, fwd[0].host_input_cycles_per_microbatch)
     step = per_microbatch * microbatch_count * accumulation_steps + (opt.device_cycles_per_microbatch if opt else 0)

@@ -4,8 +4,10 @@ Every queue of the lowered graph and every epoch-to-epoch queue gets a :class:`Q
 
 * **Location.** Inputs live on the host when ``input_queues_on_host`` (never on Grayskull, which cannot
   read host memory fast: TT-Buda's placer moves them to DRAM with a warning), outputs when
-  ``output_queues_on_host``; parameters, constants, accumulators and e2e queues always live in DRAM.
-  A manual placement (``override_dram_queue_placement``) with a channel forces DRAM.
+  ``output_queues_on_host``; parameters, constants, accumulators and e2e queues live in DRAM, except an
+  e2e queue between two chips without Ethernet (Grayskull cards, ``DeviceDescriptor.chip_link == "pcie"``):
+  it lives in host memory, written and read over PCIe. A manual placement (``override_dram_queue_placement``)
+  with a channel forces DRAM.
 * **Blocking.** A queue read by an op is split like that operand of its first reader (grid sides are
   the gcd of the queue's tile rows/columns and the reader's split of that operand; transposed edges
   swap them); a queue written by an op (outputs, e2e, accumulators) takes the producer's grid, t,
@@ -186,7 +188,15 @@ def _specs(graph: Any, solution: Any, result: PlacerSolution, config: Any, devic
             if spread != grid:
                 grid = spread
                 t, mblock, ublock = _split(rt, ct, t, grid)
-        specs.append(_QueueSpec(name, "epoch_to_epoch", chip, "dram", grid, t, mblock, ublock,
+        loc = "dram"
+        if placements[e2e.producer].chip_id != chip and _chip_link(device) == "pcie" and manual is None:
+            # No Ethernet (Grayskull cards): the producer's chip writes the queue into host memory over PCIe
+            # and the consumer's chip reads it from there.
+            loc = "host"
+            if grid != (1, 1):
+                t, mblock, ublock = _merge_to_single(t, mblock, ublock, grid)
+                grid = (1, 1)
+        specs.append(_QueueSpec(name, "epoch_to_epoch", chip, loc, grid, t, mblock, ublock,
                                 producer.out_df, e2e.entries, first, e2e.producer_epoch % 2, channel, lifetime))
     return specs
 
@@ -194,6 +204,14 @@ def _specs(graph: Any, solution: Any, result: PlacerSolution, config: Any, devic
 #: A streamed DRAM queue whose entry is at least this large is split into more buffers, one per channel
 #: where the tensor's tile grid allows, so that one channel does not serve a whole large read [D].
 SPREAD_MIN_ENTRY_BYTES = 256 * 1024
+
+
+def _chip_link(device: Any) -> str:
+    """``"pcie"`` for chips without Ethernet (their chip-to-chip queues live in host memory)."""
+    link = getattr(device, "chip_link", None)
+    if link is not None:
+        return str(link)
+    return "ethernet" if getattr(device, "eth_cores", ()) else "pcie"
 
 
 def _streamed(kind: str, reads: Sequence[Tuple[Any, int]], solution: Any) -> bool:

@@ -9,9 +9,9 @@ functions), :mod:`~pybuda.runtime.context` (execution modes, failure handling, s
 """
 
 from pybuda.runtime.api import (  # noqa: F401
-    detect_available_devices, error_raised, get_checkpoint_queue, get_loss_queue, get_parameter_checkpoint,
-    get_parameter_gradients, initialize_pipeline, is_silicon, pybuda_reset, run_backward, run_forward,
-    run_generate, run_generative_inference, run_inference, run_optimizer, run_schedulers, run_training,
+    detect_available_devices, error_raised, get_checkpoint_queue, get_intermediates_queue, get_loss_queue,
+    get_parameter_checkpoint, get_parameter_gradients, initialize_pipeline, is_silicon, pybuda_reset, run_backward,
+    run_forward, run_generate, run_generative_inference, run_inference, run_optimizer, run_schedulers, run_training,
     set_device_pipeline, shutdown, sync, update_device_parameters,
 )
 from pybuda.runtime.cpudevice import CPUDevice  # noqa: F401
@@ -25,5 +25,6 @@ __all__ = [
     "run_inference", "run_training", "initialize_pipeline", "run_forward", "run_backward", "run_optimizer",
     "run_schedulers", "get_parameter_checkpoint", "get_parameter_gradients", "update_device_parameters",
     "shutdown", "sync", "error_raised", "detect_available_devices", "pybuda_reset", "set_device_pipeline",
-    "get_loss_queue", "get_checkpoint_queue", "is_silicon", "run_generate", "run_generative_inference",
+    "get_loss_queue", "get_checkpoint_queue", "get_intermediates_queue", "is_silicon", "run_generate",
+    "run_generative_inference",
 ]

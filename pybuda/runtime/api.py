@@ -98,10 +98,25 @@ def initialize_pipeline(training: bool, output_queue: Optional[queue.Queue] = No
     if first_user.first_input_item() is None:
         raise InputError(f"no inputs to compile for: push an input to '{first_user.name}' (push_to_inputs) or pass "
                          f"sample_inputs/inputs")
+    mb = first_user.microbatch_size or 1
+    for d in devices:  # every device records the run shape, as TT-Buda's compile_for did
+        Device.compile_for(d, training, mb, microbatch_count)
     config = _get_global_compiler_config().snapshot()
     if training:
         from pybuda.runtime import training as train
+        from pybuda.runtime.data_parallel import data_parallel_requested
 
+        if data_parallel_requested():
+            from pybuda.errors import ConfigError
+
+            raise ConfigError("PYBUDA_N300_DATA_PARALLEL splits inference microbatches between the chips of an n300; "
+                              "training pipelines do not support it: unset it to train")
+
+        if config.training_saved_microbatches is None:
+            # TT-Buda sized the forward->backward queues for the microbatches of one step
+            from pybuda.netlist.training import DEFAULT_SAVED_MICROBATCHES
+
+            config.training_saved_microbatches = max(DEFAULT_SAVED_MICROBATCHES, int(microbatch_count or 1))
         out_q = output_queue if output_queue is not None else OutputQueue()
         train.start(_translate(devices, config), config, out_q, checkpoint_queue, sample_targets)
         return out_q
@@ -494,6 +509,17 @@ def get_loss_queue() -> Any:
 
     session = training.current()
     return session.loss_queue if session is not None else None
+
+
+def get_intermediates_queue() -> Any:
+    """The queue receiving the values of tapped ops (``op_intermediates_to_save``,
+    ``PyBudaModule.insert_tapout_queue_for_op``) of the running pipeline, None when no pipeline runs.
+
+    Each input run through a TTDevice that saves intermediates adds one
+    :class:`~pybuda.runtime.transport.Intermediates`: a list of pybuda Tensors in tap order, also indexable
+    by op name or tap-out handle."""
+    ctx = context.current()
+    return ctx.intermediates_queue if ctx is not None and not ctx.closed else None
 
 
 def get_checkpoint_queue() -> Any:

@@ -190,6 +190,75 @@ def create_executor(devtype, compile_results: Any, *, graph=None, microbatch: in
     return CPUReferenceExecutor(graph, microbatch)
 
 
+#: Prefix of the graph outputs that carry tapped ops' values (as training's ``saved.`` outputs).
+TAP_PREFIX = "intermediate."
+
+
+def add_tap_outputs(graph: Any, module: Any, config: Any) -> Tuple[Any, List[str]]:
+    """The graph to compile when intermediates are asked for, and the tapped op names.
+
+    The ops named by the module's ``insert_tapout_queue_for_op`` handles and by the config's
+    ``op_intermediates_to_save`` (those in this graph; :func:`check_intermediates_found` checks the rest
+    across the pipeline) become extra graph outputs ``intermediate.<op>`` after the module's own outputs, so
+    the compiled netlist writes them to output queues and the runtime routes them to the intermediates
+    queue. A handle naming an op the module's graph lacks is a ModuleError naming the nearest ops. The
+    traced graph is left as it is (a copy is returned when something is tapped)."""
+    from pybuda.errors import ModuleError
+
+    ops = {n.name for n in graph.ops}
+    wanted: List[str] = []
+    for handle in _tapout_handles(module):
+        if handle.op_name not in ops:
+            raise ModuleError(f"insert_tapout_queue_for_op: module '{module.name}' has no op '{handle.op_name}'"
+                              f"{_nearest(handle.op_name, ops)}")
+        if handle.output_index != 0:
+            raise ModuleError(f"insert_tapout_queue_for_op: op '{handle.op_name}' of module '{module.name}' has one "
+                              f"output (index 0); output_index {handle.output_index} does not exist")
+        wanted.append(handle.op_name)
+    wanted.extend(name for name in (getattr(config, "op_intermediates_to_save", None) or ()) if name in ops)
+    tapped = list(dict.fromkeys(wanted))
+    if not tapped:
+        return graph, []
+    graph = graph.copy()
+    for name in tapped:
+        graph.add_output(graph.unique_name(TAP_PREFIX + name), name)
+    return graph, tapped
+
+
+def _tapout_handles(module: Any) -> List[Any]:
+    """The tap-out handles of ``module`` and of its PyBuda submodules (traced into the same graph)."""
+    handles = list(getattr(module, "_user_inserted_tapout_queues", ()) or ())
+    get_submodules = getattr(module, "get_submodules", None)
+    for sub in (get_submodules() if get_submodules is not None else ()):
+        handles.extend(_tapout_handles(sub))
+    return handles
+
+
+def _nearest(name: str, names: Any) -> str:
+    import difflib
+
+    close = difflib.get_close_matches(str(name), sorted(names), n=5, cutoff=0.5)
+    return f"; nearest: {close}" if close else f"; its ops: {sorted(names)[:12]}"
+
+
+def check_intermediates_found(tap_infos: Sequence[Mapping[str, Any]], config: Any) -> None:
+    """Every ``op_intermediates_to_save`` name must be an op of some compiled graph of the pipeline:
+    ConfigError naming it and the nearest op names otherwise. ``tap_infos``: each device's
+    ``{"tapped": [...], "ops": [...]}`` (``Device.tap_info``)."""
+    from pybuda.errors import ConfigError
+
+    requested = list(getattr(config, "op_intermediates_to_save", None) or ())
+    ops: set = set()
+    tapped: set = set()
+    for info in tap_infos:
+        tapped.update(info.get("tapped", ()))
+        ops.update(info.get("ops", ()))
+    for name in requested:
+        if name not in tapped:
+            raise ConfigError(f"op_intermediates_to_save: no compiled graph has an op named '{name}'"
+                              f"{_nearest(name, ops)}")
+
+
 def _run_compiler(graph, device, config, verify_cfg, microbatch: int, inputs=None):
     """Compile ``graph`` for ``device`` (a DeviceDescriptor) with ``pybuda.compile.compile_graph``."""
     from pybuda.compile import compile_graph  # lazy: importing the compiler is not free
@@ -206,6 +275,17 @@ class CompiledStage:
     compile_results: Any  # pybuda.compile.CompileResults, or None when not compiled
     executor: Executor
     input_names: List[str] = field(default_factory=list)
+    #: Ops whose outputs the compiled graph also writes (intermediates queue), in order: the executor returns
+    #: them after the module's outputs.
+    tapped: List[str] = field(default_factory=list)
+
+    def run(self, inputs: Sequence[torch.Tensor]) -> Tuple[List[torch.Tensor], List[Tuple[str, torch.Tensor]]]:
+        """Run one push; returns the module's outputs and ``(op name, value)`` of each tapped op."""
+        values = list(self.executor.run(inputs))
+        if not self.tapped:
+            return values, []
+        n = len(values) - len(self.tapped)
+        return values[:n], list(zip(self.tapped, values[n:]))
 
 
 @dataclass
@@ -221,6 +301,9 @@ class CompiledArtifact:
     # last graph unless tracing gave them, so it is called only when someone needs them.
     sample_output_fn: Optional[Callable[[], List[torch.Tensor]]] = field(default=None, repr=False)
     _sample_outputs: Optional[List[torch.Tensor]] = field(default=None, repr=False)
+    _intermediates: List[Tuple[str, torch.Tensor]] = field(default_factory=list, repr=False)
+    #: Chips each running the compiled graphs on an equal share of every push (PYBUDA_N300_DATA_PARALLEL).
+    data_parallel: int = 1
 
     @property
     def sample_outputs(self) -> List[torch.Tensor]:
@@ -231,11 +314,30 @@ class CompiledArtifact:
         return self._sample_outputs
 
     def run(self, inputs: Sequence[torch.Tensor]) -> List[torch.Tensor]:
-        """Run one push (a full microbatch) through every stage in order."""
+        """Run one push (a full microbatch) through every stage in order. The values of tapped ops
+        (intermediates) are kept for :meth:`take_intermediates`."""
         values = list(inputs)
+        taps: List[Tuple[str, torch.Tensor]] = []
         for stage in self.stages:
-            values = list(stage.executor.run(values))
+            values, tapped = stage.run(values)
+            taps.extend(tapped)
+        self._intermediates = taps
         return values
+
+    def run_stage(self, index: int, inputs: Sequence[torch.Tensor]) -> List[torch.Tensor]:
+        """Run one push through stage ``index`` only (``TTDevice.set_active_subgraph``)."""
+        values, self._intermediates = self.stages[index].run(inputs)
+        return values
+
+    def take_intermediates(self) -> List[Tuple[str, torch.Tensor]]:
+        """``(op name, value)`` of every tapped op in the last run (once: a second call returns [])."""
+        taps, self._intermediates = self._intermediates, []
+        return taps
+
+    @property
+    def tapped_ops(self) -> List[str]:
+        """Every op whose output goes to the intermediates queue, in stage order."""
+        return [name for stage in self.stages for name in stage.tapped]
 
     def get_parameters(self) -> Dict[str, torch.Tensor]:
         out: Dict[str, torch.Tensor] = {}
@@ -302,7 +404,9 @@ def compile_modules(modules: Sequence[Any], sample_inputs: Sequence[torch.Tensor
         graph = captured.graph
         graph.microbatch = mb
         results = None
+        tapped: List[str] = []
         if compile_for_device:
+            graph, tapped = add_tap_outputs(graph, module, config)
             # Sample inputs reach the compile only to verify it against the model's outputs on them: a
             # whole push (the compile's checks run it sample by sample, the golden backend as pushed);
             # a later module gets the previous one's outputs for the sample, repeated over the microbatch.
@@ -315,11 +419,11 @@ def compile_modules(modules: Sequence[Any], sample_inputs: Sequence[torch.Tensor
             executor = CPUReferenceExecutor(graph, 1)
         if not isinstance(executor, CPUReferenceExecutor):
             backend = getattr(devtype, "value", str(devtype))
-        stages.append(CompiledStage(module.name, graph, results, executor, [n.name for n in graph.inputs]))
+        stages.append(CompiledStage(module.name, graph, results, executor, [n.name for n in graph.inputs], tapped))
     last = captured
     # The output specs come from the graph, so knowing them does not run the model.
     output_specs = [TensorSpec(f"output_{i}", batched_shape(n.shape, mb), n.dtype)
-                    for i, n in enumerate(last.graph.outputs)] if last is not None else []
+                    for i, n in enumerate(last.graph.outputs)] if last is not None else []  # taps not included
     if devtype is not None and devtype != BackendType.Golden and compile_for_device:
         log.debug("devtype %s runs on the %s executor", devtype, backend)
 

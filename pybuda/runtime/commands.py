@@ -25,12 +25,13 @@ class CommandType(enum.Enum):
     GET_PARAMETER_GRADIENTS = "get_parameter_gradients"
     UPDATE_DEVICE_PARAMETERS = "update_device_parameters"
     SYNC = "sync"
+    GET_QUEUES = "get_queues"
 
 
 # Commands whose caller waits for an answer on the response queue.
 _WITH_RESPONSE = frozenset({CommandType.COMPILE, CommandType.GET_PARAMETER_CHECKPOINT,
                             CommandType.GET_PARAMETER_GRADIENTS, CommandType.UPDATE_DEVICE_PARAMETERS,
-                            CommandType.SYNC})
+                            CommandType.SYNC, CommandType.GET_QUEUES})
 
 
 @dataclass

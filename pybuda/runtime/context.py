@@ -63,8 +63,8 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from pybuda.errors import InputError, NoMoreOutputs, PybudaError, RuntimeFailure
 from pybuda.runtime.commands import Command, CommandType
-from pybuda.runtime.transport import (POLL_S, EndOfInputs, OutputQueue, ShutdownRequested, close_mp_queue,
-                                      get_item, is_end_of_inputs, is_mp_queue, put_item)
+from pybuda.runtime.transport import (POLL_S, EndOfInputs, Intermediates, OutputQueue, ShutdownRequested,
+                                      close_mp_queue, get_item, is_end_of_inputs, is_mp_queue, put_item)
 
 log = logging.getLogger(__name__)
 
@@ -108,6 +108,15 @@ def clear_error() -> None:
 def _record_error(err: BaseException) -> None:
     global _last_error
     _last_error = err
+
+
+def require_pipeline(device: Any, what: str) -> "RunContext":
+    """The running pipeline ``device`` belongs to; PybudaError naming ``what`` otherwise."""
+    ctx = _current
+    if ctx is None or ctx.closed or device not in ctx.devices:
+        raise PybudaError(f"device '{device.name}'.{what}: the device is not part of a running pipeline; call "
+                          f"initialize_pipeline (or run_inference) first")
+    return ctx
 
 
 def shutdown_current(*, clear_inputs: bool = False, fast: bool = False) -> None:
@@ -192,20 +201,10 @@ def _worker_main(device, cmd_q, resp_q, shutdown_event, error_q, in_child: bool,
     else:
         device._stop_fn = lambda: shutdown_event.is_set() or os.getppid() != parent_pid
     graceful = False
+    device.command_queue, device.command_queue_resp = cmd_q, resp_q
+    device._adopt_compile_config = in_child
     try:
-        while True:
-            cmd = device.get_next_command(cmd_q)
-            if cmd.command_type == CommandType.QUIT:
-                graceful = True
-                device.close_outputs()  # the next device may wait for inputs this one will never send
-                break
-            if in_child and cmd.command_type == CommandType.COMPILE and cmd.params.get("config") is not None:
-                from pybuda.config import _set_global_compiler_config
-
-                _set_global_compiler_config(cmd.params["config"])  # a spawned child starts with defaults
-            result = device.run_next_command(cmd)
-            if cmd.needs_response:
-                put_item(resp_q, result)
+        graceful = device.run(getattr(device, "output_dir", "") or "")
     except ShutdownRequested:
         pass
     except BaseException as e:  # noqa: BLE001 - everything must reach the host
@@ -228,6 +227,7 @@ def _worker_main(device, cmd_q, resp_q, shutdown_event, error_q, in_child: bool,
             log.exception("device '%s' failed to shut down cleanly", device.name)
         if not in_child:
             device._stop_fn = None
+            device.command_queue, device.command_queue_resp = queue.Queue(), queue.Queue()
     return graceful
 
 
@@ -288,6 +288,9 @@ class RunContext:
         self._workers: Dict[int, _Worker] = {}
         self._parent_fed: List[Any] = []  # mp queues the host writes to (closed at the end)
         self._internal_out: Any = None
+        #: Values of tapped ops (``op_intermediates_to_save`` / ``insert_tapout_queue_for_op``): one
+        #: :class:`~pybuda.runtime.transport.Intermediates` per input per device that saves some.
+        self.intermediates_queue: "queue.Queue[Any]" = queue.Queue()
         self._forwarder: Optional[threading.Thread] = None
         self._fwd_stop = threading.Event()
         # Outputs owed = min(pushed, requested) - delivered (see "Outputs owed" in the module doc).
@@ -342,6 +345,9 @@ class RunContext:
             if mirror is not None and self.mode == PROCESSES and not is_mp_queue(mirror):
                 raise PybudaError("d2d_fwd_queues must be multiprocessing queues when devices run in processes")
             d._mirror_queue = mirror
+            # In process mode intermediates share the pipe of the last device's outputs; the host's forwarder
+            # tells them apart by type.
+            d._intermediates_target = self._internal_out if self.mode == PROCESSES else self.intermediates_queue
 
     def start(self) -> None:
         """Start one worker per device (concurrent modes)."""
@@ -381,7 +387,11 @@ class RunContext:
                 continue
             except (EOFError, OSError, ValueError):
                 break
-            self.output_queue.put(item)
+            self._route(item)
+
+    def _route(self, item: Any) -> None:
+        """An item from the device processes' output pipe: intermediates or outputs of the last device."""
+        (self.intermediates_queue if isinstance(item, Intermediates) else self.output_queue).put(item)
 
     def compile(self, sample: Any, config: Any, verify_cfg: Any = None) -> None:
         """COMPILE each device in pipeline order; each device's sample outputs are the next one's sample
@@ -391,6 +401,12 @@ class RunContext:
             item = self.request(d, Command(CommandType.COMPILE, {"sample": item, "config": config,
                                                                  "verify_cfg": verify_cfg,
                                                                  "want_outputs": i < len(self.devices) - 1}))
+        if getattr(config, "op_intermediates_to_save", None):
+            from pybuda.runtime.backend_api import check_intermediates_found
+
+            # asked of the devices: in process mode their compiled graphs live in their processes
+            check_intermediates_found([self.request(d, Command(CommandType.GET_QUEUES)) for d in self.devices],
+                                      config)
 
     # --- running --------------------------------------------------------------------------------------
     def run_forward(self, input_count: int) -> None:
@@ -432,6 +448,32 @@ class RunContext:
             for _ in range(count):
                 for device in self.devices:
                     device.run_next_command(Command.run_forward(1))
+        except BaseException as e:
+            err = self._sequential_failure(device, e)
+            if err is e:
+                raise
+            raise err from e
+
+    def run_device(self, device: Any, cmd: Command) -> None:
+        """Run one RUN_FORWARD on one device (``Device.forward``): inline in sequential mode, else queued
+        to its worker. Inputs run on the last device are owed on the output queue from now on."""
+        self.check_health()
+        if self.compile_only:
+            raise PybudaError("this pipeline was compiled with DeviceMode.CompileOnly; it cannot run inputs")
+        loop_count = int(cmd.params.get("loop_count", 1))
+        if self.mode == SEQUENTIAL:
+            available = device._input_queue.qsize()
+            if available < loop_count:
+                raise InputError(f"device '{device.name}': asked to run {loop_count} input(s), but only {available} "
+                                 f"are queued on it; push inputs (or run the devices before it) first")
+        if device is self.devices[-1]:
+            with self._lock:
+                self._requested += loop_count
+        if self.mode != SEQUENTIAL:
+            self.send(device, cmd)
+            return
+        try:
+            device.run_next_command(cmd)
         except BaseException as e:
             err = self._sequential_failure(device, e)
             if err is e:
@@ -723,7 +765,7 @@ class RunContext:
         empty_polls = 0
         while empty_polls < 2:
             try:
-                self.output_queue.put(get_item(self._internal_out, timeout=POLL_S))
+                self._route(get_item(self._internal_out, timeout=POLL_S))
                 empty_polls = 0
             except queue.Empty:
                 empty_polls += 1
@@ -762,6 +804,7 @@ class RunContext:
             d._input_queue = d._staging
             d._output_target = None
             d._mirror_queue = None
+            d._intermediates_target = None
             d._stop_fn = None
         if self.mode == PROCESSES:
             queues = list(self._parent_fed) + [self._internal_out, self._error_q]

@@ -13,7 +13,7 @@ from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
 import torch
 
-from pybuda.errors import InputError, PybudaError
+from pybuda.errors import InputError, ModuleError, PybudaError
 from pybuda.runtime.backend_api import CPUReferenceExecutor
 from pybuda.runtime.device import Device, InputItem
 
@@ -26,8 +26,8 @@ class CPUDevice(Device):
     """CPUDevice represents a CPU processor: it runs PyTorch modules natively and PyBuda modules on the
     CPU reference.
 
-    ``optimizer_f(module) -> torch.optim.Optimizer`` and ``scheduler_f(optimizer)`` are kept for
-    training, which is not supported yet. Inputs in float16/bfloat16 are cast to float32 before the
+    ``optimizer_f(module) -> torch.optim.Optimizer`` and ``scheduler_f(optimizer)`` are used in
+    training pipelines. Inputs in float16/bfloat16 are cast to float32 before the
     forward pass, unless ``input_dtypes`` gives a dtype per input. ``mp_context`` and
     ``retain_backward_graph`` are accepted for API compatibility.
     """
@@ -59,6 +59,47 @@ class CPUDevice(Device):
                 t = t.float()
             out.append(t)
         return out
+
+    def compile_for(self, inputs: Sequence[Any], compiler_cfg: Any = None, targets: Sequence[Any] = (),
+                    microbatch_size: int = 0, microbatch_count: int = 1, verify_cfg: Any = None) -> Tuple[Any, ...]:
+        """For a CPU device there is no compilation: propagate the input shapes through the modules (running
+        them once on ``inputs``) and return the output tensors (pybuda Tensors: shapes and formats).
+
+        ``microbatch_size``, when given, must equal dim 0 of the inputs; ``targets`` are for training
+        pipelines (``initialize_pipeline(training=True)``)."""
+        return self._compile_for_inputs(inputs, compiler_cfg, targets, microbatch_size, microbatch_count, verify_cfg)
+
+    def compile_for_pt(self, inputs: Sequence[Any], compiler_cfg: Any = None, targets: Sequence[Any] = (),
+                       microbatch_size: int = 0, microbatch_count: int = 1,
+                       verify_cfg: Any = None) -> Tuple[Any, ...]:
+        """:meth:`compile_for` for a device holding PyTorch modules only (ModuleError otherwise)."""
+        self._require_pytorch("compile_for_pt")
+        return self.compile_for(inputs, compiler_cfg, targets, microbatch_size, microbatch_count, verify_cfg)
+
+    def forward_pt(self, loop_count: int) -> None:
+        """:meth:`Device.forward` for a device holding PyTorch modules only (ModuleError otherwise)."""
+        self._require_pytorch("forward_pt")
+        self.forward(loop_count)
+
+    def cpueval_forward_pt(self, inputs: Sequence[Any], parameters: Mapping[str, Any], save_for_backward: bool,
+                           targets: Sequence[Any] = ()) -> List[torch.Tensor]:
+        """:meth:`Device.cpueval_forward` for a device holding PyTorch modules only (ModuleError otherwise)."""
+        self._require_pytorch("cpueval_forward_pt")
+        return self.cpueval_forward(inputs, parameters, save_for_backward, targets)
+
+    def pop_parameter_checkpoint(self) -> Dict[str, Any]:
+        """A dictionary of the current parameter values of the modules on this device (pybuda Tensors by
+        name): after training steps, the trained values."""
+        return self.get_parameter_checkpoint()
+
+    def _require_pytorch(self, what: str) -> None:
+        from pybuda.module import PyTorchModule
+
+        others = [m.name for m in self.modules if not isinstance(m, PyTorchModule)]
+        if not self.modules or others:
+            raise ModuleError(f"CPUDevice '{self.name}'.{what} runs PyTorch modules; "
+                              + (f"module(s) {others} are not PyTorchModules (use the method without '_pt')"
+                                 if others else "the device has no modules"))
 
     def _compile_sample(self, sample: InputItem, config: Any = None, verify_cfg: Any = None,
                         want_outputs: bool = True) -> InputItem:

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import inspect
 import logging
+import os
 import queue
 from dataclasses import dataclass
 from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple, Union
@@ -39,7 +40,7 @@ import torch
 from pybuda.errors import InputError, ModuleError, PybudaError
 from pybuda.runtime import state
 from pybuda.runtime.commands import Command, CommandType
-from pybuda.runtime.transport import EndOfInputs, get_item, is_end_of_inputs, put_item
+from pybuda.runtime.transport import EndOfInputs, ShutdownRequested, get_item, is_end_of_inputs, put_item
 
 log = logging.getLogger(__name__)
 
@@ -50,6 +51,23 @@ TRAINING_NOT_SUPPORTED = ("no training pipeline is running: call initialize_pipe
 #: TT-Buda's device-connector directions (spec §1.5): the forward ones, and the training ones.
 _FORWARD_DIRECTIONS = ("forward", "forward_in", "forward_in_push", "forward_out", "forward_out_pop", "intermediates_pop")
 _TRAINING_DIRECTIONS = ("backward", "backward_in", "backward_out", "backward_out_push", "target_in_push")
+
+
+def _check_direction(device_name: str, direction: str) -> None:
+    if direction not in _FORWARD_DIRECTIONS + _TRAINING_DIRECTIONS:
+        raise InputError(f"device '{device_name}': unknown transfer direction '{direction}'; expected one of "
+                         f"{list(_FORWARD_DIRECTIONS + _TRAINING_DIRECTIONS)}")
+
+
+def _check_loop_count(device_name: str, what: str, loop_count: Any) -> None:
+    if not isinstance(loop_count, int) or isinstance(loop_count, bool) or loop_count < 1:
+        raise InputError(f"device '{device_name}': {what}(loop_count=...) must be a positive int, got {loop_count!r}")
+
+
+def _check_write_index(device_name: str, write_index: Any) -> None:
+    if not isinstance(write_index, int) or isinstance(write_index, bool) or write_index < 0:
+        raise InputError(f"device '{device_name}': generate needs write_index >= 0 (where the past cache is "
+                         f"written), got {write_index!r}")
 
 
 class _InputsClosed(Exception):
@@ -186,6 +204,7 @@ class Device:
         self._input_queue: Any = self._staging
         self._output_target: Any = None
         self._mirror_queue: Any = None
+        self._intermediates_target: Any = None  # where saved intermediates go (the pipeline's queue)
         self._is_last = True
         self._first_inputs: Optional[InputItem] = None
         self._targets: "queue.Queue[InputItem]" = queue.Queue()  # training targets for the loss module
@@ -198,6 +217,14 @@ class Device:
         self._fallback_of: Optional["Device"] = None  # set on automatic CPU-fallback devices
         self._translated_modules: Optional[List[Any]] = None  # what runs, when a frontend split the modules
         self._responses: List[Any] = []  # answers to push_to_command_queue, oldest first
+        # What run() reads commands from and answers on; a concurrent pipeline gives each worker its own.
+        self.command_queue: Any = queue.Queue()
+        self.command_queue_resp: Any = queue.Queue()
+        self._adopt_compile_config = False  # a spawned device process takes the compile's config as global
+        self.output_dir = ""
+        self.training = False
+        self.microbatch_count = 1
+        self._compiled_microbatch_size = 0
         state.register_device(self)
 
     # --- modules ------------------------------------------------------------------------------------
@@ -446,13 +473,26 @@ class Device:
         else:
             self._update_parameters(values)
 
-    def compile_for(self, inputs: Sequence[Any], compiler_cfg: Any = None, targets: Sequence[Any] = (),
-                    microbatch_size: int = 0, microbatch_count: int = 1, verify_cfg: Any = None) -> Tuple[Any, ...]:
+    def compile_for(self, training: bool, microbatch_size: int = 0, microbatch_count: int = 1) -> None:
+        """Save the microbatch size and count this device is compiled for (TT-Buda's base ``compile_for``).
+
+        :class:`CPUDevice` and :class:`TTDevice` override it with ``compile_for(inputs, compiler_cfg, ...)``,
+        which compiles; they call this to record the run shape. ``training`` is kept for the training loop."""
+        for label, value, least in (("microbatch_size", microbatch_size, 0), ("microbatch_count", microbatch_count, 1)):
+            if not isinstance(value, int) or isinstance(value, bool) or value < least:
+                raise InputError(f"device '{self.name}': {label} must be an int >= {least}, got {value!r}")
+        self.training = bool(training)
+        self.microbatch_count = microbatch_count
+        self._compiled_microbatch_size = microbatch_size
+
+    def _compile_for_inputs(self, inputs: Sequence[Any], compiler_cfg: Any = None, targets: Sequence[Any] = (),
+                            microbatch_size: int = 0, microbatch_count: int = 1,
+                            verify_cfg: Any = None) -> Tuple[Any, ...]:
         """Compile the modules on this device for ``inputs`` (dim 0 is the microbatch) and return the output
         tensors for them (pybuda Tensors: shapes and formats for the next device), as in TT-Buda.
 
         ``compiler_cfg`` defaults to the global config. ``microbatch_size``, when given, must equal dim 0 of
-        the inputs. ``targets`` and ``microbatch_count`` > 1 are for training, which is not supported yet.
+        the inputs. ``targets`` are for training pipelines (``initialize_pipeline(training=True)``).
         """
         from pybuda.config import _get_global_compiler_config
         from pybuda.tensor import Tensor
@@ -465,9 +505,73 @@ class Device:
                 int(item.tensors[0].shape[0]) != int(microbatch_size):
             raise InputError(f"device '{self.name}': microbatch_size={microbatch_size}, but dim 0 of the inputs "
                              f"(the microbatch) is {int(item.tensors[0].shape[0])}")
+        mb = int(item.tensors[0].shape[0]) if item.tensors and item.tensors[0].dim() else 1
+        Device.compile_for(self, False, microbatch_size or mb, microbatch_count)
         outputs = self._compile_sample(item, compiler_cfg or _get_global_compiler_config(), verify_cfg,
                                        want_outputs=True)
         return tuple(Tensor.create_from_torch(t) for t in (outputs.tensors if outputs is not None else ()))
+
+    # --- the per-device run loop (TT-Buda's process main loop) -----------------------------------------
+    def forward(self, loop_count: int) -> None:
+        """Run the forward pass of each module on this device, in order, for ``loop_count`` queued inputs
+        (micro-batches): each is taken from this device's input queue and its outputs go to the next device,
+        or from the last device to the output queue. The device must be in a running pipeline
+        (``initialize_pipeline``); calling it on every device in pipeline order is ``run_forward``."""
+        from pybuda.runtime import context
+
+        _check_loop_count(self.name, "forward", loop_count)
+        context.require_pipeline(self, "forward").run_device(self, Command.run_forward(loop_count))
+
+    def generate(self, loop_count: int, write_index: int) -> None:
+        """Run the generative forward pass of each module on this device, in order, for ``loop_count`` queued
+        inputs; ``write_index`` (>= 0) is where past-cache buffers are written.
+
+        Compiled graphs here keep no past cache on the device (a decoder takes its cache as inputs and returns
+        it as outputs), so after the check the inputs run as :meth:`forward`."""
+        _check_write_index(self.name, write_index)
+        self.forward(loop_count)
+
+    def run(self, output_dir: str = "") -> bool:
+        """Main loop of this device's worker in concurrent mode: take commands from ``command_queue`` and run
+        them (answers go to ``command_queue_resp``) until a QUIT command (returns True). Shutting the
+        pipeline down ends the wait for the next command (:class:`~pybuda.runtime.transport.ShutdownRequested`).
+
+        ``output_dir`` is where this device writes its files (created if missing; TT-Buda's perf-trace dir)."""
+        if output_dir:
+            try:
+                os.makedirs(output_dir, exist_ok=True)
+            except OSError as e:
+                raise InputError(f"device '{self.name}': cannot create output_dir '{output_dir}': {e}") from None
+            self.output_dir = output_dir
+        while True:
+            cmd = self.get_next_command(self.command_queue)
+            if cmd.command_type == CommandType.QUIT:
+                self.close_outputs()  # the next device may wait for inputs this one will never send
+                return True
+            if self._adopt_compile_config and cmd.command_type == CommandType.COMPILE and \
+                    cmd.params.get("config") is not None:
+                from pybuda.config import _set_global_compiler_config
+
+                _set_global_compiler_config(cmd.params["config"])  # a spawned child starts with defaults
+            result = self.run_next_command(cmd)
+            if cmd.needs_response:
+                put_item(self.command_queue_resp, result)
+
+    def dc_transfer_thread(self, direction: str, direction_queue: Any) -> int:
+        """Keep transferring data in ``direction`` (one thread per direction): every request taken from
+        ``direction_queue`` is one :meth:`dc_transfer`; ``None`` (or a shutdown) ends the loop. Returns the
+        number of transfers made."""
+        _check_direction(self.name, direction)
+        done = 0
+        while True:
+            try:
+                request = get_item(direction_queue, stop=self._stop_fn)
+            except ShutdownRequested:
+                return done
+            if request is None or is_end_of_inputs(request):
+                return done
+            self.dc_transfer(direction)
+            done += 1
 
     def push_to_command_queue(self, cmd: Command) -> None:
         """Send ``cmd`` to this device in the running pipeline (its worker, or inline in sequential mode); a
@@ -498,9 +602,7 @@ class Device:
 
         Data moves between devices inside each device's run here (no separate transfer threads), so this
         waits for the device's queued commands (``sync``). ``backward``/``target`` directions are training."""
-        if direction not in _FORWARD_DIRECTIONS + _TRAINING_DIRECTIONS:
-            raise InputError(f"device '{self.name}': unknown transfer direction '{direction}'; expected one of "
-                             f"{list(_FORWARD_DIRECTIONS + _TRAINING_DIRECTIONS)}")
+        _check_direction(self.name, direction)
         if direction in _TRAINING_DIRECTIONS:
             from pybuda.runtime import training
 
@@ -508,6 +610,87 @@ class Device:
                 raise PybudaError(TRAINING_NOT_SUPPORTED)
             return  # training runs in the caller's thread: every transfer has completed when a call returns
         self.sync()
+
+    # --- CPU reference of the device's modules (verification) -------------------------------------------
+    def cpueval_forward(self, inputs: Sequence[Any], parameters: Mapping[str, Any], save_for_backward: bool,
+                        targets: Sequence[Any] = ()) -> List[torch.Tensor]:
+        """Evaluate the forward pass of this device's modules on the CPU for verification: PyTorch modules
+        natively, PyBuda modules with the op registry's torch references.
+
+        ``inputs``: one input (one tensor per ordered input). ``parameters``: ``{name: tensor}`` values used in
+        place of the modules' own for this evaluation only (unknown names raise InputError). With a loss module
+        and ``targets``, the loss is evaluated on the outputs and returned instead. ``save_for_backward`` keeps
+        the inputs and outputs (``saved_for_backward``) and records the evaluation for :meth:`cpueval_backward`."""
+        from pybuda.tensor import _as_torch
+
+        values = [_as_torch(t).detach() for t in inputs]
+        params = {k: _as_torch(v).detach() for k, v in (parameters or {}).items()}
+        modules = self._translated_modules if self._translated_modules is not None else self.modules
+        if not modules:
+            raise PybudaError(f"device '{self.name}' has no modules; place one with place_module")
+        everything = list(modules) + ([self.loss_module] if self.loss_module is not None else [])
+        known: Dict[str, torch.Tensor] = {}
+        for module in everything:
+            known.update(_module_parameters(module))
+        unknown = sorted(set(params) - set(known))
+        if unknown:
+            raise InputError(f"device '{self.name}': cpueval_forward got unknown parameter(s) {unknown}; the "
+                             f"modules have {sorted(known)}")
+        if targets and self.loss_module is None:
+            raise InputError(f"device '{self.name}' has no loss module: cpueval_forward got targets")
+        if save_for_backward:
+            # Leaves autograd differentiates against: the inputs (floating point) and every parameter.
+            values = [v.clone().requires_grad_(v.is_floating_point()) for v in values]
+            params = {k: params.get(k, v).detach().clone().float().requires_grad_(True) for k, v in known.items()}
+        inputs_used = list(values)
+        with torch.set_grad_enabled(save_for_backward):
+            outputs = list(values)
+            for module in modules:
+                self._active_module = module.name
+                outputs = _eval_module_on_cpu(module, outputs, params)
+            if targets:
+                self._active_module = self.loss_module.name
+                outputs = _eval_module_on_cpu(self.loss_module,
+                                              outputs + [_as_torch(t).detach() for t in targets], params)
+        self._active_module = None
+        if save_for_backward:
+            self._cpueval_graph = (inputs_used, params, outputs)
+            self.saved_for_backward = ([v.detach() for v in inputs_used], [o.detach() for o in outputs])
+        return [o.detach() for o in outputs]
+
+    def cpueval_backward(self, bw_inputs: Sequence[Any], parameters: Mapping[str, Any]
+                         ) -> Tuple[List[Optional[torch.Tensor]], Dict[str, torch.Tensor]]:
+        """Evaluate the backward pass of the last :meth:`cpueval_forward` (which needs
+        ``save_for_backward=True``) for verification, with torch autograd.
+
+        ``bw_inputs``: the gradient of each forward output (for a loss, its gradient: usually 1). Returns the
+        gradients of the ordered inputs (None for an input that is not floating point) and ``{name:
+        gradient}`` of every parameter (zeros for one the outputs do not depend on). ``parameters`` must name
+        the values the forward used, if given: the forward decided them."""
+        from pybuda.tensor import _as_torch
+
+        saved = getattr(self, "_cpueval_graph", None)
+        if saved is None:
+            raise PybudaError(f"device '{self.name}': cpueval_backward needs a cpueval_forward with "
+                              f"save_for_backward=True first")
+        inputs, params, outputs = saved
+        unknown = sorted(set(parameters or {}) - set(params))
+        if unknown:
+            raise InputError(f"device '{self.name}': cpueval_backward got unknown parameter(s) {unknown}")
+        grads_out = [_as_torch(g).detach().to(o.dtype) for g, o in zip(bw_inputs, outputs)]
+        if len(grads_out) != len(outputs):
+            raise InputError(f"device '{self.name}': cpueval_backward takes one gradient per forward output "
+                             f"({len(outputs)}), got {len(list(bw_inputs))}")
+        grads_out = [g.expand_as(o) if g.shape != o.shape else g for g, o in zip(grads_out, outputs)]
+        leaves = [t for t in inputs if t.requires_grad] + list(params.values())
+        found = torch.autograd.grad(outputs, leaves, grads_out, allow_unused=True)
+        it = iter(found)
+        input_grads = [next(it) if t.requires_grad else None for t in inputs]
+        input_grads = [torch.zeros_like(t) if g is None and t.requires_grad else g for t, g in zip(inputs, input_grads)]
+        param_grads = {k: (g if g is not None else torch.zeros_like(v)).detach()
+                       for (k, v), g in zip(params.items(), it)}
+        self._cpueval_graph = None  # the graph is freed: one backward per saved forward, as in torch
+        return [g.detach() if g is not None else None for g in input_grads], param_grads
 
     # --- what subclasses implement -------------------------------------------------------------------
     def _compile_sample(self, sample: InputItem, config: Any, verify_cfg: Any = None,
@@ -549,6 +732,8 @@ class Device:
                                         want_outputs=cmd.params.get("want_outputs", True))
         if t == CommandType.SYNC:
             return True
+        if t == CommandType.GET_QUEUES:
+            return self.tap_info()
         if t == CommandType.GET_PARAMETER_CHECKPOINT:
             return self._parameter_values()
         if t == CommandType.UPDATE_DEVICE_PARAMETERS:
@@ -592,12 +777,31 @@ class Device:
             while loop_count == 0 or i < loop_count:
                 item = self._pop_input()
                 outputs = self.forward_one(item)
+                self._emit_intermediates()
                 self._emit(outputs)
                 i += 1
         except _InputsClosed:
             # The pipeline is shutting down and the inputs this run waits for were never pushed: end the
             # run (its outputs were never owed) and let the next device end its run the same way.
             self.close_outputs()
+
+    def take_intermediates(self) -> List[Tuple[str, torch.Tensor]]:
+        """``(op name, value)`` of the ops tapped in the last run (TTDevice; other devices save none)."""
+        return []
+
+    def tap_info(self) -> Dict[str, List[str]]:
+        """``{"tapped": ops saved to the intermediates queue, "ops": every op of the compiled graphs}``."""
+        return {"tapped": [], "ops": []}
+
+    def _emit_intermediates(self) -> None:
+        taps = self.take_intermediates()
+        if not taps or getattr(self, "_intermediates_target", None) is None:
+            return
+        from pybuda.runtime.transport import Intermediates
+        from pybuda.tensor import Tensor
+
+        put_item(self._intermediates_target,
+                 Intermediates([n for n, _ in taps], [Tensor.create_from_torch(v.detach()) for _, v in taps]))
 
     def close_outputs(self) -> None:
         """Tell the next device that no more inputs will come from this one (once per pipeline)."""
@@ -623,7 +827,7 @@ class Device:
 
     # --- pickling into a device process -----------------------------------------------------------------
     _TRANSIENT = ("_staging", "_targets", "cpu_fallback_device_pre", "cpu_fallback_device_post", "_fallback_of", "_stop_fn",
-                  "_artifact", "_runners")
+                  "_artifact", "_runners", "command_queue", "command_queue_resp")
 
     def __getstate__(self) -> Dict[str, Any]:
         st = self.__dict__.copy()
@@ -639,6 +843,73 @@ class Device:
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}('{self.name}', modules={[m.name for m in self.modules]})"
+
+
+def _module_parameters(module: Any) -> Dict[str, torch.Tensor]:
+    from pybuda.module import PyBudaModule, PyTorchModule
+
+    if isinstance(module, PyTorchModule):
+        return {n: p.detach() for n, p in module.module.named_parameters()}
+    if isinstance(module, PyBudaModule):
+        return {p.get_name(): p.value() for p in module.get_parameters() if p.has_value()}
+    return {}
+
+
+def _eval_module_on_cpu(module: Any, values: List[torch.Tensor], params: Mapping[str, torch.Tensor]
+                        ) -> List[torch.Tensor]:
+    """One module's CPU reference on ``values``, with ``params`` overriding its parameters by name (autograd
+    follows when grad mode is on)."""
+    from pybuda.module import PyBudaModule, PyTorchModule
+
+    if isinstance(module, PyTorchModule):
+        own = dict(module.module.named_parameters())
+        out = torch.func.functional_call(module.module, {k: v for k, v in params.items() if k in own},
+                                         tuple(values))
+        return _flat_outputs(out)
+    if isinstance(module, PyBudaModule) or hasattr(module, "to_graph") or hasattr(module, "graph"):
+        from pybuda.compile import module_to_graph
+
+        with torch.no_grad():
+            captured = module_to_graph(module, [v.detach() for v in values])
+        return _eval_graph(captured.graph, values, params)
+    return _flat_outputs(module.forward(*values))
+
+
+def _eval_graph(graph: Any, inputs: Sequence[torch.Tensor], params: Mapping[str, torch.Tensor]
+                ) -> List[torch.Tensor]:
+    """``graph`` on the op registry's torch references, differentiable (``verify.run_graph_on_cpu`` is not)."""
+    from pybuda.ir.graph import CONSTANT, INPUT, OP, OUTPUT, PARAMETER
+    from pybuda.ops import registry
+
+    values: Dict[str, torch.Tensor] = dict(zip((n.name for n in graph.inputs), inputs))
+    outputs: List[torch.Tensor] = []
+    for node in graph:
+        if node.kind in (PARAMETER, CONSTANT):
+            values[node.name] = params.get(node.name, graph.tensors.get(node.name))
+        elif node.kind == OP:
+            values[node.name] = registry.evaluate(node.op_type, [values[o] for o in node.operands], node.attrs)
+        elif node.kind == OUTPUT:
+            outputs.append(values[node.operands[0]])
+        elif node.kind != INPUT:
+            raise PybudaError(f"graph '{graph.name}': cannot evaluate node '{node.name}' of kind {node.kind}")
+    return outputs
+
+
+def _flat_outputs(out: Any) -> List[torch.Tensor]:
+    if isinstance(out, torch.Tensor):
+        return [out]
+    if isinstance(out, Mapping):
+        return [v for v in out.values() if isinstance(v, torch.Tensor)]
+    if isinstance(out, (list, tuple)):
+        flat: List[torch.Tensor] = []
+        for o in out:
+            flat.extend(_flat_outputs(o))
+        return flat
+    from pybuda.tensor import Tensor
+
+    if isinstance(out, Tensor):
+        return [out.value()]
+    raise PybudaError(f"a module returned {type(out).__name__}; expected tensors")
 
 
 def _drain(q: Any) -> List[Any]:

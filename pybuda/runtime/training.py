@@ -7,14 +7,18 @@ devices plus the CPU-fallback devices a split PyTorch model needs). Each device 
   TT-Buda did: the forward graph (which also returns the activations the backward needs), the backward
   graph (:func:`pybuda.passes.graph.autograd.build_training_graphs`) and one optimizer graph over all its
   trainable parameters (:meth:`pybuda.optimizers.Optimizer.build_update_graph`). Each is compiled by
-  :func:`pybuda.compile.compile_graph` into its own netlist and runs on the golden backend, so forward,
-  backward and optimizer never share an epoch. A program the compiler cannot place runs on the CPU
-  reference instead, with a line in :attr:`TTTrainer.report`. Gradients of a microbatch are summed on
-  the way out of the backward program and accumulated across microbatches and ``accumulation_steps``
-  in the accumulate format (Float32 where the compile is Float32, else Float16_b), as the chip's
-  accumulation queues hold them. Parameters, optimizer state and hyper-parameters are device
-  tensors: after an optimizer step the new values are written into the forward and backward programs'
-  parameter queues.
+  :func:`pybuda.compile.compile_graph` (lowered, balanced and placed in its own epochs), and the netlists
+  are merged into **one training netlist** for the device (:mod:`pybuda.netlist.training`): programs
+  ``run_fwd_K`` / ``run_bwd_K`` / ``run_opt_0``, parameters in ram queues that the forward and backward read
+  and the optimizer writes, saved activations in DRAM queues from forward to backward, and gradient
+  accumulation queues (``gradient_op``, in the accumulate format, zeroed by ``$p_zero_grad`` on the first
+  microbatch after ``zero_grad``) that the optimizer reads. The golden device runs that netlist; the host
+  pushes only inputs, targets and the gradients arriving from the next device, and pops only outputs,
+  losses and input gradients. Where two programs hold a tensor in layouts no TM on the device can
+  reconcile, that hand-off goes through the host instead (the report says how many gradients and
+  parameters stay on the device). A program the compiler cannot place runs on the CPU reference instead,
+  with a line in :attr:`TTTrainer.report`; its gradients are accumulated on the host in the accumulate
+  format (Float32 where the compile is Float32, else Float16_b).
 * a **CPUDevice** runs its torch modules (and CPU-fallback stages) with torch autograd; its
   ``optimizer_f`` builds a torch optimizer over them (fallback stages use the TTDevice optimizer's
   ``get_pytorch_optimizer``). Gradients cross the device boundary both ways: a device's backward gets the
@@ -84,8 +88,17 @@ class Program:
     compile_results: Any = None
     placement: str = "device"  # "device", or "host: <why>" when the compiler could not place it
 
-    def run(self, inputs: Sequence[torch.Tensor]) -> List[torch.Tensor]:
+    def run(self, inputs: Sequence[Optional[torch.Tensor]],
+            params: Optional[Mapping[str, int]] = None) -> List[Optional[torch.Tensor]]:
+        """Outputs in graph-output order; on the device's training netlist, inputs and outputs that stay in
+        device DRAM are None (``params``: the program's parameters, such as ``$p_zero_grad``)."""
+        if isinstance(self.executor, NetlistProgram):
+            return self.executor.run(list(inputs), params)
         return list(self.executor.run(list(inputs)))
+
+    @property
+    def on_device(self) -> bool:
+        return self.compile_results is not None
 
 
 def compile_program(name: str, graph: Any, *, epoch_type: str, device_desc: Any, devtype: Any, config: Any,
@@ -115,9 +128,17 @@ def compile_stage(name: str, graph: Any, *, input_grads: Sequence[str], device_d
     ``config.enable_recompute`` makes the backward recompute activations instead of saving them."""
     from pybuda.passes.graph.autograd import build_training_graphs
 
+    from pybuda.passes.graph.optimize_tms import DEVICE_RESIDENT
+
     tg = build_training_graphs(graph, recompute=bool(getattr(config, "enable_recompute", False)),
                                input_grads=list(input_grads))
     _add_sample_dim(tg.backward, list(tg.param_grads.values()))
+    # Activations the forward saves stay in device DRAM for the backward (one training netlist): the
+    # backward reads them in the forward's layout, so their TMs run on the device, not on a host.
+    saved_from_forward = set(tg.saved_outputs_sources())
+    for node in tg.backward.inputs:
+        if node.name in saved_from_forward:
+            node.tags[DEVICE_RESIDENT] = True
     common = dict(device_desc=device_desc, devtype=devtype, config=config, microbatch=microbatch, run=run)
     fwd = compile_program(f"fwd_{name}", tg.forward, epoch_type="fwd", **common)
     bwd = compile_program(f"bwd_{name}", tg.backward, epoch_type="bwd", **common)
@@ -127,10 +148,128 @@ def compile_stage(name: str, graph: Any, *, input_grads: Sequence[str], device_d
 def compile_optimizer(name: str, optimizer: Any, shapes: Mapping[str, Sequence[int]], *, device_desc: Any,
                       devtype: Any, config: Any, run: bool = True) -> Tuple[Any, Program]:
     """The optimizer's update graph over the parameters ``shapes`` and its program: ``(UpdateGraph, opt)``."""
+    from pybuda.passes.graph.optimize_tms import DEVICE_RESIDENT
+
     update = optimizer.build_update_graph({n: (tuple(s), torch.float32) for n, s in shapes.items()})
+    for node in update.graph.inputs:  # gradients: read from the backward's accumulators on the device
+        node.tags[DEVICE_RESIDENT] = True
     program = compile_program(f"opt_{name}", update.graph, epoch_type="opt", device_desc=device_desc,
                               devtype=devtype, config=config, microbatch=1, run=run)
     return update, program
+
+
+# --- one training netlist per device ---------------------------------------------------------------------------
+
+
+class TrainingDevice:
+    """The simulated chip loaded with a device's training netlist
+    (:func:`pybuda.netlist.training.build_training_netlist`): every program's parameter and constant queues
+    written once; the programs' host sides are :class:`NetlistProgram` objects."""
+
+    def __init__(self, training_netlist: Any, tensors: Mapping[str, Mapping[str, torch.Tensor]], fast: bool):
+        from pybuda.golden.device import GoldenDevice
+        from pybuda.netlist.host_io import to_device_layout
+
+        self.training_netlist = training_netlist
+        self.netlist = training_netlist.netlist
+        self.device = GoldenDevice(self.netlist, fast=fast)
+        for key, part in training_netlist.parts.items():
+            for rec in part.host_io.ram_queues:
+                if rec.queue in part.linked_rams:
+                    continue
+                value = tensors[key].get(rec.tensor)
+                if value is None:
+                    raise InputError(f"training netlist: no tensor '{rec.tensor}' for queue '{rec.queue}'")
+                self.device.write_ram(part.queue_names[rec.queue], to_device_layout(rec, value)[0])
+
+    def program(self, key: str) -> "NetlistProgram":
+        return NetlistProgram(self, self.training_netlist.parts[key])
+
+
+class NetlistProgram:
+    """One program of a :class:`TrainingDevice`, with the executor contract of
+    :mod:`pybuda.runtime.backend_api`: the host pushes the inputs that do not stay on the device, runs the
+    program once (one microbatch) and pops the outputs that do not stay on the device."""
+
+    def __init__(self, owner: TrainingDevice, part: Any):
+        self.owner = owner
+        self.part = part
+        graph = owner.netlist.graphs[part.graphs[0]]
+        self.microbatch = max(1, int(graph.input_count))
+        transformed = part.host_io.transformed_parameters()
+        self._params = {p.name: tuple(p.shape) for p in part.host_io.parameters
+                        if p.name not in transformed and p.name not in part.linked_rams
+                        and (part.host_io.queue(p.name) is not None)}
+
+    def _queue(self, rec: Any) -> str:
+        return self.part.queue_names[rec.queue]
+
+    def run(self, inputs: Sequence[Optional[torch.Tensor]],
+            params: Optional[Mapping[str, int]] = None) -> List[Optional[torch.Tensor]]:
+        from pybuda.netlist.host_io import from_device_layout, to_device_layout, torch_dtype
+
+        part, dev = self.part, self.owner.device
+        recs = part.host_io.inputs
+        if len(inputs) != len(recs):
+            raise InputError(f"program {part.program} takes {len(recs)} input(s), got {len(inputs)}")
+        for rec, x in zip(recs, inputs):
+            if rec.name in part.linked_inputs:
+                continue
+            if x is None:
+                raise InputError(f"program {part.program}: input '{rec.name}' is not on the device; pass its value")
+            dev.push(self._queue(rec), to_device_layout(rec, x))
+        dev.run_program(part.program, {"$p_loop_count": 1, **dict(params or {})})
+        outs: List[Optional[torch.Tensor]] = []
+        for rec in part.host_io.outputs:
+            if rec.name in part.linked_outputs:
+                outs.append(None)
+                continue
+            value = from_device_layout(rec, dev.pop(self._queue(rec), self.microbatch if rec.batched else 1))
+            dtype = torch_dtype(rec.dtype)
+            outs.append(value if dtype.is_floating_point else value.round().to(dtype))
+        return outs
+
+    def get_parameters(self) -> Dict[str, torch.Tensor]:
+        """Parameters this program's host side writes (those another program owns on the device are left out)."""
+        return {name: torch.zeros(shape) for name, shape in self._params.items()}
+
+    def update_parameters(self, params: Mapping[str, torch.Tensor]) -> None:
+        from pybuda.netlist.host_io import to_device_layout
+
+        for name, value in params.items():
+            if name not in self._params:
+                raise InputError(f"program {self.part.program} has no parameter '{name}' written by the host")
+            if tuple(value.shape) != self._params[name]:
+                raise InputError(f"parameter '{name}' has shape {list(self._params[name])}, got {list(value.shape)}")
+        for name, value in params.items():
+            rec = self.part.host_io.queue(name)
+            self.owner.device.write_ram(self._queue(rec), to_device_layout(rec, value)[0])
+
+    def read_ram(self, queue: str) -> torch.Tensor:
+        """Entry 0 of this program's queue ``queue`` (its own name), as the device holds it."""
+        return self.owner.device.read_ram(self.part.queue_names[queue])
+
+    def zero_ram(self, queue: str) -> None:
+        q = self.owner.device.queues[self.part.queue_names[queue]]
+        self.owner.device.write_ram(self.part.queue_names[queue], torch.zeros(q.entry_shape))
+
+    def close(self) -> None:
+        pass
+
+
+def _output_rec(host_io: Any, name: str) -> Any:
+    return next((r for r in host_io.outputs if r.name == name), None)
+
+
+def _input_rec(host_io: Any, name: str) -> Any:
+    return next((r for r in host_io.inputs if r.name == name), None)
+
+
+def _param_rec(host_io: Any, name: str) -> Any:
+    rec = host_io.queue(name)
+    if rec is None or rec.kind != "parameter" or name in host_io.transformed_parameters():
+        return None
+    return rec
 
 
 # --- TTDevice ---------------------------------------------------------------------------------------------------
@@ -204,11 +343,21 @@ class TTTrainer:
             for name in stage.graphs.param_grads:
                 self.params[name] = stage.graphs.forward.tensors[name].detach().clone().float()
                 self.shapes[name] = tuple(self.params[name].shape)
-        self.grads: Dict[str, torch.Tensor] = {}
+        self._host_grads: Dict[str, torch.Tensor] = {}
+        self._device_grads: set = set()  # parameters whose accumulator holds this accumulation's gradient
+        self._zero_next: set = set()  # stages whose next backward zeroes their accumulators
+        self._device_state: set = set()  # optimizer state the optimizer program writes in place
         self.optimizer_program: Optional[Program] = None
         self.update = None
+        self.optimizer_state: Dict[str, torch.Tensor] = {}
+        self.training_netlist = None
+        self.training_device: Optional[TrainingDevice] = None
+        self.saved_capacity = 0  # microbatches of saved activations the training netlist holds (0: no limit)
         if device.optimizer is not None and self.params:
             self._compile_optimizer(device.optimizer)
+        self._build_training_netlist()
+        if self.optimizer_program is not None:
+            self._push_optimizer_inputs(with_params=True, with_state=True)
 
     @property
     def has_loss(self) -> bool:
@@ -224,7 +373,6 @@ class TTTrainer:
             devtype=self.device.devtype, config=self.config)
         self.report.append(f"{self.optimizer_program.name}: {self.optimizer_program.placement}")
         self.optimizer_state = {k: v.detach().clone() for k, v in self.update.initial_state().items()}
-        self._push_optimizer_inputs(with_params=True)
 
     def _optimized_names(self, optimizer: Any) -> List[str]:
         wanted = getattr(optimizer, "parameters_to_optimize", None)
@@ -235,12 +383,66 @@ class TTTrainer:
         names = {p if isinstance(p, str) else p.get_name() for p in wanted}
         return [n for n in self.params if n in names]
 
-    def _push_optimizer_inputs(self, with_params: bool) -> None:
+    def _push_optimizer_inputs(self, with_params: bool, with_state: bool = False) -> None:
+        """Hyper-parameters, and the optimizer state the host keeps (all of it with ``with_state``: state the
+        optimizer program updates in place is written only once, before the first step)."""
         values = dict(self.update.hyperparameters())
-        values.update(self.optimizer_state)
+        values.update({k: v for k, v in self.optimizer_state.items() if with_state or k not in self._device_state})
         if with_params:
             values.update({n: self.params[n] for n in self.update.param_outputs})
-        self.optimizer_program.executor.update_parameters(values)
+        owned = self.optimizer_program.executor.get_parameters()
+        self.optimizer_program.executor.update_parameters({k: v for k, v in values.items() if k in owned})
+
+    # --- the device's training netlist ---
+    def _build_training_netlist(self) -> None:
+        """Merge the device programs into one training netlist on one simulated chip (see
+        :mod:`pybuda.netlist.training`); programs that run on the host keep their CPU executors."""
+        from pybuda.arch.types import BackendType
+        from pybuda.netlist import training as tn
+
+        if self.device.devtype != BackendType.Golden:
+            return
+        capacity = max(1, int(getattr(self.config, "training_saved_microbatches", None)
+                              or tn.DEFAULT_SAVED_MICROBATCHES))
+        state_shapes = {k: tuple(v.shape) for k, v in self.optimizer_state.items()}
+        try:
+            built = assemble_training_netlist(self.stages, self.optimizer_program, self.update, self.shapes,
+                                              state_shapes, microbatch=self.microbatch, acc_df=self.acc_df,
+                                              device_desc=self.desc, saved_microbatches=capacity)
+        except PybudaError as e:
+            # A compiler bug must not stop training: the programs keep their own netlists (host hand-offs).
+            log.warning("TTDevice '%s': no training netlist (%s); programs run from separate netlists",
+                        self.device.name, e)
+            self.report.append(f"training netlist: not built ({e})")
+            return
+        if built is None:
+            return
+        tnl, programs, tensors = built
+        fast = bool(getattr(self.config, "golden_ignore_df_precision", False))
+        self.training_device = TrainingDevice(tnl, tensors, fast)
+        self.training_netlist = tnl
+        self.saved_capacity = capacity if any(lk.kind == "saved" for lk in tnl.links) else 0
+        for key, prog in programs.items():
+            old = prog.executor
+            prog.executor = self.training_device.program(key)
+            if hasattr(old, "close"):
+                old.close()
+        self._device_state = {lk.target for lk in tnl.links if lk.kind == "state"}
+        self.report.append(describe_training_netlist(tnl, len(self.params)))
+
+    def _part(self, program: Program) -> Any:
+        return program.executor.part if isinstance(program.executor, NetlistProgram) else None
+
+    def _device_param_queue(self, param: str) -> Optional[Tuple[Program, Any]]:
+        """(program, its ram record) of the device queue an optimizer step writes ``param`` into, if any."""
+        if self.training_netlist is None:
+            return None
+        for lk in self.training_netlist.links:
+            if lk.kind == "update" and lk.target == param:
+                for k, stage in enumerate(self.stages):
+                    if f"fwd{k}" == lk.target_part:
+                        return stage.forward, stage.forward.executor.part.host_io.queue(lk.target)
+        return None
 
     def performance(self, microbatch_count: int = 1, accumulation_steps: int = 1) -> Any:
         """The modelled training speed of this device's programs on its card
@@ -253,11 +455,30 @@ class TTTrainer:
         if on_host:
             raise PybudaError(f"TTDevice '{self.device.name}': programs {on_host} run on the host CPU, so the card's "
                               f"training speed cannot be modelled (see the trainer's report)")
+        if self.training_netlist is not None:
+            return self._netlist_performance(microbatch_count, accumulation_steps)
         return estimate_training([s.forward.compile_results for s in self.stages],
                                  [s.backward.compile_results for s in self.stages],
                                  self.optimizer_program.compile_results if self.optimizer_program else None,
                                  microbatch=self.microbatch, microbatch_count=microbatch_count,
                                  accumulation_steps=accumulation_steps)
+
+    def _netlist_performance(self, microbatch_count: int, accumulation_steps: int) -> Any:
+        """The modelled speed of the programs of this device's training netlist."""
+        programs = {p.executor.part.key: p for s in self.stages for p in (s.forward, s.backward)}
+        if self.optimizer_program is not None:
+            programs["opt"] = self.optimizer_program
+        return training_netlist_performance(self.training_netlist, programs, self.desc, microbatch=self.microbatch,
+                                            microbatch_count=microbatch_count,
+                                            accumulation_steps=accumulation_steps)
+
+    def check_room(self, waiting: int) -> None:
+        """PybudaError unless ``waiting`` forwards can wait for their backward at once: their saved
+        activations stay in the training netlist's DRAM queues, which hold ``saved_capacity`` microbatches."""
+        if self.saved_capacity and waiting > self.saved_capacity:
+            raise PybudaError(f"TTDevice '{self.device.name}': {waiting} forwards would wait for their backward, but "
+                              f"its training netlist keeps saved activations for {self.saved_capacity} microbatches; "
+                              f"run_backward after at most {self.saved_capacity} forwards")
 
     def refresh_hyperparameters(self) -> None:
         """Write the optimizer's current hyper-parameters (a scheduler changed the learning rate) to the
@@ -299,12 +520,17 @@ class TTTrainer:
             bwd_inputs = [g if g is not None else torch.zeros(_batched(n.shape, self.microbatch))
                           for g, n in zip(grads, outs)]
             bwd_inputs += [saved[name] for name in stage.graphs.saved]
-            results = stage.backward.run(bwd_inputs)
+            zero = stage.module_name in self._zero_next
+            self._zero_next.discard(stage.module_name)
+            results = stage.backward.run(bwd_inputs, {"$p_zero_grad": int(zero)})
             named = dict(zip([n.name for n in stage.graphs.backward.outputs], results))
             for param, out_name in stage.graphs.param_grads.items():
+                if named[out_name] is None:  # accumulated on the device (its gradient accumulation queue)
+                    self._device_grads.add(param)
+                    continue
                 g = _sum_over_samples(named[out_name], self.shapes[param], self.microbatch)
-                previous = self.grads.get(param)
-                self.grads[param] = _round(g if previous is None else previous + g, self.acc_df)
+                previous = self._host_grads.get(param)
+                self._host_grads[param] = _round(g if previous is None else previous + g, self.acc_df)
             input_grads = []
             for k, node in enumerate(stage.graphs.forward.inputs[:stage.n_inputs]):
                 out_name = stage.graphs.input_grads.get(node.name)
@@ -313,19 +539,67 @@ class TTTrainer:
         return [g if g is not None else None for g in input_grads]
 
     def zero_grad(self) -> None:
-        self.grads = {}
+        """Start a new accumulation: the next backward of every stage zeroes its gradient accumulators."""
+        self._host_grads = {}
+        self._device_grads = set()
+        self._zero_next = {stage.module_name for stage in self.stages}
+
+    def _accumulators(self) -> Dict[str, Tuple[Program, str, Any]]:
+        """parameter -> (backward program, its accumulator queue, the queue's output record)."""
+        out: Dict[str, Tuple[Program, str, Any]] = {}
+        for stage in self.stages:
+            part = self._part(stage.backward)
+            if part is None:
+                continue
+            turned = {lk.target: lk for lk in self.training_netlist.links if lk.kind == "grad" and lk.at_producer}
+            for param, out_name in stage.graphs.param_grads.items():
+                rec = _output_rec(part.host_io, out_name)
+                if rec is not None and rec.name in part.linked_outputs:
+                    layout = rec
+                    if rec.queue in turned:  # the accumulator holds the optimizer's (transposed) layout
+                        layout = self.optimizer_program.executor.part.host_io.queue(turned[rec.queue].alias)
+                    out[param] = (stage.backward, rec.queue, layout)
+        return out
+
+    @property
+    def grads(self) -> Dict[str, torch.Tensor]:
+        """The gradients accumulated since the last zero_grad (read from the device's accumulators)."""
+        from pybuda.netlist.training import read_ram_value
+
+        out = dict(self._host_grads)
+        for param, (prog, qname, rec) in self._accumulators().items():
+            if param in self._device_grads:
+                out[param] = read_ram_value(rec, prog.executor.read_ram(qname), self.shapes[param])
+        return out
 
     def step(self) -> None:
         """One optimizer step on the device over the accumulated gradients."""
         if self.optimizer_program is None:
             return
+        accumulators = self._accumulators()
+        for param, (prog, qname, _) in accumulators.items():
+            if param not in self._device_grads:  # no backward since zero_grad: the step sees a zero gradient
+                prog.executor.zero_ram(qname)
+                self._device_grads.add(param)
         names = list(self.update.param_outputs)
-        grads = [self.grads.get(n, torch.zeros(self.shapes[n])) for n in names]
+        grads = [None if n in accumulators else self._host_grads.get(n, torch.zeros(self.shapes[n])) for n in names]
         outs = self.optimizer_program.run(grads)
         named = dict(zip([n.name for n in self.update.graph.outputs], outs))
-        new_params = {p: named[o].reshape(self.shapes[p]) for p, o in self.update.param_outputs.items()}
-        self.optimizer_state = {s: named[o].reshape(self.optimizer_state[s].shape)
-                                for s, o in self.update.state_outputs.items()}
+        new_params: Dict[str, torch.Tensor] = {}
+        on_device: Dict[str, torch.Tensor] = {}
+        for p, o in self.update.param_outputs.items():
+            if named[o] is not None:
+                new_params[p] = named[o].reshape(self.shapes[p])
+                continue
+            # Written in place on the device; the host keeps a copy for checkpoints and host-side programs.
+            prog, rec = self._device_param_queue(p)
+            from pybuda.netlist.training import read_ram_value
+
+            on_device[p] = read_ram_value(rec, prog.executor.read_ram(rec.queue), self.shapes[p])
+        for s, o in self.update.state_outputs.items():
+            if named[o] is not None:
+                self.optimizer_state[s] = named[o].reshape(self.optimizer_state[s].shape)
+        self._store_parameters(on_device, skip_device=True)
         self.set_parameters(new_params)
         self._push_optimizer_inputs(with_params=False)
 
@@ -339,20 +613,204 @@ class TTTrainer:
             if tuple(v.shape) != self.shapes[k]:
                 raise InputError(f"TTDevice '{self.device.name}': parameter '{k}' has shape {list(self.shapes[k])}, "
                                  f"got {list(v.shape)}")
+        self._store_parameters(values)
+
+    def _store_parameters(self, values: Mapping[str, torch.Tensor], skip_device: bool = False) -> None:
+        """Keep ``values`` as the host copy and write them into every program whose host side owns a copy;
+        ``skip_device``: the values came from the device's own queue, which is left as it is."""
+        if not values:
+            return
         for k, v in values.items():
             self.params[k] = v.detach().clone().float()
-        for stage in self.stages:
-            for prog in (stage.forward, stage.backward):
-                mine = {k: v for k, v in self.params.items() if k in prog.executor.get_parameters()}
-                if mine:
-                    prog.executor.update_parameters(mine)
-        if self.optimizer_program is not None:
-            mine = {k: v for k, v in self.params.items() if k in self.update.param_outputs}
+        holders = {}
+        if skip_device:
+            holders = {k: found[0] for k in values if (found := self._device_param_queue(k)) is not None}
+        programs = [p for stage in self.stages for p in (stage.forward, stage.backward)]
+        programs += [self.optimizer_program] if self.optimizer_program is not None else []
+        for prog in programs:
+            owned = prog.executor.get_parameters()
+            mine = {k: self.params[k] for k in values if k in owned and holders.get(k) is not prog}
             if mine:
-                self.optimizer_program.executor.update_parameters(mine)
+                prog.executor.update_parameters(mine)
 
     def parameters(self) -> Dict[str, torch.Tensor]:
         return {k: v.clone() for k, v in self.params.items()}
+
+
+def assemble_training_netlist(stages: Sequence[Any], optimizer_program: Optional[Program], update: Any,
+                              shapes: Mapping[str, Tuple[int, ...]], state_shapes: Mapping[str, Tuple[int, ...]], *,
+                              microbatch: int, acc_df: DataFormat, device_desc: Any,
+                              saved_microbatches: int = 0) -> Optional[Tuple[Any, Dict[str, Program], Dict[str, Any]]]:
+    """One training netlist from a device's compiled programs: ``stages`` (each with ``graphs``, ``forward``
+    and ``backward``), the optimizer program and its UpdateGraph. Programs without compile results (run on
+    the host) are left out. Returns ``(TrainingNetlist, programs by part key, tensors by part key)``, or None
+    when no program compiled; the netlist is validated (NetlistError for a compiler bug)."""
+    from pybuda.golden.executor import executor_inputs
+    from pybuda.netlist import training as tn
+    from pybuda.netlist.validate import validate
+
+    programs: Dict[str, Program] = {}
+    parts: List[Any] = []
+    tensors: Dict[str, Dict[str, torch.Tensor]] = {}
+
+    def add(key: str, kind: str, name: str, prog: Optional[Program]) -> None:
+        if prog is None or not prog.on_device:
+            return
+        netlist, host_io, values = executor_inputs(prog.compile_results)
+        parts.append(tn.Part(key, kind, name, netlist, host_io))
+        tensors[key] = values
+        programs[key] = prog
+
+    for k, stage in enumerate(stages):
+        add(f"fwd{k}", "fwd", f"run_fwd_{k}", stage.forward)
+    for k in reversed(range(len(stages))):
+        add(f"bwd{k}", "bwd", f"run_bwd_{k}", stages[k].backward)
+    add("opt", "opt", "run_opt_0", optimizer_program)
+    if not parts:
+        return None
+    links = training_links({p.key: p for p in parts}, stages, update, shapes, state_shapes, microbatch,
+                           tuple(device_desc.grid_size))
+    saved = microbatch * max(1, saved_microbatches or tn.DEFAULT_SAVED_MICROBATCHES)
+    tnl = tn.build_training_netlist(parts, links, microbatch=microbatch, acc_df=acc_df, saved_entries=saved)
+    validate(tnl.netlist)
+    return tnl, programs, tensors
+
+
+def training_netlist_performance(tnl: Any, programs: Mapping[str, Program], device_desc: Any, *, microbatch: int,
+                                 microbatch_count: int = 1, accumulation_steps: int = 1) -> Any:
+    """The modelled training step (:class:`pybuda.perf.training.TrainingPerf`) of a training netlist's
+    programs; ``programs`` (by part key) give each part's placer epochs, so graphs group as they were placed."""
+    from pybuda.perf.model import placer_temporal_epochs
+    from pybuda.perf.training import estimate_training_netlist
+
+    temporal: Dict[str, int] = {}
+    offset = 0
+    for key, part in tnl.parts.items():
+        own = (placer_temporal_epochs(programs[key].compile_results) or {}) if key in programs else {}
+        old_names = list(part.netlist.graphs)
+        for k, (old, new) in enumerate(zip(old_names, part.graphs)):
+            temporal[new] = offset + own.get(old, k)
+        offset = max(temporal.values(), default=-1) + 1
+    fwd = [p for p in tnl.parts.values() if p.kind == "fwd"]
+    bwd = [p for p in tnl.parts.values() if p.kind == "bwd"]
+    opt = next((p.program for p in tnl.parts.values() if p.kind == "opt"), None)
+    return estimate_training_netlist(tnl.netlist, device_desc, [p.program for p in fwd], [p.program for p in bwd], opt,
+                                     microbatch=microbatch, microbatch_count=microbatch_count,
+                                     accumulation_steps=accumulation_steps, temporal_epochs=temporal)
+
+
+def model_training_step(name: str, graphs: Any, forward: Program, backward: Program, update: Any,
+                        optimizer: Optional[Program], *, microbatch: int, acc_df: DataFormat,
+                        microbatch_count: int = 1, accumulation_steps: int = 1) -> Tuple[Any, Any]:
+    """One module's compiled programs (:func:`compile_stage`, :func:`compile_optimizer`, also with
+    ``run=False``) as one training netlist and its modelled step: ``(TrainingNetlist, TrainingPerf)``. What
+    ``pybuda benchmark -t`` needs to model the netlist a TTDevice would run."""
+    device_desc = getattr(forward.compile_results, "device", None)
+    stage = _Stage(name, graphs, forward, backward, len(graphs.forward.inputs), 0, [])
+    shapes = {n: tuple(graphs.forward[n].shape) for n in graphs.param_grads}
+    state = {k: tuple(v.shape) for k, v in update.initial_state().items()} if update is not None else {}
+    built = assemble_training_netlist([stage], optimizer, update, shapes, state, microbatch=microbatch, acc_df=acc_df,
+                                      device_desc=device_desc)
+    if built is None:
+        raise PybudaError(f"'{name}': no training program compiled for the device")
+    tnl, programs, _ = built
+    return tnl, training_netlist_performance(tnl, programs, device_desc, microbatch=microbatch,
+                                             microbatch_count=microbatch_count, accumulation_steps=accumulation_steps)
+
+
+def describe_training_netlist(tnl: Any, trainable: int) -> str:
+    """One report line: epochs, programs, what stays on the device."""
+    kinds = sorted({lk.kind for lk in tnl.links})
+    in_place = sum(lk.kind == "update" for lk in tnl.links)
+    return (f"training netlist: {len(tnl.netlist.graphs)} epochs, programs {[p.name for p in tnl.netlist.programs]}, "
+            f"device links {kinds}; {len(tnl.accumulators)}/{trainable} gradients accumulate on the device, "
+            f"{in_place}/{trainable} parameters are updated in place")
+
+
+def training_links(parts: Mapping[str, Any], stages: Sequence[Any], update: Any, shapes: Mapping[str, Tuple[int, ...]],
+                   state_shapes: Mapping[str, Tuple[int, ...]], microbatch: int, grid: Tuple[int, int]) -> List[Any]:
+    """The queues the programs ``parts`` (keyed fwdK / bwdK / opt) can share on the device (see
+    :mod:`pybuda.netlist.training`): ``stages`` hold each module's TrainingGraphs, ``update`` the optimizer's
+    UpdateGraph (or None), ``shapes`` / ``state_shapes`` the parameters' and optimizer state's shapes."""
+    from pybuda.netlist import training as tn
+
+    links: List[Any] = []
+    opt = parts.get("opt")
+    for k, stage in enumerate(stages):
+        fk, bk = f"fwd{k}", f"bwd{k}"
+        fwd, bwd = parts.get(fk), parts.get(bk)
+        if fwd is None:
+            continue
+        tg = stage.graphs
+        if bwd is not None:
+            for source, out_name in zip(tg.saved_outputs_sources(), tg.saved_outputs):
+                orec, irec = _output_rec(fwd.host_io, out_name), _input_rec(bwd.host_io, source)
+                if orec is None or irec is None:
+                    continue
+                # Two samples tell a per-sample layout from one that mixes samples; more only cost time.
+                tms = tn.output_to_input(orec, irec, min(2, microbatch))
+                link = _link(grid, "saved", fwd, orec.queue, bwd, irec.queue, tms)
+                if link is not None:
+                    links.append(link)
+        for param, grad_out in tg.param_grads.items():
+            shape = shapes[param]
+            frec = _param_rec(fwd.host_io, param)
+            if frec is None:
+                continue
+            brec = _param_rec(bwd.host_io, param) if bwd is not None else None
+            if brec is not None:
+                tms = tn.ram_to_ram(frec, brec, shape)
+                if tms is not None and tn.readers_accept(bwd.netlist, brec.queue, tms):
+                    links.append(tn.Link("param", fk, frec.queue, bk, brec.queue, tms))
+            if opt is None or update is None or param not in update.param_outputs:
+                continue
+
+            def reshape(x: torch.Tensor, s: Tuple[int, ...] = shape) -> torch.Tensor:
+                return x.reshape(s)
+            if bwd is not None:
+                grec = _output_rec(bwd.host_io, grad_out)
+                orec = _input_rec(opt.host_io, update.grad_inputs[param])
+                if grec is not None and orec is not None and tn.can_accumulate(bwd.netlist, grec.queue):
+                    link = _link(grid, "grad", bwd, grec.queue, opt, orec.queue,
+                                      tn.output_to_input(grec, orec, 1, reshape))
+                    if link is not None:
+                        links.append(link)
+            prec = _param_rec(opt.host_io, param)
+            if prec is None:
+                continue
+            tms = tn.ram_to_ram(frec, prec, shape)
+            if tms is None or not tn.readers_accept(opt.netlist, prec.queue, tms):
+                continue
+            links.append(tn.Link("param", fk, frec.queue, "opt", prec.queue, tms))
+            urec = _output_rec(opt.host_io, update.param_outputs[param])
+            if tms == () and urec is not None and tn.plain_ram(frec, shape) \
+                    and tn.output_to_input(urec, frec, 1, reshape) == ():
+                links.append(tn.Link("update", fk, frec.queue, "opt", urec.queue))
+    if opt is not None and update is not None:
+        for state, out_name in update.state_outputs.items():
+            srec, urec = _param_rec(opt.host_io, state), _output_rec(opt.host_io, out_name)
+            shape = tuple(state_shapes[state])
+            if srec is None or urec is None or not tn.plain_ram(srec, shape):
+                continue
+            if tn.output_to_input(urec, srec, 1, lambda x, s=shape: x.reshape(s)) == ():
+                links.append(tn.Link("state", "opt", srec.queue, "opt", urec.queue))
+    return links
+
+def _link(grid: Tuple[int, int], kind: str, target: Any, target_queue: str, alias: Any, alias_queue: str,
+          tms: Optional[Tuple[Any, ...]]) -> Any:
+    """A link from an op-fed ``target_queue`` to ``alias_queue`` whose layouts are ``tms`` apart: the
+    alias's readers apply them, or else the target's producer transposes; None when neither may."""
+    from pybuda.netlist import training as tn
+
+    if tms is None:
+        return None
+    if tn.readers_accept(alias.netlist, alias_queue, tms):
+        return tn.Link(kind, target.key, target_queue, alias.key, alias_queue, tms)
+    if [tm.name for tm in tms] == ["transpose"] and tn.can_transpose_producer(target.netlist, target_queue,
+                                                                             grid):
+        return tn.Link(kind, target.key, target_queue, alias.key, alias_queue, (), at_producer=True)
+    return None
+
 
 
 def _add_sample_dim(graph: Any, outputs: Sequence[str]) -> None:
@@ -381,27 +839,31 @@ def _batched(shape: Sequence[int], microbatch: int) -> Tuple[int, ...]:
 
 
 class HostTrainer:
-    """A CPUDevice's modules trained with torch autograd (CPU-fallback stages included)."""
+    """A CPUDevice's modules trained with torch autograd (CPU-fallback stages included).
+
+    A PyBudaModule (model or loss) is traced once for one sample and run per sample with the op registry's
+    torch references, its parameters as torch leaves, so torch autograd trains it like a torch module."""
 
     def __init__(self, device: Any, sample: InputItem, targets: Optional[InputItem], optimizer_owner: Any):
-        from pybuda.module import PyTorchModule
+        from pybuda.module import PyBudaModule, PyTorchModule
         from pybuda.runtime.stages import CpuFallbackModule
 
         self.device = device
         self.modules = list(device.modules)
         for m in self.modules:
-            if not isinstance(m, (PyTorchModule, CpuFallbackModule)):
+            if not isinstance(m, (PyTorchModule, CpuFallbackModule, PyBudaModule)):
                 raise ModuleError(f"CPUDevice '{device.name}': training module '{m.name}' ({type(m).__name__}) on a "
-                                  f"CPUDevice is not supported; place PyBuda modules on a TTDevice")
+                                  f"CPUDevice is not supported; use a PyTorchModule or a PyBudaModule")
         self.loss = device.loss_module
-        if self.loss is not None and not isinstance(self.loss, PyTorchModule):
-            raise ModuleError(f"CPUDevice '{device.name}': its loss module must be a PyTorchModule (a torch loss), "
-                              f"got {type(self.loss).__name__}; PyBuda losses run on a TTDevice")
+        if self.loss is not None and not isinstance(self.loss, (PyTorchModule, PyBudaModule)):
+            raise ModuleError(f"CPUDevice '{device.name}': its loss module must be a PyTorchModule (a torch loss) "
+                              f"or a PyBudaModule, got {type(self.loss).__name__}")
         if self.loss is not None and targets is None:
             raise InputError(f"CPUDevice '{device.name}' holds loss module '{self.loss.name}': push targets with "
                              f"push_to_target_inputs or pass sample_targets")
         self.torch_params: Dict[str, torch.nn.Parameter] = {}
-        for m in self.modules:
+        self._graphs: Dict[int, Any] = {}  # id(PyBudaModule) -> its graph, traced for one sample
+        for m in self.modules + ([self.loss] if self.loss is not None else []):
             for n, p in _module_parameters(m):
                 if p.requires_grad:
                     self.torch_params.setdefault(n, p)
@@ -409,7 +871,8 @@ class HostTrainer:
         self.scheduler = None
         params = list(dict.fromkeys(self.torch_params.values()))
         if getattr(device, "optimizer_f", None) is not None:
-            target = self.modules[0].module if isinstance(self.modules[0], PyTorchModule) else params
+            target = self.modules[0].module if isinstance(self.modules[0], PyTorchModule) and \
+                len(self.modules) == 1 else params
             self.optimizer = device.optimizer_f(target)
             if getattr(device, "scheduler_f", None) is not None:
                 self.scheduler = device.scheduler_f(self.optimizer)
@@ -425,11 +888,27 @@ class HostTrainer:
         values: List[torch.Tensor] = list(leaves)
         with torch.enable_grad():
             for m in self.modules:
-                values = _run_torch(m, values)
+                values = self._run(m, values)
             if self.loss is not None:
-                values = list(_run_torch(self.loss, values + [t.detach().float() if t.is_floating_point() else t
-                                                                for t in (targets or ())]))
+                values = list(self._run(self.loss, values + [t.detach().float() if t.is_floating_point() else t
+                                                             for t in (targets or ())]))
         return [v.detach() for v in values], ((leaves, values) if keep else None)
+
+    def _run(self, module: Any, values: Sequence[torch.Tensor]) -> List[torch.Tensor]:
+        from pybuda.module import PyBudaModule
+
+        if not isinstance(module, PyBudaModule):
+            return _run_torch(module, values)
+        graph = self._graphs.get(id(module))
+        if graph is None:
+            from pybuda.compile import module_to_graph
+
+            sample = [v[0:1].detach() if v.dim() else v.detach() for v in values]
+            graph = module_to_graph(module, sample, graph_name=module.name).graph
+            self._graphs[id(module)] = graph
+        params = {name: self.torch_params.get(name, graph.tensors.get(name)) for name in graph.tensors}
+        samples = split_microbatch(list(values), [n.shape for n in graph.inputs], f"module '{module.name}'")
+        return fold_microbatch([_eval_graph(graph, s, params) for s in samples])
 
     def backward(self, pending: Any, output_grads: Optional[Sequence[torch.Tensor]]) -> List[Optional[torch.Tensor]]:
         leaves, outs = pending
@@ -473,14 +952,38 @@ class HostTrainer:
 
 
 def _module_parameters(module: Any) -> List[Tuple[str, torch.nn.Parameter]]:
-    from pybuda.module import PyTorchModule
+    from pybuda.module import PyBudaModule, PyTorchModule
 
     if isinstance(module, PyTorchModule):
         return list(module.module.named_parameters())
+    if isinstance(module, PyBudaModule):
+        # Torch leaves holding the parameters' values: torch autograd and optimizers train them.
+        return [(p.get_name(), torch.nn.Parameter(p.value().detach().clone().float(), requires_grad=p.requires_grad))
+                for p in module.get_parameters()]
     fn = getattr(module, "fn", None)
     if isinstance(fn, torch.nn.Module):
         return [(f"{module.name}.{n}", p) for n, p in fn.named_parameters()]
     return []
+
+
+def _eval_graph(graph: Any, inputs: Sequence[torch.Tensor], params: Mapping[str, torch.Tensor]) -> List[torch.Tensor]:
+    """One sample through ``graph`` with the op registry's torch references, differentiably (the CPU
+    reference executor runs without autograd)."""
+    from pybuda.ir.graph import INPUT, OP, OUTPUT
+    from pybuda.ops import registry
+
+    values: Dict[str, torch.Tensor] = {node.name: v for node, v in zip(graph.inputs, inputs)}
+    outputs = []
+    for node in graph:
+        if node.kind == INPUT:
+            continue
+        if node.kind == OP:
+            values[node.name] = registry.evaluate(node.op_type, [values[o] for o in node.operands], node.attrs)
+        elif node.kind == OUTPUT:
+            outputs.append(values[node.operands[0]])
+        else:  # parameter or constant
+            values[node.name] = params[node.name]
+    return outputs
 
 
 def _run_torch(module: Any, values: Sequence[torch.Tensor]) -> List[torch.Tensor]:
@@ -529,6 +1032,9 @@ class TrainingSession:
         """Run ``count`` pushed inputs forward; each waits for its backward."""
         _check_count("run_forward", count)
         self.require_inputs(count, f"run_forward({count})")
+        for trainer in self.trainers:
+            if isinstance(trainer, TTTrainer):
+                trainer.check_room(len(self.pending) + count)
         loss_trainer = self._loss_trainer()
         src = self.first
         for _ in range(count):

@@ -184,3 +184,24 @@ class OutputQueue(queue.Queue):
                 noticed = True
                 log.warning("output_queue.get() has waited %.0f s: have enough inputs been pushed, and has "
                             "run_forward/run_inference been called for them?", SLOW_GET_NOTICE_S)
+
+
+class Intermediates(list):
+    """The saved intermediates of one input on one device: a list of pybuda Tensors, one per tapped op
+    (module by module: its ``insert_tapout_queue_for_op`` handles, then the ``op_intermediates_to_save``
+    names it has; ``names`` lists them), that can also be indexed by op name or by the handle
+    ``insert_tapout_queue_for_op`` returned."""
+
+    def __init__(self, names: Any = (), tensors: Any = ()):
+        super().__init__(tensors)
+        self.names = list(names)
+
+    def __getitem__(self, key: Any) -> Any:
+        if isinstance(key, (int, slice)):
+            return super().__getitem__(key)
+        name = getattr(key, "op_name", key)
+        if name not in self.names:
+            from pybuda.errors import InputError
+
+            raise InputError(f"no intermediate of op {name!r} in this item; it holds {self.names}")
+        return super().__getitem__(self.names.index(name))

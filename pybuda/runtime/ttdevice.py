@@ -7,7 +7,8 @@ once in the log (not with ``PYBUDA_EMULATE_SILICON_DEVICE``, where the user aske
 
 Compiling traces the modules for one sample of the first push (dim 0 is the microbatch), runs the
 compiler (``pybuda.compile.compile_graph``) for the device descriptor, and gets an executor
-per graph from :func:`pybuda.runtime.backend_api.create_executor`.
+per graph from :func:`pybuda.runtime.backend_api.create_executor`. With ``PYBUDA_N300_DATA_PARALLEL`` the
+two chips of an n300 each run half of every microbatch (:mod:`pybuda.runtime.data_parallel`).
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from pybuda.arch.types import BackendDevice, BackendType
 from pybuda.config import DeviceMode, runtime_env
 from pybuda.errors import ConfigError, InputError, PybudaError
 from pybuda.runtime.backend_api import CompiledArtifact, compile_modules
+from pybuda.runtime.data_parallel import compile_data_parallel, data_parallel_requested
 from pybuda.runtime.device import Device, InputItem
 from pybuda.dtypes import DataFormat
 
@@ -36,6 +38,16 @@ def _simulated_arch() -> BackendDevice:
     env = runtime_env()
     return (BackendDevice.Wormhole_B0 if env.golden_wormhole_b0 else
             BackendDevice.Blackhole if env.golden_blackhole else BackendDevice.Grayskull)
+
+
+def _configured_arch() -> Optional[BackendDevice]:
+    """The arch of the card the global config targets (``device_config``), None without one: a TTDevice
+    created for an offline compile (``device_config="galaxy"``) is of that card's arch."""
+    from pybuda.arch import get_device_descriptor
+    from pybuda.config import _get_global_compiler_config
+
+    preset = _get_global_compiler_config().device_config
+    return get_device_descriptor(device_config=preset).arch if preset else None
 
 
 def detect_available_devices() -> List[BackendDevice]:
@@ -81,8 +93,10 @@ class TTDevice(Device):
 
     ``num_chips``/``chip_ids`` follow TT-Buda: neither given → chip 0; ``num_chips=N`` → chips
     ``0..N-1``; ``num_chips=0`` → all detected chips (one simulated chip here). ``optimizer`` and
-    ``scheduler`` are kept for training, which is not supported yet. ``fp32_fallback`` is the device
-    format float32 tensors get. ``device_mode=DeviceMode.CompileOnly`` compiles without running.
+    ``scheduler`` are used in training pipelines. Without ``arch``, the device is of the arch of the
+    configured card (``device_config``), else of the simulated card (:func:`detect_available_devices`).
+    ``fp32_fallback`` is the device format float32 tensors get. ``device_mode=DeviceMode.CompileOnly``
+    compiles without running.
     """
 
     def __init__(self, name: str, num_chips: Optional[int] = None, chip_ids: Optional[List[Any]] = None,
@@ -99,7 +113,7 @@ class TTDevice(Device):
                 raise ConfigError(f"TTDevice '{name}': arch must be a pybuda.BackendDevice, got {arch!r}")
             arch = BackendDevice.from_string(arch)
         if arch is None:
-            arch = _simulated_arch()
+            arch = _configured_arch() or _simulated_arch()
         if requested == BackendType.Silicon and not silicon_present():
             _silicon_notice(name, arch)
             requested = BackendType.Golden
@@ -183,10 +197,48 @@ class TTDevice(Device):
             cfg.num_chips = self.num_chips
         mb = int(sample.tensors[0].shape[0]) if sample.tensors and sample.tensors[0].dim() else 1
         modules = self._translated_modules if self._translated_modules is not None else self.modules
+        if data_parallel_requested():
+            self._artifact = compile_data_parallel(modules, sample.tensors, cfg, devtype=self.devtype,
+                                                   card=self.get_device_config(cfg), microbatch=mb,
+                                                   verify_cfg=verify_cfg, input_names=sample.names,
+                                                   device_name=self.name)
+            return InputItem(tuple(self._artifact.sample_outputs)) if want_outputs else None
         self._artifact = compile_modules(modules, sample.tensors, cfg, devtype=self.devtype,
                                          device=self.get_device_config(cfg), microbatch=mb, verify_cfg=verify_cfg,
                                          input_names=sample.names, compile_for_device=True)
         return InputItem(tuple(self._artifact.sample_outputs)) if want_outputs else None
+
+    def compile_for(self, inputs: Sequence[Any], compiler_cfg: Any = None, targets: Sequence[Any] = (),
+                    microbatch_size: int = 0, microbatch_count: int = 1, verify_cfg: Any = None) -> Tuple[Any, ...]:
+        """Compile the modules placed on this device for ``inputs`` (shapes and formats; dim 0 is the
+        microbatch) and return the output tensors (pybuda Tensors), as TT-Buda's ``compile_for``.
+
+        ``compiler_cfg`` defaults to the global config; ``microbatch_size``, when given, must equal dim 0 of the
+        inputs; ``targets`` are for training pipelines (``initialize_pipeline(training=True)``)."""
+        return self._compile_for_inputs(inputs, compiler_cfg, targets, microbatch_size, microbatch_count, verify_cfg)
+
+    def generate(self, loop_count: int, write_index: int = -1, tokens_per_iter: int = -1,
+                 token_id: int = -1) -> None:
+        """Run the generative forward pass for ``loop_count`` queued inputs. The past-cache write position is
+        ``write_index >= 0``, or given by ``tokens_per_iter > 0`` and ``token_id >= 0`` (TT-Buda's rule; the
+        two forms are exclusive).
+
+        Compiled graphs here keep no past cache on the device (a decoder takes its cache as inputs and returns
+        it as outputs), so after the checks the inputs run as :meth:`forward`."""
+        from pybuda.runtime.device import _check_loop_count
+
+        _check_loop_count(self.name, "generate", loop_count)
+        if tokens_per_iter != -1 or token_id != -1:
+            if write_index != -1:
+                raise InputError(f"TTDevice '{self.name}': generate takes write_index, or tokens_per_iter and "
+                                 f"token_id, not both")
+            if not (isinstance(tokens_per_iter, int) and tokens_per_iter > 0 and isinstance(token_id, int)
+                    and token_id >= 0):
+                raise InputError(f"TTDevice '{self.name}': generate needs tokens_per_iter > 0 and token_id >= 0, "
+                                 f"got tokens_per_iter={tokens_per_iter!r}, token_id={token_id!r}")
+            self.forward(loop_count)
+            return
+        super().generate(loop_count, write_index)
 
     # --- device images ------------------------------------------------------------------------------
     @property
@@ -221,6 +273,15 @@ class TTDevice(Device):
         try:
             api.initialize_pipeline(training=False, sample_inputs=sample_inputs, microbatch_count=microbatch_count,
                                     _sequential=True, _verify_cfg=verify_cfg, _device_mode=DeviceMode.CompileOnly)
+            if self._artifact is not None and self._artifact.data_parallel > 1:
+                raise PybudaError(f"compile_to_image: TTDevice '{self.name}' was compiled data parallel "
+                                  f"(PYBUDA_N300_DATA_PARALLEL); device images hold one chip's program for the "
+                                  f"whole microbatch: unset it to save an image")
+            if self._artifact is not None and self._artifact.tapped_ops:
+                raise PybudaError(f"compile_to_image: TTDevice '{self.name}' saves intermediates of ops "
+                                  f"{self._artifact.tapped_ops} (op_intermediates_to_save / "
+                                  f"insert_tapout_queue_for_op); device images hold no intermediates queue: compile "
+                                  f"the image without them")
             image = TTDeviceImage.create_image_from_device(self, microbatch_count=microbatch_count,
                                                            verify_cfg=verify_cfg)
         finally:
@@ -265,7 +326,16 @@ class TTDevice(Device):
         active = self._active_subgraph
         if active is None:
             return tuple(self._artifact.run(list(item.tensors)))
-        return tuple(self._artifact.stages[active].executor.run(list(item.tensors)))
+        return tuple(self._artifact.run_stage(active, list(item.tensors)))
+
+    def take_intermediates(self) -> List[Tuple[str, torch.Tensor]]:
+        return self._artifact.take_intermediates() if self._artifact is not None else []
+
+    def tap_info(self) -> Dict[str, List[str]]:
+        if self._artifact is None:
+            return {"tapped": [], "ops": []}
+        ops = [n.name for stage in self._artifact.stages if stage.graph is not None for n in stage.graph.ops]
+        return {"tapped": list(self._artifact.tapped_ops), "ops": ops}
 
     def training_performance(self, microbatch_count: int = 1, accumulation_steps: int = 1) -> Any:
         """The modelled speed of this device's training programs (forward, backward, optimizer) on its card, as
@@ -277,6 +347,25 @@ class TTDevice(Device):
             raise PybudaError(f"TTDevice '{self.name}' is not in a running training pipeline; call "
                               f"initialize_pipeline(training=True) first")
         return session.trainer_of(self).performance(microbatch_count, accumulation_steps)
+
+    def inference_performance(self) -> List[Any]:
+        """The modelled speed of this device's compiled inference graphs on its card: one
+        :class:`pybuda.perf.types.PerfReport` per compiled module (with ``PYBUDA_N300_DATA_PARALLEL``, both
+        chips of the n300 running their halves of the microbatch)."""
+        from pybuda.perf.model import estimate_compiled
+        from pybuda.runtime.data_parallel import data_parallel_report
+
+        if self._artifact is None:
+            raise PybudaError(f"TTDevice '{self.name}' was not compiled; run initialize_pipeline first")
+        reports = []
+        for results in self._artifact.compile_results:
+            if results is None or results.netlist is None:
+                continue
+            report = estimate_compiled(results)
+            if self._artifact.data_parallel > 1:
+                report = data_parallel_report(report, self._artifact.data_parallel, self.get_device_config())
+            reports.append(report)
+        return reports
 
     def get_compiled_results(self) -> Optional[List[Any]]:
         """The compiler's results for each module (None before compile, or for uncompiled graphs)."""

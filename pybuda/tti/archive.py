@@ -8,6 +8,8 @@ Layout (seed 002 / TT-Buda's ``unzipped_tti/`` where it carries data)::
     <module>_netlist.yaml               one netlist per compiled module
     tensors/<name>.safetensors          parameter/constant values, CPU-stage tensors
     cpu_stages/<name>.json              CPU-fallback stages as data (pybuda.frontend.fx_serde)
+    cpu_stages/<name>.onnx              CPU-fallback stages of ONNX models: the ONNX subgraph (protobuf data,
+                                        parsed and checked by the onnx package, run by ONNX Runtime)
     backend_build_binaries/...          device/cluster descriptors, per-epoch pipes, streams and kernels
 
 Reading (:func:`read_archive`) happens in memory — nothing is extracted to disk — and refuses, with
@@ -15,7 +17,7 @@ Reading (:func:`read_archive`) happens in memory — nothing is extracted to dis
 file or folder (symlinks, hard links, devices); a member path that is absolute or climbs out with ``..``;
 an archive larger than the stated limit (checked on the file size and on the member headers, before any
 member is read); a file the manifest does not list, a listed file that is missing, or one whose size or
-hash differs; any file other than JSON, YAML or safetensors, and any content that is a pickle or a zip
+hash differs; any file other than JSON, YAML, safetensors or ONNX, and any content that is a pickle or a zip
 (``torch.save``). Nothing read here is ever imported, unpickled or executed.
 """
 
@@ -41,8 +43,9 @@ MANIFEST = "manifest.json"
 DEFAULT_MAX_BYTES = 16 * 1024 ** 3
 #: At most this many members: a real image has a few per module and per epoch.
 MAX_MEMBERS = 100_000
-#: File kinds an image may hold; everything else (``.pkl``, ``.py``, ``.so`` ...) is refused.
-ALLOWED_SUFFIXES = (".json", ".yaml", ".safetensors")
+#: File kinds an image may hold; everything else (``.pkl``, ``.py``, ``.so`` ...) is refused. ``.onnx`` is a
+#: protobuf message (an ONNX CPU stage): data that the onnx parser and checker read, never code.
+ALLOWED_SUFFIXES = (".json", ".yaml", ".safetensors", ".onnx")
 
 _PICKLE_PROTOCOLS = {bytes([0x80, p]) for p in range(2, 6)}
 

@@ -90,6 +90,9 @@ def _cpu_stage(cpu_device: Any, side: str) -> Optional[CpuStage]:
     from pybuda.frontend.fx_serde import stage_to_data
 
     module = cpu_device.modules[0]
+    model_bytes = getattr(module.fn, "model_bytes", None)
+    if isinstance(model_bytes, bytes):  # an ONNX model's stage: its ONNX subgraph is the data
+        return CpuStage(module.name, {}, {}, [tuple(s) for s in module.per_sample_shapes], onnx_model=model_bytes)
     data, tensors = stage_to_data(module.fn, module.name)
     return CpuStage(module.name, data, dict(tensors), [tuple(s) for s in module.per_sample_shapes])
 

@@ -76,16 +76,32 @@ class ImageStage:
 
 @dataclass
 class CpuStage:
-    """A CPU-fallback stage of a split PyTorch model, as data (:mod:`pybuda.frontend.fx_serde`)."""
+    """A CPU-fallback stage as data: of a split PyTorch model (:mod:`pybuda.frontend.fx_serde`), or of an
+    ONNX model (``onnx_model``: the stage's serialized ONNX subgraph, run by ONNX Runtime; ``data`` and
+    ``tensors`` are then empty, the initializers live inside the ONNX bytes)."""
 
     name: str
     data: Dict[str, Any]
     tensors: Dict[str, torch.Tensor]
     #: Per-sample input shapes (the stage runs once per sample of a microbatch).
     per_sample_shapes: List[Tuple[int, ...]]
+    onnx_model: Optional[bytes] = None
+
+    @property
+    def format(self) -> str:
+        """``"onnx"`` or ``"fx"``: how the stage is stored."""
+        return "onnx" if self.onnx_model is not None else "fx"
 
     def function(self) -> Callable[..., Any]:
-        """The stage as a callable, rebuilt from data (only allow-listed torch ops; no code from the file)."""
+        """The stage as a callable, rebuilt from data (only allow-listed torch ops, or an ONNX model for ONNX
+        Runtime; no code from the file)."""
+        if self.onnx_model is not None:
+            from pybuda.frontend.onnx.stages import OnnxStage
+
+            try:
+                return OnnxStage.from_bytes(self.name, self.onnx_model)
+            except ValueError as e:
+                raise ImageError(f"CPU stage '{self.name}': the stored ONNX model is invalid: {e}") from None
         from pybuda.frontend.fx_serde import stage_from_data
 
         return stage_from_data(self.data, self.tensors)
@@ -217,6 +233,11 @@ class TTDeviceImage:
             if cs is None:
                 continue
             base = _unique(safe_file_name(cs.name), used)
+            if cs.onnx_model is not None:
+                files[f"cpu_stages/{base}.onnx"] = bytes(cs.onnx_model)
+                cpu[side] = {"name": cs.name, "format": "onnx", "graph": f"cpu_stages/{base}.onnx",
+                             "per_sample_shapes": [list(s) for s in cs.per_sample_shapes]}
+                continue
             files[f"cpu_stages/{base}.json"] = json.dumps(cs.data, indent=1, sort_keys=True).encode()
             files[f"tensors/{base}.safetensors"] = _save_tensors(cs.tensors, f"CPU stage '{cs.name}'")
             cpu[side] = {"name": cs.name, "graph": f"cpu_stages/{base}.json", "tensors": f"tensors/{base}.safetensors",
@@ -550,6 +571,14 @@ def _read_cpu_stage(files: Mapping[str, bytes], item: Any, side: str) -> Optiona
         return None
     r = _Reader(item, f"device.json cpu_stages.{side}")
     graph_file = r.get("graph", str)
+    fmt = r.get("format", str, optional=True, default="fx")
+    if fmt not in ("fx", "onnx"):
+        raise ImageError(f"device.json cpu_stages.{side}: unknown stage format '{fmt}'")
+    if fmt == "onnx":
+        shapes = [_shape(s, f"cpu_stages.{side}.per_sample_shapes") for s in r.get("per_sample_shapes", list)]
+        stage = CpuStage(r.get("name", str), {}, {}, shapes, onnx_model=_file(files, graph_file, f"CPU stage '{side}'"))
+        stage.function()  # parsed and checked now: a malformed stage is an ImageError at load
+        return stage
     try:
         data = json.loads(_file(files, graph_file, f"CPU stage '{side}'"))
     except (ValueError, UnicodeDecodeError) as e:

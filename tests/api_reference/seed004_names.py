@@ -200,13 +200,11 @@ OUT_OF_SCOPE = {
     "pybuda.TFModule.call": "TF frontend",
     "pybuda.TFModule.backward": "TF frontend / training",
     "pybuda.OnnxModule": "ONNX frontend",
-    "pybuda.Device.cpueval_backward": "training (backward)",
     "pybuda.Device.backward": "training (backward)",
     "pybuda.CPUDevice.forward_tf": "TF frontend",
     "pybuda.CPUDevice.backward": "training (backward)",
     "pybuda.CPUDevice.compile_for_tf": "TF frontend",
     "pybuda.CPUDevice.cpueval_forward_tf": "TF frontend",
-    "pybuda.CPUDevice.cpueval_backward": "training (backward)",
     "pybuda.CPUDevice.set_debug_gradient_trace_queue": "training (gradient trace)",
     "pybuda.TTDevice.backward": "training (backward)",
     "pybuda.TTDevice.get_optimizer_params": "training (optimizer)",
@@ -216,33 +214,12 @@ OUT_OF_SCOPE = {
 # Out-of-scope names that do not exist at all today (the rest of OUT_OF_SCOPE exists).
 OUT_OF_SCOPE_ABSENT = {
     "pybuda.TFModule.backward",
-    "pybuda.Device.cpueval_backward", "pybuda.Device.backward",
+    "pybuda.Device.backward",
     "pybuda.CPUDevice.forward_tf", "pybuda.CPUDevice.backward", "pybuda.CPUDevice.compile_for_tf",
-    "pybuda.CPUDevice.cpueval_forward_tf", "pybuda.CPUDevice.cpueval_backward",
+    "pybuda.CPUDevice.cpueval_forward_tf",
     "pybuda.CPUDevice.set_debug_gradient_trace_queue",
     "pybuda.TTDevice.backward", "pybuda.TTDevice.get_optimizer_params", "pybuda.TTDevice.get_scheduler_params",
 }
 
 # In-scope names that do not work today, each with why.
-MISSING = {
-    "pybuda.PyBudaModule.insert_tapout_queue_for_op":
-        "returns a handle, but nothing saves the op's output: there is no intermediates queue "
-        "(pybuda.get_intermediates_queue) to read it from",
-    "pybuda.Device.dc_transfer_thread": "missing: Device has no dc_transfer_thread",
-    "pybuda.Device.run": "missing: Device has no run(output_dir) process main loop",
-    "pybuda.Device.compile_for":
-        "wrong signature: documented compile_for(training, microbatch_size, microbatch_count); "
-        "Device.compile_for takes (inputs, compiler_cfg, ...) and has no 'training' parameter",
-    "pybuda.Device.generate": "missing: Device has no generate(loop_count, write_index)",
-    "pybuda.Device.forward": "missing: Device has no forward(loop_count)",
-    "pybuda.CPUDevice.forward_pt": "missing: CPUDevice has no forward_pt(loop_count)",
-    "pybuda.CPUDevice.forward": "missing: CPUDevice has no forward(loop_count)",
-    "pybuda.CPUDevice.generate": "missing: CPUDevice has no generate(loop_count, write_index)",
-    "pybuda.CPUDevice.compile_for_pt": "missing: CPUDevice has no compile_for_pt (compile_for works)",
-    "pybuda.CPUDevice.cpueval_forward_pt": "missing: CPUDevice has no cpueval_forward_pt",
-    "pybuda.CPUDevice.cpueval_forward": "missing: CPUDevice has no cpueval_forward",
-    "pybuda.CPUDevice.pop_parameter_checkpoint": "missing: CPUDevice has no pop_parameter_checkpoint",
-    "pybuda.TTDevice.forward": "missing: TTDevice has no forward(loop_count)",
-    "pybuda.TTDevice.generate": "missing: TTDevice has no generate(loop_count, write_index, tokens_per_iter, token_id)",
-    "pybuda.TTDevice.cpueval_forward": "missing: TTDevice has no cpueval_forward",
-}
+MISSING: dict = {}

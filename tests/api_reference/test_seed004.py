@@ -572,6 +572,20 @@ def _pybuda_constants():
     close(out, x + 0.5)
 
 
+@effect("pybuda.PyBudaModule.insert_tapout_queue_for_op")
+def _insert_tapout_queue():
+    class M(pybuda.PyBudaModule):
+        def forward(self, x):
+            return pybuda.op.Exp("exp", pybuda.op.Relu("relu", x))
+
+    m = M("m")
+    handle = pybuda.PyBudaModule.insert_tapout_queue_for_op(m, op_name="relu", output_index=0)
+    (out,) = run_one(m, SIGNED)
+    close(out, torch.exp(torch.relu(SIGNED)))
+    saved = pybuda.get_intermediates_queue().get_nowait()  # the tapped op's output, saved on this inference
+    close(saved[handle], torch.relu(SIGNED))
+
+
 @effect("pybuda.Device")
 def _device():
     d = pybuda.Device("dev", mp_context=None)
@@ -734,6 +748,216 @@ def _dram_io_queues():
         tt.get_dram_io_queues(queue_type="nonsense")
 
 
+@effect("pybuda.Device.forward", "pybuda.TTDevice.forward")
+def _device_forward():
+    tt = pybuda.TTDevice("tt0", devtype=pybuda.BackendType.Golden, module=Linear("lin"))
+    x = r(1, 32, 32)
+    q = pybuda.initialize_pipeline(training=False, sample_inputs=(x,))
+    tt.push_to_inputs(x)
+    tt.push_to_inputs(2 * x)
+    pybuda.TTDevice.forward(tt, loop_count=2)  # the device's own loop: two micro-batches
+    close(q.get(timeout=60)[0], x.sum(-1, keepdim=True).expand(1, 32, 32))
+    close(q.get(timeout=60)[0], 2 * x.sum(-1, keepdim=True).expand(1, 32, 32))
+    with pytest.raises(pybuda.errors.InputError, match="queued"):
+        pybuda.Device.forward(tt, loop_count=1)  # nothing left to run
+
+
+@effect("pybuda.CPUDevice.forward", "pybuda.CPUDevice.forward_pt")
+def _cpu_forward():
+    relu = torch.nn.ReLU()
+    cpu = pybuda.CPUDevice("cpu0", module=pybuda.PyTorchModule("pt", relu))
+    tt = pybuda.TTDevice("tt0", devtype=pybuda.BackendType.Golden, module=Linear("lin"))
+    x = r(1, 32, 32, lo=-1.0)
+    q = pybuda.initialize_pipeline(training=False, sample_inputs=(x,))
+    cpu.push_to_inputs(x)
+    cpu.push_to_inputs(-x)
+    cpu.forward_pt(loop_count=1)  # device by device, in pipeline order, as TT-Buda's loops
+    tt.forward(loop_count=1)
+    cpu.forward(loop_count=1)
+    tt.forward(loop_count=1)
+    close(q.get(timeout=60)[0], torch.relu(x).sum(-1, keepdim=True).expand(1, 32, 32))
+    close(q.get(timeout=60)[0], torch.relu(-x).sum(-1, keepdim=True).expand(1, 32, 32))
+    pybuda.shutdown()
+    pybuda.pybuda_reset()
+    pybuda.CPUDevice("cpu1", module=OpModule("m", lambda s, a: pybuda.op.Exp("exp", a)))
+    with pytest.raises(pybuda.errors.ModuleError, match="PyTorch"):
+        pybuda.CPUDevice.forward_pt(pybuda.runtime.state.user_devices()[0], loop_count=1)
+
+
+@effect("pybuda.Device.generate", "pybuda.CPUDevice.generate")
+def _generate():
+    cpu = pybuda.CPUDevice("cpu0", module=pybuda.PyTorchModule("pt", torch.nn.Tanh()))
+    x = r(2, 8, lo=-1.0)
+    q = pybuda.initialize_pipeline(training=False, sample_inputs=(x,))
+    cpu.push_to_inputs(x)
+    pybuda.CPUDevice.generate(cpu, loop_count=1, write_index=0)
+    close(q.get(timeout=60)[0], torch.tanh(x), atol=1e-6)
+    cpu.push_to_inputs(x)
+    with pytest.raises(pybuda.errors.InputError, match="write_index"):
+        pybuda.Device.generate(cpu, loop_count=1, write_index=-1)
+    pybuda.Device.generate(cpu, loop_count=1, write_index=3)
+    close(q.get(timeout=60)[0], torch.tanh(x), atol=1e-6)
+
+
+@effect("pybuda.TTDevice.generate")
+def _tt_generate():
+    tt = pybuda.TTDevice("tt0", devtype=pybuda.BackendType.Golden, module=Linear("lin"))
+    x = r(1, 32, 32)
+    q = pybuda.initialize_pipeline(training=False, sample_inputs=(x,))
+    tt.push_to_inputs(x)
+    with pytest.raises(pybuda.errors.InputError, match="tokens_per_iter"):
+        tt.generate(loop_count=1, write_index=-1, tokens_per_iter=0, token_id=0)
+    with pytest.raises(pybuda.errors.InputError, match="not both"):
+        tt.generate(loop_count=1, write_index=2, tokens_per_iter=32, token_id=0)
+    tt.generate(loop_count=1, write_index=-1, tokens_per_iter=32, token_id=0)
+    close(q.get(timeout=60)[0], x.sum(-1, keepdim=True).expand(1, 32, 32))
+
+
+@effect("pybuda.Device.run")
+def _device_run():
+    import tempfile
+
+    from pybuda.runtime.commands import Command, CommandType
+    from pybuda.runtime.device import InputItem
+
+    tt = pybuda.TTDevice("tt0", devtype=pybuda.BackendType.Golden, module=Linear("lin"))
+    x = r(1, 32, 32)
+    tt.command_queue.put(Command(CommandType.COMPILE, {"sample": InputItem((x,)), "want_outputs": True}))
+    tt.command_queue.put(Command.sync())
+    tt.command_queue.put(Command.quit())
+    with tempfile.TemporaryDirectory() as tmp:
+        out_dir = os.path.join(tmp, "perf")
+        assert pybuda.Device.run(tt, output_dir=out_dir) is True  # ran until QUIT
+        assert os.path.isdir(out_dir)
+    sample_out = tt.command_queue_resp.get_nowait()  # COMPILE answers with the next device's sample
+    close(sample_out.tensors[0], x.sum(-1, keepdim=True).expand(1, 32, 32))
+    assert tt.command_queue_resp.get_nowait() is True and tt.command_queue.empty()
+
+
+@effect("pybuda.Device.dc_transfer_thread")
+def _dc_transfer_thread():
+    import threading
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("PYBUDA_FORCE_THREADS", "1")
+        mp.setenv("PYBUDA_FORCE_CONCURRENT", "1")
+        tt = pybuda.TTDevice("tt0", devtype=pybuda.BackendType.Golden, module=Linear("lin"))
+        x = r(1, 32, 32)
+        q = pybuda.initialize_pipeline(training=False, sample_inputs=(x,))
+        assert pybuda.runtime.context.current().mode == "threads"
+        requests = queue.Queue()
+        done = []
+        thread = threading.Thread(target=lambda: done.append(pybuda.Device.dc_transfer_thread(
+            tt, direction="forward", direction_queue=requests)))
+        thread.start()
+        tt.push_to_inputs(x)
+        pybuda.run_forward(input_count=1)
+        requests.put(True)
+        requests.put(None)  # ends the thread
+        thread.join(60)
+        assert done == [1]
+        # the transfer completed: the output is in the queue without waiting
+        close(q.get_nowait()[0], x.sum(-1, keepdim=True).expand(1, 32, 32))
+        with pytest.raises(pybuda.errors.InputError, match="direction"):
+            tt.dc_transfer_thread("sideways", requests)
+        pybuda.shutdown()
+
+
+@effect("pybuda.Device.compile_for")
+def _device_compile_for():
+    tt = pybuda.TTDevice("tt0", devtype=pybuda.BackendType.Golden, module=Linear("lin"))
+    pybuda.Device.compile_for(tt, training=False, microbatch_size=4, microbatch_count=3)
+    assert (tt.training, tt.microbatch_count) == (False, 3)
+    with pytest.raises(pybuda.errors.InputError, match="microbatch_count"):
+        pybuda.Device.compile_for(tt, training=False, microbatch_size=4, microbatch_count=0)
+    # the devices' compile_for(inputs, ...) records the same through it
+    tt.compile_for((r(2, 32, 32),), microbatch_count=2)
+    assert tt.microbatch_count == 2 and tt.get_compiled_results()[0].microbatch == 2
+    pybuda.initialize_pipeline(training=False, sample_inputs=(r(2, 32, 32),), microbatch_count=5)  # and pipelines
+    assert tt.microbatch_count == 5
+
+
+@effect("pybuda.CPUDevice.compile_for_pt")
+def _cpu_compile_for_pt():
+    cpu = pybuda.CPUDevice("cpu0", module=pybuda.PyTorchModule("pt", torch.nn.Linear(4, 3)))
+    outs = cpu.compile_for_pt(inputs=(Tensor.create_from_torch(r(2, 4)),), compiler_cfg=pybuda.CompilerConfig(),
+                              targets=[], microbatch_size=2, microbatch_count=1, verify_cfg=None)
+    assert [tuple(o.shape.dims) for o in outs] == [(2, 3)]
+    other = pybuda.CPUDevice("cpu1", module=OpModule("m", lambda s, a: pybuda.op.Exp("exp", a)))
+    with pytest.raises(pybuda.errors.ModuleError, match="not PyTorchModules"):
+        other.compile_for_pt(inputs=(r(1, 4),), compiler_cfg=None)
+
+
+@effect("pybuda.CPUDevice.cpueval_forward", "pybuda.CPUDevice.cpueval_forward_pt")
+def _cpu_cpueval_forward():
+    lin = torch.nn.Linear(4, 3)
+    cpu = pybuda.CPUDevice("cpu0", module=pybuda.PyTorchModule("pt", lin))
+    x = r(2, 4)
+    w = torch.full((3, 4), 0.5)
+    (out,) = cpu.cpueval_forward_pt(inputs=[x], parameters={"weight": w}, save_for_backward=True, targets=[])
+    close(out, x @ w.T + lin.bias.detach(), atol=1e-6)
+    assert torch.equal(lin.weight.detach(), lin.weight.detach())  # the module's own weight is untouched
+    assert not torch.allclose(lin.weight.detach(), w)
+    inputs, outputs = cpu.saved_for_backward
+    assert torch.equal(inputs[0], x) and torch.equal(outputs[0], out)
+    (out,) = pybuda.CPUDevice.cpueval_forward(cpu, inputs=[x], parameters={}, save_for_backward=False)
+    close(out, lin(x).detach(), atol=1e-6)
+    with pytest.raises(pybuda.errors.InputError, match="unknown parameter"):
+        cpu.cpueval_forward(inputs=[x], parameters={"nope": w}, save_for_backward=False)
+
+
+@effect("pybuda.TTDevice.cpueval_forward")
+def _tt_cpueval_forward():
+    tt = pybuda.TTDevice("tt0", devtype=pybuda.BackendType.Golden, module=Linear("lin"))
+    x = r(1, 32, 32)
+    (out,) = tt.cpueval_forward(inputs=[x], parameters={"lin.w": 2 * torch.ones(32, 32)}, save_for_backward=False,
+                                targets=[])
+    close(out, 2 * x.sum(-1, keepdim=True).expand(1, 32, 32), atol=1e-4)
+    tt.place_loss_module(pybuda.op.loss.MSELoss("mse"))
+    (loss,) = tt.cpueval_forward(inputs=[x], parameters={}, save_for_backward=False, targets=[torch.zeros(1, 32, 32)])
+    want = (x.sum(-1, keepdim=True).expand(1, 32, 32) ** 2).mean()
+    close(loss.reshape(()), want, atol=1e-3, rtol=1e-3)
+
+
+@effect("pybuda.CPUDevice.cpueval_backward")
+def _cpu_cpueval_backward():
+    lin = torch.nn.Linear(4, 3)
+    cpu = pybuda.CPUDevice("cpu0", module=pybuda.PyTorchModule("pt", lin))
+    x = r(2, 4)
+    with pytest.raises(pybuda.errors.PybudaError, match="save_for_backward"):
+        cpu.cpueval_backward(bw_inputs=[torch.ones(2, 3)], parameters={})
+    cpu.cpueval_forward(inputs=[x], parameters={}, save_for_backward=True)
+    g = r(2, 3)
+    (dx,), grads = pybuda.CPUDevice.cpueval_backward(cpu, bw_inputs=[g], parameters={})
+    close(dx, g @ lin.weight.detach(), atol=1e-5)
+    close(grads["weight"], g.T @ x, atol=1e-5)
+    close(grads["bias"], g.sum(0), atol=1e-5)
+
+
+@effect("pybuda.Device.cpueval_backward")
+def _device_cpueval_backward():
+    tt = pybuda.TTDevice("tt0", devtype=pybuda.BackendType.Golden, module=Linear("lin"))
+    x, w = r(1, 32, 32), r(32, 32)
+    (out,) = tt.cpueval_forward(inputs=[x], parameters={"lin.w": w}, save_for_backward=True)
+    close(out, x @ w, atol=1e-4)
+    g = r(1, 32, 32)
+    (dx,), grads = pybuda.Device.cpueval_backward(tt, bw_inputs=[g], parameters={"lin.w": w})
+    close(dx, g @ w.T, atol=1e-4)
+    close(grads["lin.w"], x[0].T @ g[0], atol=1e-4)
+
+
+@effect("pybuda.CPUDevice.pop_parameter_checkpoint")
+def _pop_parameter_checkpoint():
+    lin = torch.nn.Linear(4, 3)
+    cpu = pybuda.CPUDevice("cpu0", module=pybuda.PyTorchModule("pt", lin))
+    pybuda.initialize_pipeline(training=False, sample_inputs=(r(1, 4),))
+    ckpt = cpu.pop_parameter_checkpoint()
+    assert set(ckpt) == {"weight", "bias"}
+    close(ckpt["weight"], lin.weight.detach(), atol=0)
+    pybuda.update_device_parameters(device=cpu, parameters=[{"bias": torch.ones(3)}])
+    close(cpu.pop_parameter_checkpoint()["bias"], torch.ones(3), atol=0)
+
+
 DATA_FORMATS = [n.rsplit(".", 1)[1] for n in REFERENCE if n.startswith("pybuda.DataFormat.")
                 and n.rsplit(".", 1)[1] not in ("from_json", "to_json", "name")]
 FIDELITIES = [n.rsplit(".", 1)[1] for n in REFERENCE if n.startswith("pybuda.MathFidelity.")]
@@ -787,10 +1011,6 @@ def test_missing_is_still_broken(name):
     reason = MISSING[name]
     if reason.startswith("missing:"):
         assert not _exists(name), f"{name} now exists: write its effect test and drop it from MISSING"
-    elif name == "pybuda.Device.compile_for":
-        assert "training" not in inspect.signature(pybuda.Device.compile_for).parameters
-    elif name == "pybuda.PyBudaModule.insert_tapout_queue_for_op":
-        assert not hasattr(pybuda, "get_intermediates_queue")
     else:  # pragma: no cover - every MISSING entry needs a check here
         pytest.fail(f"no still-broken check for {name}")
 

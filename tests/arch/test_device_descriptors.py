@@ -50,7 +50,6 @@ def test_unknown_preset_lists_valid_ones():
     dict(arch="grayskull", device_config="wh_n150"),   # arch disagrees with preset
     dict(),                                             # nothing to build from
     dict(arch="quasar"),                                # unknown arch
-    dict(arch="grayskull", num_chips=2),                # GS has no Ethernet
     dict(arch="wormhole_b0", num_chips=0),
 ])
 def test_bad_device_requests(kwargs):
@@ -62,8 +61,12 @@ def test_chip_count_override():
     assert get_device_descriptor("wormhole_b0", num_chips=4).chip_count == 4
     assert get_device_descriptor(device_config="wh_n300").chip_count == 2
     assert with_chips(get_device_descriptor(device_config="wh_n150"), 2).total_cores == 144
+    # Grayskull has no Ethernet: several chips are cards in one host, linked over PCIe
+    cards = with_chips(get_device_descriptor("grayskull"), 2)
+    assert cards.chip_count == 2 and cards.chip_link == "pcie"
+    assert get_device_descriptor("wormhole_b0", num_chips=2).chip_link == "ethernet"
     with pytest.raises(ConfigError):
-        with_chips(get_device_descriptor("grayskull"), 2)
+        with_chips(get_device_descriptor("grayskull"), 0)
 
 
 # ---------------------------------------------------------------------------------------------------

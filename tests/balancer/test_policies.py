@@ -141,3 +141,4 @@ def test_ribbon_shares_the_dram_channels_among_an_epochs_ops():
         if len(models) > 1:
             streamed = sum(m.dram_bytes for m in models) / dram_total
             assert streamed <= max(sol.target_cycles, max(m.cycles for m in models)) * 1.0001
+

@@ -28,6 +28,18 @@ FAST_CASES = {
     ("mobilenet_v1", "base", "image_classification", 1): (1, 1001),
     ("mobilenet_v2", "base", "image_classification", 1): (1, 1001),
     ("whisper", "tiny", "audio_encoder", 1): (1, 1500, 384),
+    # The CNNs of TT-Buda's published table (issue #16), written from their papers.
+    ("vovnet_v2", "tiny", "image_classification", 2): (2, 10),
+    ("inception_v4", "tiny", "image_classification", 2): (2, 10),
+    ("hrnet", "tiny", "image_classification", 2): (2, 10),
+    ("unet", "tiny", "segmentation", 2): (2, 1, 64, 64),
+    # Small-config Hugging Face architectures (issue #12): decoders, windowed/hybrid vision, speech.
+    ("llama", "mini", "causal_lm", 2): (2, 32, 512),
+    ("opt", "mini", "causal_lm", 2): (2, 32, 512),
+    ("swin", "mini", "image_classification", 2): (2, 10),
+    ("mobilevit", "mini", "image_classification", 2): (2, 10),
+    ("convnext", "mini", "image_classification", 2): (2, 10),
+    ("wav2vec2", "mini", "ctc", 2): (2, 79, 32),
 }
 
 SLOW_CASES = {
@@ -37,11 +49,20 @@ SLOW_CASES = {
     ("gpt2", "small", "causal_lm", 1): (1, 128, 50257),
     ("vit", "base", "image_classification", 1): (1, 1000),
     ("whisper", "base", "audio_encoder", 1): (1, 1500, 512),
+    ("vovnet_v2", "39", "image_classification", 1): (1, 1000),
+    ("inception_v4", "base", "image_classification", 1): (1, 1000),
+    ("hrnet", "w64", "image_classification", 1): (1, 1000),
+    ("unet", "base", "segmentation", 1): (1, 1, 256, 256),
 }
+
+#: Published parameter counts of the full-size CNNs (millions): Inception-v4 42.7 (Szegedy et al. 2016),
+#: HRNetV2-W64 128.1 (Wang et al. 2020), the brain-MRI U-Net with 32 initial features 7.76.
+PUBLISHED_PARAMS_M = {("inception_v4", "base"): 42.7, ("hrnet", "w64"): 128.1, ("unet", "base"): 7.76}
 
 TINY = [("bert", "tiny", "encoder"), ("bert", "tiny", "text_classification"), ("gpt2", "tiny", None),
         ("vit", "tiny", None), ("resnet", "tiny", None), ("mobilenet_v1", "tiny", None),
-        ("mobilenet_v2", "tiny", None), ("whisper", "mini", None)]
+        ("mobilenet_v2", "tiny", None), ("whisper", "mini", None), ("vovnet_v2", "tiny", None),
+        ("inception_v4", "tiny", None), ("hrnet", "tiny", None), ("unet", "tiny", None)]
 
 
 def _case_id(case):
@@ -235,3 +256,32 @@ def test_to_pybuda_wraps_the_module():
     assert isinstance(mod, pybuda.PyTorchModule) and mod.name == "bert_tiny_encoder"
     (out,) = mod.forward(*spec.example_inputs)
     torch.testing.assert_close(out, spec.run())
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name,variant", list(PUBLISHED_PARAMS_M), ids=lambda x: str(x))
+def test_cnn_parameter_counts_match_the_papers(name, variant):
+    spec = get_model(name, variant)
+    assert spec.num_parameters() / 1e6 == pytest.approx(PUBLISHED_PARAMS_M[(name, variant)], rel=0.01)
+
+
+def test_cnn_aliases_and_overrides():
+    assert get_model("vovnet_v2", "base").variant == "39"
+    assert get_model("hrnet", "tiny", image_size=32).example_inputs[0].shape[-1] == 32
+    spec = get_model("inception_v4", "tiny", num_labels=3)
+    assert tuple(spec.run().shape) == (1, 3)
+    with pytest.raises(ConfigError, match="unknown option"):
+        get_model("unet", "tiny", feature=4)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ["vovnet_v2", "inception_v4", "hrnet", "unet"])
+def test_cnn_tiny_compiles_for_the_card(name):
+    """The tiny variant compiles (compile-only, no numerics) for an n150 and the performance model runs it."""
+    from pybuda.cli.benchmark import _compile_only
+    from pybuda.config import CompilerConfig
+    from pybuda.perf.model import estimate_compiled
+
+    results, _ = _compile_only(get_model(name, "tiny"), CompilerConfig(device_config="wh_n150"), 2)
+    report = estimate_compiled(results, microbatch=2)
+    assert report.num_epochs >= 1 and report.samples_per_sec > 0

@@ -66,3 +66,20 @@ def test_simulated_chip_run_measures_host_and_models_card(tmp_path, monkeypatch,
     data = json.loads((tmp_path / "benchmark_bert_tiny_wh_n150_mb2.json").read_text())
     assert data["host_samples_per_sec"] > 0 and data["modeled_samples_per_sec"] > 0
     assert "simulated chip on this host" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("argv,variant,size", [
+    (["-m", "vovnet_v2", "-c", "39"], "39", 224),        # a variant named by a number stays a variant
+    (["-m", "mobilenet_v2", "-c", "224"], "base", 224),  # a resolution config is an image size
+    (["-m", "unet"], "base", 256),                       # benchmarking ran U-Net at 256x256
+    (["-m", "hrnet", "-c", "v2_w64"], "v2_w64", 224),
+])
+def test_plan_reads_benchmarking_configs(argv, variant, size):
+    import argparse
+
+    parser = argparse.ArgumentParser()
+    benchmark.add_arguments(parser)
+    args = parser.parse_args(argv)
+    plan = benchmark._plan(args)
+    assert (plan.config, plan.size_kw["image_size"]) == (variant, size)
+    assert args.balancer_policy == "NLP"  # our policy by default; Ribbon only when asked for

@@ -1,9 +1,12 @@
 """Calibration: modelled card throughput of whole compiled models against TT-Buda's published numbers
 (perf_calibration.md §1: tenstorrent/benchmarking, TT-Buda v0.19.1, balancer policy Ribbon).
 
-Each point compiles the published configuration through ``pybuda benchmark --perf-only`` (the same code
-path users run) and asserts the model within ±25 % of the published throughput (goal ±15 %); the table
-of modelled vs published is printed (``pytest -s``) and written to the build directory.
+Each point compiles the published configuration through ``pybuda benchmark --perf-only --balancer-policy
+Ribbon`` (the same code path users run, with TT-Buda's policy) and asserts the model within ±15 % of the
+published throughput, with one parameter set for every model and card; the table of modelled vs published
+(model, card, published, modelled, ratio, what limits the run) is printed (``pytest -s``, or
+``python tests/perf/test_calibration.py [model|card ...]``). Points whose miss lies outside the performance
+model are listed in :data:`KNOWN_GAPS` with their measured ratio and what has to change.
 """
 
 import argparse
@@ -13,20 +16,64 @@ import os
 import pytest
 
 from pybuda.cli import benchmark
+from pybuda.errors import PybudaError
 
-#: (model, config, device_config, data format, fidelity, microbatch, published samples/s)
+#: (model, config, device_config, data format, fidelity, microbatch, published samples/s). The first four
+#: are perf_calibration §1; the rest are the same README's table for the models the issue adds (#16), each
+#: run as tenstorrent/benchmarking's ``run_benchmark_tt_perf`` ran it: Wormhole ``-df Bfp8_b -mf LoFi``
+#: at microbatch 128, Grayskull at microbatch 64 with the harness's default Fp16_b/HiFi3 (HRNet: Bfp8_b/LoFi
+#: on Grayskull too).
 POINTS = [
     ("bert", "large", "gs_e150", "Bfp8_b", "LoFi", 64, 99.0),
     ("bert", "large", "wh_n150", "Bfp8_b", "LoFi", 64, 118.0),
     ("resnet", "resnet50", "gs_e150", "Fp16_b", "HiFi3", 64, 1410.0),
     ("resnet", "resnet50", "wh_n150", "Bfp8_b", "LoFi", 256, 2891.0),
+    ("mobilenet_v2", "base", "gs_e150", "Fp16_b", "HiFi3", 64, 1491.0),
+    ("mobilenet_v2", "base", "gs_e75", "Fp16_b", "HiFi3", 64, 1141.0),
+    ("vovnet_v2", "39", "wh_n150", "Bfp8_b", "LoFi", 128, 1603.0),
+    ("vovnet_v2", "39", "gs_e150", "Fp16_b", "HiFi3", 64, 819.0),
+    ("vovnet_v2", "39", "gs_e75", "Fp16_b", "HiFi3", 64, 518.0),
+    ("inception_v4", "base", "wh_n150", "Bfp8_b", "LoFi", 128, 1061.0),
+    ("inception_v4", "base", "gs_e150", "Fp16_b", "HiFi3", 64, 458.0),
+    ("inception_v4", "base", "gs_e75", "Fp16_b", "HiFi3", 64, 371.0),
+    ("hrnet", "v2_w64", "wh_n150", "Bfp8_b", "LoFi", 128, 324.0),
+    ("hrnet", "v2_w64", "gs_e150", "Bfp8_b", "LoFi", 64, 233.0),
+    ("hrnet", "v2_w64", "gs_e75", "Bfp8_b", "LoFi", 64, 197.0),
+    ("unet", "base", "wh_n150", "Bfp8_b", "LoFi", 128, 490.0),
+    ("unet", "base", "gs_e150", "Fp16_b", "HiFi3", 64, 268.0),
+    ("unet", "base", "gs_e75", "Fp16_b", "HiFi3", 64, 222.0),
 ]
-TOLERANCE = 0.25
+TOLERANCE = 0.15
 GOAL = 0.15
 
-#: Points that miss for reasons outside the performance model, each with what has to change. They run
-#: (and print their row); xfail keeps CI green until the compiler catches up, and XPASS shows when it has.
-KNOWN_GAPS: dict = {}  # none at present: all four points are within the tolerance
+#: Points that miss for reasons outside the performance model, each with its measured ratio (modelled /
+#: published, Ribbon) and what has to change. They run (and print their row when they compile); xfail keeps
+#: CI green until the compiler catches up, and XPASS shows when it has.
+_CONCAT = ("channel concatenation is lowered as dense column-picker matmuls summed by adds "
+           "(passes/lower/movement.py _gather_pickers: sum(C_i)*C_total MACs per pixel, twice the OSA module's own "
+           "1x1 projection) where TT-Buda emits a splice; needs a splice lowering for tile-aligned concatenation")
+_SPARSE_K = ("does not compile on Grayskull: a convolution's sparse im2col matmul buffers its whole K strip of "
+             "the activation in L1 (Fp16_b tiles) and no layout fits the 464 KiB budget; needs the sparse matmul's "
+             "K split (TT-Buda slices the activation / multi-column sparse matmuls)")
+KNOWN_GAPS: dict = {
+    ("vovnet_v2", "wh_n150"): "0.16x: bound by " + _CONCAT,
+    ("vovnet_v2", "gs_e150"): "does not compile: the stage-4 concat's column-picker matmul (59 tile columns, a "
+                              "prime: no grid splits it) fits no L1 layout; " + _CONCAT,
+    ("vovnet_v2", "gs_e75"): "does not compile: as on gs_e150; " + _CONCAT,
+    ("inception_v4", "gs_e150"): "stem 3x3/2 conv " + _SPARSE_K,
+    ("inception_v4", "gs_e75"): "stem 3x3/2 conv " + _SPARSE_K,
+    ("unet", "wh_n150"): "0.03x: ConvTranspose2d is lowered as a dense 'dilate' picker matmul on one core "
+                         "(73M cycles per image, DRAM-bound); needs a strided-scatter (sparse) lowering",
+    ("unet", "gs_e150"): "first 3x3 conv at 256x256 " + _SPARSE_K,
+    ("unet", "gs_e75"): "first 3x3 conv at 256x256 " + _SPARSE_K,
+    ("resnet", "gs_e150"): "0.83x: epoch 0 is NoC-bound on the max-pool's sparse im2col (459k cycles/image): "
+                           "our lowering puts the 9 taps in t with act_t 1, so each core re-reads the whole "
+                           "112x112x64 activation once per tap; TT-Buda's slices it by output row band",
+    ("hrnet", "wh_n150"): "1.43x (e150 1.06x, e75 1.15x with the same format): the n150 placement is bound by "
+                          "nearest-upsample lowerings (dense row/column pickers, DRAM-bound) TT-Buda does not "
+                          "have, and the modelled n150/e150 ratio (1.88) exceeds the published one (1.39) for a "
+                          "reason not found yet; needs a direct upsample lowering before the model can be judged",
+}
 
 def _param(point):
     gap = KNOWN_GAPS.get((point[0], point[2]))
@@ -36,11 +83,21 @@ def _param(point):
 _RESULTS = []
 
 
+@pytest.fixture(scope="module", autouse=True)
+def _print_table_once():
+    """After the last point, print every row as one table (``pytest -s`` shows it)."""
+    yield
+    if _RESULTS:
+        print("\ncalibration: modelled (Ribbon) vs published throughput\n" + _table())
+
+
 def _args(model, config, device_config, df, mf, mb, out_dir):
     parser = argparse.ArgumentParser()
     benchmark.add_arguments(parser)
+    # Ribbon explicitly: the published runs used it, while `pybuda benchmark` defaults to our own policy.
     return parser.parse_args(["-m", model, "-c", config, "--device-config", device_config, "-df", df, "-mf", mf,
-                              "-mb", str(mb), "--perf-only", "--output-dir", str(out_dir)])
+                              "-mb", str(mb), "--perf-only", "--output-dir", str(out_dir),
+                              "--balancer-policy", "Ribbon"])
 
 
 @pytest.mark.slow
@@ -48,16 +105,28 @@ def _args(model, config, device_config, df, mf, mb, out_dir):
 def test_modeled_throughput_matches_published(model, config, device_config, df, mf, mb, published, tmp_path,
                                               monkeypatch):
     monkeypatch.setenv("PYBUDA_BUILD_DIR", str(tmp_path))
-    record = benchmark.run(_args(model, config, device_config, df, mf, mb, tmp_path))
+    record = _measure(model, config, device_config, df, mf, mb, published, tmp_path)
     modeled = record["modeled_samples_per_sec"]
     error = modeled / published - 1.0
-    _RESULTS.append((f"{model} {config}", device_config, f"{df}/{mf}", mb, modeled, published, error,
-                     record["epochs"], _limit(record)))
-    print(_table())
     (tmp_path / "calibration.json").write_text(json.dumps(record, indent=1, default=str))
     assert abs(error) <= TOLERANCE, (
         f"{model} {config} on {device_config}: modeled {modeled:.1f} samples/s vs published {published:.0f} "
         f"({error:+.1%}, tolerance ±{TOLERANCE:.0%}); see {record['perf_report']['html']}")
+
+
+def _measure(model, config, device_config, df, mf, mb, published, out_dir):
+    """Run one point and add its row to the table (a compile that fails gets a row saying so, then raises)."""
+    name, fmt = f"{model} {config}", f"{df}/{mf}"
+    try:
+        record = benchmark.run(_args(model, config, device_config, df, mf, mb, out_dir))
+    except PybudaError as e:
+        _RESULTS.append((name, device_config, fmt, mb, float("nan"), published, float("nan"), 0,
+                         f"does not compile: {type(e).__name__} at {getattr(e, 'stage', '?')}"))
+        raise
+    m = record["modeled_samples_per_sec"]
+    _RESULTS.append((name, device_config, fmt, mb, m, published, m / published - 1.0, record["epochs"],
+                     _limit(record)))
+    return record
 
 
 def _limit(record) -> str:
@@ -67,12 +136,16 @@ def _limit(record) -> str:
 
 
 def _table() -> str:
-    lines = [f"{'model':<16}{'card':<9}{'format':<14}{'mb':>4}{'modeled':>10}{'published':>10}{'error':>8}"
-             f"{'epochs':>7}  limited by"]
+    lines = [f"{'model':<22}{'card':<9}{'format':<14}{'mb':>4}{'published':>10}{'modeled':>9}{'ratio':>7}"
+             f"{'error':>8}{'epochs':>7}  limited by"]
     for name, card, fmt, mb, modeled, published, error, epochs, bneck in _RESULTS:
-        flag = "" if abs(error) <= GOAL else (" (>15%)" if abs(error) <= TOLERANCE else " (>25%)")
-        lines.append(f"{name:<16}{card:<9}{fmt:<14}{mb:>4}{modeled:>10.1f}{published:>10.0f}{error:>+8.1%}"
-                     f"{epochs:>7}  {bneck}{flag}")
+        if error != error:  # NaN: the point did not compile, so there is no modelled figure
+            lines.append(f"{name:<22}{card:<9}{fmt:<14}{mb:>4}{published:>10.0f}{'-':>9}{'-':>7}{'-':>8}{'-':>7}"
+                         f"  {bneck}")
+            continue
+        flag = "" if abs(error) <= GOAL else (" (>15%)" if abs(error) <= 0.25 else " (>25%)")
+        lines.append(f"{name:<22}{card:<9}{fmt:<14}{mb:>4}{published:>10.0f}{modeled:>9.1f}{1 + error:>7.2f}"
+                     f"{error:>+8.1%}{epochs:>7}  {bneck}{flag}")
     return "\n".join(lines)
 
 
@@ -80,16 +153,16 @@ if __name__ == "__main__":  # pragma: no cover - a quick way to print the table 
     import sys
     import tempfile
 
+    # optional filters: model names or cards (``python tests/perf/test_calibration.py resnet gs_e75``)
+    wanted = set(sys.argv[1:])
     for point in POINTS:
+        if wanted and not wanted & {point[0], point[2]}:
+            continue
         model, config, device_config, df, mf, mb, published = point
         with tempfile.TemporaryDirectory() as tmp:
             os.environ["PYBUDA_BUILD_DIR"] = tmp
             try:
-                record = benchmark.run(_args(model, config, device_config, df, mf, mb, tmp))
+                _measure(model, config, device_config, df, mf, mb, published, tmp)
             except Exception as e:  # report and go on: one broken compile should not hide the others
                 print(f"{model} {device_config}: {type(e).__name__}: {e}", file=sys.stderr)
-                continue
-            m = record["modeled_samples_per_sec"]
-            _RESULTS.append((f"{model} {config}", device_config, f"{df}/{mf}", mb, m, published, m / published - 1,
-                             record["epochs"], _limit(record)))
     print(_table())

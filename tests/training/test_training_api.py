@@ -236,6 +236,76 @@ def test_pytorch_module_trains_with_a_torch_loss_on_the_cpu():
     assert tt0 is not None
 
 
+def setup_pytorch_mlp(lr=0.1):
+    """TorchMLP on a TTDevice; a summed torch MSE on a CPUDevice after it (sum: gradients add over samples)."""
+    float32_everywhere()
+    model = TorchMLP()
+    tt0 = pybuda.TTDevice("tt0", module=pybuda.PyTorchModule("mlp", model),
+                          optimizer=pybuda.optimizers.SGD(learning_rate=lr), fp32_fallback=pybuda.DataFormat.Float32,
+                          arch=pybuda.BackendDevice.Wormhole_B0)
+    cpu = pybuda.CPUDevice("cpu0")
+    cpu.place_loss_module(pybuda.PyTorchModule("mse", torch.nn.MSELoss(reduction="sum")))
+    return model, tt0, cpu
+
+
+def test_pytorch_module_gradient_accumulation_equals_one_bigger_batch():
+    """run_training with 4 accumulation steps of 2 samples takes the SGD step of one batch of 8: the device
+    accumulates exactly the sum of the 4 microbatches' gradients, which is the batch's gradient."""
+    model, tt0, cpu = setup_pytorch_mlp()
+    twin = copy.deepcopy(model)
+    initial = {n: p.detach().clone() for n, p in model.named_parameters()}
+    xs, ys = make_data(1, mb=8)
+    for _ in range(2):
+        for k in range(4):
+            tt0.push_to_inputs(xs[0][2 * k:2 * k + 2])
+            cpu.push_to_target_inputs(ys[0][2 * k:2 * k + 2])
+    pybuda.initialize_pipeline(training=True)
+    # Each microbatch's gradient alone, then the four accumulated by one optimizer step of run_training.
+    single = []
+    for _ in range(4):
+        pybuda.run_forward(1)
+        pybuda.run_backward(1, zero_grad=True)
+        single.append({k: v.value() for k, v in pybuda.get_parameter_gradients(tt0)[0].items()})
+    pybuda.run_training(steps=1, accumulation_steps=4)
+    accumulated = {k: v.value() for k, v in pybuda.get_parameter_gradients(tt0)[0].items()}
+    stepped = {k: v.value() for k, v in pybuda.get_parameter_checkpoint(tt0)[0].items()}
+    torch.nn.functional.mse_loss(twin(xs[0]), ys[0], reduction="sum").backward()
+    assert set(accumulated) == {n for n, _ in twin.named_parameters()}
+    for name, p in twin.named_parameters():
+        total = sum(g[name] for g in single)
+        # Float32 accumulation on the device: the sum up to float32 rounding.
+        assert torch.allclose(accumulated[name], total, rtol=1e-5, atol=1e-5 * float(total.abs().max())), name
+        # One SGD step over the accumulated gradient (the update's product lr·g is a TF32 multiply).
+        step = 0.1 * accumulated[name]
+        assert torch.allclose(stepped[name], initial[name] - step, rtol=1e-3, atol=1e-3 * float(step.abs().max())), name
+        # And the batch's gradient in torch (TF32 products on the chip flip a few ReLU masks near zero).
+        assert pcc(accumulated[name], p.grad) > 0.99, name
+
+
+def test_pytorch_module_checkpoint_restored_continues_the_same_curve():
+    steps = 6
+    xs, ys = make_data(steps)
+
+    def train(first, count, restore=None):
+        pybuda.pybuda_reset()
+        _, tt0, cpu = setup_pytorch_mlp(lr=0.002)  # the loss sums 120 squared errors per microbatch
+        for x, y in zip(xs[first:first + count], ys[first:first + count]):
+            tt0.push_to_inputs(x)
+            cpu.push_to_target_inputs(y)
+        loss_q = queue.Queue()
+        pybuda.initialize_pipeline(training=True)
+        if restore is not None:
+            pybuda.update_device_parameters(tt0, [restore])
+        ckpt = pybuda.run_training(steps=count, loss_queue=loss_q).get()[0]
+        return [float(loss_q.get()[0].value().sum()) for _ in range(count)], ckpt
+
+    straight, _ = train(0, steps)
+    first_half, ckpt = train(0, steps // 2)
+    second_half, _ = train(steps // 2, steps // 2, restore={k: v.value() for k, v in ckpt.items()})
+    assert first_half + second_half == pytest.approx(straight, rel=1e-5)
+    assert straight[-1] < straight[0]
+
+
 # --- mistakes ---------------------------------------------------------------------------------------------------
 
 
@@ -285,3 +355,44 @@ def test_run_training_without_enough_inputs_fails_before_running():
         pybuda.run_training(steps=3)
     with pytest.raises(InputError, match="positive int"):
         pybuda.run_training(steps=0)
+
+
+def test_pybuda_module_trains_on_a_cpu_device():
+    """A PyBudaModule and a PyBuda loss on a CPUDevice train with torch autograd over the op references."""
+    float32_everywhere()
+    mlp = MLP("mlp")
+    params = torch_mlp_params(mlp)
+    cpu = pybuda.CPUDevice("cpu0", optimizer_f=lambda p: torch.optim.SGD(p, lr=0.05))
+    cpu.place_module(mlp)
+    cpu.place_loss_module(pybuda.op.loss.MSELoss("mse"))
+    steps = 5
+    xs, ys = make_data(steps)
+    for x, y in zip(xs, ys):
+        cpu.push_to_inputs(x)
+        cpu.push_to_target_inputs(y)
+    loss_q = queue.Queue()
+    checkpoint = pybuda.run_training(steps=steps, loss_queue=loss_q).get()[0]
+    got = [float(loss_q.get()[0].value().sum()) for _ in range(steps)]
+    want = torch_sgd_curve(params, xs, ys, lr=0.05)
+    # Both run the same float32 math on the CPU.
+    assert got == pytest.approx(want, rel=1e-4)
+    for name, value in params.items():
+        assert torch.allclose(checkpoint[name].value(), value.detach(), rtol=1e-4, atol=1e-5), name
+
+
+def test_run_training_with_more_microbatches_than_the_default_saved_queue():
+    """A step of 12 microbatches (more than the 8 the saved-activation queues hold by default) runs: the
+    training netlist's forward->backward queues are sized for the step's microbatch_count."""
+    steps, count = 2, 12
+    mlp, tt0 = setup_pybuda_mlp(mb=1)
+    params = torch_mlp_params(mlp)
+    xs, ys = make_data(steps * count, mb=1)
+    for x, y in zip(xs, ys):
+        tt0.push_to_inputs(x)
+        tt0.push_to_target_inputs(y)
+    loss_q = queue.Queue()
+    pybuda.run_training(epochs=1, steps=steps, microbatch_count=count, loss_queue=loss_q)
+    got = [float(loss_q.get()[0].value().sum()) for _ in range(steps * count)]
+    want = torch_sgd_curve(params, xs, ys, lr=0.05, accumulation=count)
+    for g, w in zip(got, want):
+        assert g == pytest.approx(w, rel=LOSS_RTOL)

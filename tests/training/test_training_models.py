@@ -59,8 +59,40 @@ def train_in_torch(model, data, loss_fn, lr):
     return curve
 
 
+def per_sample_mse(pred, target):
+    """Torch twin of pybuda.op.loss.MSELoss on a TTDevice: each sample's mean over its last two dims, summed
+    over the microbatch (the device adds up the microbatch's gradients)."""
+    dims = tuple(range(1, pred.dim()))[-2:]
+    return ((pred - target) ** 2).mean(dim=dims).sum()
+
+
+def torch_params(module):
+    return {p.get_name(): p.value().detach().clone().requires_grad_(True) for p in module.get_parameters()}
+
+
+def train_functional_in_torch(forward, params, data, lr):
+    """The same SGD loop in torch over a PyBuda module's parameters (``forward(params, x)``)."""
+    opt = torch.optim.SGD(list(params.values()), lr=lr)
+    curve = []
+    for x, y in data:
+        opt.zero_grad()
+        loss = per_sample_mse(forward(params, x), y)
+        loss.backward()
+        opt.step()
+        curve.append(float(loss.detach()))
+    return curve
+
+
+def assert_all_on_device(report):
+    """Every program (forward, backward, optimizer) compiled for the chip, in one training netlist."""
+    programs = [line for line in report if not line.startswith("training netlist:")]
+    assert programs and all(line.endswith(": device") for line in programs), report
+    assert any(line.startswith("training netlist: ") and "epochs" in line for line in report), report
+
+
 def assert_follows(got, want):
     assert len(got) == len(want)
+    print(f"loss curve: largest deviation from torch {max(abs(g - w) / abs(w) for g, w in zip(got, want)):.2%}")
     for step, (g, w) in enumerate(zip(got, want)):
         assert g == pytest.approx(w, rel=LOSS_RTOL), f"step {step}: chip {g}, torch {w}"
 
@@ -105,7 +137,7 @@ def test_pytorch_mlp_follows_torch_for_50_steps():
     want = train_in_torch(copy.deepcopy(model), data, torch.nn.MSELoss(), lr=0.1)
     got, report = train_on_chip(pybuda.PyTorchModule("mlp", model), data, torch.nn.MSELoss(),
                                 pybuda.optimizers.SGD(learning_rate=0.1))
-    assert all(line.endswith(": device") for line in report), report
+    assert_all_on_device(report)
     assert_follows(got, want)
     assert_decreasing(got)
 
@@ -117,6 +149,46 @@ def test_pytorch_mlp_still_learns_at_low_precision(df, fidelity):
     data = regression_data((3, 24), _mlp_target)
     got, _ = train_on_chip(pybuda.PyTorchModule("mlp", TorchMLP()), data, torch.nn.MSELoss(),
                            pybuda.optimizers.SGD(learning_rate=0.1), df=df, fidelity=fidelity)
+    assert_decreasing(got)
+
+
+class PybudaMLP(pybuda.PyBudaModule):
+    """The MLP written with pybuda.op.nn.Linear and pybuda.op.Relu."""
+
+    def __init__(self, name):
+        super().__init__(name)
+        torch.manual_seed(0)
+        self.fc1 = pybuda.op.nn.Linear(f"{name}.fc1", 24, 48)
+        self.fc2 = pybuda.op.nn.Linear(f"{name}.fc2", 48, 12)
+
+    def forward(self, x):
+        return self.fc2(pybuda.op.Relu(f"{self.name}.relu", self.fc1(x)))
+
+
+def torch_mlp(p, x, name="mlp"):
+    h = torch.relu(x @ p[f"{name}.fc1.weights"] + p[f"{name}.fc1.bias"])
+    return h @ p[f"{name}.fc2.weights"] + p[f"{name}.fc2.bias"]
+
+
+@pytest.mark.slow
+def test_pybuda_mlp_follows_torch_for_50_steps():
+    module = PybudaMLP("mlp")
+    data = regression_data((3, 24), _mlp_target)
+    want = train_functional_in_torch(torch_mlp, torch_params(module), data, lr=0.1)
+    got, report = train_on_chip(module, data, pybuda.op.loss.MSELoss("mse"), pybuda.optimizers.SGD(learning_rate=0.1))
+    assert_all_on_device(report)
+    assert_follows(got, want)
+    assert_decreasing(got)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("df, fidelity", [(pybuda.DataFormat.Float16_b, pybuda.MathFidelity.HiFi3),
+                                          (pybuda.DataFormat.Bfp8_b, pybuda.MathFidelity.LoFi)])
+def test_pybuda_mlp_still_learns_at_low_precision(df, fidelity):
+    data = regression_data((3, 24), _mlp_target)
+    got, report = train_on_chip(PybudaMLP("mlp"), data, pybuda.op.loss.MSELoss("mse"),
+                                pybuda.optimizers.SGD(learning_rate=0.1), df=df, fidelity=fidelity)
+    assert_all_on_device(report)
     assert_decreasing(got)
 
 
@@ -153,6 +225,42 @@ def test_pytorch_cnn_follows_torch_for_50_steps():
     assert_decreasing(got)
 
 
+class PybudaCNN(pybuda.PyBudaModule):
+    """The CNN written with pybuda.op.nn.Conv2dModule, Relu, ReduceAvg and Linear."""
+
+    def __init__(self, name):
+        super().__init__(name)
+        torch.manual_seed(0)
+        self.conv1 = pybuda.op.nn.Conv2dModule(f"{name}.conv1", 3, 8, 3, padding=1)
+        self.conv2 = pybuda.op.nn.Conv2dModule(f"{name}.conv2", 8, 16, 3, stride=2, padding=1)
+        self.fc = pybuda.op.nn.Linear(f"{name}.fc", 16, 5)
+
+    def forward(self, x):
+        op = pybuda.op
+        h = op.Relu(f"{self.name}.relu1", self.conv1(x))
+        h = op.Relu(f"{self.name}.relu2", self.conv2(h))
+        h = op.ReduceAvg(f"{self.name}.pool_w", op.ReduceAvg(f"{self.name}.pool_h", h, -2), -1)
+        return self.fc(op.Reshape(f"{self.name}.flatten", h, (h.shape[0], 16)))
+
+
+def torch_cnn(p, x, name="cnn"):
+    F = torch.nn.functional
+    h = torch.relu(F.conv2d(x, p[f"{name}.conv1.weights"], p[f"{name}.conv1.bias"], padding=1))
+    h = torch.relu(F.conv2d(h, p[f"{name}.conv2.weights"], p[f"{name}.conv2.bias"], stride=2, padding=1))
+    return h.mean(dim=(2, 3)) @ p[f"{name}.fc.weights"] + p[f"{name}.fc.bias"]
+
+
+@pytest.mark.slow
+def test_pybuda_cnn_follows_torch_for_50_steps():
+    module = PybudaCNN("cnn")
+    data = regression_data((3, 12, 12), _cnn_target, mb=2)
+    want = train_functional_in_torch(torch_cnn, torch_params(module), data, lr=0.2)
+    got, report = train_on_chip(module, data, pybuda.op.loss.MSELoss("mse"), pybuda.optimizers.SGD(learning_rate=0.2))
+    assert_all_on_device(report)
+    assert_follows(got, want)
+    assert_decreasing(got)
+
+
 # --- BERT-tiny ----------------------------------------------------------------------------------------------
 
 
@@ -178,7 +286,7 @@ def test_pytorch_bert_tiny_follows_torch_for_50_steps():
     want = train_in_torch(copy.deepcopy(model), data, torch.nn.MSELoss(), lr=0.5)
     got, report = train_on_chip(pybuda.PyTorchModule("bert", model), data, torch.nn.MSELoss(),
                                 pybuda.optimizers.SGD(learning_rate=0.5))
-    assert all(line.endswith(": device") for line in report), report
+    assert_all_on_device(report)
     assert_follows(got, want)
     assert_decreasing(got)
 
@@ -209,16 +317,32 @@ class PybudaBertLayer(pybuda.PyBudaModule):
     def forward(self, x):
         op = pybuda.op
         seq = x.shape[-2]
-        q = self._heads("q", op.Matmul("q", x, self.wq), seq)
-        k = self._heads("k", op.Matmul("k", x, self.wk), seq)
-        v = self._heads("v", op.Matmul("v", x, self.wv), seq)
-        scores = op.Multiply("scale", op.Matmul("qk", q, op.Transpose("kt", k, 2, 3)),
-                             op.Constant("inv_sqrt_d", constant=(self.hidden // self.heads) ** -0.5))
-        ctx = op.Matmul("ctx", op.Softmax("probs", scores, dim=-1), v)
-        ctx = op.Reshape("merge", op.Transpose("ctx_t", ctx, 1, 2), (1, seq, self.hidden))
-        h = op.Layernorm("ln1", op.Add("res1", x, op.Matmul("o", ctx, self.wo)), self.ln1_w, self.ln1_b)
-        f = op.Matmul("ffn2", op.Gelu("gelu", op.Matmul("ffn1", h, self.w1)), self.w2)
-        return op.Layernorm("ln2", op.Add("res2", h, f), self.ln2_w, self.ln2_b)
+
+        def n(op_name):  # op names are unique per graph: layers of one model prefix theirs
+            return f"{self.name}.{op_name}"
+
+        q = self._heads(n("q"), op.Matmul(n("q"), x, self.wq), seq)
+        k = self._heads(n("k"), op.Matmul(n("k"), x, self.wk), seq)
+        v = self._heads(n("v"), op.Matmul(n("v"), x, self.wv), seq)
+        scores = op.Multiply(n("scale"), op.Matmul(n("qk"), q, op.Transpose(n("kt"), k, 2, 3)),
+                             op.Constant(n("inv_sqrt_d"), constant=(self.hidden // self.heads) ** -0.5))
+        ctx = op.Matmul(n("ctx"), op.Softmax(n("probs"), scores, dim=-1), v)
+        ctx = op.Reshape(n("merge"), op.Transpose(n("ctx_t"), ctx, 1, 2), (1, seq, self.hidden))
+        h = op.Layernorm(n("ln1"), op.Add(n("res1"), x, op.Matmul(n("o"), ctx, self.wo)), self.ln1_w, self.ln1_b)
+        f = op.Matmul(n("ffn2"), op.Gelu(n("gelu"), op.Matmul(n("ffn1"), h, self.w1)), self.w2)
+        return op.Layernorm(n("ln2"), op.Add(n("res2"), h, f), self.ln2_w, self.ln2_b)
+
+
+class PybudaBertTiny(pybuda.PyBudaModule):
+    """BERT-tiny's encoder (2 layers, hidden 128, 2 heads, FFN 512) as a PyBuda module of two PybudaBertLayers."""
+
+    def __init__(self, name):
+        super().__init__(name)
+        self.l0 = PybudaBertLayer(f"{name}.l0", seed=0)
+        self.l1 = PybudaBertLayer(f"{name}.l1", seed=1)
+
+    def forward(self, x):
+        return self.l1(self.l0(x))
 
 
 def torch_bert_layer(p, x, name="bert", heads=2):
@@ -254,8 +378,35 @@ def test_pybuda_bert_layer_follows_torch_for_50_steps():
         opt.step()
         want.append(float(loss.detach()))
     got, report = train_on_chip(module, data, pybuda.op.loss.MSELoss("mse"), pybuda.optimizers.SGD(learning_rate=0.5))
-    assert all(line.endswith(": device") for line in report), report
+    assert_all_on_device(report)
     assert_follows(got, want)
+    assert_decreasing(got)
+
+
+@pytest.mark.slow
+def test_pybuda_bert_tiny_follows_torch_for_50_steps():
+    module = PybudaBertTiny("bert")
+    data = regression_data((32, 128), _bert_target, mb=1)
+
+    def forward(p, x):
+        return torch_bert_layer(p, torch_bert_layer(p, x, name="bert.l0"), name="bert.l1")
+
+    want = train_functional_in_torch(forward, torch_params(module), data, lr=0.5)
+    got, report = train_on_chip(module, data, pybuda.op.loss.MSELoss("mse"), pybuda.optimizers.SGD(learning_rate=0.5))
+    assert_all_on_device(report)
+    print("BERT-tiny training netlist:", [line for line in report if line.startswith("training netlist")])
+    assert_follows(got, want)
+    assert_decreasing(got)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("df, fidelity", [(pybuda.DataFormat.Float16_b, pybuda.MathFidelity.HiFi3),
+                                          (pybuda.DataFormat.Bfp8_b, pybuda.MathFidelity.LoFi)])
+def test_pybuda_bert_tiny_still_learns_at_low_precision(df, fidelity):
+    data = regression_data((32, 128), _bert_target, mb=1)
+    got, report = train_on_chip(PybudaBertTiny("bert"), data, pybuda.op.loss.MSELoss("mse"),
+                                pybuda.optimizers.SGD(learning_rate=0.5), df=df, fidelity=fidelity)
+    assert_all_on_device(report)
     assert_decreasing(got)
 
 

@@ -5,7 +5,10 @@ the jaxpr is then mapped onto registry ops by the converters in :mod:`pybuda.fro
 Call-like primitives (``jit``/``pjit``, ``closed_call``, ``custom_jvp_call``, ``custom_vjp_call``,
 ``remat``) are inlined. The arrays of ``params`` become graph parameters named by their pytree path
 (``Dense_0.kernel``; a Flax ``params`` collection is dropped from the name, other collections such as
-``batch_stats`` are kept as a prefix); arrays the function closes over become constants.
+``batch_stats`` are kept as a prefix); arrays the function closes over become constants. For the device
+(``for_device``) with CPU fallback enabled, equations the chip cannot run execute in JAX on the host
+(:mod:`pybuda.frontend.jax.fallback`: CPU pre/post stages and a fallback report); with fallback off they
+are an UnsupportedOpError listing every one.
 
 Usage::
 
@@ -213,8 +216,9 @@ class JaxBuilder(Builder):
 class JaxCaptureResult:
     """A captured JAX model: the device graph and the names of its inputs and outputs.
 
-    Mirrors the torch frontend's ``CaptureResult`` where it matters: :meth:`split_for_devices` (no CPU
-    stages: JAX primitives the chip cannot run are not split off), :meth:`flatten_inputs`, :meth:`run`."""
+    Mirrors the torch frontend's ``CaptureResult``: :meth:`split_for_devices` (with CPU stages when some
+    primitives run on the host, :mod:`pybuda.frontend.jax.fallback`), :meth:`flatten_inputs`, :meth:`run`,
+    and ``report`` (the fallback report; None when nothing fell back)."""
 
     graph: Graph
     input_names: List[str]
@@ -225,28 +229,35 @@ class JaxCaptureResult:
     primitive_counts: Dict[str, int] = field(default_factory=dict)
     pre: Optional[Callable[..., Any]] = None
     post: Optional[Callable[..., Any]] = None
+    report: Any = None
+    #: dtypes of the model's inputs (the graph's inputs differ when a CPU pre stage reads them).
+    input_dtypes: List[torch.dtype] = field(default_factory=list)
 
     def split_for_devices(self):
-        """``(None, graph, None)``: the whole model is in the graph."""
+        """``(pre, graph, post)``; the stages are None when the whole model is in the graph."""
         return self.pre, self.graph, self.post
 
     def flatten_inputs(self, *args: Any, **kwargs: Any) -> List[torch.Tensor]:
-        """The inputs as the flat list of torch tensors the graph takes."""
+        """The inputs as the flat list of torch tensors the first stage takes."""
         flat = [to_torch(a) for a in args] + [to_torch(kwargs[k]) for k in kwargs]
-        if len(flat) != len(self.input_names):
-            raise InputError(f"graph '{self.graph.name}' takes {len(self.input_names)} input(s) "
+        dtypes = self.input_dtypes or [node.dtype for node in self.graph.inputs]
+        if len(flat) != len(dtypes):
+            raise InputError(f"graph '{self.graph.name}' takes {len(dtypes)} input(s) "
                              f"{self.input_names}, got {len(flat)}")
-        out = []
-        for t, node in zip(flat, self.graph.inputs):
-            out.append(t.to(node.dtype) if t.dtype != node.dtype else t)
-        return out
+        return [t.to(dt) if t.dtype != dt else t for t, dt in zip(flat, dtypes)]
 
     def run(self, *args: Any, parameters: Optional[Mapping[str, torch.Tensor]] = None) -> List[torch.Tensor]:
-        """Run the graph on the CPU reference; returns the flat outputs as torch tensors."""
+        """Run CPU pre -> the graph on the CPU reference -> CPU post; returns the flat outputs as torch tensors."""
         from pybuda.verify import run_graph_on_cpu
 
         with torch.no_grad():
-            return list(run_graph_on_cpu(self.graph, self.flatten_inputs(*args), parameters=parameters))
+            values = self.flatten_inputs(*args)
+            if self.pre is not None:
+                values = list(self.pre(*values))
+            values = list(run_graph_on_cpu(self.graph, values, parameters=parameters))
+            if self.post is not None:
+                values = list(self.post(*values))
+            return values
 
     def unflatten_outputs(self, flat: Sequence[Any]) -> Any:
         """The model's output structure (tuple, dict ...) rebuilt from flat outputs."""
@@ -274,8 +285,33 @@ def make_jaxpr(fn_or_module: Any, sample_inputs: Sequence[Any], params: Any = No
     return closed, out_tree
 
 
+def _unwrap(closed: Any) -> Tuple[Any, List[Tuple[Any, Any]]]:
+    """``(jaxpr, [(constvar, value)])``: a model whose whole body is one call (``jit`` of the function,
+    ``closed_call`` ...) is unwrapped to that call's jaxpr, so CPU fallback can split its equations."""
+    jaxpr, consts = closed.jaxpr, list(zip(closed.jaxpr.constvars, closed.consts))
+    while len(jaxpr.eqns) == 1:
+        eqn = jaxpr.eqns[0]
+        sub = next((eqn.params[k] for k in _SUBJAXPR_KEYS if k in eqn.params), None)
+        if sub is None or not (hasattr(sub, "eqns") or hasattr(sub, "jaxpr")):
+            break
+        inner = sub if hasattr(sub, "eqns") else sub.jaxpr
+        if (list(eqn.invars) != list(jaxpr.invars) or list(eqn.outvars) != list(jaxpr.outvars)
+                or len(inner.invars) != len(jaxpr.invars)):
+            break
+        jaxpr, consts = inner, list(zip(inner.constvars, list(getattr(sub, "consts", []) or [])))
+    return jaxpr, consts
+
+
+def _fallback_enabled(config: Any) -> bool:
+    from pybuda.config import _get_global_compiler_config
+
+    cfg = config if config is not None else _get_global_compiler_config()
+    return bool(getattr(cfg, "enable_tvm_cpu_fallback", False))
+
+
 def capture(fn_or_module: Any, sample_inputs: Sequence[Any], params: Any = None, graph_name: Optional[str] = None,
-            *, names: Optional[Sequence[str]] = None, for_device: bool = False) -> JaxCaptureResult:
+            *, names: Optional[Sequence[str]] = None, for_device: bool = False, config: Any = None,
+            fallback: Optional[bool] = None) -> JaxCaptureResult:
     """Capture a JAX function ``fn(params, *inputs)`` (or ``fn(*inputs)`` without params) or a Flax
     linen module (with its variables as ``params``) into an ``ir.Graph``.
 
@@ -286,19 +322,25 @@ def capture(fn_or_module: Any, sample_inputs: Sequence[Any], params: Any = None,
         graph_name: the graph's name (default: the function's or module class's name).
         names: graph input names (default: from the signature).
         for_device: also reject ops the chip cannot run (:mod:`pybuda.passes.lower.capabilities`).
+        config: the compiler config whose ``enable_tvm_cpu_fallback`` decides CPU fallback (default: the
+            global one).
+        fallback: run unsupported primitives in JAX on the host (:mod:`pybuda.frontend.jax.fallback`)
+            instead of raising. Default: when ``for_device`` and the config enables CPU fallback.
 
     Raises:
-        UnsupportedOpError: some primitives have no mapping; lists every one with its count and the
-            source lines that emitted it.
+        UnsupportedOpError: some primitives have no mapping (or, for the device, no device form) and
+            fallback is off; lists every one with its count and the source lines that emitted it.
         CompileError: tracing failed.
     """
     if not isinstance(sample_inputs, (list, tuple)):
         sample_inputs = (sample_inputs,)
     closed, out_tree = make_jaxpr(fn_or_module, sample_inputs, params)
     name = graph_name or getattr(fn_or_module, "__name__", None) or type(fn_or_module).__name__
+    if fallback is None:
+        fallback = for_device and _fallback_enabled(config)
     graph = Graph(_clean(name))
     b = JaxBuilder(graph)
-    jaxpr = closed.jaxpr
+    jaxpr, const_pairs = _unwrap(closed)
     env: Dict[Any, Any] = {}
 
     param_entries = parameter_names(params) if params is not None else []
@@ -315,17 +357,36 @@ def capture(fn_or_module: Any, sample_inputs: Sequence[Any], params: Any = None,
     for var, iname in zip(jaxpr.invars[n_params:], in_names):
         aval = var.aval
         env[var] = graph.add_input(graph.unique_name(_clean(iname)), tuple(aval.shape), torch_dtype(aval.dtype)).name
-    for i, (var, value) in enumerate(zip(jaxpr.constvars, closed.consts)):
+    for i, (var, value) in enumerate(const_pairs):
         env[var] = Const(to_torch(value), f"const_{i}")
+    user_vars = list(jaxpr.invars[n_params:])
+    input_dtypes = [graph[env[v]].dtype for v in user_vars]
 
     mapper = _Mapper(b, for_device)
-    mapper.run_jaxpr(jaxpr, env)
-    if mapper.unsupported:
+    host: Dict[int, str] = {}
+    for i, eqn in enumerate(jaxpr.eqns):
+        before = len(mapper.unsupported)
+        mapper.run_eqn(eqn, env)
+        if len(mapper.unsupported) > before:
+            prim, _, reason = mapper.unsupported[before]
+            host[i] = reason if prim == eqn.primitive.name else f"jax.lax.{prim} inside it: {reason}"
+    if mapper.unsupported and not fallback:
         raise UnsupportedOpError(mapper.report())
+    if host:
+        bound = {v: to_jax_array(leaf) for v, (_, leaf) in zip(jaxpr.invars[:n_params], param_entries)}
+        bound.update({v: value for v, value in const_pairs})
+        return _split(fn_or_module, name, jaxpr, host, bound, param_entries, trainable, user_vars,
+                      in_names, input_dtypes, for_device, out_tree, closed, dict(mapper.counts))
+    return _finish(graph, b, mapper, env, jaxpr.outvars, param_entries, out_tree, closed, input_dtypes)
 
+
+def _finish(graph: Graph, b: "JaxBuilder", mapper: "_Mapper", env: Dict[Any, Any], outvars: Sequence[Any],
+            param_entries: Sequence[Tuple[str, Any]], out_tree: Any, closed: Any, input_dtypes: List[torch.dtype],
+            pre: Any = None, post: Any = None, report: Any = None) -> JaxCaptureResult:
+    """Add the graph outputs for ``outvars`` and wrap up the capture result."""
     out_names = []
     b.node = None
-    for i, var in enumerate(jaxpr.outvars):
+    for i, var in enumerate(outvars):
         value = mapper.read(env, var)
         if isinstance(value, Missing):
             raise CompileError(f"output {i} is a value pybuda does not compute ({value.reason})", stage=STAGE)
@@ -338,7 +399,63 @@ def capture(fn_or_module: Any, sample_inputs: Sequence[Any], params: Any = None,
         out_names.append(graph.add_output(graph.unique_name(f"{graph.name}.output_{i}"), src).name)
     graph.eliminate_dead_code()
     return JaxCaptureResult(graph, [n.name for n in graph.inputs], out_names, [n for n, _ in param_entries],
-                            out_tree, closed, dict(mapper.counts))
+                            out_tree, closed, dict(mapper.counts), pre, post, report, input_dtypes)
+
+
+def _split(fn_or_module: Any, name: str, jaxpr: Any, host: Mapping[int, str], bound: Mapping[Any, Any],
+           param_entries: Sequence[Tuple[str, Any]], trainable: Sequence[bool], user_vars: Sequence[Any],
+           in_names: Sequence[str], input_dtypes: List[torch.dtype], for_device: bool, out_tree: Any, closed: Any,
+           counts: Dict[str, int]) -> JaxCaptureResult:
+    """The capture with CPU stages: partition the top-level equations, then map the device ones."""
+    from pybuda.frontend import fallback as shared
+    from pybuda.frontend.jax import fallback as jf
+
+    eqns = list(jaxpr.eqns)
+    stage, side, moved = jf.partition(eqns, host)
+    dev_inputs, dev_outputs = jf.plan(eqns, stage, user_vars, jaxpr.outvars, bound)
+    pre_idx = [i for i in range(len(eqns)) if stage[i] == shared.PRE]
+    dev_idx = [i for i in range(len(eqns)) if stage[i] == shared.DEVICE]
+    post_idx = [i for i in range(len(eqns)) if stage[i] == shared.POST]
+    label = _clean(name)
+    pre = jf.JaxStage(f"{label}_cpu_pre", [eqns[i] for i in pre_idx], user_vars, dev_inputs, bound) \
+        if pre_idx else None
+    post = jf.JaxStage(f"{label}_cpu_post", [eqns[i] for i in post_idx], dev_outputs, jaxpr.outvars, bound) \
+        if post_idx else None
+
+    graph = Graph(label)
+    b = JaxBuilder(graph)
+    env: Dict[Any, Any] = {}
+    n_params = len(param_entries)
+    for var, (pname, leaf), req in zip(jaxpr.invars[:n_params], param_entries, trainable):
+        value = to_torch(leaf)
+        env[var] = graph.add_parameter(graph.unique_name(pname), value, requires_grad=bool(req and
+                                       value.dtype.is_floating_point)).name
+    for i, var in enumerate(jaxpr.constvars):
+        if var in bound:
+            env[var] = Const(to_torch(bound[var]), f"const_{i}")
+    user_names = dict(zip(user_vars, in_names))
+    for k, var in enumerate(dev_inputs):
+        iname = user_names.get(var, f"host_{k}")
+        env[var] = graph.add_input(graph.unique_name(_clean(iname)), tuple(int(d) for d in var.aval.shape),
+                                   torch_dtype(var.aval.dtype)).name
+    mapper = _Mapper(b, for_device)
+    for i in dev_idx:
+        mapper.run_eqn(eqns[i], env)
+    if mapper.unsupported:  # pragma: no cover - the same equations mapped in the first pass
+        raise UnsupportedOpError(mapper.report())
+    decisions = [shared.FallbackOp(f"eqn_{u}", f"jax.lax.{eqns[u].primitive.name}", source_location(eqns[u]),
+                                   host[u], side[u], moved[u]) for u in sorted(host)]
+    describe = [f"eqn_{i} ({eqns[i].primitive.name})" for i in range(len(eqns))]
+    report = shared.FallbackReport(label, True, decisions, [describe[i] for i in pre_idx],
+                                   [describe[i] for i in post_idx], len(dev_idx))
+    if not shared.warn_if_large(report):
+        log.info("%s", report)
+    result = _finish(graph, b, mapper, env, dev_outputs, param_entries, out_tree, closed, input_dtypes, pre, post,
+                     report)
+    result.primitive_counts = counts
+    if pre is not None:
+        result.input_names = [user_names[v] for v in user_vars]
+    return result
 
 
 def _fix_shape(b: Builder, name: str, aval: Any) -> str:

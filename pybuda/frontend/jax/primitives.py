@@ -235,39 +235,26 @@ def _sign(b: Builder, eqn, args):
     return _sign_of(b, b.tensor(args[0], dt))
 
 
-# erf(|x|) = 1 - t * exp(-x^2 + P(t)), t = 1 / (1 + |x|/2) (Numerical Recipes' erfc, |error| < 1.2e-7),
-# built from ops the chip runs (its erf has no device kernel).
-_ERFC_COEFFS = (-1.26551223, 1.00002368, 0.37409196, 0.09678418, -0.18628806, 0.27886807, -1.13520398,
-                1.48851587, -0.82215223, 0.17087277)
-
-
-def _erfc_abs(b: Builder, x: str) -> str:
-    """erfc(|x|) from device ops."""
+def _device_form(b: Builder, form, x: str) -> str:
+    """A registry device form (pybuda.ops.eltwise: erf has no chip kernel) on the builder, in x's dtype."""
     dt = b.dtype(x)
-    z = b.op("abs", [x])
-    t = b.op("reciprocal", [b.binary("add", b.binary("multiply", z, 0.5, dt), 1.0, dt)])
-    poly = b.binary("multiply", t, _ERFC_COEFFS[-1], dt)
-    for c in reversed(_ERFC_COEFFS[1:-1]):
-        poly = b.op("multiply", [b.binary("add", poly, c, dt), t])
-    poly = b.binary("add", poly, _ERFC_COEFFS[0], dt)
-    expo = b.op("subtract", [poly, b.op("square", [z])])
-    return b.op("multiply", [t, b.op("exp", [expo])])
+    rank = b.rank(x)
+    return form(lambda t, ops: b.op(t, ops), lambda v: b.scalar(v, dt, rank), x)
 
 
 @converts("erf")
 def _erf(b: Builder, eqn, args):
-    dt = out_dtype(eqn)
-    x = b.tensor(args[0], dt)
-    erf_abs = b.binary("subtract", 1.0, _erfc_abs(b, x), dt)
-    return b.op("multiply", [erf_abs, _sign_of(b, x)])
+    from pybuda.ops.eltwise import erf_device_form
+
+    return _device_form(b, erf_device_form, b.tensor(args[0], out_dtype(eqn)))
 
 
 @converts("erfc")
 def _erfc(b: Builder, eqn, args):
+    from pybuda.ops.eltwise import erf_device_form
+
     dt = out_dtype(eqn)
-    x = b.tensor(args[0], dt)
-    erf = b.op("multiply", [b.binary("subtract", 1.0, _erfc_abs(b, x), dt), _sign_of(b, x)])
-    return b.binary("subtract", 1.0, erf, dt)
+    return b.binary("subtract", 1.0, _device_form(b, erf_device_form, b.tensor(args[0], dt)), dt)
 
 
 @converts("stop_gradient", "copy", "copy_p", "optimization_barrier", "reduce_precision")

@@ -15,6 +15,12 @@ Steps (:func:`import_model`):
    picks the smaller of their ancestors (CPU *pre*) or descendants (CPU *post*), and those stages are ONNX
    subgraphs run by ONNX Runtime (:class:`~pybuda.frontend.onnx.stages.OnnxStage`). With fallback disabled,
    :class:`~pybuda.errors.UnsupportedOpError` lists every such node with its name and op type.
+   Values crossing between the stages and the device must be device data (a float, integer or boolean
+   element type of static, non-empty shape; integers within Float32's exact range): when the rule's split
+   would send another one (bfloat16 results, float8, int4, strings, empty tensors) across, every host node
+   goes to the post side instead, then to the pre side; when neither works the whole model is one CPU
+   stage (``OnnxCapture.host``). Exact-GELU chains of exporters without a Gelu op become one ``gelu``
+   (:mod:`.fusion`).
 
 Float initializers become parameters (``requires_grad=False``); integer ones stay constants (they are
 shapes and indices). The result is an :class:`OnnxCapture`, which follows the stage contract of
@@ -230,10 +236,28 @@ class OnnxCapture:
     input_names: List[str]
     output_names: List[str]  # the model's ONNX output names
     bound_inputs: Dict[str, np.ndarray] = field(default_factory=dict)  # inputs specialised as constants
-    output_dtypes: List[np.dtype] = field(default_factory=list)
+    output_dtypes: List[Optional[np.dtype]] = field(default_factory=list)  # None: not a tensor output
+    #: The whole model as one CPU stage, when no split into pre/device/post exists (``graph`` is then
+    #: empty): e.g. a value of an element type the device cannot hold (bfloat16, float8, int4, strings)
+    #: or an empty tensor would have to cross the device. ``host_reason`` says which.
+    host: Optional[Callable[..., Tuple[Any, ...]]] = None
+    host_reason: str = ""
+    node_labels: List[str] = field(default_factory=list)  # per ONNX node (in model order): its ops' name prefix
+
+    def node_of_op(self, op_name: str) -> Optional[str]:
+        """The label of the ONNX node whose mapping made graph op ``op_name`` (None when none did)."""
+        best = None
+        for label in self.node_labels:
+            if (op_name == label or op_name.startswith(label + ".")) and (best is None or len(label) > len(best)):
+                best = label
+        return best
 
     def split_for_devices(self):
-        """``(pre, device_graph, post)``; missing stages are None."""
+        """``(pre, device_graph, post)``; missing stages are None. CompileError for a model that runs only
+        on the host (:attr:`host`)."""
+        if self.host is not None:
+            raise CompileError(f"ONNX model '{self.graph.name}' has no part for the device ({self.host_reason}); "
+                               f"run it with pybuda.frontend.onnx.backend or ONNX Runtime", stage=STAGE)
         return self.pre, self.graph, self.post
 
     def flatten_inputs(self, *args: Any, **kwargs: Any) -> List[torch.Tensor]:
@@ -268,6 +292,8 @@ class OnnxCapture:
         from pybuda.verify import run_graph_on_cpu
 
         flat = self.flatten_inputs(*args)
+        if self.host is not None:
+            return list(self.host(*flat))
         with torch.no_grad():
             values = list(self.pre(*flat)) if self.pre is not None else flat
             values = list(executor(self.graph, values) if executor is not None else run_graph_on_cpu(self.graph, values))
@@ -293,7 +319,8 @@ def _to_torch(a: np.ndarray) -> torch.Tensor:
 
 
 def import_model(model_or_path: Any, *samples: Any, name: Optional[str] = None, config: Any = None,
-                 for_device: bool = True, bind_inputs: Sequence[str] = ()) -> OnnxCapture:
+                 for_device: bool = True, bind_inputs: Sequence[str] = (),
+                 host_nodes: Optional[Mapping[str, str]] = None) -> OnnxCapture:
     """Import an ONNX model for the given sample inputs (numpy arrays or torch tensors, one per graph input).
 
     Args:
@@ -304,6 +331,8 @@ def import_model(model_or_path: Any, *samples: Any, name: Optional[str] = None, 
             ``enable_tvm_cpu_fallback`` and ``cpu_fallback_ops`` (ONNX op types or registry op names).
         for_device: ops the chip cannot run count as unsupported (CPU fallback or UnsupportedOpError).
         bind_inputs: names of inputs whose sample *values* become constants (e.g. integer shape inputs).
+        host_nodes: ``{node name or label: reason}`` for nodes that must run on the host although they map
+            (e.g. the compiler failed on them); with fallback disabled they are listed as unsupported.
 
     Raises:
         ModuleError: the model is malformed (bad proto, fails the checker, an input without a shape).
@@ -322,13 +351,14 @@ def import_model(model_or_path: Any, *samples: Any, name: Optional[str] = None, 
     model = onnx_model.check_and_upgrade(model, label)
     arrays = [_as_numpy(s) for s in samples]
     bound = onnx_model.bind_inputs(model, arrays, label)
-    return _Importer(bound, arrays, label, config, for_device, set(bind_inputs)).run()
+    return _Importer(bound, arrays, label, config, for_device, set(bind_inputs), dict(host_nodes or {})).run()
 
 
 class _Importer:
     def __init__(self, model: "onnx.ModelProto", samples: List[np.ndarray], name: str, config: Any, for_device: bool,
-                 bind: Set[str]):
+                 bind: Set[str], host_nodes: Optional[Dict[str, str]] = None):
         self.model = model
+        self.host_nodes = host_nodes or {}
         self.name = name
         self.config = config
         self.for_device = for_device
@@ -342,6 +372,15 @@ class _Importer:
         # Static shape/dtype of every value: shape inference, then the sample run for what it left open.
         inferred = onnx_model.infer_shapes(model, name)
         self.samples_run = onnx_model.probe(model, self.feeds)
+        # ONNX element type of every value (torch has no dtype for some: float8, int4, strings; numpy holds bfloat16 through ml_dtypes).
+        self.elem: Dict[str, int] = dict(onnx_model.value_types(model))
+        self.elem.update({k: et for k, (_, et) in inferred.items()})
+        for k, v in self.samples_run.items():
+            if isinstance(v, np.ndarray):
+                try:
+                    self.elem[k] = int(onnx.helper.np_dtype_to_tensor_dtype(v.dtype))
+                except (KeyError, TypeError, ValueError):
+                    pass
         self.info: Dict[str, Tuple[Optional[Tuple[int, ...]], Optional[torch.dtype]]] = {}
         for k, (shape, et) in inferred.items():
             self.info[k] = (shape, onnx_model.torch_dtype(et))
@@ -351,6 +390,11 @@ class _Importer:
                     self.info[k] = (tuple(int(d) for d in v.shape), _to_torch(v.reshape(-1)[:0]).dtype)
                 except TypeError:  # an element type torch lacks
                     self.info[k] = (tuple(int(d) for d in v.shape), None)
+        # Exact-GELU chains of exporters without a Gelu op become the chip's gelu (see fusion.py).
+        from pybuda.frontend.onnx.fusion import gelu_chains
+
+        self.gelu_final = gelu_chains(self.nodes, self.inits, [o.name for o in model.graph.output])
+        self.gelu_absorbed = {j: i for i, (_, chain) in self.gelu_final.items() for j in chain}
         self.b: OnnxBuilder
         self.graph: Graph
 
@@ -425,6 +469,14 @@ class _Importer:
     def _convert(self, i: int, env: Dict[str, Any]) -> List[Any]:
         """Map node ``i``; returns its output values or raises Unsupported."""
         node = self.nodes[i]
+        if i in self.gelu_absorbed:  # part of an exact-GELU chain: its last node computes the whole chain
+            return [Missing(f"inside the GELU chain ending at {self.labels[i]}") for _ in node.output]
+        if i in self.gelu_final and isinstance(env.get(self.gelu_final[i][0]), str):
+            self.b.begin_onnx(node, self.labels[i])
+            x = env[self.gelu_final[i][0]]
+            if self.graph[x].dtype.is_floating_point and 0 not in self.graph[x].shape:
+                out = self.b.op("gelu", [x], approximate="none")
+                return [self.b.finish(self._conform(node.output[0], out))]
         ins = []
         for n in node.input:
             if n not in env:
@@ -533,6 +585,10 @@ class _Importer:
                     self.graph[c].kind == OP for c in created):
                 folded.add(i)
                 continue
+            forced = self.host_nodes.get(self.labels[i]) or (node.name and self.host_nodes.get(node.name))
+            if forced:
+                unsupported[i] = forced
+                continue
             if self.for_device:
                 reason = self._device_reason(created)
                 if reason is not None:
@@ -543,6 +599,10 @@ class _Importer:
                 if hit is not None:
                     host[i] = f"'{hit}' is in cpu_fallback_ops"
 
+        for i, (_, chain) in self.gelu_final.items():
+            if i in unsupported:  # the chain runs as its original nodes on the host, all of them
+                unsupported.update({j: f"part of the GELU chain ending at {self.labels[i]}, which runs on the host"
+                                    for j in chain})
         if unsupported and not enabled:
             raise UnsupportedOpError([UnsupportedOp(f"{self.nodes[i].op_type} (node '{self.nodes[i].name or self.labels[i]}')",
                                                     f"onnx node #{i}", r) for i, r in unsupported.items()])
@@ -550,22 +610,37 @@ class _Importer:
         compute = [i for i in range(len(self.nodes)) if i not in folded]
         consts = {k: v for k, v in env.items() if isinstance(v, Const) and not isinstance(v, Param)}
         outputs = [o.name for o in self.model.graph.output]
-        out_dtypes = [onnx_model.np_dtype(o.type.tensor_type.elem_type) for o in self.model.graph.output]
+        out_dtypes = [onnx_model.np_dtype(o.type.tensor_type.elem_type)
+                      if o.type.HasField("tensor_type") and o.type.tensor_type.elem_type else None
+                      for o in self.model.graph.output]
         user_inputs = [vi.name for vi in self.inputs if vi.name not in self.bind]
         base = dict(input_names=user_inputs, output_names=outputs,
                     bound_inputs={k: self.feeds[k] for k in self.bind}, output_dtypes=out_dtypes,
-                    all_inputs=[vi.name for vi in self.inputs])
+                    all_inputs=[vi.name for vi in self.inputs], node_labels=list(self.labels))
         if not host:
+            blocked = next((r for r in map(self._cannot_cross, list(user_inputs) + list(outputs)) if r), None)
+            if blocked is not None:
+                return self._host_only(compute, host, blocked, enabled, user_inputs, outputs, base)
             self._add_outputs(outputs, env)
             self.graph.eliminate_dead_code()
             report = FallbackReport(self.name, enabled, device_ops=len(compute))
             return OnnxCapture(self.graph, report, None, None, **base)
 
-        stage, decisions = self._partition(compute, {i: host[i] for i in sorted(host)})
-        pre_nodes = [i for i in compute if stage[i] == PRE]
-        dev_nodes = [i for i in compute if stage[i] == DEVICE]
-        post_nodes = [i for i in compute if stage[i] == POST]
-        dev_inputs, dev_outputs = self._plan(stage, pre_nodes, dev_nodes, post_nodes, consts, outputs, user_inputs)
+        host = {i: host[i] for i in sorted(host)}
+        blocked = None
+        for force in (None, POST, PRE):
+            stage, decisions = self._partition(compute, host, force)
+            pre_nodes = [i for i in compute if stage[i] == PRE]
+            dev_nodes = [i for i in compute if stage[i] == DEVICE]
+            post_nodes = [i for i in compute if stage[i] == POST]
+            dev_inputs, dev_outputs = self._plan(stage, pre_nodes, dev_nodes, post_nodes, consts, outputs, user_inputs)
+            blocked = next((r for r in map(self._cannot_cross, list(dev_inputs) + list(dev_outputs)) if r), None)
+            if not dev_nodes:
+                blocked = "no op of it can run on the device"
+            if blocked is None:
+                break
+        if blocked is not None:
+            return self._host_only(compute, host, blocked, enabled, user_inputs, outputs, base)
 
         from pybuda.frontend.onnx.stages import build_stage
 
@@ -597,16 +672,33 @@ class _Importer:
             log.info("%s", report)
         return OnnxCapture(self.graph, report, pre, post, **base)
 
+    def _host_only(self, compute: List[int], host: Mapping[int, str], blocked: str, enabled: bool,
+                   user_inputs: List[str], outputs: List[str], base: Dict[str, Any]) -> OnnxCapture:
+        """The whole model as one CPU stage: no split leaves only device-ready values between the stages."""
+        from pybuda.frontend.onnx.stages import build_stage
+
+        stage = build_stage(self, list(range(len(self.nodes))), user_inputs, outputs, {}, f"{self.name}_cpu")
+        why = (f"the model runs on the host: {blocked}" if not blocked.startswith("'") else
+               f"the model runs on the host: {blocked} but would cross the device")
+        decisions = [FallbackOp(self.labels[u], self.nodes[u].op_type, f"onnx node #{u}", r, PRE, len(compute) - 1)
+                     for u, r in host.items()]
+        report = FallbackReport(self.name, enabled, decisions, self._describe(compute), [], 0, [])
+        log.warning("ONNX model '%s': %s", self.name, why)
+        self._fresh()
+        return OnnxCapture(self.graph, report, None, None, host=stage, host_reason=why, **base)
+
     def _describe(self, idx: Sequence[int]) -> List[str]:
         return [f"{self.labels[i]} ({self.nodes[i].op_type})" for i in idx]
 
-    def _partition(self, compute: List[int], host: Mapping[int, str]) -> Tuple[Dict[int, str], List[FallbackOp]]:
-        """The torch frontend's rule (:func:`pybuda.frontend.fallback.partition`) over ONNX nodes."""
+    def _partition(self, compute: List[int], host: Mapping[int, str],
+                   force: Optional[str] = None) -> Tuple[Dict[int, str], List[FallbackOp]]:
+        """The torch frontend's rule (:func:`pybuda.frontend.fallback.partition`) over ONNX nodes; ``force``
+        (PRE or POST) puts every host node on that side instead, with all its ancestors or descendants."""
         cset = set(compute)
         producer = {o: i for i in compute for o in self.nodes[i].output if o}
         users: Dict[int, Set[int]] = {i: set() for i in compute}
         for i in compute:
-            for n in self.nodes[i].input:
+            for n in self._reads(self.nodes[i]):
                 p = producer.get(n)
                 if p is not None:
                     users[p].add(i)
@@ -616,7 +708,7 @@ class _Importer:
             stack = [start]
             while stack:
                 k = stack.pop()
-                nexts = [producer[n] for n in self.nodes[k].input if n in producer] if up else users[k]
+                nexts = [producer[n] for n in self._reads(self.nodes[k]) if n in producer] if up else users[k]
                 for m in nexts:
                     if m in cset and m not in seen:
                         seen.add(m)
@@ -625,11 +717,43 @@ class _Importer:
 
         anc = {u: closure(u, True) for u in host}
         desc = {u: closure(u, False) for u in host}
-        side, pre, post = assign_sides(host, anc, desc, STAGE)
+        if force is None:
+            side, pre, post = assign_sides(host, anc, desc, STAGE)
+        else:
+            side = {u: force for u in host}
+            reach = anc if force == PRE else desc
+            moved = set().union(*(reach[u] | {u} for u in host))
+            pre, post = (moved, set()) if force == PRE else (set(), moved)
         stage = {i: PRE if i in pre else POST if i in post else DEVICE for i in compute}
         decisions = [FallbackOp(self.labels[u], self.nodes[u].op_type, f"onnx node #{u}", host[u], side[u],
                                 len(anc[u]) if side[u] == PRE else len(desc[u])) for u in host]
         return stage, decisions
+
+    def _reads(self, node: "onnx.NodeProto") -> List[str]:
+        """Values ``node`` reads: its inputs and the outer-scope values its subgraphs (If/Loop/Scan) use."""
+        names = [n for n in node.input if n]
+        for a in node.attribute:
+            for g in ([a.g] if a.type == onnx.AttributeProto.GRAPH else list(a.graphs)):
+                local = {i.name for i in g.input} | {t.name for t in g.initializer}
+                for sub in g.node:
+                    names += [n for n in self._reads(sub) if n not in local]
+                    local |= set(sub.output)
+        return names
+
+    def _cannot_cross(self, v: str) -> Optional[str]:
+        """Why value ``v`` cannot be a device input or output (None when it can)."""
+        shape, dtype = self.info.get(v, (None, None))
+        if shape is None:
+            return f"'{v}' has no static shape"
+        if dtype is None or dtype not in _DEVICE_DTYPES:
+            return f"'{v}' has element type {_elem_name(self.elem.get(v))}, which the device cannot hold"
+        if 0 in shape:
+            return f"'{v}' is empty (shape {list(shape)})"
+        sample = self.samples_run.get(v)
+        if (not dtype.is_floating_point and dtype != torch.bool and isinstance(sample, np.ndarray) and sample.size
+                and sample.dtype.kind in "iu" and np.abs(sample.astype(np.float64)).max() > _EXACT_INT):
+            return f"'{v}' holds integers beyond the device's exact range (+-{_EXACT_INT})"
+        return None
 
     def _plan(self, stage: Mapping[int, str], pre_nodes, dev_nodes, post_nodes, consts, outputs, user_inputs):
         """Values crossing stage boundaries (the torch frontend's :func:`~pybuda.frontend.fallback.plan_stages`)."""
@@ -649,7 +773,7 @@ class _Importer:
             return s is not None and (st == DEVICE and s == PRE or st == POST and s in (PRE, DEVICE))
 
         def needed_by(idx, st) -> Set[str]:
-            return {v for i in idx for v in self.nodes[i].input if produced_before(st, v)}
+            return {v for i in idx for v in self._reads(self.nodes[i]) if produced_before(st, v)}
 
         finals = [o for o in outputs if o not in consts and o not in self.inits]
         if post_nodes:
@@ -678,6 +802,24 @@ class _Importer:
                 src = self.graph.add_op(self.graph.unique_name(f"{_safe(o)}.passthrough"), "nop", [src]).name
             names.append(self.graph.add_output(self.graph.unique_name(f"{self.name}.output_{_safe(o)}"), src).name)
         return names
+
+
+#: Element types a device queue holds (integers and booleans as exact floats); float8 and the unsigned
+#: 16/32/64-bit types (which torch widens) stay on the host.
+_DEVICE_DTYPES = frozenset({torch.float32, torch.float16, torch.bfloat16, torch.float64, torch.int64, torch.int32,
+                            torch.int16, torch.int8, torch.uint8, torch.bool})
+
+#: Largest integer magnitude the device's formats hold exactly (Float32's 24-bit significand).
+_EXACT_INT = 2 ** 24
+
+
+def _elem_name(elem_type: Optional[int]) -> str:
+    if not elem_type:
+        return "unknown"
+    try:
+        return onnx.TensorProto.DataType.Name(elem_type).lower()
+    except ValueError:
+        return str(elem_type)
 
 
 def _fallback_set(config: Any) -> Tuple[bool, Set[str]]:

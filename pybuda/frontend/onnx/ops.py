@@ -10,7 +10,9 @@ attribute value the ONNX op itself does not accept.
 from __future__ import annotations
 
 import math
-from typing import List, Sequence
+from typing import Any, List, Sequence, Tuple
+
+import numpy as np
 
 import torch
 
@@ -125,7 +127,7 @@ def _where(ctx: NodeCtx):
 
 
 _UNARY = {"Abs": "abs", "Exp": "exp", "Log": "log", "Sqrt": "sqrt", "Reciprocal": "reciprocal", "Sigmoid": "sigmoid",
-          "Tanh": "tanh", "Erf": "erf", "Sin": "sine", "Cos": "cosine", "Relu": "relu"}
+          "Tanh": "tanh", "Sin": "sine", "Cos": "cosine", "Relu": "relu"}
 
 
 @converts(*_UNARY)
@@ -133,6 +135,18 @@ def _unary(ctx: NodeCtx):
     if ctx.op_type not in ("Abs", "Relu"):
         _float_out(ctx)
     return ctx.b.op(_UNARY[ctx.op_type], [ctx.x(0)])
+
+
+@converts("Erf")
+def _erf(ctx: NodeCtx):
+    # The chip has no erf kernel: the registry's device form (an erfc fit from exp, reciprocal, abs ...).
+    from pybuda.ops.eltwise import erf_device_form
+
+    dt = _float_out(ctx)
+    b = ctx.b
+    x = ctx.x(0, dt)
+    rank = b.rank(x)
+    return erf_device_form(lambda t, ops: b.op(t, ops), lambda v: b.scalar(v, dt, rank), x)
 
 
 @converts("Neg")
@@ -244,7 +258,9 @@ def _identity(ctx: NodeCtx):
 
 @converts("Dropout")
 def _dropout(ctx: NodeCtx):
-    if ctx.has(2) and bool(ctx.const(2, "training_mode").reshape(-1)[0]):
+    training = ctx.has(2) and bool(ctx.const(2, "training_mode").reshape(-1)[0])
+    if training and (not ctx.has(1) or float(ctx.const(1, "ratio").reshape(-1)[0]) != 0.0):
+        # Random masks run on the host (see stages.py: a seeded node draws ONNX's own reference masks).
         raise Unsupported("Dropout in training mode")
     x = ctx.b.op("nop", [ctx.x(0)])
     if len(ctx.node.output) > 1 and ctx.node.output[1]:
@@ -299,6 +315,11 @@ def _gemm(ctx: NodeCtx):
         bias = ctx.x(2, dt)
         if beta != 1.0:
             bias = b.binary("multiply", bias, beta, dt)
+    n = ctx.out_shape()[-1]
+    if bias is not None and tuple(b.shape(bias)) not in ((n,), (1, n)):
+        # The matmul op's bias is one row added to every output row; a scalar, column or full-matrix
+        # bias (Gemm's unidirectional broadcast) is an add after the matmul.
+        return b.binary("add", _matmul(b, a, w, None, ctx.out_shape(), dt), bias, dt)
     return _matmul(b, a, w, bias, ctx.out_shape(), dt)
 
 
@@ -350,7 +371,20 @@ def _conv(ctx: NodeCtx):
         w = b.reshape(w, (ws[0], ws[1], 1, ws[2]))
         strides, dil, pads = [1] + strides, [1] + dil, [0, pads[0], 0, pads[1]]
         spatial = 2
-    return b.reshape(_conv2d(b, x, w, bias, strides, _sym_pads(pads, 2), dil, groups), ctx.out_shape())
+    x, pads = _pad_unevenly(b, x, pads)
+    return b.reshape(_conv2d(b, x, w, bias, strides, pads, dil, groups), ctx.out_shape())
+
+
+def _pad_unevenly(b: Any, x: str, pads: Sequence[int]) -> Tuple[str, List[int]]:
+    """Split 2-d ONNX pads ``[top, left, bottom, right]`` into the convolution's symmetric padding and an
+    explicit zero ``pad`` of the NCHW input for the rest (e.g. TF's 'SAME' with stride 2 pads one more row
+    at the bottom): both run on the device, and zero padding is exactly what the convolution would add."""
+    top, left, bottom, right = pads
+    sym = [min(top, bottom), min(left, right)]
+    extra = (left - sym[1], right - sym[1], top - sym[0], bottom - sym[0])
+    if any(extra):
+        x = b.op("pad", [x], pad=extra, mode="constant", value=0.0, channel_last=False)
+    return x, sym
 
 
 @converts("ConvTranspose")
@@ -731,24 +765,80 @@ def _constant_of_shape(ctx: NodeCtx):
 
 @converts("Resize", "Upsample")
 def _resize(ctx: NodeCtx):
-    mode = ctx.attr("mode", "nearest", (str,))
-    if mode != "nearest":
-        raise Unsupported(f"Resize mode '{mode}'")
+    # Every Resize mode (nearest, linear, cubic; each coordinate transformation, antialias) is linear in
+    # its input and separable by axis: each resized spatial axis is one matmul with a constant matrix,
+    # the node's own ONNX semantics applied to an identity basis (:func:`_resize_matrix`).
     if ctx.rank(0) != 4:
         raise Unsupported(f"Resize of a rank-{ctx.rank(0)} tensor")
     ctm = ctx.attr("coordinate_transformation_mode", "half_pixel", (str,))
-    nearest = ctx.attr("nearest_mode", "round_prefer_floor", (str,))
-    out = ctx.out_shape()
-    ins = ctx.shape(0)
-    if out[:2] != ins[:2]:
+    if ctm == "tf_crop_and_resize":
+        raise Unsupported("Resize with tf_crop_and_resize (an affine map with its extrapolation value)")
+    axes = [ctx.axis(a, 4, "axes entry") for a in ctx.attr("axes", [0, 1, 2, 3], (list,))]
+    out, ins = ctx.out_shape(), ctx.shape(0)
+    if tuple(out[:2]) != tuple(ins[:2]):
         raise Unsupported("Resize of batch/channel dims")
-    integer = all(o % i == 0 for o, i in zip(out[2:], ins[2:]))
-    # Integer upscales: pybuda's nearest resize picks floor(o / s), as ONNX does for these modes.
-    ok = integer and ((ctm in ("half_pixel", "pytorch_half_pixel") and nearest.startswith("round")) or
-                      (ctm == "asymmetric" and nearest == "floor"))
-    if not ok:
-        raise Unsupported(f"Resize nearest with {ctm}/{nearest} from {list(ins[2:])} to {list(out[2:])}")
-    return ctx.b.op("resize2d", [ctx.x(0)], sizes=tuple(out[2:]), method="nearest_neighbor", channel_last=False)
+    scales = None
+    k = 1 if ctx.op_type == "Upsample" else 2
+    if ctx.has(k) and ctx.shape(k) != (0,):
+        if isinstance(ctx.value(k), Const):
+            given = [float(v) for v in ctx.const(k).reshape(-1).tolist()]
+            if len(given) != len(axes):
+                raise ctx.bad(f"scales has {len(given)} values for {len(axes)} axes")
+            scales = [1.0] * 4
+            for a, v in zip(axes, given):
+                scales[a] = v
+        else:
+            # Scales computed at run time: the static output shape fixes them only where the sample's scales
+            # are exactly out/in (then any run with this shape resizes the same way).
+            sample = ctx.imp.samples_run.get(ctx.node.input[k])
+            ratios = [o / i for o, i in zip(out, ins)]
+            if sample is None or [float(v) for v in np.asarray(sample).reshape(-1)] != [ratios[a] for a in axes]:
+                raise Unsupported("Resize with scales computed at run time that are not out/in")
+            scales = ratios
+    elif ctx.attr("keep_aspect_ratio_policy", "stretch", (str,)) != "stretch":
+        # One scale for the listed axes (ONNX: the smallest or largest sizes/in), used as given scales.
+        sizes = ctx.ints(3, "sizes")
+        ratios = [sz / ins[a] for a, sz in zip(axes, sizes)]
+        policy = ctx.attr("keep_aspect_ratio_policy", types=(str,), choices=("not_larger", "not_smaller"))
+        scale = min(ratios) if policy == "not_larger" else max(ratios)
+        scales = [scale if a in axes else 1.0 for a in range(4)]
+    dt = _float_out(ctx)
+    b = ctx.b
+    x = ctx.x(0, dt)
+    for axis in (3, 2):
+        if out[axis] == ins[axis] and (scales is None or scales[axis] == 1.0):
+            continue  # an identity along this axis in every mode
+        m = torch.from_numpy(_resize_matrix(ctx, axis, ins[axis], out[axis], scales)).to(dt)
+        mt = b.const(m.t().contiguous(), f"{ctx.label}.interp{axis}")
+        if axis == 3:
+            x = b.op("matmul", [x, mt])
+        else:
+            x = b.transpose(b.op("matmul", [b.transpose(x, 2, 3), mt]), 2, 3)
+    return x
+
+
+def _resize_matrix(ctx: NodeCtx, axis: int, n_in: int, n_out: int, scales: Any) -> np.ndarray:
+    """The ``[n_out, n_in]`` matrix of the node's resize along ``axis``: the ONNX reference implementation
+    of a Resize with the node's attributes, run on the identity basis laid out along that axis."""
+    from onnx import helper
+    from onnx.reference import ReferenceEvaluator
+
+    basis = np.eye(n_in, dtype=np.float32).reshape(n_in, 1, n_in, 1)
+    attrs = {k: v for k, v in ctx.attrs.items() if k not in ("axes", "keep_aspect_ratio_policy")}
+    if ctx.op_type == "Upsample":
+        attrs = {"mode": attrs.get("mode", b"nearest"), "coordinate_transformation_mode": b"asymmetric",
+                 "nearest_mode": b"floor"}
+    feeds = {"x": basis}
+    if scales is not None:
+        feeds["scales"] = np.array([1.0, 1.0, scales[axis], 1.0], np.float32)
+        node = helper.make_node("Resize", ["x", "", "scales"], ["y"], **attrs)
+    else:
+        feeds["sizes"] = np.array([n_in, 1, n_out, 1], np.int64)
+        node = helper.make_node("Resize", ["x", "", "", "sizes"], ["y"], **attrs)
+    y = ReferenceEvaluator(node, opsets={"": max(ctx.opset, 13)}).run(None, feeds)[0]
+    if y.shape != (n_in, 1, n_out, 1):
+        raise Unsupported(f"Resize along axis {axis} gives {list(y.shape)}")
+    return np.ascontiguousarray(y[:, 0, :, 0].T, dtype=np.float32)
 
 
 @converts("DepthToSpace")

@@ -544,7 +544,23 @@ def _pad(rw, node, ops, ctx):
     return rw.op(f"{node.name}.fill", "add", [padded, rw.constant(f"{node.name}.fill_value", mask)])
 
 
+def _erf(rw, node, ops, ctx):
+    # The chip has no erf kernel: the registry's device form (a rational-exp fit, 1.2e-7 relative).
+    from pybuda.ops.eltwise import erf_device_form
+
+    count = iter(range(1 << 30))
+
+    def op(op_type, operands):
+        return rw.op(f"{node.name}.{op_type}{next(count)}", op_type, operands)
+
+    def const(value):
+        return _scalar(rw, node, f"c{next(count)}", value)
+
+    return erf_device_form(op, const, ops[0])
+
+
 _RULES = {
+    "erf": _erf,
     "pad": _pad,
     "equal": _compare("equal"),
     "not_equal": _compare("not_equal"),

@@ -2,10 +2,13 @@
 
 TT-Buda traced with the microbatch as dim 0 of every input and ran the lowered graph once per sample
 (``input_count`` = microbatch in the netlist). Here the rule is explicit: every graph input must have
-dim 0 equal to the microbatch (or 1, for a graph already traced for one sample, as TTDevices do), every value computed from an input is "batched" and keeps dim 0 as its
-batch dim, and the device graph is the same graph with that dim set to 1. An op that mixes samples (a
-reshape that merges the batch dim, a transpose or reduction over dim 0 ...) cannot run one sample at a
-time and is reported as a CompileError naming the op. Parameters and constants are shared by all
+dim 0 equal to the microbatch (or 1, for a graph already traced for one sample, as TTDevices do), every
+value computed from an input is "batched" and keeps dim 0 as its batch dim, and the device graph is the
+same graph with that dim set to 1. In a graph traced for the whole microbatch, an op that mixes samples
+(a reshape that merges the batch dim, a transpose or reduction over dim 0 ...) cannot run one sample at
+a time and is reported as a CompileError naming the op. A graph traced for one sample is one sample's
+computation throughout, so its ops are kept as they are whatever their dim 0 (the backward of a conv
+reshapes a sample's weight gradient to the weight's shape). Parameters and constants are shared by all
 samples and are unchanged.
 """
 
@@ -45,7 +48,12 @@ def strip_microbatch(graph: Graph, ctx: CompileContext) -> Graph:
             n.tags.update(node.tags)
         elif node.kind == OP:
             attrs = dict(node.attrs)
-            if any(o in batched for o in node.operands):
+            if expect == 1 and any(o in batched for o in node.operands):
+                # Traced for one sample: every op already computes one sample's values, whatever its dim 0
+                # (a weight gradient reshaped to the weight's shape is still that sample's).
+                new.add_op(node.name, node.op_type, node.operands, attrs, node.tags)
+                batched.add(node.name)
+            elif any(o in batched for o in node.operands):
                 if not node.shape or node.shape[0] != expect:
                     raise ctx.error(f"{node.op_type} mixes the samples of a microbatch (output shape "
                                     f"{list(node.shape)} does not keep dim 0 == {expect}); it cannot run one sample "

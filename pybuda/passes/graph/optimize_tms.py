@@ -12,6 +12,9 @@ chain that is the only use of a graph input (a zero ``pad`` too) is applied by t
 takes the transformed shape), and a chain that only feeds a graph output is applied by the host after
 the read. The hoisted chains are recorded in ``ctx.input_host_tms`` / ``ctx.output_host_tms`` and on
 the input/output node's ``tags["host_tms"]`` as ``[(op_type, attrs), ...]`` in application order.
+An input tagged :data:`DEVICE_RESIDENT` keeps its TMs on the device: another program of a training
+netlist writes its queue on the device (a saved activation, a gradient accumulator), so no host is there
+to apply them.
 """
 
 from __future__ import annotations
@@ -25,6 +28,8 @@ from pybuda.passes.context import CompileContext
 from pybuda.passes.graph.rewrite import Rewriter
 
 HOISTABLE = frozenset({"reshape", "transpose", "pad"})
+#: Input tag: the queue is written on the device by another program, so its TMs are never hoisted to the host.
+DEVICE_RESIDENT = "device_resident"
 
 
 def optimize_tms(graph: Graph, ctx: CompileContext) -> Graph:
@@ -66,6 +71,15 @@ def _order_preserving(shape: Sequence[int], perm: Sequence[int]) -> bool:
     return order == sorted(order)
 
 
+def _device_can_reshape(in_shape, out_shape) -> bool:
+    """Whether lowering has a plan for ``reshape(in_shape -> out_shape)`` in one move. The capability check
+    passed each reshape of a chain; their merge can need a move no plan covers, and then the chain stays
+    as it is (lowering moves it op by op)."""
+    from pybuda.passes.lower.movement import unsupported_movement
+
+    return unsupported_movement([tuple(in_shape)], "reshape", {"shape": tuple(out_shape)}) is None
+
+
 def _simplify(graph: Graph) -> Graph:
     def rule(rw: Rewriter, node: Node, ops: Sequence[str]) -> Optional[str]:
         if node.op_type == "reshape":
@@ -74,7 +88,7 @@ def _simplify(graph: Graph) -> Graph:
                 src = rw.node(src).operands[0]
             if tuple(rw.shape(src)) == tuple(node.shape):
                 return src
-            if src != ops[0]:
+            if src != ops[0] and _device_can_reshape(rw.shape(src), node.shape):
                 return rw.op(node.name, "reshape", [src], {"shape": tuple(node.shape)}, node.tags)
             return None
         if node.op_type == "transpose":
@@ -103,12 +117,17 @@ def _hoist_inputs(graph: Graph, ctx: CompileContext) -> Graph:
     users = graph.user_map()
     absorbed: Dict[str, str] = {}  # TM node -> input it collapses into
     chains: Dict[str, List[Node]] = {}
+    # One push holds the whole microbatch in dim 0: beyond one sample, a TM touching dim 0 stays on the device.
+    per_sample_only = int(getattr(ctx, "microbatch", 1) or 1) > 1
     for inp in graph.inputs:
+        if inp.tags.get(DEVICE_RESIDENT):
+            continue
         chain: List[Node] = []
         cur = inp.name
         while len(users[cur]) == 1:
             u = graph[users[cur][0]]
-            if u.kind != OP or u.op_type not in HOISTABLE or u.operands != [cur]:
+            if u.kind != OP or u.op_type not in HOISTABLE or u.operands != [cur] or \
+                    (per_sample_only and _moves_dim0(graph, u)):
                 break
             chain.append(u)
             cur = u.name
@@ -134,6 +153,27 @@ def _hoist_inputs(graph: Graph, ctx: CompileContext) -> Graph:
             continue
         _copy(new, graph, node, {n: absorbed[n] for n in absorbed if chains[absorbed[n]][-1].name == n})
     return new
+
+
+def _moves_dim0(graph: Graph, node: Node) -> bool:
+    """True when a TM touches dim 0. The host applies hoisted TMs to the whole push, whose dim 0 holds the
+    samples of the microbatch: such a TM would mix them, so it stays on the device (which runs it per sample)."""
+    shape = graph[node.operands[0]].shape
+    rank = len(shape)
+    if node.op_type == "transpose" and rank:
+        return 0 in (normalize_dim(node.attrs["dim0"], rank), normalize_dim(node.attrs["dim1"], rank))
+    if node.op_type == "reshape":
+        target = tuple(node.attrs["shape"])
+        return not (shape and target and shape[0] == target[0])
+    if node.op_type == "pad":
+        # Pads count from the last dim: a pad reaching dim 0 would pad the samples themselves.
+        from pybuda.ops.tm import _pad_plan
+
+        try:
+            return any(normalize_dim(d, rank) == 0 for d, _, _ in _pad_plan(rank, node.attrs))
+        except (ValueError, KeyError):
+            return True
+    return False
 
 
 def _host_tm(graph: Graph, node: Node) -> Tuple[str, dict]:

@@ -4,8 +4,8 @@ sequences, else column/row pickers. See :mod:`pybuda.passes.lower.to_tiles`."""
 from __future__ import annotations
 
 import math
-from dataclasses import replace
-from typing import List, Optional
+from dataclasses import dataclass, replace
+from typing import Any, Dict, List, Optional
 
 import numpy as np
 import torch
@@ -25,7 +25,7 @@ class DataMovementLowering:
     def _resolve(self, lz: Lazy) -> DVal:
         """Lower a chain of data-movement ops: tile TMs when they realise it; else a column picker that
         selects/reorders the columns the chain keeps followed by TMs (e.g. splitting fused QKV columns
-        into heads); else general pickers."""
+        into heads); else general pickers; else (no single move does the whole chain) one op at a time."""
         v = self._canonical(lz.base)
         key = ("resolve", lz.base_shape, lz.ops)
         plan = self.cache.get(key)
@@ -33,6 +33,8 @@ class DataMovementLowering:
             plan = self._plan_chain(lz)
             self.cache[key] = plan
         kind, cols, tms = plan
+        if kind == "split":
+            return self._resolve_stepwise(lz, v)
         if kind == "pickers":
             return self._gather_pickers(self.g[lz.name], [v], [lz.base_shape], lz.shape, chain=lz)
         if kind == "rotate":
@@ -47,6 +49,18 @@ class DataMovementLowering:
             pad_r, pad_c = JUNK, JUNK
         return replace(v, tms=tuple(v.tms) + tuple(tms), z=zo, r=ro, c=co, pad_r=pad_r, pad_c=pad_c,
                        is_queue_value=v.is_queue_value and not tms)
+
+    def _resolve_stepwise(self, lz: Lazy, v: DVal) -> DVal:
+        """A chain no single move realises, lowered one op at a time (each op on its own is a move the
+        capability check accepted). Consecutive ops that together form a plain TM sequence stay together."""
+        shape = tuple(lz.base_shape)
+        for i, (op_type, attrs) in enumerate(lz.ops):
+            emap = index_map([shape], ((op_type, attrs),))
+            out_shape = tuple(emap.shape)
+            name = lz.name if i == len(lz.ops) - 1 else f"{lz.name}.step{i}"
+            v = self.move(v, shape, out_shape, emap.reshape(-1), name)
+            shape = out_shape
+        return v
 
     def _plan_chain(self, lz: Lazy):
         """("tms", None, tms) | ("tms", column_sources, tms) | ("pickers", None, None)."""
@@ -73,19 +87,10 @@ class DataMovementLowering:
         return self._plan_general((zi, ri, ci), expected)
 
     def _plan_general(self, src, expected: torch.Tensor):
-        """Plan for a map the column picker + TMs cannot do: pickers when every output column reads one
-        source column; else a z <-> c rotation of the source first (``("rotate", kind, map)``), the move
-        that turns NCHW into NHWC and back (a transpose, ``hstack``, one dense column picker, ``hslice``),
-        followed by TMs or pickers on the rotated value."""
-        if _pickers_feasible(src, expected):
-            return ("pickers", None, None)
-        zi = src[0]
-        for group in [d for d in range(zi, 0, -1) if zi % d == 0]:
-            for kind in ("fwd", "inv"):
-                rshape, rmap = _rotated_map(src, expected, kind, group)
-                if _match_mapping(rshape, rmap) is not None or _pickers_feasible(rshape, rmap):
-                    return ("rotate", (kind, group), rmap)
-        return ("pickers", None, None)  # reports why the device cannot do it
+        """Plan for a map the column picker + TMs cannot do (see :func:`plan_move`); ``("split", ...)`` when
+        no single move does it (a chain is then lowered one op at a time)."""
+        plan = plan_move(src, expected)
+        return plan if plan is not None else ("split", None, None)
 
     def _rotate(self, v: DVal, kind: str, group: int) -> DVal:
         """Canonical ``v`` (B*Z, R, C), Z = ``group``, rotated within each group of Z slices: ``fwd`` ->
@@ -157,20 +162,14 @@ class DataMovementLowering:
 
     def _index_map(self, in_shapes, ops, node: Optional[Node] = None) -> torch.Tensor:
         """Source of every output element as a flat index over the inputs (in order), -1 = zero."""
-        offsets = np.cumsum([0] + [math.prod(s) for s in in_shapes])
-        idx = [torch.arange(int(offsets[i]) + 1, int(offsets[i + 1]) + 1, dtype=torch.int64).reshape(s)
-               for i, s in enumerate(in_shapes)]
-        for op_type, attrs in ops:
-            attrs = _unhashable(attrs)
-            if op_type in ("pad", "buda_pad") and attrs.get("value", 0.0) != 0.0:
-                raise self.err(f"{op_type} with a non-zero value has no device form yet")
-            # replicate/reflect pads only repeat input elements: index_select on the index map is exact
-            idx = [registry.evaluate(op_type, idx, attrs)]
-        return idx[0].to(torch.int64) - 1
+        try:
+            return index_map(in_shapes, ops)
+        except ValueError as e:
+            raise self.err(str(e)) from None
 
     def _gather_pickers(self, node: Node, ops: List[DVal], in_shapes, out_shape, chain: Optional[Lazy] = None,
-                        emap: Optional[torch.Tensor] = None, max_parts: int = 32) -> DVal:
-        """Data movement as row pickers (sparse, on vstack-ed rows) and/or column pickers, summed per input.
+                        emap: Optional[torch.Tensor] = None) -> DVal:
+        """Data movement as pickers, one plan per input (see :func:`plan_gather`), summed over the inputs.
         ``emap``: the source of every output element when it is not the node's (or chain's) own map."""
         if emap is None:
             op_list = chain.ops if chain is not None else ((node.op_type, _hashable(node.attrs)),)
@@ -179,64 +178,121 @@ class DataMovementLowering:
         emap = emap.reshape(zo, ro, co).numpy()
         sizes = [math.prod(s) for s in in_shapes]
         offsets = np.cumsum([0] + sizes)
-        parts: List[DVal] = []
+        results: List[DVal] = []
         for k, (v, s) in enumerate(zip(ops, in_shapes)):
-            zi, ri, ci = canonical_zrc(s)
+            src = canonical_zrc(s)
             mine = (emap >= offsets[k]) & (emap < offsets[k + 1])
             if not mine.any():
                 continue
             local = np.where(mine, emap - offsets[k], -1)
-            src_row = np.where(local >= 0, local // ci, -1).reshape(zo * ro, co)  # source row index zi*ri + i
-            src_col = np.where(local >= 0, local % ci, -1).reshape(zo * ro, co)
-            # Output columns that take their rows from the same source rows form one part: a column picker
-            # (placing those columns) followed by a row picker; the parts are summed. A plain gather is one
-            # part; a reshape that merges f rows into one is f parts.
-            vectors, group_of = np.unique(src_row.T, axis=0, return_inverse=True)
-            group_of = np.asarray(group_of).reshape(-1)
-            groups = [g for g in range(len(vectors)) if (vectors[g] >= 0).any()]
-            if len(groups) > max_parts:
-                raise self.err(f"{node.op_type} from {list(s)} to {list(out_shape)} moves data in a way the device "
-                               f"cannot express cheaply ({len(groups)} picker parts); run it on the CPU or change "
-                               f"the model's layout")
-            for g in groups:
-                cols = np.nonzero(group_of == g)[0]
-                col_map = np.full(co, -1, dtype=np.int64)
-                for j in cols:
-                    vals = src_col[:, j][src_col[:, j] >= 0]
-                    if vals.size and vals.min() != vals.max():
-                        raise self.err(f"{node.op_type} from {list(s)} to {list(out_shape)}: output column {j} reads "
-                                       f"several source columns; the device cannot express it")
-                    if vals.size:
-                        col_map[j] = vals[0]
-                parts.append(self._place(node, v, k, g, col_map, vectors[g], (zi, ri, ci), (zo, ro, co)))
-        if not parts:
+            plan = plan_gather(src, local)
+            if plan is None:
+                raise self.err(f"{node.op_type} from {list(s)} to {list(out_shape)}: {_no_plan()}")
+            results += self._run_plan(node, v, k, plan, src, local)
+        if not results:
             raise self.err(f"{node.op_type} produces only padding; it has no device form")
+        return self._sum(node, results, (zo, ro, co))
+
+    def _sum(self, node: Node, parts: List[DVal], shape, tag: str = "join") -> DVal:
+        """The sum of pickers' parts (each is zero wherever another part writes)."""
+        zo, ro, co = shape
         out = parts[0]
         for i, p in enumerate(parts[1:], start=1):
             # The sum's padding is zero only where every part's is: a part whose rows needed no picker keeps
             # its input's row padding, which may be junk (a matmul over those rows must then mask them).
             pad = (_combine_pad("add", [out.pad_r, p.pad_r], ro), _combine_pad("add", [out.pad_c, p.pad_c], co))
-            out = self.emit(f"{node.name}.join{i}", "add", [(out, ()), (p, ())], (zo, ro, co), pad=pad)
+            name = f"{node.name}.{tag}{i}"
+            out = self.emit(name, "add", [(out, ()), (p, ())], (zo, ro, co), pad=pad)
         return out
 
-    def _place(self, node: Node, v: DVal, k: int, g: int, col_map: np.ndarray, row_map: np.ndarray, src, dst) -> DVal:
+    def _run_plan(self, node: Node, v: DVal, k: int, plan: "GatherPlan", src, local: np.ndarray) -> List[DVal]:
+        """One input's share of a gather, by ``plan``: parts moved in the plan's orientation (source and/or
+        result transposed by a tile TM); a transposed result's parts are summed and transposed back."""
+        zo, ro, co = local.shape
+        s2, e2 = _variant(src, local, plan.src_t, plan.out_t)
+        if plan.src_t:
+            v = replace(v, tms=tuple(v.tms) + (Transpose(),), r=v.c, c=v.r, pad_r=v.pad_c, pad_c=v.pad_r,
+                        is_queue_value=False)
+        dst = e2.shape
+        tag = f"{k}" + ("t" if plan.src_t else "") + ("T" if plan.out_t else "")
+        if plan.kind == "columns":
+            parts = [self._place(node, v, tag, g, col_map, row_vec, s2, dst)
+                     for g, col_map, row_vec in _column_parts(s2, e2)[0]]
+        else:
+            parts = [self._place_blocks(node, v, f"{tag}_{p}", rows, blk, vectors, s2, dst)
+                     for p, (rows, blk, vectors) in enumerate(_block_parts(s2, e2))]
+        if not plan.out_t:
+            return parts
+        out = self._sum(node, parts, dst, tag=f"join{tag}_")
+        return [replace(out, tms=tuple(out.tms) + (Transpose(),), z=zo, r=ro, c=co, pad_r=out.pad_c, pad_c=out.pad_r,
+                        is_queue_value=False)]
+
+    def _place(self, node: Node, v: DVal, k, g: int, col_map: np.ndarray, row_map: np.ndarray, src, dst) -> DVal:
         """One picker part: output column j = input column col_map[j]; output row r = input row row_map[r]."""
         zi, ri, ci = src
         zo, ro, co = dst
         cur = v
         if not (co == ci and np.array_equal(col_map, np.arange(ci))):
             cur = self._col_pick(cur, f"{node.name}.cols{k}_{g}", col_map)
-        rp_in, rp_out = tiles(ri) * TILE, tiles(ro) * TILE
         if not (zo == zi and ro == ri and np.array_equal(row_map, np.arange(zi * ri))):
             out_idx = np.nonzero(row_map >= 0)[0]
             srcs = row_map[out_idx]
-            out_rows = (out_idx // ro) * rp_out + out_idx % ro
-            in_rows = (srcs // ri) * rp_in + srcs % ri
-            stacked = replace(cur, tms=tuple(cur.tms) + ((VStack(factor=zi),) if zi > 1 else ()), z=1, r=zi * rp_in)
-            cur = self._row_pick(stacked, f"{node.name}.rows{k}_{g}", out_rows, in_rows,
-                                 np.ones(len(out_rows), np.float32), out_r=zo * rp_out, k_r=zi * rp_in)
-            cur = replace(cur, tms=(VSlice(factor=zo),) if zo > 1 else (), z=zo, r=ro, pad_r=ZERO)
+            cur = self._pick_rows(cur, f"{node.name}.rows{k}_{g}", out_idx, srcs // ri, srcs % ri, (zi, ri), (zo, ro))
         return replace(cur, z=zo, r=ro, c=co)
+
+    def _pick_rows(self, v: DVal, name: str, out_idx: np.ndarray, in_slice: np.ndarray, in_row: np.ndarray,
+                   src, dst) -> DVal:
+        """Row picker: output row ``out_idx`` (flat over ``dst`` = (slices, rows)) takes row ``in_row`` of slice
+        ``in_slice`` of ``v`` (``src`` = (slices, rows)); other rows are zero. The slices are ``vstack``-ed
+        into groups: as many groups as the map allows (output group g reads input group g only), so that a
+        picker within a batch-like leading dim reads a short strip of rows, not every slice."""
+        zi, ri = src
+        zo, ro = dst
+        out_slice = out_idx // ro
+        groups = 1
+        for d in sorted(_common_divisors(zi, zo), reverse=True):
+            if np.array_equal(in_slice // (zi // d), out_slice // (zo // d)):
+                groups = d
+                break
+        a, b = zi // groups, zo // groups
+        rp_in, rp_out = tiles(ri) * TILE, tiles(ro) * TILE
+        out_rows = (out_slice % b) * rp_out + out_idx % ro
+        in_rows = (in_slice % a) * rp_in + in_row
+        stacked = replace(v, tms=tuple(v.tms) + ((VStack(factor=a),) if a > 1 else ()), z=groups, r=a * rp_in)
+        out_t = out_slice // b if groups > 1 else None
+        picked = self._row_pick(stacked, name, out_rows, in_rows, np.ones(len(out_rows), np.float32),
+                                out_r=b * rp_out, k_r=a * rp_in, out_t=out_t, num_t=groups)
+        return replace(picked, tms=(VSlice(factor=b),) if b > 1 else (), z=zo, r=ro, pad_r=ZERO)
+
+    def _place_blocks(self, node: Node, v: DVal, tag: str, row_src: np.ndarray, blk: np.ndarray,
+                      vectors: np.ndarray, src, dst) -> DVal:
+        """One part of a block gather (see :func:`_block_parts`): a column picker lays the ``B`` column maps
+        side by side, each in whole tiles; ``hslice`` turns the blocks into slices; a row picker on the
+        ``vstack``-ed slices takes, for output row ``R``, row ``row_src[R]`` of block ``blk[R]``."""
+        zi, ri, ci = src
+        zo, ro, co = dst
+        nb = len(vectors)
+        width = tiles(co) * TILE
+        cur = v
+        if not (nb == 1 and co == ci and np.array_equal(vectors[0], np.arange(ci))):
+            sources = np.full((nb, width), -1, dtype=np.int64)
+            sources[:, :co] = vectors
+            cur = self._col_pick(cur, f"{node.name}.blockcols{tag}", sources.reshape(-1))
+        if nb > 1:
+            cur = replace(cur, tms=tuple(cur.tms) + (HSlice(factor=nb),), z=zi * nb, c=width)
+        out_idx = np.nonzero(row_src >= 0)[0]
+        q = row_src[out_idx]
+        slices = (q // ri) * nb + blk[out_idx]
+        if (zo == zi * nb and ro == ri and len(out_idx) == zo * ro and np.array_equal(slices, out_idx // ro)
+                and np.array_equal(q % ri, out_idx % ro)):
+            return replace(cur, z=zo, r=ro, c=co)
+        cur = self._pick_rows(cur, f"{node.name}.blockrows{tag}", out_idx, slices, q % ri, (zi * nb, ri), (zo, ro))
+        return replace(cur, c=co)
+
+
+def _common_divisors(a: int, b: int) -> List[int]:
+    g = math.gcd(a, b)
+    return [d for d in range(1, g + 1) if g % d == 0]
 
 
 class _Named:
@@ -248,24 +304,307 @@ class _Named:
         self.name = name
 
 
-def _pickers_feasible(src, expected: torch.Tensor, max_parts: int = 32) -> bool:
-    """Whether :meth:`DataMovementLowering._gather_pickers` can realise ``expected`` from one canonical
-    source ``src`` (z, r, c): every output column reads one source column, in at most ``max_parts`` parts."""
+# --- planning: pure functions of the shapes and the element map, shared by lowering and the capability check --
+#: At most this many parts (pickers whose results are summed) per input of a gather.
+MAX_PARTS = 32
+#: A block column picker lays at most this many output-width tiles side by side.
+MAX_BLOCK_TILES = 512
+#: Sub-column tables larger than this (entries) are not built: such a gather would need too many parts anyway.
+_MAX_TABLE = 1 << 25
+
+
+def _no_plan() -> str:
+    return (f"the device cannot express this data movement with at most {MAX_PARTS} picker parts in any "
+            f"orientation (its output rows and columns each read too many source rows and columns)")
+
+
+def index_map(in_shapes, ops) -> torch.Tensor:
+    """Source of every output element of the op chain ``ops`` ((op_type, hashable attrs) pairs) as a flat
+    index over the inputs (in order), -1 = zero. Raises ValueError for a move with no device form."""
+    offsets = np.cumsum([0] + [math.prod(s) for s in in_shapes])
+    idx = [torch.arange(int(offsets[i]) + 1, int(offsets[i + 1]) + 1, dtype=torch.int64).reshape(s)
+           for i, s in enumerate(in_shapes)]
+    for op_type, attrs in ops:
+        attrs = _unhashable(attrs)
+        if op_type in ("pad", "buda_pad") and attrs.get("value", 0.0) != 0.0:
+            raise ValueError(f"{op_type} with a non-zero value has no device form yet")
+        # replicate/reflect pads only repeat input elements: index_select on the index map is exact
+        idx = [registry.evaluate(op_type, idx, attrs)]
+    return idx[0].to(torch.int64) - 1
+
+
+@dataclass(frozen=True)
+class GatherPlan:
+    """How one input of a gather is moved: ``kind`` "columns" (:func:`_column_parts`) or "blocks"
+    (:func:`_block_parts`), on the source transposed (``src_t``) and/or producing the result transposed
+    (``out_t``); ``cost``: estimated tile matmuls (the cheapest plan is chosen)."""
+
+    kind: str
+    src_t: bool
+    out_t: bool
+    cost: float
+    parts: int
+
+
+def _variant(src, expected, src_t: bool, out_t: bool):
+    """(source shape, map) of a gather done on the transposed source and/or producing the transposed result."""
+    zi, ri, ci = src
+    e = np.asarray(expected, dtype=np.int64)
+    if src_t:
+        valid = e >= 0
+        f = np.where(valid, e, 0)
+        z, rem = f // (ri * ci), f % (ri * ci)
+        e = np.where(valid, (z * ci + rem % ci) * ri + rem // ci, -1)
+        src = (zi, ci, ri)
+    if out_t:
+        e = np.ascontiguousarray(e.transpose(0, 2, 1))
+    return src, e
+
+
+def _column_parts(src, expected: np.ndarray, max_parts: Optional[int] = None):
+    """Parts that each pick columns (one source column per output column) and then rows, or None.
+
+    A *sub-column* is output column j restricted to the elements that read source column s; its row vector
+    says which source row each output row takes (-1 = none). Sub-columns with the same row vector form one
+    part (column picker j -> s, then one row picker); two sub-columns of one output column read disjoint rows,
+    so they never share a vector and a part's column map is consistent. Parts write disjoint elements and
+    zero elsewhere, so their sum is the gather. Returns ``([(group id, column map, row vector)], most
+    source columns any output column reads)``."""
+    max_parts = MAX_PARTS if max_parts is None else max_parts
     zi, ri, ci = src
     zo, ro, co = expected.shape
     e = expected.reshape(zo * ro, co)
-    valid = e >= 0
-    if not valid.any():
-        return False
-    col = torch.where(valid, e % ci, torch.full_like(e, -1))
-    hi = torch.where(valid, col, torch.full_like(col, -1)).max(dim=0).values
-    lo = torch.where(valid, col, torch.full_like(col, ci + 1)).min(dim=0).values
-    used = valid.any(dim=0)
-    if bool((hi[used] != lo[used]).any()):
-        return False
-    rows = torch.where(valid, e // ci, torch.full_like(e, -1)).T.numpy()
-    vectors = np.unique(rows, axis=0)
-    return sum(1 for vec in vectors if (vec >= 0).any()) <= max_parts
+    rows_out, cols_out = np.nonzero(e >= 0)
+    if rows_out.size == 0:
+        return None
+    f = e[rows_out, cols_out]
+    pair = cols_out.astype(np.int64) * ci + f % ci
+    upair, sub = np.unique(pair, return_inverse=True)
+    per_col = np.bincount(upair // ci, minlength=co)
+    if per_col.max() > max_parts or (len(upair) + 1) * zo * ro > _MAX_TABLE:
+        return None
+    vec = np.full((len(upair) + 1, zo * ro), -1, dtype=np.int64)  # the last row: columns that read nothing
+    vec[sub.reshape(-1), rows_out] = f // ci
+    if (per_col > 0).all():
+        vec = vec[:-1]
+    vectors, group = _unique_rows(vec)
+    group = group[: len(upair)]
+    parts = []
+    for g in range(len(vectors)):
+        if not (vectors[g] >= 0).any():
+            continue
+        members = upair[group == g]
+        col_map = np.full(co, -1, dtype=np.int64)
+        col_map[members // ci] = members % ci
+        parts.append((g, col_map, vectors[g]))
+    if len(parts) > max_parts:
+        return None
+    return parts, int(per_col.max())
+
+
+def _block_parts(src, expected: np.ndarray, max_parts: Optional[int] = None):
+    """Parts that each give every output row one source row, with a column map per row, or None.
+
+    Output row R's elements are split by the source row they read; part k takes each row's k-th source row.
+    Within a part the rows' column maps (output column -> source column, -1 = none) form ``B`` distinct
+    *blocks*: a column picker lays the blocks side by side in whole tiles, ``hslice`` makes them slices, and
+    a row picker takes row ``row_src[R]`` of block ``blk[R]`` (see ``_place_blocks``). This splits columns
+    into rows (a reshape ``[.., H*D] -> [.., H, D]`` with D not a multiple of 32), which column parts can
+    only do with one part per block. Returns ``[(row_src, blk, vectors)]``."""
+    max_parts = MAX_PARTS if max_parts is None else max_parts
+    zi, ri, ci = src
+    zo, ro, co = expected.shape
+    e = expected.reshape(zo * ro, co)
+    rows_out, cols_out = np.nonzero(e >= 0)
+    if rows_out.size == 0:
+        return None
+    f = e[rows_out, cols_out]
+    nq = zi * ri
+    key = rows_out.astype(np.int64) * nq + f // ci
+    ukey, inv = np.unique(key, return_inverse=True)
+    inv = np.asarray(inv).reshape(-1)
+    urow = ukey // nq
+    rank = np.arange(len(ukey)) - np.searchsorted(urow, urow)
+    if rank.max() + 1 > max_parts:
+        return None
+    elem_rank = rank[inv]
+    parts = []
+    for k in range(int(rank.max()) + 1):
+        sel = np.nonzero(rank == k)[0]
+        rows = urow[sel]
+        row_src = np.full(zo * ro, -1, dtype=np.int64)
+        row_src[rows] = ukey[sel] % nq
+        m = elem_rank == k
+        vecs = np.full((zo * ro, co), -1, dtype=np.int64)
+        vecs[rows_out[m], cols_out[m]] = f[m] % ci
+        vectors, blk_of = _unique_rows(vecs[rows])
+        if len(vectors) * tiles(co) > MAX_BLOCK_TILES:
+            return None
+        blk = np.full(zo * ro, -1, dtype=np.int64)
+        blk[rows] = np.asarray(blk_of).reshape(-1)
+        parts.append((row_src, blk, vectors))
+    return parts
+
+
+def _unique_rows(m: np.ndarray):
+    """``np.unique(m, axis=0, return_inverse=True)`` (rows in lexicographic order), faster: rows are grouped
+    by a hash, the grouping is verified exactly (the slow path runs only on a collision)."""
+    weights = np.random.default_rng(12345).integers(1, 1 << 61, size=m.shape[1], dtype=np.int64)
+    with np.errstate(over="ignore"):
+        h = (m * weights).sum(axis=1)  # wraps around: only equality matters
+    _, first, inv = np.unique(h, return_index=True, return_inverse=True)
+    inv = np.asarray(inv).reshape(-1)
+    reps = m[first]
+    if not np.array_equal(m, reps[inv]):
+        vectors, inv = np.unique(m, axis=0, return_inverse=True)
+        return vectors, np.asarray(inv).reshape(-1)
+    order = np.lexsort(reps.T[::-1]) if reps.shape[1] else np.arange(len(reps))
+    rank = np.empty_like(order)
+    rank[order] = np.arange(len(order))
+    return reps[order], rank[inv]
+
+
+def _row_pick_cost(zo, ro, co) -> float:
+    # a sparse picker reads about one input tile per output tile (two where rows straddle tiles)
+    return 2.0 * zo * tiles(ro) * tiles(co)
+
+
+def _plan_cost(kind: str, src, dst, parts, src_t: bool, out_t: bool) -> float:
+    """Estimated tile matmuls (and nops/adds) of a plan; enough to rank plans against each other."""
+    zi, ri, ci = src
+    zo, ro, co = dst
+    cost = (len(parts) - 1) * zo * tiles(ro) * tiles(co)  # the adds
+    for part in parts:
+        if kind == "columns":
+            _, col_map, _ = part
+            if not (co == ci and np.array_equal(col_map, np.arange(ci))):
+                cost += zi * tiles(ri) * tiles(ci) * tiles(co)
+        else:
+            cost += zi * tiles(ri) * tiles(ci) * len(part[2]) * tiles(co)
+        cost += _row_pick_cost(zo, ro, co)
+    if src_t:
+        cost += zi * tiles(ri) * tiles(ci)  # a nop applies the transpose where a picker cannot read it
+    if out_t:
+        cost += zo * tiles(ro) * tiles(co)
+    return float(cost)
+
+
+def plan_gather(src, expected) -> Optional[GatherPlan]:
+    """The cheapest way :meth:`DataMovementLowering._gather_pickers` moves one input ``src`` (z, r, c) by
+    ``expected`` (the source flat index of each output element, -1 = zero), or None when no plan stays
+    within :data:`MAX_PARTS` parts. A gather that one column part does (a slice, a pad, a row gather) is
+    done so; others try column and block parts on the source and/or result transposed (a transpose swaps
+    the roles of rows and columns, e.g. for a permutation that moves the last dim); ties go to the first."""
+    e = np.asarray(expected, dtype=np.int64)
+    found = _column_parts(src, e)
+    if found is not None and len(found[0]) == 1:
+        return GatherPlan("columns", False, False, _plan_cost("columns", src, e.shape, found[0], False, False), 1)
+    best: Optional[GatherPlan] = None
+    for src_t, out_t in ((False, False), (False, True), (True, False), (True, True)):
+        if best is not None and best.parts == 1 and not best.src_t and not best.out_t:
+            break  # one part without transposes: a transposed plan saves little and costs nops
+        s2, e2 = _variant(src, e, src_t, out_t)
+        for kind in ("columns", "blocks"):
+            if kind == "columns":
+                found = _column_parts(s2, e2)
+                parts = found[0] if found is not None else None
+            else:
+                parts = _block_parts(s2, e2)
+            if parts is None:
+                continue
+            cost = _plan_cost(kind, s2, e2.shape, parts, src_t, out_t)
+            if best is None or cost < best.cost:
+                best = GatherPlan(kind, src_t, out_t, cost, len(parts))
+    return best
+
+
+def _single_source_columns(src, expected: torch.Tensor) -> bool:
+    """Every output column reads one source column, in at most :data:`MAX_PARTS` parts (the plan pickers
+    always had; it is preferred to a rotation)."""
+    found = _column_parts(src, expected.numpy() if isinstance(expected, torch.Tensor) else expected)
+    return found is not None and found[1] <= 1
+
+
+def plan_move(src, expected: torch.Tensor):
+    """How a single-input move the TMs cannot do is lowered: ``("pickers", None, None)`` when every output
+    column reads one source column (column parts); else the cheaper of a z <-> c rotation of the source
+    (``("rotate", (kind, group), map)``, the move that turns NCHW into NHWC and back, then TMs or column
+    parts) and the best :func:`plan_gather` (``("pickers", ...)``); None when nothing does."""
+    if _single_source_columns(src, expected):
+        return ("pickers", None, None)
+    best, best_cost = None, None
+    general = plan_gather(src, expected)
+    if general is not None:
+        best, best_cost = ("pickers", None, None), general.cost
+    zi = src[0]
+    for group in [d for d in range(zi, 0, -1) if zi % d == 0]:
+        for kind in ("fwd", "inv"):
+            cost = _rotation_cost(src, kind, group)
+            if best_cost is not None and cost >= best_cost:
+                continue
+            rshape, rmap = _rotated_map(src, expected, kind, group)
+            if _match_mapping(rshape, rmap) is None:
+                found = _column_parts(rshape, rmap.numpy())
+                if found is None or found[1] > 1:
+                    continue
+                cost += _plan_cost("columns", rshape, tuple(rmap.shape), found[0], False, False)
+            if best_cost is None or cost < best_cost:
+                best, best_cost = ("rotate", (kind, group), rmap), cost
+    return best
+
+
+def _rotation_cost(src, kind: str, group: int) -> float:
+    """Tile matmuls of the dense column picker of a rotation (see ``_rotate``)."""
+    zi, ri, ci = src
+    b = zi // group
+    if kind == "fwd":
+        return float(b * tiles(ci) * group * tiles(ri) * ri * tiles(group))
+    return float(b * tiles(ri) * group * tiles(ci) * ci * tiles(group))
+
+
+_MOVE_CACHE: Dict[Any, Optional[str]] = {}
+
+
+def unsupported_movement(in_shapes, op_type: str, attrs: dict) -> Optional[str]:
+    """None when lowering can move the data of one data-movement op (inputs of ``in_shapes``), else why not.
+    Agrees with lowering: a single input is moved by TMs or :func:`plan_move`, each input of a multi-input
+    op by :func:`plan_gather` (a chain of such ops that no single move realises is lowered op by op)."""
+    attrs = dict(attrs)
+    if op_type in ("pad", "buda_pad"):
+        attrs["value"] = 0.0  # a non-zero value is a zero pad plus a constant (decompose)
+    key = (tuple(tuple(s) for s in in_shapes), op_type, _hashable(attrs), MAX_PARTS)
+    if key in _MOVE_CACHE:
+        return _MOVE_CACHE[key]
+    reason = None
+    try:
+        emap = index_map(in_shapes, ((op_type, _hashable(attrs)),))
+    except Exception as e:  # noqa: BLE001 -- any failure to evaluate the map is a move lowering cannot plan
+        reason = f"{op_type} has no device data-movement form: {e}"
+    else:
+        out_shape = tuple(emap.shape)
+        zo, ro, co = canonical_zrc(out_shape)
+        emap = emap.reshape(zo, ro, co)
+        offsets = np.cumsum([0] + [math.prod(s) for s in in_shapes])
+        if not bool((emap >= 0).any()):
+            reason = f"{op_type} produces only padding"
+        for k, s in enumerate(in_shapes):
+            if reason is not None:
+                break
+            src = canonical_zrc(s)
+            mine = (emap >= int(offsets[k])) & (emap < int(offsets[k + 1]))
+            if not bool(mine.any()):
+                continue
+            local = torch.where(mine, emap - int(offsets[k]), torch.full_like(emap, -1))
+            if len(in_shapes) == 1:  # TMs first: the usual answer, and cheaper to find than a picker plan
+                ok = _match_mapping(src, local) is not None or plan_move(src, local) is not None
+            else:
+                ok = plan_gather(src, local.numpy()) is not None
+            if not ok:
+                reason = f"{op_type} from {list(s)} to {list(out_shape)}: {_no_plan()}"
+    if len(_MOVE_CACHE) > 4096:
+        _MOVE_CACHE.clear()
+    _MOVE_CACHE[key] = reason
+    return reason
 
 
 def _rotated_map(src, expected: torch.Tensor, kind: str, group: int):

@@ -7,6 +7,7 @@ import math
 from dataclasses import replace
 
 import numpy as np
+import torch
 
 from pybuda.ir.graph import Node
 from pybuda.netlist.tms import Broadcast, VSlice, VStack
@@ -96,8 +97,12 @@ class ReductionLowering:
             return self.emit(node.name, "reduce", [(v, ())], (v.z, 1, v.c), {"dim": "r", "type": "max"},
                              pad=(JUNK, v.pad_c))
         if d != n - 3:
-            raise self.err(f"reduce_max over dim {d} of {list(shape)}: only the innermost leading dim (z) can be "
-                           f"reduced on the device")
+            # The device reduces the innermost leading dim only: move dim d there first (a row picker
+            # reorders the slices), the other leading dims keep their order.
+            perm = [i for i in range(n - 2) if i != d] + [d, n - 2, n - 1]
+            moved = tuple(shape[i] for i in perm)
+            emap = torch.arange(math.prod(shape)).reshape(shape).permute(perm).reshape(-1)
+            v = self.move(v, shape, moved, emap, f"{node.name}.to_z")
         f = shape[d]
         return self.emit(node.name, "reduce", [(v, ())], (v.z // f, v.r, v.c), {"dim": "z", "type": "max", "z": f},
                          pad=(v.pad_r, v.pad_c))

@@ -112,11 +112,31 @@ class _Lowering(ConvPoolLowering, ReductionLowering, DataMovementLowering):
             elif node.kind == OP:
                 self.vals[node.name] = self._op(node)
         self.node = None
+        self._output_vals: Dict[str, DVal] = {}
         for node in self.g.outputs:
             self.node = node
             self._output(node)
         self.node = None
+        self._unshare_output_producers()
         return self.bg
+
+    def _unshare_output_producers(self) -> None:
+        """An op that writes an output queue cannot also feed ops (it may untilize its output): where an output
+        chosen first got its producer directly and a later output then read that op, the first output gets a
+        nop of its own too."""
+        readers = {name for op in self.bg.ops.values() for name in op.inputs}
+        for qname in list(self.bg.output_order):
+            q = self.bg.queues[qname]
+            producer = self.bg.ops.get(q.producer)
+            if producer is None or producer.name not in readers:
+                continue
+            v = self._output_vals[qname]
+            nop = self.emit(f"{qname}.out_nop", "nop", [(v, ())], (v.z, v.r, v.c), pad=(v.pad_r, v.pad_c),
+                            tags={"output_nop": True})
+            q.producer = nop.src
+            if producer.untilize_output:
+                producer.untilize_output = False
+                self.bg.ops[nop.src].untilize_output = True
 
     # --- names, queues, emitting -------------------------------------------------------------------------
     def _name(self, base: str) -> str:
@@ -376,10 +396,11 @@ class _Lowering(ConvPoolLowering, ReductionLowering, DataMovementLowering):
                   key: Any = None, out_t=None, num_t: int = 1) -> DVal:
         """Sparse row picker: row i of output slice t = sum of values * in rows (see pickers for the encoding).
 
-        ``v`` presents ``k_r`` rows in one slice (z == 1, e.g. after ``vstack``); ``out_t`` gives each entry's
+        ``v`` presents ``k_r`` rows in one slice (z == 1, e.g. after ``vstack``), or in ``num_t`` slices (entry i
+        of output slice ``out_t[i]`` then reads input slice ``out_t[i]``); ``out_t`` gives each entry's
         output slice (``num_t`` slices of ``out_r`` rows)."""
-        if v.z != 1:
-            raise self.err(f"internal: row picker on a value with z={v.z}")
+        if v.z not in (1, num_t):
+            raise self.err(f"internal: row picker on a value with z={v.z} for {num_t} output slices")
         out_rt, k_rt = tiles(out_r), tiles(k_r)
         if tiles(v.r) != k_rt:
             raise self.err(f"internal: row picker expects {k_rt} row tiles, value has {tiles(v.r)}")
@@ -394,7 +415,7 @@ class _Lowering(ConvPoolLowering, ReductionLowering, DataMovementLowering):
         tiles_q = self._const(("sparse_tiles", ckey), f"{name}.sparse", sp.tiles, {"sparse_tiles": True})
         index_q = self._const(("sparse_index", ckey), f"{name}.index", sp.index, {"df": "RawUInt32", "sparse_index": True})
         attrs = {"identity": True, "num_sparse_tiles": sp.num_sparse_tiles, "num_index_tiles": sp.num_index_tiles,
-                 "indices_len": sp.indices_len, "act_t": 1}
+                 "indices_len": sp.indices_len, "act_t": v.z}
         return self.emit(name, "matmul", [(tiles_q, ()), (v, ()), (index_q, ())], (num_t, out_r, v.c), attrs,
                          pad=(ZERO, v.pad_c), tags={"picker": "sparse", "min_fidelity": "HiFi2"})
 
@@ -598,7 +619,11 @@ class _Lowering(ConvPoolLowering, ReductionLowering, DataMovementLowering):
                 extra.append(Broadcast(dim="r", factor=tiles(m)))
             inputs.append((bias, tuple(extra)))
             attrs["bias"] = True
-        return self.emit(node.name, "matmul", inputs, (z, m, n), attrs, pad=(a.pad_r, b.pad_c))
+        pad_r = a.pad_r
+        if "bias" in attrs and m % TILE:
+            # The bias is broadcast to every row of its tile, padding rows included.
+            pad_r = JUNK
+        return self.emit(node.name, "matmul", inputs, (z, m, n), attrs, pad=(pad_r, b.pad_c))
 
     def _zero_rows(self, v: DVal) -> DVal:
         mask = self._const(("row_mask", v.r), f"row_mask_{v.r}", pickers.row_mask(v.r))
@@ -630,6 +655,7 @@ class _Lowering(ConvPoolLowering, ReductionLowering, DataMovementLowering):
                 "framework_shape": tuple(node.tags.get("framework_shape", node.shape))}
         q = BudaQueue(node.name, "output", TileShape(1, v.z, tiles(v.r), tiles(v.c)), producer=v.src,
                       original_shape=tags["framework_shape"], tags=tags)
+        self._output_vals[node.name] = v
         self.bg.add_queue(q)
         self.bg.output_order.append(node.name)
         if self.ctx.config.output_queues_on_host:

@@ -212,7 +212,12 @@ def test_for_device_reports_ops_the_chip_cannot_run():
     fn = lambda x: jnp.cumsum(x.astype(jnp.int32), axis=0)  # noqa: E731 - integer math stays on the host
     capture(fn, (rn(3, 4),))  # fine on the CPU reference
     with pytest.raises(UnsupportedOpError, match="cumsum"):
-        capture(fn, (rn(3, 4),), for_device=True)
+        capture(fn, (rn(3, 4),), for_device=True, fallback=False)
+    # With CPU fallback (the config's default) the integer math runs in JAX on the host instead.
+    x = rn(3, 4) * 10
+    result = capture(fn, (x,), for_device=True)
+    assert any("cumsum" in op.reason for op in result.report.fallback_ops)
+    np.testing.assert_array_equal(result.run(x)[0].numpy(), np.cumsum(x.astype(np.int32), axis=0))
 
 
 def test_to_jax_converts_tensors():

@@ -94,18 +94,12 @@ def _run_bert(layers, hidden, heads, inter, seq):
     return rep
 
 
-@pytest.mark.xfail(reason="compiler: BUDA_GRAPH_PRE_PLACER data-movement lowering rejects the attention "
-                          "reshape+transpose of the ONNX export ('output column 0 reads several source columns')",
-                   strict=False)
 def test_bert_two_layers_from_torch_onnx_export():
     rep = _run_bert(2, 64, 4, 128, 16)
     assert rep.report.device_ops > 0 and rep.report.host_fraction < 0.25, str(rep.report)
 
 
 @pytest.mark.slow
-@pytest.mark.xfail(reason="compiler: BUDA_GRAPH_PRE_PLACER data-movement lowering rejects the attention "
-                          "reshape+transpose of the ONNX export ('output column 0 reads several source columns')",
-                   strict=False)
 def test_bert_base_from_torch_onnx_export():
     rep = _run_bert(12, 768, 12, 3072, 128)
     assert rep.report.host_fraction < 0.1, str(rep.report)

@@ -270,7 +270,7 @@ def _application(name, size=224):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("name,max_host_share", [("ResNet50", 0.0), ("MobileNetV2", 0.05)])
+@pytest.mark.parametrize("name,max_host_share", [("ResNet50", 0.0), ("MobileNetV2", 0.0)])
 def test_keras_application_on_tt_device(name, max_host_share):
     start = time.perf_counter()
     model = _application(name)
@@ -282,3 +282,16 @@ def test_keras_application_on_tt_device(name, max_host_share):
     got = fp32_wormhole(module, x)
     assert_close(got, want, atol=DEEP_ATOL, rtol=DEEP_RTOL)
     print(f"{name}: wall time {time.perf_counter() - start:.1f} s, host share {share:.1%}")
+
+
+def test_keras_same_padding_with_stride_two_runs_on_the_device():
+    # TF's 'same' padding with stride 2 on an even size pads one more row/column after than before:
+    # an explicit pad plus the convolution, both on the device.
+    keras.utils.set_random_seed(3)
+    model = keras.Sequential([keras.Input((16, 16, 3)), keras.layers.Conv2D(8, 3, strides=2, padding="same"),
+                              keras.layers.ReLU(), keras.layers.DepthwiseConv2D(3, strides=2, padding="same")])
+    module = pybuda.TFModule("same_pad", model)
+    x = torch.rand(1, 16, 16, 3)
+    assert host_share(module, x) == 0.0
+    want = [torch.from_numpy(model(x.numpy(), training=False).numpy())]
+    assert_close(fp32_wormhole(module, x), want)

@@ -1,0 +1,138 @@
+"""CPU fallback for JAX models: equations the chip cannot run execute in JAX on the host.
+
+The rule is the torch and ONNX frontends' (:mod:`pybuda.frontend.fallback`), over the top-level equations of
+the model's jaxpr (a model whose whole body is one ``jit`` call is unwrapped first): an equation that has no
+mapping, or whose mapping (including any call it inlines) the chip cannot run, goes to the host together
+with the smaller of its ancestors (CPU *pre*) or descendants (CPU *post*). Those stages are
+:class:`JaxStage` callables that evaluate their equations with JAX's own primitives (``bind``), on the
+model's parameters and constants; the device graph is what lies between.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Dict, List, Mapping, Sequence, Set, Tuple
+
+import numpy as np
+import torch
+
+from pybuda.errors import CompileError
+
+STAGE = "GENERATE_INITIAL_GRAPH"
+
+
+class JaxStage:
+    """``stage(*tensors) -> tuple`` of torch tensors, computed by JAX on the CPU from a list of jaxpr
+    equations. ``inputs``/``outputs`` are jaxpr variables; ``bound`` maps the parameters and constants the
+    equations read to their values."""
+
+    def __init__(self, name: str, eqns: Sequence[Any], inputs: Sequence[Any], outputs: Sequence[Any],
+                 bound: Mapping[Any, Any]):
+        self.name = name
+        self.eqns = list(eqns)
+        self.inputs = list(inputs)
+        self.outputs = list(outputs)
+        used = {v for e in self.eqns for v in e.invars if not _is_literal(v)} | set(self.outputs)
+        self.bound = {k: v for k, v in bound.items() if k in used}
+        self.primitives = sorted({e.primitive.name for e in self.eqns})
+
+    def __call__(self, *tensors: Any) -> Tuple[torch.Tensor, ...]:
+        from pybuda.frontend.jax.capture import to_jax_array, to_torch
+
+        if len(tensors) != len(self.inputs):
+            from pybuda.errors import InputError
+
+            raise InputError(f"CPU stage '{self.name}' takes {len(self.inputs)} input(s), got {len(tensors)}")
+        env: Dict[Any, Any] = dict(self.bound)
+        for var, t in zip(self.inputs, tensors):
+            env[var] = to_jax_array(t).astype(var.aval.dtype)
+
+        def read(v: Any) -> Any:
+            return v.val if _is_literal(v) else env[v]
+
+        for eqn in self.eqns:
+            # As jax.core.eval_jaxpr does; older JAX versions return (subfuns, params).
+            params = eqn.primitive.get_bind_params(eqn.params)
+            subfuns: Sequence[Any] = ()
+            if isinstance(params, tuple):
+                subfuns, params = params
+            out = eqn.primitive.bind(*subfuns, *[read(v) for v in eqn.invars], **params)
+            outs = out if eqn.primitive.multiple_results else [out]
+            for var, value in zip(eqn.outvars, outs):
+                env[var] = value
+        return tuple(to_torch(np.asarray(read(v))) for v in self.outputs)
+
+    def __repr__(self) -> str:
+        return f"JaxStage({self.name!r}, {len(self.eqns)} equation(s): {', '.join(self.primitives)})"
+
+
+def _is_literal(var: Any) -> bool:
+    return type(var).__name__ == "Literal"
+
+
+def partition(eqns: Sequence[Any], host: Mapping[int, str]) -> Tuple[Dict[int, str], Dict[int, str], Dict[int, int]]:
+    """``(stage per equation index, side per host equation, ops moved with each)`` by the shared rule."""
+    from pybuda.frontend.fallback import DEVICE, POST, PRE, assign_sides
+
+    producer = {v: i for i, e in enumerate(eqns) for v in e.outvars}
+    users: Dict[int, Set[int]] = {i: set() for i in range(len(eqns))}
+    for i, e in enumerate(eqns):
+        for v in e.invars:
+            if not _is_literal(v) and v in producer:
+                users[producer[v]].add(i)
+
+    def closure(start: int, up: bool) -> Set[int]:
+        seen: Set[int] = set()
+        stack = [start]
+        while stack:
+            k = stack.pop()
+            nexts = [producer[v] for v in eqns[k].invars if not _is_literal(v) and v in producer] if up else users[k]
+            for m in nexts:
+                if m not in seen:
+                    seen.add(m)
+                    stack.append(m)
+        return seen
+
+    anc = {u: closure(u, True) for u in host}
+    desc = {u: closure(u, False) for u in host}
+    side, pre, post = assign_sides(host, anc, desc, STAGE)
+    stage = {i: PRE if i in pre else POST if i in post else DEVICE for i in range(len(eqns))}
+    moved = {u: len(anc[u]) if side[u] == PRE else len(desc[u]) for u in host}
+    return stage, side, moved
+
+
+def plan(eqns: Sequence[Any], stage: Mapping[int, str], user_inputs: Sequence[Any], outputs: Sequence[Any],
+         bound: Mapping[Any, Any]) -> Tuple[List[Any], List[Any]]:
+    """``(device inputs, device outputs)`` as jaxpr variables, in a deterministic order (the torch
+    frontend's :func:`~pybuda.frontend.fallback.plan_stages` contract)."""
+    from pybuda.frontend.fallback import DEVICE, POST, PRE
+
+    producer = {v: i for i, e in enumerate(eqns) for v in e.outvars}
+    order: Dict[Any, int] = {v: k for k, v in enumerate(user_inputs)}
+    for e in eqns:
+        for v in e.outvars:
+            order.setdefault(v, len(order))
+
+    def where(v: Any) -> str:
+        return "input" if v in user_inputs else stage.get(producer.get(v, -1), "bound")
+
+    def reads(st: str) -> Set[Any]:
+        return {v for i, e in enumerate(eqns) if stage[i] == st for v in e.invars
+                if not _is_literal(v) and v not in bound}
+
+    finals = [v for v in outputs if not _is_literal(v) and v not in bound]
+    has_post = any(s == POST for s in stage.values())
+    has_pre = any(s == PRE for s in stage.values())
+    if has_post:
+        need = {v for v in reads(POST) if where(v) != POST} | {v for v in finals if where(v) != POST}
+        dev_outputs = sorted(need, key=order.__getitem__)
+    else:
+        dev_outputs = list(dict.fromkeys(finals))
+    if has_pre:
+        need = {v for v in reads(DEVICE) if where(v) in (PRE, "input")}
+        need |= {v for v in dev_outputs if where(v) in (PRE, "input")}
+        dev_inputs = sorted(need, key=order.__getitem__)
+    else:
+        dev_inputs = list(user_inputs)
+    if any(where(v) == POST for v in dev_inputs):  # pragma: no cover - the partition rules this out
+        raise CompileError("CPU fallback: a device input is produced after the device", stage=STAGE)
+    return dev_inputs, dev_outputs

@@ -1,0 +1,147 @@
+"""Gathers with indices known at capture time run on the device: rolls and window shifts as slices plus a
+concatenate, arbitrary patterns (relative-position tables, permutations, flips) as a one-hot matmul; an
+integer mask turned into bools is a float 0/1 there. Gathers with run-time indices stay on the host."""
+
+import pytest
+import torch
+
+import pybuda
+from pybuda.frontend.aten_shape import MAX_SLICE_RUNS, _strided_runs
+from pybuda.frontend.torch import capture
+from pybuda.verify import calculate_pcc
+
+
+class Roll(torch.nn.Module):
+    def forward(self, x):
+        return torch.roll(x, shifts=(-2, 3), dims=(1, 2)) * 2.0
+
+
+class RollFlat(torch.nn.Module):
+    def forward(self, x):
+        return torch.roll(x, 5) + 1.0
+
+
+class RelativeBias(torch.nn.Module):
+    """Swin's relative position bias: a parameter table indexed by a constant index buffer."""
+
+    def __init__(self, window=3, heads=2):
+        super().__init__()
+        self.table = torch.nn.Parameter(torch.randn((2 * window - 1) ** 2, heads))
+        coords = torch.stack(torch.meshgrid(torch.arange(window), torch.arange(window), indexing="ij")).flatten(1)
+        rel = (coords[:, :, None] - coords[:, None, :]).permute(1, 2, 0) + (window - 1)
+        self.register_buffer("index", rel[..., 0] * (2 * window - 1) + rel[..., 1])
+        self.heads = heads
+
+    def forward(self, scores):
+        bias = self.table[self.index.view(-1)].view(scores.shape[-1], scores.shape[-1], self.heads)
+        return (scores + bias.permute(2, 0, 1)).softmax(-1)
+
+
+class SelectAndFlip(torch.nn.Module):
+    def __init__(self, index):
+        super().__init__()
+        self.register_buffer("index", index)
+
+    def forward(self, x):  # x [2, 8, 24]: gathers along the last dim and along a middle dim, and a flip
+        last = torch.index_select(x, 2, self.index) * 2.0
+        middle = torch.index_select(x, 1, self.index % 8) + 1.0
+        return last, middle, torch.flip(x, dims=[2]) - 1.0
+
+
+class IntMask(torch.nn.Module):
+    def forward(self, x, mask):
+        return torch.where(mask.bool()[:, None, :], x, torch.zeros_like(x))
+
+
+class RuntimeGather(torch.nn.Module):
+    def forward(self, x, idx):
+        return torch.gather(x * 2.0, 1, idx)
+
+
+def _device_capture(module, *inputs):
+    result = capture(module.eval(), inputs, for_device=True)
+    assert result.report.host_fraction == 0.0, str(result.report)
+    assert "adv_index" not in {n.op_type for n in result.graph.ops}
+    return result
+
+
+def test_strided_runs():
+    assert _strided_runs([0, 1, 2, 3]) == [(0, 4, 1)]
+    assert _strided_runs([3, 4, 0, 1, 2]) == [(3, 5, 1), (0, 3, 1)]  # a roll: two runs
+    assert _strided_runs([0, 2, 4, 1, 3]) == [(0, 5, 2), (1, 4, 2)]
+    assert _strided_runs([2, 1, 0]) == [(2, 3, 1), (1, 2, 1), (0, 1, 1)]  # descending: single elements
+    assert _strided_runs([7]) == [(7, 8, 1)]
+
+
+@pytest.mark.parametrize("module,shape", [(Roll(), (2, 6, 7, 5)), (RollFlat(), (3, 4))], ids=["dims", "flat"])
+def test_roll_is_slices_and_a_concatenate(module, shape, fe):
+    x = torch.randn(shape)
+    result = _device_capture(module, x)
+    assert {"concatenate", "index"} <= {n.op_type for n in result.graph.ops}
+    fe.matches(result.run(x), [module(x)], atol=1e-6)
+
+
+def test_relative_position_bias_is_a_one_hot_matmul(fe):
+    torch.manual_seed(0)
+    module = RelativeBias()
+    scores = torch.randn(1, 2, 9, 9)
+    result = _device_capture(module, scores)
+    assert "matmul" in {n.op_type for n in result.graph.ops}
+    assert "table" in {n.name for n in result.graph.parameters}  # still a trainable parameter
+    fe.matches(result.run(scores), [module(scores)], atol=1e-5)
+
+
+SCATTERED = [7, 0, 5, 3, 6, 1, 3, 4, 0, 2, 6, 1, 7, 2, 5, 0, 4, 4, 1, 6]
+
+
+@pytest.mark.parametrize("index", [[4, 5, 6, 0, 1], SCATTERED], ids=["runs", "scattered"])
+def test_index_select_and_flip(index, fe):
+    few_runs = len(_strided_runs(index)) <= MAX_SLICE_RUNS
+    assert few_runs == (len(index) == 5)
+    index = torch.tensor(index)
+    module = SelectAndFlip(index)
+    x = torch.randn(2, 8, 24)
+    result = _device_capture(module, x)
+    assert ("concatenate" in {n.op_type for n in result.graph.ops}) == few_runs
+    fe.matches(result.run(x), list(module(x)), atol=1e-5)
+
+
+def test_integer_mask_becomes_a_float_mask_on_the_device(fe):
+    module = IntMask()
+    x = torch.randn(2, 3, 10)
+    mask = torch.randint(0, 2, (2, 10))
+    result = _device_capture(module, x, mask)
+    fe.matches(result.run(x, mask), [module(x, mask)], atol=0)
+
+
+def test_runtime_indices_stay_on_the_host(fe):
+    module = RuntimeGather()
+    x = torch.randn(2, 6)
+    idx = torch.tensor([[5, 0, 1], [2, 2, 4]])
+    result = capture(module, (x, idx), for_device=True)
+    assert result.report.has_fallback
+    assert result.report.op_names() == ["aten.gather.default"], str(result.report)
+    fe.matches(result.run(x, idx), [module(x, idx)], atol=1e-6)
+
+
+@pytest.mark.parametrize("fast", [True, False], ids=["float32", "chip_numerics"])
+def test_window_shift_and_relative_bias_on_the_golden_device(fast):
+    torch.manual_seed(0)
+
+    class ShiftedWindows(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.bias = RelativeBias()
+
+        def forward(self, x):  # x: [1, 2, 9, 9] scores; roll the key axis, add relative biases
+            return self.bias(torch.roll(x, shifts=4, dims=3))
+
+    module = ShiftedWindows().eval()
+    x = torch.randn(1, 2, 9, 9)
+    want = module(x)
+    pybuda.set_configuration_options(default_df_override=pybuda.DataFormat.Float32, golden_ignore_df_precision=fast)
+    device = pybuda.TTDevice("tt0", module=pybuda.PyTorchModule("m", module), arch=pybuda.BackendDevice.Wormhole_B0)
+    got = pybuda.run_inference(inputs=[(x,)]).get(timeout=300)[0].value()
+    assert device.cpu_fallback_device_pre is None and device.cpu_fallback_device_post is None
+    assert calculate_pcc(got, want) >= 0.999
+    assert torch.allclose(got, want, atol=1e-5 if fast else 1e-2)
