@@ -298,13 +298,18 @@ def build_training_netlist(parts: Sequence[Part], links: Sequence[Link], *, micr
 _GRADIENT_OP_TYPES = ("nop", "datacopy", "matmul", "multiply")
 
 
+def _device_producer(netlist: Netlist, queue: str):
+    """(graph, op) of the device op writing ``queue``; None for a host-fed or unknown queue."""
+    q = netlist.queues.get(queue)
+    if q is None or q.is_host_fed:
+        return None
+    return netlist.find_op(q.input)
+
+
 def can_accumulate(netlist: Netlist, queue: str) -> bool:
     """True when the op writing ``queue`` can become a gradient op: an allowed type whose only consumer is
     that queue (its output format changes to the accumulator's)."""
-    q = netlist.queues.get(queue)
-    if q is None or q.is_host_fed:
-        return False
-    found = netlist.find_op(q.input)
+    found = _device_producer(netlist, queue)
     if found is None:
         return False
     _, op = found
@@ -316,10 +321,7 @@ def can_accumulate(netlist: Netlist, queue: str) -> bool:
 def can_transpose_producer(netlist: Netlist, queue: str, grid: Tuple[int, int]) -> bool:
     """True when the nop writing ``queue`` (and only it) can transpose its input instead: it has no input TMs
     and its transposed footprint stays inside the ``grid`` (rows, cols) without touching another op."""
-    q = netlist.queues.get(queue)
-    if q is None or q.is_host_fed:
-        return False
-    found = netlist.find_op(q.input)
+    found = _device_producer(netlist, queue)
     if found is None:
         return False
     graph, op = found

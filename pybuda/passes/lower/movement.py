@@ -373,11 +373,10 @@ def _column_parts(src, expected: np.ndarray, max_parts: Optional[int] = None):
     max_parts = MAX_PARTS if max_parts is None else max_parts
     zi, ri, ci = src
     zo, ro, co = expected.shape
-    e = expected.reshape(zo * ro, co)
-    rows_out, cols_out = np.nonzero(e >= 0)
-    if rows_out.size == 0:
+    read = _elements_read(expected)
+    if read is None:
         return None
-    f = e[rows_out, cols_out]
+    rows_out, cols_out, f = read
     pair = cols_out.astype(np.int64) * ci + f % ci
     upair, sub = np.unique(pair, return_inverse=True)
     per_col = np.bincount(upair // ci, minlength=co)
@@ -402,6 +401,17 @@ def _column_parts(src, expected: np.ndarray, max_parts: Optional[int] = None):
     return parts, int(per_col.max())
 
 
+def _elements_read(expected: np.ndarray):
+    """(output rows, output columns, flat source index) of every output element that reads a source
+    element, over ``expected`` viewed as ``[z*r, c]``; None when no element reads anything."""
+    zo, ro, co = expected.shape
+    e = expected.reshape(zo * ro, co)
+    rows_out, cols_out = np.nonzero(e >= 0)
+    if rows_out.size == 0:
+        return None
+    return rows_out, cols_out, e[rows_out, cols_out]
+
+
 def _block_parts(src, expected: np.ndarray, max_parts: Optional[int] = None):
     """Parts that each give every output row one source row, with a column map per row, or None.
 
@@ -414,11 +424,10 @@ def _block_parts(src, expected: np.ndarray, max_parts: Optional[int] = None):
     max_parts = MAX_PARTS if max_parts is None else max_parts
     zi, ri, ci = src
     zo, ro, co = expected.shape
-    e = expected.reshape(zo * ro, co)
-    rows_out, cols_out = np.nonzero(e >= 0)
-    if rows_out.size == 0:
+    read = _elements_read(expected)
+    if read is None:
         return None
-    f = e[rows_out, cols_out]
+    rows_out, cols_out, f = read
     nq = zi * ri
     key = rows_out.astype(np.int64) * nq + f // ci
     ukey, inv = np.unique(key, return_inverse=True)
