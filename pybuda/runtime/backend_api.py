@@ -55,7 +55,7 @@ from typing import Any, Callable, Dict, List, Mapping, Optional, Protocol, Seque
 
 import torch
 
-from pybuda.errors import InputError, PybudaError
+from pybuda.errors import CompileError, InputError, PybudaError
 
 log = logging.getLogger(__name__)
 
@@ -368,6 +368,54 @@ class CompiledArtifact:
                 close()
 
 
+#: Tolerances of :func:`check_samples_independent`: a batched and a per-sample float32 torch forward differ
+#: only by reduction order.
+SAMPLE_CHECK_RTOL = 1e-3
+SAMPLE_CHECK_ATOL_REL = 1e-4
+
+
+def check_samples_independent(module: Any, sample_inputs: Sequence[torch.Tensor], microbatch: int) -> None:
+    """CompileError when a PyTorch module (in eval mode) mixes the samples of a microbatch.
+
+    The device compiles a model for one sample and runs a microbatch sample by sample, which is exact only
+    when no op reads across dim 0 (a concat, reshape or reduction over the batch). Two samples of the push
+    are run together and alone in torch; outputs that differ are such an op, and a wrong number must not
+    come back without an error. Modules in training mode (dropout, batch statistics) are not checked."""
+    torch_module = getattr(module, "module", None)
+    if microbatch < 2 or not isinstance(torch_module, torch.nn.Module) or torch_module.training:
+        return
+
+    def rows(lo: int, hi: int) -> List[Any]:
+        return [t[lo:hi] if isinstance(t, torch.Tensor) and t.dim() and t.shape[0] == microbatch else t
+                for t in sample_inputs]
+
+    try:
+        together = module.forward(*rows(0, 2))
+        alone = [module.forward(*rows(k, k + 1)) for k in (0, 1)]
+    except Exception:  # noqa: BLE001 -- a model that cannot run on these slices is left to the compile
+        return
+    for j, out in enumerate(together):
+        parts = [a[j] if j < len(a) else None for a in alone]
+        if not isinstance(out, torch.Tensor) or not all(isinstance(p, torch.Tensor) for p in parts):
+            continue
+        if all(p.shape == out.shape and torch.equal(p, out) for p in parts):
+            continue  # an output that does not depend on the samples
+        joined = torch.cat(parts) if all(p.dim() for p in parts) else None
+        same = joined is not None and joined.shape == out.shape
+        if same and (out.is_floating_point() or joined.is_floating_point()):
+            scale = float(joined.detach().float().abs().nan_to_num().max()) if joined.numel() else 0.0
+            same = torch.allclose(out.float(), joined.float(), rtol=SAMPLE_CHECK_RTOL,
+                                  atol=SAMPLE_CHECK_ATOL_REL * max(1.0, scale), equal_nan=True)
+        elif same:
+            same = torch.equal(out, joined)
+        if not same:
+            raise CompileError(f"module '{module.name}' mixes the samples of a microbatch: its output {j} for two "
+                               f"samples run together differs from the two run alone (an op over dim 0 such as a "
+                               f"concat, reshape or reduction across the batch). The device runs a microbatch "
+                               f"sample by sample; compile it with microbatch 1 or run it on a CPUDevice",
+                               stage="INIT_COMPILE")
+
+
 def compile_modules(modules: Sequence[Any], sample_inputs: Sequence[torch.Tensor], config, *, devtype,
                     device=None, microbatch: Optional[int] = None, verify_cfg=None,
                     input_names: Optional[Sequence[str]] = None, compile_for_device: bool = True) -> CompiledArtifact:
@@ -388,6 +436,8 @@ def compile_modules(modules: Sequence[Any], sample_inputs: Sequence[torch.Tensor
     if compile_for_device:
         mb = microbatch if microbatch is not None else (samples[0].shape[0] if samples and samples[0].dim() else 1)
         samples = [t[0:1] if t.dim() and t.shape[0] == mb else t for t in samples]
+        if modules:
+            check_samples_independent(modules[0], sample_inputs, mb)
     else:
         mb = 1
     verify = compile_for_device and verification_requested(verify_cfg)

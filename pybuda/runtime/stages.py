@@ -153,6 +153,10 @@ def _translate_tt(device: Device, config: Any, counter: List[int]) -> Tuple[Opti
             translated.append(module)
             previous = _once(module_to_graph, module, values, names)
             continue
+        if previous is None and sample.tensors and sample.tensors[0].dim():
+            from pybuda.runtime.backend_api import check_samples_independent
+
+            check_samples_independent(module, sample.tensors, int(sample.tensors[0].shape[0]))
         captured = module_to_graph(module, values, names, graph_name=module.name, config=config, for_device=True,
                                    allow_cpu_stages=True)
         pre, graph, post = captured.pre, captured.graph, captured.post

@@ -78,3 +78,41 @@ def test_integer_input_within_the_queue_format_runs():
     x = torch.tensor([[2 ** 24 - 1, -5]], dtype=torch.int64)
     out = pybuda.run_inference(inputs=[(x,)]).get()[0].value()
     assert torch.equal(out.to(torch.int64), x + 1)
+
+
+class _BatchMean(nn.Module):
+    """Subtracts the mean over the microbatch: every sample's output depends on the others."""
+
+    def forward(self, x):
+        return x - x.mean(dim=0, keepdim=True)
+
+
+class _BatchFold(nn.Module):
+    """Folds the microbatch into the rows: the output has no per-sample dim 0."""
+
+    def forward(self, x):
+        return x.reshape(1, -1, x.shape[-1]) * 2.0
+
+
+@pytest.mark.parametrize("model", [_BatchMean, _BatchFold])
+def test_a_model_that_mixes_the_samples_of_a_microbatch_is_an_error_not_a_wrong_number(model):
+    from pybuda.errors import CompileError
+
+    tt0 = pybuda.TTDevice("tt0", module=pybuda.PyTorchModule("mix", model().eval()),
+                          arch=pybuda.BackendDevice.Wormhole_B0)
+    tt0.push_to_inputs(torch.randn(2, 5, 40))
+    with pytest.raises(CompileError, match="mixes the samples of a microbatch"):
+        pybuda.run_inference(_sequential=True).get(timeout=60)
+
+
+def test_a_per_sample_model_passes_the_sample_check_at_microbatch_4():
+    class PerSample(nn.Module):
+        def forward(self, x):
+            return torch.softmax(x, dim=-1) @ x.transpose(-1, -2)
+
+    x = torch.randn(4, 5, 40)
+    pybuda.TTDevice("tt0", module=pybuda.PyTorchModule("per_sample", PerSample().eval()),
+                    arch=pybuda.BackendDevice.Wormhole_B0)
+    out = pybuda.run_inference(inputs=[x]).get(timeout=60)[0].value()
+    assert out.shape == (4, 5, 5)
+    assert torch.allclose(out, PerSample()(x), rtol=0.05, atol=0.05)  # Float16_b default: ~1 % per value
