@@ -174,16 +174,18 @@ def test_gradient_accumulation_equals_one_bigger_batch():
         assert torch.allclose(accumulated[name], p.grad, rtol=RTOL, atol=ATOL), name
 
 
-def test_checkpoint_restored_continues_the_same_curve():
-    steps = 6
+def checkpoint_curves(setup, steps):
+    """(losses of ``steps`` straight steps, losses of half the steps, then a fresh pipeline restored from
+    their checkpoint with ``update_device_parameters`` running the other half). ``setup()`` builds the
+    pipeline and returns (the TTDevice, the device that takes the targets)."""
     xs, ys = make_data(steps)
 
     def train(first, count, restore=None):
         pybuda.pybuda_reset()
-        mlp, tt0 = setup_pybuda_mlp()
+        tt0, targets_to = setup()
         for x, y in zip(xs[first:first + count], ys[first:first + count]):
             tt0.push_to_inputs(x)
-            tt0.push_to_target_inputs(y)
+            targets_to.push_to_target_inputs(y)
         loss_q = queue.Queue()
         pybuda.initialize_pipeline(training=True)
         if restore is not None:
@@ -194,7 +196,16 @@ def test_checkpoint_restored_continues_the_same_curve():
     straight, _ = train(0, steps)
     first_half, ckpt = train(0, steps // 2)
     second_half, _ = train(steps // 2, steps // 2, restore={k: v.value() for k, v in ckpt.items()})
-    assert first_half + second_half == pytest.approx(straight, rel=1e-5)
+    return straight, first_half + second_half
+
+
+def test_checkpoint_restored_continues_the_same_curve():
+    def setup():
+        _, tt0 = setup_pybuda_mlp()
+        return tt0, tt0
+
+    straight, resumed = checkpoint_curves(setup, steps=6)
+    assert resumed == pytest.approx(straight, rel=1e-5)
 
 
 class TorchMLP(torch.nn.Module):
@@ -283,26 +294,12 @@ def test_pytorch_module_gradient_accumulation_equals_one_bigger_batch():
 
 
 def test_pytorch_module_checkpoint_restored_continues_the_same_curve():
-    steps = 6
-    xs, ys = make_data(steps)
-
-    def train(first, count, restore=None):
-        pybuda.pybuda_reset()
+    def setup():
         _, tt0, cpu = setup_pytorch_mlp(lr=0.002)  # the loss sums 120 squared errors per microbatch
-        for x, y in zip(xs[first:first + count], ys[first:first + count]):
-            tt0.push_to_inputs(x)
-            cpu.push_to_target_inputs(y)
-        loss_q = queue.Queue()
-        pybuda.initialize_pipeline(training=True)
-        if restore is not None:
-            pybuda.update_device_parameters(tt0, [restore])
-        ckpt = pybuda.run_training(steps=count, loss_queue=loss_q).get()[0]
-        return [float(loss_q.get()[0].value().sum()) for _ in range(count)], ckpt
+        return tt0, cpu
 
-    straight, _ = train(0, steps)
-    first_half, ckpt = train(0, steps // 2)
-    second_half, _ = train(steps // 2, steps // 2, restore={k: v.value() for k, v in ckpt.items()})
-    assert first_half + second_half == pytest.approx(straight, rel=1e-5)
+    straight, resumed = checkpoint_curves(setup, steps=6)
+    assert resumed == pytest.approx(straight, rel=1e-5)
     assert straight[-1] < straight[0]
 
 
