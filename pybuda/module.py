@@ -340,7 +340,24 @@ def flatten_torch_outputs(out: Any) -> Tuple[torch.Tensor, ...]:
     raise InputError(f"model output of type {type(out).__name__} is not a tensor or a container of tensors")
 
 
-class TFModule(Module):
+class _TFConvertedModule(Module):
+    """The TensorFlow family's common path onto the device: a subclass's ``onnx_model(*samples)`` converts
+    the model with tf2onnx, and ``to_graph`` imports that through the one ONNX importer."""
+
+    def onnx_model(self, *sample_inputs: SomeTensor):  # pragma: no cover - every subclass defines it
+        raise NotImplementedError
+
+    def to_graph(self, *sample_inputs: SomeTensor, graph_name: Optional[str] = None, config: Any = None,
+                 for_device: bool = True, **kwargs: Any):
+        """Convert (tf2onnx) and import the model for the sample inputs: an
+        :class:`~pybuda.frontend.onnx.OnnxCapture` (device graph, fallback report, CPU stages)."""
+        from pybuda.frontend.tensorflow.support import import_converted
+
+        return import_converted(self.onnx_model(*sample_inputs), sample_inputs, graph_name or self.name,
+                                config=config, for_device=for_device, **kwargs)
+
+
+class TFModule(_TFConvertedModule):
     """A wrapper around a TensorFlow model: a ``keras.Model`` (or layer) or a ``tf.Module`` with a traceable
     ``__call__``.
 
@@ -370,15 +387,6 @@ class TFModule(Module):
         who = f"TFModule '{self.name}'"
         return cached_onnx(self._onnx, sample_inputs, lambda: keras_to_onnx(self.module, sample_inputs, who=who))
 
-    def to_graph(self, *sample_inputs: SomeTensor, graph_name: Optional[str] = None, config: Any = None,
-                 for_device: bool = True, **kwargs: Any):
-        """Convert (tf2onnx) and import the model for the sample inputs: an
-        :class:`~pybuda.frontend.onnx.OnnxCapture` (device graph, fallback report, CPU stages)."""
-        from pybuda.frontend.tensorflow.support import import_converted
-
-        return import_converted(self.onnx_model(*sample_inputs), sample_inputs, graph_name or self.name,
-                                config=config, for_device=for_device, **kwargs)
-
     def forward(self, *args: SomeTensor, **kwargs: Any) -> Tuple[torch.Tensor, ...]:
         """Run the model in TensorFlow (keyword arguments go to the model's call; Keras gets
         ``training=False`` unless given); returns its flattened outputs as torch tensors."""
@@ -406,7 +414,7 @@ class TFModule(Module):
         return state
 
 
-class TFGraphDefModule(Module):
+class TFGraphDefModule(_TFConvertedModule):
     """A wrapper around a frozen TensorFlow GraphDef (a ``GraphDef``, its bytes, or a ``.pb``/``.pbtxt`` path)
     with the names of its input and output tensors (``"x"`` or ``"x:0"``).
 
@@ -441,14 +449,6 @@ class TFGraphDefModule(Module):
         who = f"TFGraphDefModule '{self.name}'"
         return cached_onnx(self._onnx, sample_inputs, lambda: graph_def_to_onnx(
             self.module, self.graph_input_names, self.graph_output_names, sample_inputs, who=who))
-
-    def to_graph(self, *sample_inputs: SomeTensor, graph_name: Optional[str] = None, config: Any = None,
-                 for_device: bool = True, **kwargs: Any):
-        """Convert (tf2onnx) and import the GraphDef: an :class:`~pybuda.frontend.onnx.OnnxCapture`."""
-        from pybuda.frontend.tensorflow.support import import_converted
-
-        return import_converted(self.onnx_model(*sample_inputs), sample_inputs, graph_name or self.name,
-                                config=config, for_device=for_device, **kwargs)
 
     def forward(self, *inputs: SomeTensor) -> Tuple[torch.Tensor, ...]:
         """Run the GraphDef in TensorFlow; returns the named outputs as torch tensors."""
@@ -606,7 +606,7 @@ class JaxModule(Module):
                        for_device=for_device, config=config, **kwargs)
 
 
-class TFLiteModule(Module):
+class TFLiteModule(_TFConvertedModule):
     """A wrapper around a TFLite model: a path to a ``.tflite`` file or the flatbuffer's bytes.
 
     ``to_graph`` converts it with tf2onnx and imports it onto pybuda ops; ``forward`` runs it in
@@ -644,14 +644,6 @@ class TFLiteModule(Module):
 
         who = f"TFLiteModule '{self.name}'"
         return cached_onnx(self._onnx, sample_inputs, lambda: tflite_to_onnx(self.module, who=who), keyed=False)
-
-    def to_graph(self, *sample_inputs: SomeTensor, graph_name: Optional[str] = None, config: Any = None,
-                 for_device: bool = True, **kwargs: Any):
-        """Convert (tf2onnx) and import the model: an :class:`~pybuda.frontend.onnx.OnnxCapture`."""
-        from pybuda.frontend.tensorflow.support import import_converted
-
-        return import_converted(self.onnx_model(*sample_inputs), sample_inputs, graph_name or self.name,
-                                config=config, for_device=for_device, **kwargs)
 
     def forward(self, *inputs: SomeTensor) -> Tuple[torch.Tensor, ...]:
         """Run the model in ``tf.lite.Interpreter``; returns its outputs as torch tensors."""
