@@ -9,11 +9,25 @@ fidelity, then times, interleaved and best-of-N (the machine is shared: the mini
   plain float32, TMs only).
 
 Only execution is timed (push inputs, run the program, pop outputs, back to framework tensors), never
-the compile. Goals: golden <= 2x torch at Bfp8_b / LoFi, fast <= 1.2x.
+the compile.
+
+Memory: each side runs in its own child process (so neither pollutes the other's high-water mark), which
+reports its peak resident set size (``ru_maxrss``) after a warm-up run and ``--repeat`` timed-free runs:
+
+- ``torch``: import pybuda, build the model (same builder, weights in memory), run it eagerly;
+- ``golden``: import pybuda, load the compiled netlist, host-I/O record and tensors the parent saved
+  (``executor_inputs``, written once with ``torch.save``; the compile itself is not in this process),
+  build the executor, drop the loaded tensors (the device keeps its own queue copies), run it.
+
+Both children import the same modules, so the ratio compares what each run holds on top of the same
+baseline; "mem x" is golden's peak RSS over torch's.
+
+Goals (issue #16): golden <= 1.2x torch at Bfp8_b / LoFi at microbatch 1 and 8, fast <= 1.0x, peak memory
+of the golden run <= 1.5x PyTorch's.
 
     .venv/bin/python benchmarks/bench_golden.py [--microbatch 1 8] [--repeat 5] [--df Bfp8_b] [--fidelity LoFi]
                                                 [--model bert --variant base --seq-len 128] [--threads N]
-                                                [--profile]
+                                                [--profile] [--no-memory]
 """
 
 from __future__ import annotations
@@ -21,9 +35,15 @@ from __future__ import annotations
 import argparse
 import cProfile
 import io
+import json
+import os
 import pstats
+import resource
+import subprocess
+import sys
+import tempfile
 import time
-from typing import List
+from typing import List, Sequence
 
 import torch
 
@@ -48,6 +68,52 @@ def _compile(args, microbatch: int):
     return spec, results
 
 
+def _peak_rss_mb() -> float:
+    """This process's peak resident set size in MiB (Linux reports ``ru_maxrss`` in KiB)."""
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
+
+
+def _memory_child(args) -> int:
+    """Run one side in this (child) process and print its peak RSS as JSON (see the module docstring)."""
+    if args.memory_child == "torch":
+        from pybuda.models import get_model
+
+        size = {"seq_len": args.seq_len} if args.seq_len else {}
+        spec = get_model(args.model, args.variant, microbatch=args.memory_microbatch, **size)
+        inputs = list(spec.example_inputs)
+        with torch.no_grad():
+            for _ in range(args.repeat + 1):
+                spec.module(*inputs)
+    else:
+        from pybuda.golden.executor import GoldenExecutor
+
+        saved = torch.load(args.memory_file, weights_only=False)
+        executor = GoldenExecutor(*saved["executor_inputs"], fast=args.memory_child == "fast")
+        inputs = saved["inputs"]
+        del saved
+        for _ in range(args.repeat + 1):
+            executor.run(inputs)
+    print(json.dumps({"peak_rss_mb": _peak_rss_mb()}))
+    return 0
+
+
+def _child_peak_mb(argv: Sequence[str], kind: str, microbatch: int, path: str) -> float:
+    cmd = [sys.executable, os.path.abspath(__file__), *argv, "--memory-child", kind,
+           "--memory-microbatch", str(microbatch), "--memory-file", path]
+    done = subprocess.run(cmd, capture_output=True, text=True, check=True)
+    return float(json.loads(done.stdout.strip().splitlines()[-1])["peak_rss_mb"])
+
+
+def _memory(argv: Sequence[str], results, inputs, microbatch: int) -> dict:
+    """Peak RSS (MiB) of the torch and the golden run, each in its own child process."""
+    from pybuda.golden.executor import executor_inputs
+
+    with tempfile.TemporaryDirectory() as tmp:
+        path = os.path.join(tmp, "golden_run.pt")
+        torch.save({"executor_inputs": executor_inputs(results), "inputs": inputs}, path)
+        return {kind: _child_peak_mb(argv, kind, microbatch, path) for kind in ("torch", "golden")}
+
+
 def main(argv: List[str] = None) -> int:
     """Measure and print one line per microbatch with the times and the ratios to torch."""
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -61,9 +127,16 @@ def main(argv: List[str] = None) -> int:
     ap.add_argument("--device-config", default="wh_n150")
     ap.add_argument("--threads", type=int, default=0, help="torch intra-op threads (0: torch's default)")
     ap.add_argument("--profile", action="store_true", help="print a cProfile of one golden run per microbatch")
-    args = ap.parse_args(argv)
+    ap.add_argument("--no-memory", action="store_true", help="skip the peak-memory children")
+    ap.add_argument("--memory-child", choices=("torch", "golden", "fast"), help=argparse.SUPPRESS)
+    ap.add_argument("--memory-microbatch", type=int, default=1, help=argparse.SUPPRESS)
+    ap.add_argument("--memory-file", help=argparse.SUPPRESS)
+    raw_argv = list(sys.argv[1:] if argv is None else argv)
+    args = ap.parse_args(raw_argv)
     if args.threads:
         torch.set_num_threads(args.threads)
+    if args.memory_child:
+        return _memory_child(args)
 
     from pybuda.golden.executor import GoldenExecutor, executor_inputs
     from pybuda.verify import calculate_pcc
@@ -71,7 +144,7 @@ def main(argv: List[str] = None) -> int:
     print(f"golden backend vs PyTorch eager float32: {args.model} {args.variant} seq {args.seq_len}, "
           f"{args.df} / {args.fidelity}, {torch.get_num_threads()} threads, best of {args.repeat}")
     print(f"{'mb':>3} {'torch s':>9} {'golden s':>9} {'fast s':>9} {'golden/torch':>13} {'fast/torch':>11} "
-          f"{'PCC golden':>11} {'compile s':>10}")
+          f"{'PCC golden':>11} {'compile s':>10} {'torch MiB':>10} {'golden MiB':>11} {'mem x':>6}")
     for mb in args.microbatch:
         t0 = time.perf_counter()
         spec, results = _compile(args, mb)
@@ -90,9 +163,14 @@ def main(argv: List[str] = None) -> int:
 
         best = best_times({"torch": run_torch, "golden": lambda: precise.run(inputs),
                            "fast": lambda: fast.run(inputs)}, args.repeat)
+        if args.no_memory:
+            mem = ""
+        else:
+            peak = _memory(raw_argv, results, inputs, mb)
+            mem = f" {peak['torch']:>10.0f} {peak['golden']:>11.0f} {peak['golden'] / peak['torch']:>5.2f}x"
         print(f"{mb:>3} {best['torch']:>9.3f} {best['golden']:>9.3f} {best['fast']:>9.3f} "
               f"{best['golden'] / best['torch']:>12.2f}x {best['fast'] / best['torch']:>10.2f}x "
-              f"{pcc:>11.5f} {compile_s:>10.1f}", flush=True)
+              f"{pcc:>11.5f} {compile_s:>10.1f}{mem}", flush=True)
         if args.profile:
             prof = cProfile.Profile()
             prof.runcall(precise.run, inputs)

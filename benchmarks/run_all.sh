@@ -4,7 +4,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PY:-.venv/bin/python}
-for bench in bench_formats bench_capture bench_compile bench_golden bench_perf; do
+for bench in bench_formats bench_capture bench_compile bench_first_output bench_golden bench_perf; do
   if [ -f "benchmarks/$bench.py" ]; then
     echo "=== $bench ==="
     "$PY" "benchmarks/$bench.py"

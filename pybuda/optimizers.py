@@ -112,11 +112,18 @@ class UpdateGraph:
     state_outputs: Dict[str, str]
     state_names: Dict[str, str]
     hyper_names: List[str]
+    #: Gradients read in another layout than their parameter's: param -> (input shape, TMs to the parameter).
+    grad_layouts: Dict[str, Tuple[Tuple[int, ...], Tuple[Tuple[str, Dict[str, Any]], ...]]] = field(
+        default_factory=dict)
     _initial_state: Dict[str, torch.Tensor] = field(default_factory=dict, repr=False)
 
     def initial_state(self) -> Dict[str, torch.Tensor]:
         """Fresh values for every state tensor (zeros for moments, ones for the ``beta^t`` powers)."""
         return {k: v.clone() for k, v in self._initial_state.items()}
+
+    def state_shapes(self) -> Dict[str, Tuple[int, ...]]:
+        """The shape of every state tensor (without copying their initial values)."""
+        return {k: tuple(v.shape) for k, v in self._initial_state.items()}
 
     def hyperparameters(self) -> Dict[str, torch.Tensor]:
         """The hyper-parameter tensors at their *current* values (after any scheduler step)."""
@@ -204,6 +211,21 @@ class _UpdateGraphBuilder:
         self.views[cache] = node
         return node
 
+
+
+def _grad_layout(owner: str, pname: str, value: Any) -> Tuple[Tuple[int, ...], Tuple[Tuple[str, Dict[str, Any]], ...]]:
+    """A ``grad_layouts`` entry as ``(shape, ((op_type, attrs), ...))``; ConfigError for TMs other than
+    reshape and transpose."""
+    value = tuple(value)
+    if value and isinstance(value[0], (tuple, list)):
+        shape, tms = tuple(int(d) for d in value[0]), tuple((str(op), dict(attrs)) for op, attrs in value[1])
+    else:
+        shape, tms = tuple(int(d) for d in value), ()
+    bad = [op for op, _ in tms if op not in ("reshape", "transpose")]
+    if bad:
+        raise ConfigError(f"{owner}: the gradient of '{pname}' can be read through reshapes and transposes only, "
+                          f"not {bad}")
+    return shape, tms
 
 class OptimizerTraceContext:
     """What :meth:`Optimizer.generate_op_trace` writes an update rule against (one per parameter).
@@ -377,10 +399,15 @@ class Optimizer:
         raise NotImplementedError
 
     def build_update_graph(self, params: Optional[Mapping[str, ParamSpec]] = None,
-                           name: Optional[str] = None) -> UpdateGraph:
+                           name: Optional[str] = None,
+                           grad_layouts: Optional[Mapping[str, Shape]] = None) -> UpdateGraph:
         """One graph updating every parameter in ``params`` (``{name: (shape, dtype)}``, in order);
         defaults to the parameters set with :meth:`set_parameters_to_optimize` (their shapes must be known).
-        See :class:`UpdateGraph` for the node names."""
+        ``grad_layouts``: where a parameter's gradient input is not in the parameter's shape (the layout a
+        backward program writes it in, so that the gradient can stay on the device), its shape, or a pair
+        ``(shape, [(op_type, attrs), ...])`` of its shape and the ``reshape`` / ``transpose`` TMs that turn it
+        into the parameter's values; the graph applies them, then reshapes to the parameter's shape. See
+        :class:`UpdateGraph` for the node names."""
         owner = type(self).__name__
         if params is None:
             unknown = [n for n, s in self._params.items() if s is None]
@@ -405,8 +432,21 @@ class Optimizer:
 
         graph = Graph(name or f"{self.type_name}_update")
         grad_inputs = {}
+        grads = {}
+        layouts = {p: _grad_layout(owner, p, v) for p, v in (grad_layouts or {}).items() if p in specs}
         for pname, (shape, dtype) in specs.items():
-            grad_inputs[pname] = graph.add_input(GRAD_PREFIX + pname, shape, dtype).name
+            layout = layouts.get(pname, (shape, ()))[0]
+            if math.prod(layout) != math.prod(shape):
+                raise ConfigError(f"{owner}: gradient layout {list(layout)} of '{pname}' does not hold its "
+                                  f"{list(shape)} values")
+            grad_inputs[pname] = grads[pname] = graph.add_input(GRAD_PREFIX + pname, layout, dtype).name
+        for pname, (shape, dtype) in specs.items():
+            for k, (op_type, attrs) in enumerate(layouts.get(pname, (shape, ()))[1]):
+                grads[pname] = graph.add_op(f"{GRAD_PREFIX}{pname}.layout{k}", op_type, [grads[pname]],
+                                            dict(attrs)).name
+            if tuple(graph[grads[pname]].shape) != shape:
+                grads[pname] = graph.add_op(f"{GRAD_PREFIX}{pname}.as_param", "reshape", [grads[pname]],
+                                            {"shape": shape}).name
         for pname, (shape, dtype) in specs.items():
             graph.add_parameter(pname, torch.zeros(shape, dtype=dtype), requires_grad=False)
         for key, value in self._hyper_values().items():
@@ -416,7 +456,7 @@ class Optimizer:
         new_param: Dict[str, str] = {}
         for pname, (shape, dtype) in specs.items():
             ac = OptimizerTraceContext(builder, pname, shape, dtype)
-            node = self.generate_op_trace(ac, pname, grad_inputs[pname])
+            node = self.generate_op_trace(ac, pname, grads[pname])
             if tuple(graph[node].shape) != shape:
                 raise ConfigError(f"{owner}: update of '{pname}' has shape {graph[node].shape}, expected {shape}")
             new_param[pname] = node
@@ -430,6 +470,7 @@ class Optimizer:
         return UpdateGraph(graph=graph, optimizer=self, param_names=list(specs), grad_inputs=grad_inputs,
                            param_outputs=param_outputs, state_outputs=state_outputs,
                            state_names=dict(builder.state_owner), hyper_names=list(self._hyper_keys()),
+                           grad_layouts={p: v for p, v in layouts.items() if v[0] != specs[p][0] or v[1]},
                            _initial_state=builder.initial_state)
 
     # --- the torch form -----------------------------------------------------------------------------

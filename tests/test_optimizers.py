@@ -389,3 +389,22 @@ def test_non_float32_parameters_get_cast_views_of_lr():
     assert views == {"lr.r2.bfloat16": "cast", "lr.r1": "reshape", "lr.r1.bfloat16": "cast"}
     assert ug.initial_state()["w.mean"].dtype == torch.bfloat16
     assert ug.graph["w.new"].dtype == torch.bfloat16
+
+
+def test_gradient_read_in_another_layout_is_reshaped_in_the_graph():
+    """A gradient given in the layout a backward wrote it in (a conv weight's (1, out, in * kh * kw)) updates
+    the parameter exactly as one given in the parameter's own shape; a layout of another size is refused."""
+    shape, layout = (4, 2, 3, 3), (1, 4, 18)
+    opt = pybuda.optimizers.Adam(learning_rate=0.01)
+    plain = opt.build_update_graph({"w": (shape, torch.float32)})
+    laid = opt.build_update_graph({"w": (shape, torch.float32)}, grad_layouts={"w": layout})
+    assert tuple(laid.graph[laid.grad_inputs["w"]].shape) == layout
+    g = torch.Generator().manual_seed(0)
+    grad, w = torch.randn(shape, generator=g), torch.randn(shape, generator=g)
+    state = plain.initial_state()
+    want = run_graph_on_cpu(plain.graph, plain.inputs({"w": grad}), plain.parameter_values({"w": w}, state))
+    got = run_graph_on_cpu(laid.graph, laid.inputs({"w": grad.reshape(layout)}), laid.parameter_values({"w": w}, state))
+    for a, b in zip(got, want):
+        assert torch.equal(a, b)
+    with pytest.raises(ConfigError, match="gradient layout"):
+        opt.build_update_graph({"w": (shape, torch.float32)}, grad_layouts={"w": (1, 4, 17)})

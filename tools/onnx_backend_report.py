@@ -1,13 +1,16 @@
 """Run ONNX's backend node test cases through pybuda's ONNX backend (golden device, Float32).
 
 Prints one line per case — ``pass`` (every node on the device), ``fallback-pass`` (correct, with some nodes
-run by ONNX Runtime on the CPU), ``fail`` (wrong result or an error) — and the totals.
+run by ONNX Runtime on the CPU), ``fail`` (wrong result or an error), and ``M`` when the case is
+*registry-mappable* (every op it computes has a converter onto registry ops and every value it computes is
+device data: the rule of :func:`pybuda.frontend.onnx.coverage.device_mappable`) — then the totals, the same
+totals for the mappable subset, and every mappable case that still runs nodes on the host, with why.
 
 The node cases are the ones the ``onnx`` package defines (``onnx.backend.test.case.node``); the runner builds
 their models and data in memory. ``--data-dir`` additionally writes the on-disk test data with
 ``python -m onnx.backend.test.cmd_tools generate-data`` (into a cache dir, never the repository) when absent.
 
-    python tools/onnx_backend_report.py [--jobs 2] [--filter REGEX] [--quiet] [--reasons]
+    python tools/onnx_backend_report.py [--jobs 2] [--filter REGEX] [--quiet] [--reasons] [--why-not]
 """
 
 from __future__ import annotations
@@ -52,9 +55,27 @@ def _alarm(signum, frame):  # pragma: no cover - only on a hung case
     raise TimeoutError(f"case took longer than {CASE_TIMEOUT_S}s")
 
 
-def run_case(case) -> Tuple[str, str, str]:
-    """(name, status, detail) for one node test case."""
-    import numpy as np  # noqa: F401
+def mappable_reason(case) -> Optional[str]:
+    """None when ``case`` is registry-mappable (on its first data set), else why not."""
+    from onnx.backend.test.runner import _normalize_tensor
+
+    from pybuda.frontend.onnx.coverage import device_mappable
+
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            return device_mappable(case.model, [_normalize_tensor(i) for i in case.data_sets[0][0]])
+    except Exception as e:  # noqa: BLE001 - a model the importer rejects is not mappable; say why
+        return f"{type(e).__name__}: {' '.join(str(e).split())[:120]}"
+
+
+def run_case(case) -> Tuple[str, str, str, Optional[str]]:
+    """(name, status, detail, why not mappable — None when mappable) for one node test case."""
+    status = _run(case)
+    return (*status, mappable_reason(case))
+
+
+def _run(case) -> Tuple[str, str, str]:
     from onnx.backend.test.runner import Runner, _normalize_tensor
 
     from pybuda.frontend.onnx.backend import PybudaBackend
@@ -74,11 +95,8 @@ def run_case(case) -> Tuple[str, str, str]:
                                               rtol=case.rtol, atol=case.atol)
         if fallback:
             ops = ", ".join(sorted({f.aten_op for f in rep.report.fallback_ops}))
-            detail = f"host: {ops}"
-            if REASONS:
-                why = sorted({f"{f.aten_op}: {' '.join(f.reason.split())[:140]}" for f in rep.report.fallback_ops})
-                detail += " | " + " | ".join(why)
-            return case.name, "fallback-pass", detail
+            why = sorted({f"{f.aten_op}: {' '.join(f.reason.split())[:140]}" for f in rep.report.fallback_ops})
+            return case.name, "fallback-pass", f"host: {ops} | " + " | ".join(why)
         return case.name, "pass", ""
     except BaseException as e:  # noqa: BLE001 - every failure is a line of the report
         msg = " ".join(str(e).split())[:160]
@@ -86,6 +104,21 @@ def run_case(case) -> Tuple[str, str, str]:
     finally:
         if hasattr(signal, "SIGALRM"):
             signal.alarm(0)
+
+
+def _totals(label: str, statuses: List[str]) -> str:
+    counts = {k: statuses.count(k) for k in ("pass", "fallback-pass", "fail")}
+    total = len(statuses)
+    ok = counts["pass"] + counts["fallback-pass"]
+    return (f"{label} {total}: pass {counts['pass']}, fallback-pass {counts['fallback-pass']}, fail {counts['fail']}; "
+            f"correct {ok}/{total} = {100.0 * ok / max(total, 1):.1f}%")
+
+
+def _why_group(why_not: str) -> str:
+    """A reason without its node and value names (so equal causes group together)."""
+    text = re.sub(r"\(node '[^']*'\)", "", why_not)
+    text = re.sub(r"'[^']*'", "'…'", text)
+    return re.sub(r"\[[^\]]*\]", "[…]", text).strip()
 
 
 def main(argv: Optional[List[str]] = None) -> int:
@@ -97,6 +130,8 @@ def main(argv: Optional[List[str]] = None) -> int:
                         help="also generate ONNX's on-disk test data here when absent (e.g. a temp dir)")
     parser.add_argument("--reasons", action="store_true", help="say why each host node of a fallback-pass case "
                                                                  "runs on the host")
+    parser.add_argument("--why-not", action="store_true", help="group the cases that are not registry-mappable "
+                                                                    "by reason")
     args = parser.parse_args(argv)
     global REASONS
     REASONS = args.reasons
@@ -109,26 +144,44 @@ def main(argv: Optional[List[str]] = None) -> int:
     logging.disable(logging.WARNING)
     start = time.perf_counter()
     cases = _cases(args.filter)
-    counts = {"pass": 0, "fallback-pass": 0, "fail": 0}
+    results = []
+
+    def show(result) -> None:
+        name, status, detail, why_not = result
+        results.append(result)
+        mappable = why_not is None
+        if not REASONS and status == "fallback-pass":
+            detail = detail.split(" | ")[0]
+        if not args.quiet or status == "fail":
+            print(f"{status:14s} {'M' if mappable else '-'} {name}  {detail}".rstrip(), flush=True)
+
     if args.jobs > 1:
         ctx = multiprocessing.get_context("fork")
         with ctx.Pool(args.jobs, maxtasksperchild=200) as pool:
-            results = pool.imap(run_case, cases, chunksize=4)
-            for name, status, detail in results:
-                counts[status] += 1
-                if not args.quiet or status == "fail":
-                    print(f"{status:14s} {name}  {detail}".rstrip(), flush=True)
+            for result in pool.imap(run_case, cases, chunksize=4):
+                show(result)
     else:
         for case in cases:
-            name, status, detail = run_case(case)
-            counts[status] += 1
-            if not args.quiet or status == "fail":
-                print(f"{status:14s} {name}  {detail}".rstrip(), flush=True)
-    total = sum(counts.values())
-    ok = counts["pass"] + counts["fallback-pass"]
-    print(f"\ntotal {total}: pass {counts['pass']}, fallback-pass {counts['fallback-pass']}, fail {counts['fail']}; "
-          f"correct {ok}/{total} = {100.0 * ok / max(total, 1):.1f}% in {time.perf_counter() - start:.0f}s "
-          f"({args.jobs} job(s))")
+            show(run_case(case))
+    print()
+    print(_totals("total", [r[1] for r in results]) +
+          f" in {time.perf_counter() - start:.0f}s ({args.jobs} job(s))")
+    mappable = [r for r in results if r[3] is None]
+    print(_totals("registry-mappable", [r[1] for r in mappable]) +
+          f"; on the device {sum(r[1] == 'pass' for r in mappable)}/{len(mappable)}")
+    rest = [r for r in mappable if r[1] != "pass"]
+    if rest:
+        print("mappable cases not wholly on the device:")
+        for name, status, detail, _ in rest:
+            print(f"  {status:14s} {name}  {detail}")
+    if args.why_not:
+        groups: dict = {}
+        for name, _, _, why_not in results:
+            if why_not is not None:
+                groups.setdefault(_why_group(why_not), []).append(name)
+        print("not mappable, by reason:")
+        for key, names in sorted(groups.items(), key=lambda kv: -len(kv[1])):
+            print(f"  {len(names):4d}  {key}  (e.g. {names[0]})")
     return 0
 
 

@@ -12,7 +12,14 @@
   least core-cycles spread over one chip); each candidate's assignment is scored by packing its grids
   into epochs with the placer's own packer and summing the slowest op of every epoch plus the
   epoch-switch overhead amortised over the microbatch (cycles per input). The ladder's best is refined
-  with and without the row preference (kept unless it costs throughput); the best wins.
+  with and without the row preference (kept unless it costs throughput); the best wins. Candidates
+  are judged by the whole cost (:mod:`pybuda.balancer.wholecost`: epoch switches with binaries and
+  prologue, pipeline fill, DRAM sharing, the binary cache and the host's input/output conversion, as
+  the performance model counts them).
+  Then per-epoch targets (:func:`segment`): dynamic programming cuts the schedule into epochs, each
+  with its own target (an epoch holding attention's softmax and one holding only the feed-forward
+  matmuls need not run at the same cycle count), for several weights on the binary cache's re-write
+  cost; the cut becomes epoch breaks when its whole cost beats the global target's.
 * **Ribbon** — epoch by epoch: for each ribbon size R (the grid row count the epoch's ops share), and
   for "no ribbon", build the epoch from the current op on (each op: its smallest model on the ribbon
   meeting the global target, placed until the next one does not fit), then repeatedly bump the slowest op to its next faster model
@@ -40,6 +47,7 @@ from pybuda.perf import cost
 from pybuda.balancer.legalizer import Legalizer, stream_compatible
 from pybuda.balancer.types import BalancerSolution, OpModel
 from pybuda.balancer.packing import GridPacker, count_epochs
+from pybuda.balancer import wholecost
 
 log = logging.getLogger(__name__)
 
@@ -101,11 +109,15 @@ class _Context:
                     self.consumers[pi].append((ci, k))
             self.producers.append(edges)
         self.chosen: List[Optional[OpModel]] = [None] * len(self.ops)
+        self.producer_ops: List[List[int]] = [sorted({pi for pi, _, _ in edges}) for edges in self.producers]
         self.breaks = epoch_break_flags(graph, config)
         self.rows, self.cols = device.grid_rows, device.grid_cols
         self.allow_transpose = bool(config.enable_auto_transposing_placement)
         self.microbatch = max(1, int(getattr(graph, "microbatch", 1) or 1))
         self.bandwidth = cost.device_bandwidth(device)
+        self.switch = wholecost.switch_costs(device, self.bandwidth)
+        self.host_io = wholecost.host_io_cycles(graph, device, config, self.microbatch)
+        self._prologue: Dict[int, float] = {}
         overrides = config.placer_op_overrides
         self.place_args: List[Tuple[Optional[Tuple[int, int]], Optional[bool]]] = []
         for op in self.ops:
@@ -162,6 +174,13 @@ class _Context:
                 continue
             chosen[pi] = repl
         return ok
+
+    def prologue(self, i: int, model: OpModel) -> float:
+        """Prologue bytes of op ``i`` with ``model`` (cached per model object)."""
+        hit = self._prologue.get(id(model))
+        if hit is None:
+            hit = self._prologue[id(model)] = wholecost.prologue_bytes(self.ops[i], model)
+        return hit
 
     def epoch_cycles(self, models: Sequence[OpModel]) -> float:
         """Cycles per input of one epoch holding ``models``: its slowest op, or the chip's DRAM channels
@@ -322,6 +341,18 @@ def _score(ctx: _Context, models: Sequence[OpModel]) -> Tuple[float, int]:
             + sum(ctx.epoch_overhead(sum(m.cores for m in ms)) for ms in members)), n_epochs
 
 
+def _whole_score(ctx: _Context, models: Sequence[OpModel], breaks: Optional[List[bool]] = None
+                 ) -> Tuple[float, int]:
+    """The whole cost of a solution (:mod:`pybuda.balancer.wholecost`: switches with binaries and
+    prologue, fill, DRAM sharing, binary-cache overflow), epochs from the placer's packer and
+    ``breaks`` (default: the user's and epoch-type breaks). Returns (cycles per input, epochs)."""
+    shapes = [m.grid_shape for m in models]
+    epochs = count_epochs(shapes, ctx.breaks if breaks is None else breaks, ctx.rows, ctx.cols,
+                          ctx.allow_transpose)
+    return wholecost.score_solution(ctx.ops, models, epochs, ctx.producer_ops, ctx.switch, ctx.microbatch,
+                                    [ctx.prologue(i, m) for i, m in enumerate(models)], ctx.host_io)
+
+
 def assign_for_target(ctx: _Context, targets: _Targets, target: int, prefer_rows: bool) -> List[OpModel]:
     """NLP's per-op choice for one target, in schedule order with producer compatibility: the
     preferred model meeting ``target`` (smallest grid, matmul parameters in prologue first), with
@@ -335,9 +366,11 @@ def assign_for_target(ctx: _Context, targets: _Targets, target: int, prefer_rows
     return chosen  # type: ignore[return-value]
 
 
-def global_target(ctx: _Context, targets: _Targets) -> Tuple[int, bool]:
-    """NLP's global target_cycles and whether preferring the previous op's rows helps (see the module
-    docstring): returns (target, prefer_rows)."""
+def global_target(ctx: _Context, targets: _Targets,
+                  score: Callable[[_Context, Sequence[OpModel]], Tuple[float, int]] = _score) -> Tuple[int, bool]:
+    """The global target_cycles and whether preferring the previous op's rows helps (see the module
+    docstring), each candidate judged by ``score`` (Ribbon: :func:`_score`; NLP: :func:`_whole_score`):
+    returns (target, prefer_rows)."""
     n = len(ctx.ops)
     if n == 0:
         return 0, True
@@ -361,7 +394,7 @@ def global_target(ctx: _Context, targets: _Targets) -> Tuple[int, bool]:
     def evaluate(target: int, prefer_rows: bool) -> float:
         key = (target, prefer_rows)
         if key not in scored:
-            scored[key] = _score(ctx, assign_for_target(ctx, targets, target, prefer_rows))[0]
+            scored[key] = score(ctx, assign_for_target(ctx, targets, target, prefer_rows))[0]
         return scored[key]
 
     for t in sorted(ladder):
@@ -382,12 +415,133 @@ def global_target(ctx: _Context, targets: _Targets) -> Tuple[int, bool]:
 # NLP
 # --------------------------------------------------------------------------------------------------
 
-def _nlp(ctx: _Context) -> int:
+def _nlp(ctx: _Context) -> Tuple[int, List[str]]:
+    """The better, by the whole cost, of one global target and per-epoch targets (:func:`segment`).
+    Returns the target (with per-epoch targets, the largest) and the epoch breaks to honour."""
     targets = _Targets(ctx)
-    target, prefer_rows = global_target(ctx, targets)
-    for i, model in enumerate(assign_for_target(ctx, targets, target, prefer_rows)):
+    target, prefer_rows = global_target(ctx, targets, _whole_score)
+    models = assign_for_target(ctx, targets, target, prefer_rows)
+    best = (_whole_score(ctx, models)[0], models, [], target)
+    for cand_models, cand_breaks, cand_target in segment(ctx, targets, target):
+        total = _whole_score(ctx, cand_models, _merge_breaks(ctx, cand_breaks))[0]
+        if total < best[0] * (1 - 1e-9):
+            best = (total, cand_models, cand_breaks, cand_target)
+    _, models, starts, target = best
+    for i, model in enumerate(models):
         ctx.chosen[i] = model
-    return target
+    return target, [ctx.ops[i].name for i in starts if i > 0 and not ctx.breaks[i]]
+
+
+def _merge_breaks(ctx: _Context, starts: Sequence[int]) -> List[bool]:
+    flags = list(ctx.breaks)
+    for i in starts:
+        flags[i] = True
+    return flags
+
+
+#: Per-epoch targets: the geometric ladder's ratio and the Lagrange weights (× the host's binary
+#: re-write time) that trade epochs against the binary cache.
+SEGMENT_LADDER_RATIO = 1.15
+SEGMENT_EPOCH_WEIGHTS = (0.0, 0.5, 1.0, 2.0, 4.0)
+#: Per-epoch targets are searched from the best global target divided by the first number to it times
+#: the second.
+SEGMENT_LADDER_SPAN = (8.0, 4.0)
+
+
+def _epoch_options(ctx: _Context, targets: _Targets, i: int, ladder: Sequence[int],
+                   memo: Dict[Any, Dict[int, Tuple[float, int, int]]]) -> Dict[int, Tuple[float, int, int]]:
+    """For epochs starting at op ``i``: end → (device cycles per microbatch, cores, target) of the
+    cheapest target on ``ladder`` that packs ops ``[i, end)`` into one epoch.
+
+    The answer depends only on the ops that can join the epoch (their candidate lists, breaks,
+    placement overrides and which of their producers are inside it), so repeated blocks (a
+    transformer's layers) are computed once: ``memo`` is keyed by that window."""
+    n = len(ctx.ops)
+    stop = min(n, i + ctx.rows * ctx.cols)
+    for k in range(i + 1, stop):
+        if ctx.breaks[k]:
+            stop = k
+            break
+    key = tuple((id(ctx.cands[k]), ctx.place_args[k], tuple(k - p if p >= i else -1 for p in ctx.producer_ops[k]))
+                for k in range(i, stop))
+    hit = memo.get(key)
+    if hit is None:
+        hit = memo[key] = {}
+        mb = ctx.microbatch
+        for target in ladder:
+            packer = GridPacker(ctx.rows, ctx.cols)
+            acc = wholecost.EpochAccumulator(ctx.switch)
+            j = i
+            while j < stop:
+                model = targets.pick(j, target)
+                start_pos, transpose = ctx.place_args[j]
+                if packer.place(model.grid_shape[0], model.grid_shape[1], start=start_pos,
+                                transpose=transpose) is None and j > i:
+                    break
+                acc.add(j, model, ctx.producer_ops[j], ctx.prologue(j, model))
+                j += 1
+                total = acc.device_cycles(mb)
+                prev = hit.get(j - i)
+                if prev is None or total < prev[0]:
+                    hit[j - i] = (total, acc.cores, target)
+            if j >= stop:
+                break  # the epoch reaches a hard break or the end: larger targets only slow it down
+    return {i + length: v for length, v in hit.items()}
+
+
+def segment(ctx: _Context, targets: _Targets, around: int) -> List[Tuple[List[OpModel], List[int], int]]:
+    """Per-epoch targets: cut the schedule into epochs by dynamic programming over the whole cost.
+
+    An epoch ``[i, j)`` with target ``T`` gives every op its preferred model meeting ``T`` and holds the
+    ops the placer's packer fits from ``i`` on; its cost is :class:`wholecost.EpochAccumulator`'s (run,
+    fill and switch). The cheapest cut is found for each weight of :data:`SEGMENT_EPOCH_WEIGHTS` on
+    every epoch's binary re-write time (the binary cache makes the cost of an extra epoch depend on
+    how many there are, which a sum cannot say), and the final models are chosen in schedule order
+    with producer compatibility. The targets tried lie within :data:`SEGMENT_LADDER_SPAN` of ``around``
+    (the best global target): an epoch much slower than that costs more than it saves in switches, and
+    a much faster one has no room left. Returns (models, epoch start indices, largest target) per
+    distinct cut."""
+    n = len(ctx.ops)
+    if n == 0:
+        return []
+    lo = max(1.0, around / SEGMENT_LADDER_SPAN[0])
+    hi = max(around * SEGMENT_LADDER_SPAN[1], lo)
+    ladder: List[int] = []
+    t = lo
+    while t < hi * SEGMENT_LADDER_RATIO:
+        ladder.append(int(t))
+        t *= SEGMENT_LADDER_RATIO
+    memo: Dict[Any, Dict[int, Tuple[float, int, int]]] = {}
+    options = [_epoch_options(ctx, targets, i, ladder, memo) for i in range(n)]
+    results: List[Tuple[List[OpModel], List[int], int]] = []
+    seen: set = set()
+    for weight in SEGMENT_EPOCH_WEIGHTS:
+        best: List[float] = [0.0] + [float("inf")] * n
+        back: List[Tuple[int, int]] = [(0, 0)] * (n + 1)
+        for i in range(n):
+            if best[i] == float("inf"):
+                continue
+            for end, (total, cores, target) in options[i].items():
+                value = best[i] + total + weight * ctx.switch.host_binary_cycles(cores)
+                if value < best[end]:
+                    best[end], back[end] = value, (i, target)
+        cut: List[Tuple[int, int, int]] = []
+        end = n
+        while end > 0:
+            i, target = back[end]
+            cut.append((i, end, target))
+            end = i
+        cut.reverse()
+        key = tuple(cut)
+        if key in seen:
+            continue
+        seen.add(key)
+        chosen: List[Optional[OpModel]] = [None] * n
+        for i, end, target in cut:
+            for j in range(i, end):
+                chosen[j] = ctx.select(j, targets.ranked(j, target, None), chosen)
+        results.append((chosen, [i for i, _, _ in cut], max(t for _, _, t in cut)))  # type: ignore[arg-type]
+    return results
 
 
 # --------------------------------------------------------------------------------------------------
@@ -584,7 +738,7 @@ def balance(graph: Any, device: Any, config: Any) -> BalancerSolution:
     elif policy == "Ribbon":
         target, breaks = _ribbon(ctx)
     else:
-        target = _nlp(ctx)
+        target, breaks = _nlp(ctx)
     solution = BalancerSolution(policy=policy, target_cycles=target, epoch_breaks=breaks)
     for i, op in enumerate(ctx.ops):
         model = ctx.chosen[i]

@@ -352,25 +352,20 @@ def _compile_only(spec: Any, cfg: Any, microbatch: int) -> Tuple[Any, float]:
 
 def _training_record(record: Dict[str, Any], spec: Any, cfg: Any, microbatch: int, recompute: bool) -> Dict[str, Any]:
     """``-t``: compile the model's forward and backward programs and an Adam optimizer program (TT-Buda's
-    benchmark default) without running them, and model a training step on the card."""
+    benchmark default) without running them, merge them into the one training netlist a TTDevice runs, and
+    model a training step on the card."""
     import torch
 
     from pybuda.optimizers import Adam
-    from pybuda.runtime.training import compile_optimizer, compile_stage
+    from pybuda.runtime.training import model_training
 
     cfg.enable_recompute = recompute
     sample = tuple(t[:1] if isinstance(t, torch.Tensor) and t.dim() else t for t in spec.example_inputs)
     t0 = time.perf_counter()
     graph = spec.to_pybuda().to_graph(*sample, graph_name=spec.full_name).graph
-    common = dict(device_desc=cfg.device_config, devtype=None, config=cfg, run=False)
-    tg, fwd, bwd = compile_stage(spec.full_name, graph, input_grads=(), microbatch=microbatch, **common)
-    shapes = {n: tuple(tg.forward[n].shape) for n in tg.param_grads}
-    _, opt = compile_optimizer(spec.full_name, Adam(learning_rate=1e-4), shapes, **common) if shapes else (None, None)
+    _, perf = model_training(spec.full_name, graph, Adam(learning_rate=1e-4), device_desc=cfg.device_config,
+                             config=cfg, microbatch=microbatch)
     compile_seconds = time.perf_counter() - t0
-    from pybuda.perf.training import estimate_training
-
-    perf = estimate_training([fwd.compile_results], [bwd.compile_results], opt.compile_results if opt else None,
-                             microbatch=microbatch)
     record.update(training=True, recompute=recompute, compile_seconds=compile_seconds, epochs=perf.epochs,
                   modeled_training_samples_per_sec=perf.samples_per_sec, _summary=perf.summary())
     return record

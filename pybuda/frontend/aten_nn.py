@@ -302,11 +302,47 @@ def _sdpa(b: Builder, n, p):
     if bool_mask:
         scores = b.op("where", [b.tensor(mask), scores, b.scalar(-math.inf, dt, 1)])
     elif mask is not None:
-        scores = b.op("add", [scores, b.tensor(mask, dt)])
+        mask, attending = _finite_float_mask(b, mask, dt, n.name)
+        scores = b.op("add", [scores, mask])
     probs = b.op("softmax", [scores], dim=b.rank(scores) - 1, stable=True)
     if bool_mask:
         probs = _zero_fully_masked_rows(b, probs, mask, dt, n.name)
+    elif mask is not None and attending is not None:
+        probs = b.op("where", [attending, probs, b.scalar(0.0, dt, b.rank(probs))])
     return b.reshape(b.op("matmul", [probs, v]), out_shape(n))
+
+
+#: The floor of an additive mask on the device. After softmax's max subtraction exp of it is 0, as that of
+#: -inf or of ``finfo.min`` is; and it stays far above the value the lowering adds to a tile's padding
+#: columns before a row max (``pickers.NEG_LARGE``, -1e30), so a row's max is one of its own columns even
+#: when every column is masked (with a floor below that, the max came from the padding, every exp was 0 and
+#: the row's sum too: NaN). Scores differing by less than the floor's spacing (64) are lost on rows
+#: masked entirely, as they are in float32 torch at -inf / finfo.min.
+_MASK_FLOOR = -1.0e9
+
+
+def _finite_float_mask(b: Builder, mask: Any, dt: torch.dtype, name: str) -> Tuple[str, Any]:
+    """An additive float mask without -inf, and which rows attend to anything (None: all do).
+
+    torch's SDPA gives 0 on a row whose mask is all -inf (its safe softmax); a softmax of such a row is
+    -inf - (-inf) = NaN, and NaN spreads through the device's tile math. So the mask is floored at
+    :data:`_MASK_FLOOR` and rows that were all -inf are zeroed, as for boolean masks
+    (:func:`_zero_fully_masked_rows`). Only -inf marks a row: a finite minimum (``torch.finfo(dtype).min``,
+    as Hugging Face writes) leaves torch's uniform average, and so here."""
+    if isinstance(mask, Const):
+        value = mask.value.to(dt)
+        attending = (value > -math.inf).any(dim=-1, keepdim=True)
+        floored = b.const(value.clamp(min=_MASK_FLOOR), f"{name}.finite_mask")
+        keep = None if bool(attending.all()) else b.const(attending, f"{name}.rows_attending")
+        return floored, keep
+    m = b.tensor(mask, dt)
+    # 1 on columns above -inf (float32's lowest finite value passes), and a row attends when any does. The
+    # comparison comes before the row max: a max of the mask itself would see the lowering's padding value
+    # (-1e30) above -inf.
+    finite = b.op("greater_equal", [m, b.scalar(float(torch.finfo(torch.float32).min), dt, b.rank(m))])
+    keep = b.cast(b.op("reduce_max", [b.cast(finite, dt)], dim=b.rank(m) - 1), torch.bool)
+    floored = b.op("maximum", [m, b.scalar(_MASK_FLOOR, dt, b.rank(m))])
+    return floored, keep
 
 
 def _repeat_heads(b: Builder, x: str, heads: int) -> str:

@@ -15,9 +15,10 @@ too, so the op semantics exist once.
 
 Speed (``benchmarks/bench_golden.py``): an operand already stored in its ``in_df`` is not rounded
 again (TMs move decoded datums; rounding is idempotent); constant operands (ram entries, prologue
-reads) keep batch dimension 1 and are prepared once per queue write — TMs, fidelity pieces, a
-broadcast bias, decoded sparse indices — and a constant right-hand matmul operand is never copied per
-input (one GEMM over the whole batch); Dest rounding is skipped where the output packing subsumes it.
+reads) keep batch dimension 1 and are prepared once per queue write — TMs, fidelity pieces, decoded
+sparse indices — and a constant right-hand matmul operand is never copied per input (one GEMM over the
+whole batch); a matmul bias is added by broadcasting its tiles' row 0, never materialised; Dest rounding
+is skipped where the output packing subsumes it. Peak memory is measured by the same benchmark.
 """
 
 from __future__ import annotations

@@ -64,7 +64,10 @@ _HEADER_BYTES = 16
 _ALIGN_BYTES = 32
 _TAIL_PAD_BYTES = 16
 _INT32_MIN = -(1 << 31)  # 0x80000000 as a signed int32: the float sign bit
-# floor(v + _HALF_DOWN) == floor(v + 1/2) exactly for every float32 v >= 0 (see _bfp_fast_chunk).
+# floor(v + _HALF_DOWN) == floor(v + 1/2) exactly for every float32 v >= 0, where v + 1/2 itself is not
+# always exact (v = 1/2 - 2^-25 would round up to 1.0): below 1/2 the sum stays below 1 - 2^-25, at a tie
+# k + 1/2 it rounds to k + 1 (for k = 0 by ties-to-even), and otherwise it is at least one ulp of v away
+# from an integer.
 _HALF_DOWN = torch.tensor(0.5 - 2.0 ** -25)
 
 
@@ -307,7 +310,7 @@ _INT_RANGE = {
 
 def _round_half_away(x: torch.Tensor) -> torch.Tensor:
     # std::round semantics (the host's float_to_int8): ties away from zero. floor(|x| + c) with
-    # c = 1/2 − 2^-25 is exact where |x| + 1/2 is not (see _bfp_fast_chunk); zero keeps x's sign.
+    # c = 1/2 − 2^-25 is exact where |x| + 1/2 is not (see _HALF_DOWN); zero keeps x's sign.
     r = x.abs().add_(_HALF_DOWN).floor_()
     return r.copysign_(x)
 
@@ -405,6 +408,9 @@ _EXP_FIELD = _i32_const(0x7F800000)
 _INV_FROM_LSB = _i32_const(254 << 23)  # bits(2^-k) = (254 << 23) - bits(2^k)
 _NONZERO_TO_MIN = _i32_const(0x7FFFFFFF)  # m + this (wrapping): 0 -> INT32_MAX, m >= 1 -> m - 1 - 2^31
 _F_ZERO = torch.tensor(0.0)
+_MAGNITUDE = _i32_const(0x7FFFFFFF)  # bits & this = bits of |x|
+_STICKY = _i32_const(1)
+_MAGIC_FROM_LSB = _i32_const((23 << 23) + (1 << 22))  # bits(1.5 * 2^23 * lsb) - bits(lsb), lsb a power of 2
 _LSB_SHIFT = {n: _i32_const((n - 1) << 23) for n in (1, 3, 7)}  # BFP magnitude bits -> exponent offset
 
 
@@ -412,47 +418,48 @@ def _bfp_fast_chunk(xc: torch.Tensor, oc: torch.Tensor, info: FormatInfo, trunca
     """Quantise ``[b, 16]`` blocks ``xc`` into ``oc`` by value arithmetic, then redo exactly (integer
     host model) the few blocks where the value arithmetic is not exact.
 
-    For a block with shared exponent E, the host result is q · lsb with lsb = 2^(E − bias − (n − 1))
+    For a block with shared exponent E, the host result is ±q · lsb with lsb = 2^(E − bias − (n − 1))
     and q = min(floor(|x|/lsb + 1/2), 2^n − 1) (shifting, adding half an lsb and shifting again equals
-    one rounding of the exact quotient). v = |x|/lsb is exact (lsb is a power of two). v + 1/2 is not
-    always exact in float32: v = 1/2 − 2^-25 would round up to 1.0. Adding c = 1/2 − 2^-25 instead is
-    exact where it matters: below 1/2 the sum stays below 1 − 2^-25 (so ≤ 1 − 2^-24), at a tie
-    v = k + 1/2 the sum k + 1 − 2^-25 rounds to k + 1 (for k = 0 by ties-to-even), and otherwise the
-    sum is at least one ulp of v away from an integer boundary.
+    one rounding of the exact quotient): |x| rounded to a multiple of lsb, ties away from zero, clamped.
+
+    Round to nearest (:func:`_bfp_round_nearest`): with K = 1.5 · 2^23 · lsb, whose float32 ulp is lsb,
+    (y + K) − K rounds y to a multiple of lsb for |y| < 2^22 · lsb (one float rounding, then an exact
+    subtraction), ties to even. The ties are moved away from zero first by setting the lowest bit of
+    |x|'s pattern (a "sticky" bit): every midpoint (k + 1/2) · lsb is an even multiple of |x|'s ulp (it
+    is a multiple of 2^(23 − n) of them), so x | 1 is never a midpoint, lies on the same side of every
+    midpoint as x unless x is one, and is above the midpoint when x is one. Clamping to ±(2^n − 1) · lsb
+    (a multiple of lsb) before that gives the host's clamp and bounds |y|. A zero result is +0.0 (K − K), as the host
+    stores a zero magnitude. Truncation (``truncate``) scales by 1/lsb and floors instead
+    (:func:`_bfp_truncate_values`).
 
     Not exact, hence redone: B blocks with E < 8 (values < 2^-119, where the host's handling of fp32
-    denormals and the lsb underflow matter) or E > 253 (values ≥ 2^127, where 1/lsb underflows for
-    Bfp2_b, and inf/NaN); A blocks whose max is below 2^-7 (where the host's "tiny values count as
-    2^-15" rule can change a result) or NaN. All-zero blocks are fine.
+    denormals and the lsb underflow matter) or E > 231 (values ≥ 2^105, where K would overflow, and
+    inf/NaN); A blocks whose max is below 2^-7 (where the host's "tiny values count as 2^-15" rule can
+    change a result) or NaN. All-zero blocks are fine.
 
     Speed: the per-block work is a handful of ops on int32 bit patterns with 0-dim int32 operands, the
-    "is any block inexact" test is one or two scalar reductions, ``oc`` holds |x| (abs clears the sign bit
-    of NaN too), so the elementwise work is abs, a max per block, mul, add, floor, clamp, mul, copysign
-    and + 0.0. torch.addcmul with a broadcast operand and torch.trunc are several times slower on CPU.
+    "is any block inexact" test is one or two scalar reductions; the elementwise work is one bit mask,
+    a max per block, minimum, maximum, one bit set, add and subtract, all in ``oc`` (the former value
+    path — abs, scale, add 1/2, floor, clamp, scale, copysign, +0.0 — took about a third longer).
     """
     n = info.man_bits
-    torch.abs(xc, out=oc)
-    bmax = oc.view(torch.int32).amax(dim=1)  # bit pattern of the block's largest magnitude
+    ob = oc.view(torch.int32)
+    torch.bitwise_and(xc.view(torch.int32), _MAGNITUDE, out=ob)
+    bmax = ob.amax(dim=1)  # bit pattern of the block's largest magnitude
     # In both families the shared exponent is the top magnitude's biased fp32 exponent, clamped (B: to
-    # the fast range [8, 253]; A: the 5-bit field, top - 112 in [0, 31]), and lsb_exp + 127 = that
+    # the fast range [8, 231]; A: the 5-bit field, top - 112 in [0, 31]), and lsb_exp + 127 = that
     # biased exponent - (n - 1): A rebiases by 112 and has bias 15, B has bias 127.
     if info.family == "b":
-        lo, hi = 8 << 23, 253 << 23
-        ok_lo, ok_hi = 8 << 23, (254 << 23) - 1  # nonzero block maxima the value arithmetic gets right
+        lo, hi = 8 << 23, 231 << 23
+        ok_lo, ok_hi = 8 << 23, (232 << 23) - 1  # nonzero block maxima the value arithmetic gets right
     else:
         lo, hi = 112 << 23, 143 << 23
         ok_lo, ok_hi = 120 << 23, 0x7F800000
     lsb_bits = torch.bitwise_and(bmax, _EXP_FIELD).clamp_(lo, hi).sub_(_LSB_SHIFT[n])
-    inv = torch.sub(_INV_FROM_LSB, lsb_bits).view(torch.float32).unsqueeze(1)
-    lsb = lsb_bits.view(torch.float32).unsqueeze(1)
-    oc.mul_(inv)
-    if not truncate:
-        oc.add_(_HALF_DOWN)
-    oc.floor_()
-    oc.clamp_max_((1 << n) - 1)
-    oc.mul_(lsb)
-    oc.copysign_(xc)
-    oc.add_(_F_ZERO)  # -0.0 -> +0.0: a zero magnitude is stored with its sign cleared
+    if truncate:
+        _bfp_truncate_values(xc, oc, lsb_bits, n)
+    else:
+        _bfp_round_nearest(xc, oc, lsb_bits, n)
     # All blocks fine when no nonzero maximum is below ok_lo and none is above ok_hi. When the
     # smallest maximum is below ok_lo (zero blocks, say), the smallest nonzero one is read off
     # bmax + 0x7FFFFFFF (wrapping), which sends 0 to the top of the range and keeps the others' order.
@@ -462,6 +469,33 @@ def _bfp_fast_chunk(xc: torch.Tensor, oc: torch.Tensor, info: FormatInfo, trunca
         ok = (bmax == 0) | ((bmax >= ok_lo) & (bmax <= ok_hi))
         idx = (~ok).nonzero().squeeze(1)
         oc[idx] = _bfp_exact(xc[idx], info, truncate)
+
+
+def _bfp_round_nearest(xc: torch.Tensor, oc: torch.Tensor, lsb_bits: torch.Tensor, n: int) -> None:
+    """``oc`` := x clamped to ±(2^n − 1) · lsb of its block, then rounded to a multiple of lsb, ties
+    away from zero (see :func:`_bfp_fast_chunk`). The sticky bit is set after the clamp, so that inf
+    (whose pattern | 1 is a NaN) saturates like any other large value."""
+    lsb = lsb_bits.view(torch.float32).unsqueeze(1)
+    top = torch.mul(lsb, float((1 << n) - 1))
+    magic = torch.add(lsb_bits, _MAGIC_FROM_LSB).view(torch.float32).unsqueeze(1)  # 1.5 * 2^23 * lsb
+    torch.minimum(xc, top, out=oc)
+    torch.maximum(oc, top.neg_(), out=oc)
+    oc.view(torch.int32).bitwise_or_(_STICKY)
+    oc.add_(magic).sub_(magic)
+
+
+def _bfp_truncate_values(xc: torch.Tensor, oc: torch.Tensor, lsb_bits: torch.Tensor, n: int) -> None:
+    """``oc`` := x truncated to multiples of its block's lsb (in magnitude), clamped to (2^n − 1) · lsb:
+    |x| · 2^-lsb_exp is exact (a power of two), floor, clamp, scale back, sign, and -0.0 -> +0.0."""
+    inv = torch.sub(_INV_FROM_LSB, lsb_bits).view(torch.float32).unsqueeze(1)
+    lsb = lsb_bits.view(torch.float32).unsqueeze(1)
+    torch.abs(xc, out=oc)
+    oc.mul_(inv)
+    oc.floor_()
+    oc.clamp_max_((1 << n) - 1)
+    oc.mul_(lsb)
+    oc.copysign_(xc)
+    oc.add_(_F_ZERO)  # a zero magnitude is stored with its sign cleared
 
 
 def _quantize_bfp(x: torch.Tensor, info: FormatInfo, truncate: bool) -> torch.Tensor:

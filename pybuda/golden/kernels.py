@@ -17,8 +17,7 @@ from pybuda.golden import formats
 from pybuda.errors import NetlistError
 from pybuda.netlist import model as nl
 # The TMs on op inputs are pybuda.netlist.tms (one implementation on [..., z, R, C], the golden's
-# [N, t, R, C] included); the bias of a matmul uses its tile broadcast.
-from pybuda.netlist.tms import TileBroadcast, apply_tm
+# [N, t, R, C] included): the device applies them before an op runs.
 from pybuda.netlist.device_ops import DEVICE_OPS, find_device_op
 from pybuda.dtypes import DataFormat, MathFidelity
 
@@ -246,10 +245,19 @@ def matmul(inputs: Sequence[torch.Tensor], attrs: Dict, fidelity: Optional[MathF
         n, t, r, c = out.shape
         out = out.reshape(n, t // z, z, r, c).sum(dim=2)
     if attrs.get("bias"):
-        out = out + _cached(caches[2], "tile_broadcast_r", lambda: apply_tm(inputs[2], TileBroadcast("r")))
+        out = _add_tile_rows(out, inputs[2], caches[2])
     if attrs.get("sfpu_op") == "gelu":
         out = UNARY["gelu"](out, {})
     return out
+
+
+def _add_tile_rows(out: torch.Tensor, bias: torch.Tensor, cache: Optional[Dict]) -> torch.Tensor:
+    """``out + tile_broadcast_r(bias)`` (row 0 of each bias tile added to every row of that tile),
+    without materialising the broadcast: the sums are the same, and a constant bias stays a view."""
+    n, t, r, c = out.shape
+    nb, tb = bias.shape[:2]
+    rows = _cached(cache, "tile_rows", lambda: bias.reshape(nb, tb, r // TILE, TILE, c)[:, :, :, :1])
+    return (out.reshape(n, t, r // TILE, TILE, c) + rows).reshape(n, t, r, c)
 
 
 def reduce(x: torch.Tensor, attrs: Dict) -> torch.Tensor:

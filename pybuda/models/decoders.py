@@ -1,9 +1,10 @@
-"""Decoder-only LLMs in the style of Llama and OPT (mini configs): ``forward(input_ids) -> logits``.
+"""Decoder-only LLMs in the style of Llama, OPT and GPT-NeoX (mini configs): ``forward(input_ids) -> logits``.
 
 Unlike :mod:`pybuda.models.gpt2`, these wrappers hand transformers nothing precomputed: the causal mask,
 the position ids and (for Llama) the rotary tables come from the model's own code, so a capture exercises
 what a user's decoder does on the device: boolean causal masks, SDPA, rotary embeddings, RMSNorm,
-SwiGLU and grouped-query attention (Llama), learned offset positions and ReLU MLPs (OPT). The key/value
+SwiGLU and grouped-query attention (Llama), learned offset positions and ReLU MLPs (OPT), rotary
+embeddings on part of each head and parallel attention/MLP residuals (GPT-NeoX). The key/value
 cache is switched off (``use_cache=False``): the zoo model returns the logits only. (Captured with the
 default ``use_cache=True``, a decoder's cache becomes extra graph outputs; see
 :func:`pybuda.frontend.fx_program.register_cache_pytrees`.)
@@ -34,6 +35,14 @@ OPT_VARIANTS: Dict[str, Dict[str, Any]] = {
     # head_dim 20; OPT's learned positions are offset by 2, hence the table of max_position_embeddings + 2.
     "mini": dict(vocab_size=512, hidden_size=80, ffn_dim=256, num_hidden_layers=2, num_attention_heads=4,
                  max_position_embeddings=256, word_embed_proj_dim=80, attn_implementation="sdpa"),
+}
+
+GPT_NEOX_VARIANTS: Dict[str, Dict[str, Any]] = {
+    # head_dim 24 with rotary on a quarter of it (6 dims: the rotated half is 3, off every tile boundary);
+    # attention and MLP read the same input and add to one residual (use_parallel_residual).
+    "mini": dict(vocab_size=512, hidden_size=96, intermediate_size=256, num_hidden_layers=2,
+                 num_attention_heads=4, rotary_pct=0.25, use_parallel_residual=True, max_position_embeddings=256,
+                 attn_implementation="sdpa"),
 }
 
 DEFAULT_SEQ_LEN = 32
@@ -83,3 +92,10 @@ def build_opt(variant: str, microbatch: int, seq_len: Optional[int], task: Optio
     """Build an OPT-style decoder ``variant`` (learned positions, pre-LayerNorm, ReLU MLP) as a causal LM."""
     return _build("opt", "OPTConfig", "OPTForCausalLM", OPT_VARIANTS, variant, microbatch, seq_len, task, seed,
                   overrides)
+
+
+def build_gpt_neox(variant: str, microbatch: int, seq_len: Optional[int], task: Optional[str], seed: int,
+                   overrides: Dict[str, Any]) -> ModelSpec:
+    """Build a GPT-NeoX-style decoder ``variant`` (partial rotary, parallel residual, GELU MLP) as a causal LM."""
+    return _build("gpt_neox", "GPTNeoXConfig", "GPTNeoXForCausalLM", GPT_NEOX_VARIANTS, variant, microbatch,
+                  seq_len, task, seed, overrides)

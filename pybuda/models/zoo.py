@@ -43,6 +43,7 @@ _ENTRIES: Dict[str, ModelEntry] = {e.name: e for e in (
     # Small configs of transformers models (issue #12); "base" is the mini config until full sizes are added.
     ModelEntry("llama", ("mini",), decoders.TASKS, "seq_len", decoders.build_llama, {"base": "mini"}),
     ModelEntry("opt", ("mini",), decoders.TASKS, "seq_len", decoders.build_opt, {"base": "mini"}),
+    ModelEntry("gpt_neox", ("mini",), decoders.TASKS, "seq_len", decoders.build_gpt_neox, {"base": "mini"}),
     ModelEntry("swin", ("mini",), hf_vision.TASKS, "image_size", hf_vision.build_swin, {"base": "mini"}),
     ModelEntry("mobilevit", ("mini",), hf_vision.TASKS, "image_size", hf_vision.build_mobilevit, {"base": "mini"}),
     ModelEntry("convnext", ("mini",), hf_vision.TASKS, "image_size", hf_vision.build_convnext, {"base": "mini"}),

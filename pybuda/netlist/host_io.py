@@ -60,9 +60,15 @@ def tiles(n: int) -> int:
 def to_canonical(t: torch.Tensor, pad_value: float = 0.0) -> torch.Tensor:
     """A per-sample tensor as its padded canonical ``[z, R, C]`` form."""
     z, r, c = canonical_zrc(t.shape)
-    t3 = t.reshape(z, r, c)
-    out = torch.full((z, tiles(r) * TILE, tiles(c) * TILE), pad_value, dtype=t.dtype)
-    out[:, :r, :c] = t3
+    rows, cols = tiles(r) * TILE, tiles(c) * TILE
+    if (rows, cols) == (r, c):
+        # Tile-aligned: nothing to pad, so at most one copy. Done in 2-D, a transposed weight view (consteval)
+        # takes torch's blocked transpose copy, several times faster than a strided 3-D copy. Callers never
+        # write into the result, so an aligned contiguous tensor comes back as a view.
+        flat = t.reshape(r, c) if z == 1 else t.reshape(z, r, c)
+        return flat.contiguous().reshape(z, r, c)
+    out = torch.full((z, rows, cols), pad_value, dtype=t.dtype)
+    out[:, :r, :c] = t.reshape(z, r, c)
     return out
 
 

@@ -19,9 +19,11 @@ device DRAM:
 * **optimizer state** — written back in place by the op computing its next value.
 
 A link is made only where the two sides hold a tensor in the same device layout, or in layouts one tile
-transpose apart (the transpose becomes an input TM of the reading ops); this is checked on random values
-through the host-I/O records (:func:`layout_relation`), so a link can never change what a program
-computes. Everything else keeps going through the host, as :class:`Part` records (``linked_inputs`` /
+transpose apart (the transpose becomes an input TM of the reading ops). This is decided from the host-I/O
+records alone: each side's host path is a chain of views of one buffer, compared position by position
+(:func:`output_to_input`, :func:`ram_to_ram`); a host step that is no view (a pad) is checked on distinct
+values instead (:func:`layout_relation`). So a link can never change what a program computes, and deciding
+the links of a large model takes no tensor work. Everything else keeps going through the host, as :class:`Part` records (``linked_inputs`` /
 ``linked_outputs`` name what no longer does).
 
 Names: every queue and op of a part is prefixed with the part's key (``fwd0.``, ``bwd1.``, ``opt.``) except
@@ -32,8 +34,9 @@ past the previous parts' so that queues of different programs never share memory
 from __future__ import annotations
 
 import copy
+import math
 from dataclasses import dataclass, field
-from typing import Any, Callable, Dict, List, Optional, Sequence, Set, Tuple
+from typing import Any, Dict, List, Optional, Sequence, Set, Tuple
 
 import torch
 
@@ -125,14 +128,186 @@ def layout_relation(held: torch.Tensor, wanted: torch.Tensor) -> Optional[Tuple[
     return None
 
 
+# Layouts are compared analytically: each side's host path (host TMs, the reshape to the device shape, the
+# canonical [z, R, C] form, one entry per sample) is a chain of view operations, so the element a device
+# position holds is an affine function of the position, a strided view (shape, strides, offset) of one
+# contiguous buffer. Two layouts agree when their views agree on every position of size > 1; they are a tile
+# transpose apart when one's last two dims swapped give the other. Steps that are not views (a zero pad, a
+# reshape of dims that cannot merge) fall back to comparing random values through the same host path.
+
+
+@dataclass(frozen=True)
+class _View:
+    """Which element of a contiguous buffer each position of a tensor holds: ``offset + sum(i * stride)``."""
+
+    shape: Tuple[int, ...]
+    strides: Tuple[int, ...]
+    offset: int = 0
+
+    @staticmethod
+    def contiguous(shape: Sequence[int]) -> "_View":
+        strides, step = [], 1
+        for d in reversed(tuple(shape)):
+            strides.insert(0, step)
+            step *= int(d)
+        return _View(tuple(int(d) for d in shape), tuple(strides))
+
+    @property
+    def numel(self) -> int:
+        return math.prod(self.shape)
+
+    def key(self) -> Tuple[Any, ...]:
+        """What decides the element at every position (a size-1 dim's stride never matters)."""
+        return (self.shape, tuple(st for d, st in zip(self.shape, self.strides) if d != 1), self.offset)
+
+    def transpose(self, d0: int, d1: int) -> "_View":
+        shape, strides = list(self.shape), list(self.strides)
+        d0, d1 = d0 % len(shape), d1 % len(shape)
+        shape[d0], shape[d1] = shape[d1], shape[d0]
+        strides[d0], strides[d1] = strides[d1], strides[d0]
+        return _View(tuple(shape), tuple(strides), self.offset)
+
+    def reshape(self, shape: Sequence[int]) -> Optional["_View"]:
+        """The view with ``shape`` over the same elements in row-major order; None where that is not a view."""
+        shape = [int(d) for d in shape]
+        if shape.count(-1) == 1:
+            known = math.prod(d for d in shape if d != -1)
+            shape[shape.index(-1)] = self.numel // known if known else 0
+        if math.prod(shape) != self.numel or self.numel == 0:
+            return None
+        # Runs of old dims that are contiguous with each other: (element count, stride of the run's last dim).
+        runs: List[Tuple[int, int]] = []
+        for d, st in zip(self.shape, self.strides):
+            if d == 1:
+                continue
+            if runs and runs[-1][1] == st * d:
+                runs[-1] = (runs[-1][0] * d, st)
+            else:
+                runs.append((d, st))
+        strides = [0] * len(shape)
+        dims = [k for k, d in enumerate(shape) if d != 1]
+        for count, base in runs:
+            group: List[int] = []
+            while math.prod(shape[k] for k in group) < count:
+                if not dims:
+                    return None
+                group.append(dims.pop(0))
+            if math.prod(shape[k] for k in group) != count:
+                return None
+            step = base
+            for k in reversed(group):
+                strides[k] = step
+                step *= shape[k]
+        return _View(tuple(shape), tuple(strides), self.offset) if not dims else None
+
+    def sample(self, i: int) -> "_View":
+        """Entry ``i`` of dim 0 kept as a dim of size 1 (``x[i:i + 1]``)."""
+        return _View((1,) + self.shape[1:], self.strides, self.offset + i * self.strides[0])
+
+
+def _stack(views: Sequence[_View]) -> Optional[_View]:
+    """``torch.stack(views)`` as one view: the views must differ only by evenly spaced offsets."""
+    first = views[0]
+    step = views[1].offset - first.offset if len(views) > 1 else first.numel
+    for k, v in enumerate(views):
+        if v.key()[:2] != first.key()[:2] or v.offset != first.offset + k * step:
+            return None
+    return _View((len(views),) + first.shape, (step,) + first.strides, first.offset)
+
+
+class _NotAView(Exception):
+    """A host step that is no view of its input: the layouts are compared on values instead."""
+
+
+def _host_tms_view(view: _View, host_tms: Sequence[Any]) -> _View:
+    for tm in host_tms:
+        if tm.op_type == "reshape":
+            out = view.reshape(tm.attrs["shape"])
+        elif tm.op_type == "transpose":
+            out = view.transpose(int(tm.attrs["dim0"]), int(tm.attrs["dim1"]))
+        else:  # a pad writes zeros the buffer does not hold
+            out = None
+        if out is None:
+            raise _NotAView(tm.op_type)
+        view = out
+    return view
+
+
+def _must(view: Optional[_View]) -> _View:
+    if view is None:
+        raise _NotAView("reshape")
+    return view
+
+
+def _device_shape(rec: QueueIO) -> Tuple[int, ...]:
+    return tuple(rec.device_shape) if rec.device_shape is not None else tuple(rec.framework_shape)
+
+
+def _canonical(view: _View) -> _View:
+    """A per-sample view in its canonical ``[z, r, c]`` form (tile padding holds zeros on both sides)."""
+    from pybuda.netlist.host_io import canonical_zrc
+
+    return _must(view.reshape(canonical_zrc(view.shape)))
+
+
+def _pushed_view(rec: QueueIO, value: _View) -> _View:
+    """:func:`to_device_layout` on a view: the ``[entries, z, r, c]`` the queue of ``rec`` holds."""
+    value = _host_tms_view(value, rec.host_tms)
+    shape = _device_shape(rec)
+    if rec.batched:
+        samples = [_canonical(_must(value.sample(i).reshape(shape))) for i in range(value.shape[0])]
+    else:
+        samples = [_canonical(_must(value.reshape(shape)))]
+    return _must(_stack(samples))
+
+
+def _popped_view(rec: QueueIO, data: _View) -> _View:
+    """:func:`from_device_layout` on a view of ``[entries, z, r, c]`` device data."""
+    shape = _device_shape(rec)
+    samples = [_host_tms_view(_must(data.sample(i).reshape(shape)), rec.host_tms) for i in range(data.shape[0])]
+    if not rec.batched:
+        return samples[0]
+    if samples[0].shape == ():
+        return _must(_stack(samples))
+    stacked = _must(_stack(samples))
+    return _must(stacked.reshape((stacked.shape[0] * stacked.shape[1],) + stacked.shape[2:]))
+
+
+def _view_relation(held: _View, wanted: _View) -> Optional[Tuple[Any, ...]]:
+    """:func:`layout_relation` of two views of one buffer of distinct values."""
+    if held.key() == wanted.key():
+        return ()
+    if len(held.shape) >= 2 and held.transpose(-1, -2).key() == wanted.key():
+        return (Transpose(),)
+    return None
+
+
 def output_to_input(out_rec: QueueIO, in_rec: QueueIO, entries: int,
-                    host_step: Callable[[torch.Tensor], torch.Tensor] = lambda x: x) -> Optional[Tuple[Any, ...]]:
+                    reshape: Optional[Sequence[int]] = None) -> Optional[Tuple[Any, ...]]:
     """How an input queue would hold what an output queue holds, when the host passes the tensor on
-    (``from_device_layout``, then ``host_step``, then ``to_device_layout``): the TMs, or None."""
+    (``from_device_layout``, then a reshape to ``reshape`` when given, then ``to_device_layout``): the TMs,
+    or None. Decided from the records' shapes and host TMs (see :class:`_View`)."""
+    from pybuda.netlist.host_io import canonical_zrc
+
+    try:
+        held = _View.contiguous((entries,) + canonical_zrc(_device_shape(out_rec)))
+        value = _popped_view(out_rec, held)
+        if reshape is not None:
+            value = _must(value.reshape(reshape))
+        return _view_relation(held, _pushed_view(in_rec, value))
+    except (_NotAView, IndexError, ValueError):
+        return _output_to_input_on_values(out_rec, in_rec, entries, reshape)
+
+
+def _output_to_input_on_values(out_rec: QueueIO, in_rec: QueueIO, entries: int,
+                               reshape: Optional[Sequence[int]]) -> Optional[Tuple[Any, ...]]:
+    """:func:`output_to_input` by passing random values through the host path (steps that are not views)."""
     gen = torch.Generator().manual_seed(1234)
     held = _random_like_queue(out_rec, entries, gen)
     try:
-        value = host_step(from_device_layout(out_rec, held))
+        value = from_device_layout(out_rec, held)
+        if reshape is not None:
+            value = value.reshape(tuple(reshape))
         wanted = to_device_layout(in_rec, value)
     except (RuntimeError, ValueError, IndexError):
         return None
@@ -141,27 +316,23 @@ def output_to_input(out_rec: QueueIO, in_rec: QueueIO, entries: int,
 
 def ram_to_ram(a: QueueIO, b: QueueIO, shape: Sequence[int]) -> Optional[Tuple[Any, ...]]:
     """How ram ``b`` holds a tensor of ``shape`` relative to ram ``a`` (the TMs), or None."""
-    gen = torch.Generator().manual_seed(4321)
-    value = torch.rand(tuple(shape), generator=gen) + 0.5
     try:
-        return layout_relation(to_device_layout(a, value), to_device_layout(b, value))
+        value = _View.contiguous(shape)
+        return _view_relation(_pushed_view(a, value), _pushed_view(b, value))
+    except (_NotAView, IndexError, ValueError):
+        pass
+    gen = torch.Generator().manual_seed(4321)
+    tensor = torch.rand(tuple(shape), generator=gen) + 0.5
+    try:
+        return layout_relation(to_device_layout(a, tensor), to_device_layout(b, tensor))
     except (RuntimeError, ValueError, IndexError):
         return None
 
 
 def plain_ram(rec: QueueIO, shape: Sequence[int]) -> bool:
-    """True when ram ``rec`` holds a tensor of ``shape`` as its canonical form (no host TMs): its value can
-    be read back from the device."""
-    if rec.host_tms:
-        return False
-    value = torch.rand(tuple(shape), generator=torch.Generator().manual_seed(99))
-    try:
-        back = from_device_layout(QueueIO(queue=rec.queue, kind="output", name=rec.name,
-                                          framework_shape=tuple(shape), device_shape=rec.device_shape),
-                                  to_device_layout(rec, value))
-    except (RuntimeError, ValueError, IndexError):
-        return False
-    return tuple(back.shape) == tuple(shape) and torch.equal(back.reshape(tuple(shape)), value)
+    """True when ram ``rec`` holds a tensor of ``shape`` as its canonical form (no host TMs, the same shape):
+    its value can be read back from the device."""
+    return not rec.host_tms and (rec.device_shape is None or tuple(rec.device_shape) == tuple(int(d) for d in shape))
 
 
 def read_ram_value(rec: QueueIO, entry: torch.Tensor, shape: Sequence[int]) -> torch.Tensor:
@@ -400,12 +571,14 @@ def _aligned(addr: int) -> int:
 
 
 def _to_dram(q: QueueDef, base: Dict[Tuple[Any, str, int], int]) -> None:
-    """Give a queue DRAM buffers after everything allocated so far (it held host addresses or its size grew)."""
+    """Give a queue DRAM buffers after everything allocated so far (it held host addresses or its size grew),
+    each on the least-filled channel: saved activations and accumulators spread over the channels' bandwidth
+    rather than all landing on the first."""
     size = q.buffer_size_bytes()
     channels = sorted({ch for (dev, loc, ch) in base if loc == "dram" and dev == q.target_device}) or [0]
     allocs = []
-    for i in range(q.buffers):
-        ch = channels[i % len(channels)]
+    for _ in range(q.buffers):
+        ch = min(channels, key=lambda c: (base.get(_channel_key(q, "dram", c), 0x1000_0000), c))
         key = _channel_key(q, "dram", ch)
         start = base.get(key, 0x1000_0000)
         allocs.append((ch, start))

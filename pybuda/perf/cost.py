@@ -481,8 +481,21 @@ def _input_tiles(op: Any, b: _Blocking) -> Tuple[int, ...]:
             return (out * max(1, int(op.attrs.get("z", 1))),)
         return ((b.t * k * cols) if dim == "r" else (b.t * rows * k),) * n
     if op.type == "splice":
-        return (max(1, out // n),) * n
+        return _splice_input_tiles(op.attrs, out, n)
     return (out,) * n
+
+
+def _splice_input_tiles(attrs: Mapping[str, Any], out: int, n: int) -> Tuple[int, ...]:
+    """Each splice input's share of the output tiles: its ``inputN`` ``[index, length, stride]`` length
+    over the sum of the lengths (an even split when the attributes do not say)."""
+    lengths = []
+    for i in range(n):
+        spec = attrs.get(f"input{i}")
+        lengths.append(int(spec[1]) if isinstance(spec, (list, tuple)) and len(spec) == 3 else 0)
+    total = sum(lengths)
+    if total <= 0 or min(lengths) <= 0:
+        return (max(1, out // n),) * n
+    return tuple(max(1, out * length // total) for length in lengths)
 
 
 def op_cycle_breakdown(op: Any, op_model: Any, device: Any, input_bandwidth_context: Optional[BandwidthContext] = None,

@@ -98,14 +98,17 @@ Calibration mechanisms (perf_calibration §1; the same parameters for every mode
   whole-cost score was tried and picked worse placements at microbatch 1, where the switch's prologue
   reads dominate); ``PYBUDA_EXP_APPROX``, which benchmarking set for BERT Bfp8_b, is not applied.
 * **Calibration beyond the four points** (issue #16, tests/perf/test_calibration.py): MobileNetV2
-  (e150 +0 %, e75 +12 %) and Inception-v4 (n150 +1 %) land without new parameters. The misses are
+  (e150 +0 %, e75 +12 %) and HRNet on Grayskull land without new parameters. The misses are
   compiler lowerings that differ from TT-Buda's, not model constants, so none was fitted to them:
   a convolution's sparse im2col matmul puts the kernel taps in ``t`` with ``act_t: 1``, so every core
   re-reads its whole activation column once per tap (NoC-bound: ResNet-50's max-pool on e150, U-Net's
-  256x256 levels), where TT-Buda's slices the activation by output row band; channel concatenation is
-  lowered as dense column-picker matmuls (VoVNet's OSA modules) instead of a splice; ConvTranspose2d
-  as a dense "dilate" matmul (U-Net); and some Grayskull compiles find no L1 layout for a sparse matmul
-  with a prime tile count.
+  256x256 levels), where TT-Buda's slices the activation by output row band; ConvTranspose2d as a
+  dense "dilate" matmul (U-Net). A sparse matmul cannot t-stream, so convolutions and row pickers with
+  too many output row tiles for its cores' L1 are sliced into row bands joined by a splice
+  (``passes/lower/conv.row_bands``; Inception-v4 and U-Net compile on Grayskull). Tile-aligned channel
+  concatenation is a ``splice`` (costed by the n-ary formula, each input charged its share of the
+  tiles), as in TT-Buda; with it, Inception-v4 and VoVNet on n150 model faster than published, a miss
+  not explained yet.
 """
 
 from __future__ import annotations

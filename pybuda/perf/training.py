@@ -7,7 +7,10 @@ between devices and accumulated gradients stay in device DRAM on the card (TT-Bu
 accumulation queues), so only the forward's inputs cross PCIe, overlapping device work as in inference;
 the host transfers that the separate compiles of the programs model for their other queues are left out.
 :func:`estimate_training_netlist` models the programs of a device's one training netlist instead, where
-those queues are device queues in the netlist itself.
+those queues are device queues in the netlist itself: what a TTDevice runs
+(:meth:`pybuda.runtime.tt_trainer.TTTrainer.performance`) and what ``pybuda benchmark -t`` models
+(:func:`pybuda.runtime.training_netlist.model_training`). :func:`estimate_training` remains for programs
+compiled apart (a device whose programs could not be merged).
 """
 
 from __future__ import annotations

@@ -304,6 +304,9 @@ class CompiledArtifact:
     _intermediates: List[Tuple[str, torch.Tensor]] = field(default_factory=list, repr=False)
     #: Chips each running the compiled graphs on an equal share of every push (PYBUDA_N300_DATA_PARALLEL).
     data_parallel: int = 1
+    #: ``(op, op type, why)`` of the ops that read across the samples of a push: non-empty when the graph
+    #: holds the whole microbatch (``microbatch`` is then 1: one execution per push).
+    batch_in_graph: List[Tuple[str, str, str]] = field(default_factory=list)
 
     @property
     def sample_outputs(self) -> List[torch.Tensor]:
@@ -377,6 +380,11 @@ SAMPLE_CHECK_ATOL_REL = 1e-4
 def check_samples_independent(module: Any, sample_inputs: Sequence[torch.Tensor], microbatch: int) -> None:
     """CompileError when a PyTorch module (in eval mode) mixes the samples of a microbatch.
 
+    Superseded by the static analysis of the graph traced for the whole push (:func:`trace_whole_push`,
+    :func:`pybuda.passes.graph.microbatch.batch_mixing_ops`) with which :func:`compile_modules` keeps such
+    a model's microbatch inside its graph; kept only for a capture made for one sample, where no static
+    analysis can see the batch.
+
     The device compiles a model for one sample and runs a microbatch sample by sample, which is exact only
     when no op reads across dim 0 (a concat, reshape or reduction over the batch). Two samples of the push
     are run together and alone in torch; outputs that differ are such an op, and a wrong number must not
@@ -416,6 +424,23 @@ def check_samples_independent(module: Any, sample_inputs: Sequence[torch.Tensor]
                                stage="INIT_COMPILE")
 
 
+def trace_whole_push(modules: Sequence[Any], microbatch: int) -> bool:
+    """Whether :func:`compile_modules` traces ``modules`` for the whole push (dim 0 = ``microbatch``) rather
+    than for one sample: a single PyTorch module (``torch.export`` costs the same at any batch and the graph
+    then shows which ops read across the batch), or a captured graph that was traced so."""
+    from pybuda.compile import CapturedGraphModule
+    from pybuda.module import PyTorchModule
+
+    if microbatch < 2 or len(modules) != 1:
+        return False
+    module = modules[0]
+    if isinstance(module, CapturedGraphModule):
+        # The pipeline start marks a capture made for the whole push (its CPU pre-stage may have taken
+        # the batch dim out of the device graph's inputs, so their shapes alone cannot tell).
+        return bool(getattr(module.graph, "whole_push", False))
+    return isinstance(module, PyTorchModule)
+
+
 def compile_modules(modules: Sequence[Any], sample_inputs: Sequence[torch.Tensor], config, *, devtype,
                     device=None, microbatch: Optional[int] = None, verify_cfg=None,
                     input_names: Optional[Sequence[str]] = None, compile_for_device: bool = True) -> CompiledArtifact:
@@ -433,13 +458,16 @@ def compile_modules(modules: Sequence[Any], sample_inputs: Sequence[torch.Tensor
     from pybuda.verify import verification_requested
 
     samples = [t for t in sample_inputs]
+    whole = False
     if compile_for_device:
         mb = microbatch if microbatch is not None else (samples[0].shape[0] if samples and samples[0].dim() else 1)
-        samples = [t[0:1] if t.dim() and t.shape[0] == mb else t for t in samples]
-        if modules:
-            check_samples_independent(modules[0], sample_inputs, mb)
+        whole = trace_whole_push(modules, mb)
+        if not whole:
+            samples = [t[0:1] if t.dim() and t.shape[0] == mb else t for t in samples]
     else:
         mb = 1
+    #: (op, op type, why) of the ops that read across the samples of the push, when the graph keeps them.
+    batch_in_graph: List[Tuple[str, str, str]] = []
     verify = compile_for_device and verification_requested(verify_cfg)
     input_specs = [TensorSpec((input_names[i] if input_names and i < len(input_names) else f"input_{i}"),
                               tuple(t.shape), t.dtype) for i, t in enumerate(sample_inputs)]
@@ -453,6 +481,18 @@ def compile_modules(modules: Sequence[Any], sample_inputs: Sequence[torch.Tensor
         captured = module_to_graph(module, samples, names)
         graph = captured.graph
         graph.microbatch = mb
+        if whole:
+            from pybuda.passes.graph.microbatch import batch_mixing_ops, describe_mixing
+
+            batch_in_graph = [(n.name, "input", f"dim 0 is {n.shape[0] if n.shape else 'absent'}, not the "
+                               f"microbatch {mb}") for n in graph.inputs if not n.shape or n.shape[0] != mb]
+            batch_in_graph = batch_in_graph or batch_mixing_ops(graph, mb)
+            if batch_in_graph:
+                # Some op reads across the samples: the whole push is one execution of the graph, which
+                # then holds the microbatch as an ordinary dim (never a CompileError or a wrong shape).
+                log.info("module '%s' mixes the samples of its microbatch; the device runs the whole "
+                         "microbatch of %d in one graph: %s", module.name, mb, describe_mixing(batch_in_graph))
+                mb = graph.microbatch = 1
         results = None
         tapped: List[str] = []
         if compile_for_device:
@@ -462,7 +502,8 @@ def compile_modules(modules: Sequence[Any], sample_inputs: Sequence[torch.Tensor
             # a later module gets the previous one's outputs for the sample, repeated over the microbatch.
             checked = None
             if verify:
-                checked = list(sample_inputs) if i == 0 else fold_microbatch([list(captured.graph_inputs)] * mb)
+                checked = list(sample_inputs) if i == 0 or whole else \
+                    fold_microbatch([list(captured.graph_inputs)] * mb)
             results = _run_compiler(graph, device, config, verify_cfg, mb, inputs=checked)
             executor = create_executor(devtype, results, graph=graph, microbatch=mb, device=device)
         else:
@@ -472,13 +513,17 @@ def compile_modules(modules: Sequence[Any], sample_inputs: Sequence[torch.Tensor
         stages.append(CompiledStage(module.name, graph, results, executor, [n.name for n in graph.inputs], tapped))
     last = captured
     # The output specs come from the graph, so knowing them does not run the model.
-    output_specs = [TensorSpec(f"output_{i}", batched_shape(n.shape, mb), n.dtype)
+    # A graph traced for the whole push already has the push's shapes.
+    output_specs = [TensorSpec(f"output_{i}", tuple(n.shape) if whole else batched_shape(n.shape, mb), n.dtype)
                     for i, n in enumerate(last.graph.outputs)] if last is not None else []  # taps not included
     if devtype is not None and devtype != BackendType.Golden and compile_for_device:
         log.debug("devtype %s runs on the %s executor", devtype, backend)
 
     def sample_outputs() -> List[torch.Tensor]:
         outs = last.outputs if last is not None else samples
+        if whole:  # traced for the whole push: these are its outputs
+            return [t.detach() for t in outs]
         return fold_microbatch([[t.detach() for t in outs]] * mb)
 
-    return CompiledArtifact(stages, input_specs, output_specs, mb, backend, sample_outputs)
+    return CompiledArtifact(stages, input_specs, output_specs, mb, backend, sample_outputs,
+                            batch_in_graph=batch_in_graph)

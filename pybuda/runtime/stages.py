@@ -28,7 +28,7 @@ import torch
 
 from pybuda.tensor import as_tuple
 from pybuda.errors import CompileError
-from pybuda.module import Module
+from pybuda.module import Module, PyTorchModule
 from pybuda.runtime import state
 from pybuda.runtime.backend_api import fold_microbatch, split_microbatch
 from pybuda.runtime.device import Device
@@ -139,7 +139,15 @@ def _translate_tt(device: Device, config: Any, counter: List[int]) -> Tuple[Opti
     sample = device._first_inputs
     if sample is None:
         return None, None  # reported by initialize_pipeline (no sample)
-    values = [t[0:1] if t.dim() else t for t in sample.tensors]  # one sample: dim 0 is the microbatch
+    # One framework module is captured for the whole push (dim 0 = the microbatch), so that the compile
+    # sees statically which ops read across samples (backend_api.trace_whole_push); chains for one sample.
+    mb = int(sample.tensors[0].shape[0]) if sample.tensors and sample.tensors[0].dim() else 1
+    from pybuda.runtime.data_parallel import data_parallel_requested
+
+    # Data parallel compiles for half a push; training compiles forward and backward for one sample.
+    whole = mb > 1 and len(device.modules) == 1 and isinstance(device.modules[0], PyTorchModule) \
+        and not data_parallel_requested() and not getattr(device, "training", False)
+    values = list(sample.tensors) if whole else [t[0:1] if t.dim() else t for t in sample.tensors]
     names = sample.names
     translated: List[Module] = []
     pre_dev = post_dev = None
@@ -153,7 +161,7 @@ def _translate_tt(device: Device, config: Any, counter: List[int]) -> Tuple[Opti
             translated.append(module)
             previous = _once(module_to_graph, module, values, names)
             continue
-        if previous is None and sample.tensors and sample.tensors[0].dim():
+        if not whole and previous is None and sample.tensors and sample.tensors[0].dim():
             from pybuda.runtime.backend_api import check_samples_independent
 
             check_samples_independent(module, sample.tensors, int(sample.tensors[0].shape[0]))
@@ -166,6 +174,7 @@ def _translate_tt(device: Device, config: Any, counter: List[int]) -> Tuple[Opti
         if pre is not None:
             pre_dev = _fallback_device(CpuFallbackModule(f"{module.name}_cpu_pre", pre,
                                                          [t.shape for t in captured.flat_inputs]), counter)
+        graph.whole_push = whole
         translated.append(CapturedGraphModule(module.name, graph))
         if post is not None:
             # The device graph's per-sample output shapes, from the graph rather than from running it.

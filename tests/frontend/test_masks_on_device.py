@@ -59,3 +59,43 @@ def test_logical_ops_and_boolean_outputs():
     assert tt.cpu_fallback_device_pre is None and tt.cpu_fallback_device_post is None
     assert keep.dtype == torch.bool and torch.equal(keep, want_keep)  # the host turns 0/1 back into bools
     assert torch.allclose(y, want_y, atol=1e-6)
+
+
+class SdpaFloatMaskInput(torch.nn.Module):
+    def forward(self, q, k, v, mask):
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+
+
+class SdpaFloatMaskBuffer(torch.nn.Module):
+    def __init__(self, mask):
+        super().__init__()
+        self.register_buffer("mask", mask)
+
+    def forward(self, q, k, v):
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=self.mask)
+
+
+def _float_mask(seq=8):
+    """An additive mask with masked columns, one row entirely -inf (torch: 0) and one entirely finfo.min
+    (torch: the plain average of the values, as Hugging Face's finite masks give)."""
+    mask = torch.zeros(seq, seq)
+    mask[:, 5:] = float("-inf")
+    mask[3, :] = float("-inf")
+    mask[6, :] = torch.finfo(torch.float32).min
+    return mask
+
+
+@pytest.mark.parametrize("as_input", [True, False], ids=["mask_input", "mask_buffer"])
+def test_additive_float_masks_with_fully_masked_rows_match_torch(as_input):
+    pybuda.set_configuration_options(default_df_override=pybuda.DataFormat.Float32)
+    q, k, v = _inputs(seq=8)[:3]
+    mask = _float_mask()
+    m = (SdpaFloatMaskInput() if as_input else SdpaFloatMaskBuffer(mask)).eval()
+    inputs = (q, k, v, mask[None, None]) if as_input else (q, k, v)
+    expected = m(*inputs)
+    assert torch.isfinite(expected).all() and torch.all(expected[:, :, 3] == 0)
+    pybuda.TTDevice("tt0", module=pybuda.PyTorchModule("m", m), arch=pybuda.BackendDevice.Wormhole_B0)
+    got = pybuda.run_inference(inputs=[inputs]).get()[0].value()
+    assert torch.isfinite(got).all()
+    assert calculate_pcc(got, expected) >= 0.999
+    assert torch.allclose(got, expected, atol=2e-2)  # Float32 storage, HiFi products (as above)

@@ -317,6 +317,29 @@ def test_bfp_fast_path_equals_exact_encoder(df):
     assert same(q, exact)
 
 
+@pytest.mark.parametrize("df", BFP)
+def test_bfp_every_block_exponent_equals_exact_encoder(df):
+    # One block per shared exponent over the whole float32 range: the block maximum just below the next
+    # power of two (it rounds up and must clamp), ties and near-ties of a few levels, values far below
+    # the maximum, signs. The value arithmetic (magic-constant rounding with a sticky bit) and the blocks
+    # it hands to the exact encoder must both match the integer host model bit for bit.
+    n = BFP_BITS[df]
+    rows = []
+    for e in range(-149, 128):
+        top = 2.0 ** e
+        lsb = top * 2.0 ** -(n - 1)
+        vals = [u2f(f2u(2 * top) - 1) if e < 127 else top, top, -top]
+        for k in (0, 1, 2 ** n - 2, 2 ** n - 1):
+            t = (k + 0.5) * lsb
+            if t > 0 and t < 2 * top:
+                vals += [t, -u2f(f2u(t) + 1), u2f(f2u(t) - 1)]
+        vals += [top * 2.0 ** -30, -0.0]
+        rows.append((vals + [0.0] * 16)[:16])
+    x = torch.tensor(rows, dtype=torch.float32)
+    exact = F._bfp_exact(x, F.format_info(df), False)
+    assert same(F.quantize(x, df), exact)
+
+
 def test_bfp_nan_and_inf():
     x = block_row([float("nan"), float("inf"), -1.0, 1.0])
     a = F.quantize(x, DF.Bfp8)[0, :4].tolist()

@@ -130,6 +130,19 @@ def test_matmul_accumulate_z_bias_and_gelu():
     assert torch.allclose(out, expected, atol=1e-5)
 
 
+@pytest.mark.parametrize("bias_shape", [(1, 3, 64, 96), (2, 3, 64, 96), (1, 1, 64, 96)])
+def test_matmul_bias_adds_row_0_of_each_bias_tile_bit_for_bit(bias_shape):
+    # The bias is added as tile_broadcast r of its value (row 0 of every tile, to every row of that tile),
+    # for a constant (batch 1, cached) or per-input bias, with t slices or one broadcast over t.
+    a, b = _rand(2, 3, 64, 48, seed=1), _rand(1, 3, 48, 96, seed=2)
+    bias = _rand(*bias_shape, seed=3)  # rows differ within each tile: only row 0 may be used
+    expected = golden_ops.gemm(a, b) + tms.apply_tm(bias, nl.TileBroadcast("r"))
+    cache = {} if bias_shape[0] == 1 else None
+    for _ in range(2):  # the second call reads the cached rows
+        out = golden_ops.matmul([a, b, bias], {"bias": True}, None, caches=[None, None, cache])
+        assert torch.equal(out, expected)
+
+
 @pytest.mark.parametrize("fidelity", [None, MathFidelity.HiFi4, MathFidelity.LoFi])
 def test_sparse_identity_matmul_matches_the_picker_reference(fidelity):
     rng = np.random.default_rng(0)

@@ -1,5 +1,5 @@
-"""The transformers-built zoo models of issue #12 on the simulated chip: a Llama-style and an OPT-style decoder,
-Swin, MobileViT, ConvNeXt and wav2vec2 (mini configs, random weights).
+"""The transformers-built zoo models of issue #12 on the simulated chip: Llama-, OPT- and GPT-NeoX-style
+decoders, Swin, MobileViT, ConvNeXt and wav2vec2 (mini configs, random weights).
 
 Each runs through ``TTDevice`` / ``run_inference`` on the golden backend, against PyTorch float32:
 PCC >= 0.99 at Float32, cosine >= 0.98 at Bfp8_b / LoFi, and at most 25 % of its ops on the host (the CPU
@@ -21,7 +21,7 @@ PCC_FLOAT32 = 0.99
 COSINE_BFP8_LOFI = 0.98
 MAX_HOST_SHARE = 0.25
 
-MODELS = ["llama", "opt", "swin", "mobilevit", "convnext", "wav2vec2"]
+MODELS = ["llama", "opt", "gpt_neox", "swin", "mobilevit", "convnext", "wav2vec2"]
 
 
 def _run_on_golden(spec, df, fidelity):

@@ -36,6 +36,7 @@ FAST_CASES = {
     # Small-config Hugging Face architectures (issue #12): decoders, windowed/hybrid vision, speech.
     ("llama", "mini", "causal_lm", 2): (2, 32, 512),
     ("opt", "mini", "causal_lm", 2): (2, 32, 512),
+    ("gpt_neox", "mini", "causal_lm", 2): (2, 32, 512),
     ("swin", "mini", "image_classification", 2): (2, 10),
     ("mobilevit", "mini", "image_classification", 2): (2, 10),
     ("convnext", "mini", "image_classification", 2): (2, 10),

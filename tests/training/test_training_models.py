@@ -225,6 +225,16 @@ def test_pytorch_cnn_follows_torch_for_50_steps():
     assert_decreasing(got)
 
 
+@pytest.mark.slow
+@pytest.mark.parametrize("df, fidelity", [(pybuda.DataFormat.Float16_b, pybuda.MathFidelity.HiFi3),
+                                          (pybuda.DataFormat.Bfp8_b, pybuda.MathFidelity.LoFi)])
+def test_pytorch_cnn_still_learns_at_low_precision(df, fidelity):
+    data = regression_data((3, 12, 12), _cnn_target, mb=1)
+    got, _ = train_on_chip(pybuda.PyTorchModule("cnn", TorchCNN()), data, torch.nn.MSELoss(),
+                           pybuda.optimizers.SGD(learning_rate=0.2), df=df, fidelity=fidelity)
+    assert_decreasing(got)
+
+
 class PybudaCNN(pybuda.PyBudaModule):
     """The CNN written with pybuda.op.nn.Conv2dModule, Relu, ReduceAvg and Linear."""
 
@@ -261,6 +271,17 @@ def test_pybuda_cnn_follows_torch_for_50_steps():
     assert_decreasing(got)
 
 
+@pytest.mark.slow
+@pytest.mark.parametrize("df, fidelity", [(pybuda.DataFormat.Float16_b, pybuda.MathFidelity.HiFi3),
+                                          (pybuda.DataFormat.Bfp8_b, pybuda.MathFidelity.LoFi)])
+def test_pybuda_cnn_still_learns_at_low_precision(df, fidelity):
+    data = regression_data((3, 12, 12), _cnn_target, mb=2)
+    got, report = train_on_chip(PybudaCNN("cnn"), data, pybuda.op.loss.MSELoss("mse"),
+                                pybuda.optimizers.SGD(learning_rate=0.2), df=df, fidelity=fidelity)
+    assert_all_on_device(report)
+    assert_decreasing(got)
+
+
 # --- BERT-tiny ----------------------------------------------------------------------------------------------
 
 
@@ -288,6 +309,17 @@ def test_pytorch_bert_tiny_follows_torch_for_50_steps():
                                 pybuda.optimizers.SGD(learning_rate=0.5))
     assert_all_on_device(report)
     assert_follows(got, want)
+    assert_decreasing(got)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("df, fidelity", [(pybuda.DataFormat.Float16_b, pybuda.MathFidelity.HiFi3),
+                                          (pybuda.DataFormat.Bfp8_b, pybuda.MathFidelity.LoFi)])
+def test_pytorch_bert_tiny_still_learns_at_low_precision(df, fidelity):
+    data = regression_data((32, 128), _bert_target, mb=1)
+    got, report = train_on_chip(pybuda.PyTorchModule("bert", bert_tiny_encoder()), data, torch.nn.MSELoss(),
+                                pybuda.optimizers.SGD(learning_rate=0.5), df=df, fidelity=fidelity)
+    assert_all_on_device(report)
     assert_decreasing(got)
 
 

@@ -296,3 +296,78 @@ def test_compiled_programs_model_one_training_step_without_running():
     assert [p.name for p in tnl.netlist.programs] == ["run_fwd_0", "run_bwd_0", "run_opt_0"]
     assert set(tnl.accumulators) == set(tg.param_grads.values())
     assert perf.epochs == len(tnl.netlist.graphs) and perf.samples_per_sec > 0
+
+
+def test_forward_inputs_the_backward_reads_stay_on_the_device():
+    """The model's input feeds the first weight's gradient: the forward returns a kept copy that the backward
+    reads from device DRAM, so the host pushes each input once."""
+    _, trainer, _, _, _ = start(pybuda.optimizers.SGD(learning_rate=0.05))
+    model = trainer.stages[0]
+    x = model.graphs.forward.inputs[0].name
+    assert x in model.graphs.saved and x in model.graphs.saved_outputs_sources()
+    assert x in model.backward.executor.part.linked_inputs
+    line = next(line for line in trainer.report if line.startswith("training netlist:"))
+    assert "via the host: 0/1 forward inputs" in line, line
+
+
+class TorchConvNet(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(0)
+        self.conv = torch.nn.Conv2d(3, 6, 3, padding=1)
+        self.fc = torch.nn.Linear(6, 4)
+
+    def forward(self, x):
+        return self.fc(torch.relu(self.conv(x)).mean(dim=(2, 3)))
+
+
+def test_conv_gradients_accumulate_in_the_backward_layout():
+    """A conv weight's gradient leaves the backward as the matmul that computed it, (out, in * kh * kw), not
+    in the (out, in, kh, kw) layout the optimizer's parameter has: the optimizer reads the accumulator in
+    the backward's layout and reshapes on the device, so no gradient goes through the host."""
+    pybuda.set_configuration_options(default_df_override=pybuda.DataFormat.Float32,
+                                     accumulate_df=pybuda.DataFormat.Float32, math_fidelity=pybuda.MathFidelity.HiFi4)
+    model = TorchConvNet()
+    tt0 = pybuda.TTDevice("tt0", module=pybuda.PyTorchModule("conv", model), arch=pybuda.BackendDevice.Wormhole_B0,
+                          optimizer=pybuda.optimizers.SGD(learning_rate=0.1), fp32_fallback=pybuda.DataFormat.Float32)
+    cpu = pybuda.CPUDevice("cpu0")
+    cpu.place_loss_module(pybuda.PyTorchModule("mse", torch.nn.MSELoss(reduction="sum")))
+    g = torch.Generator().manual_seed(3)
+    x, y = torch.randn(1, 3, 8, 8, generator=g), torch.randn(1, 4, generator=g)
+    tt0.push_to_inputs(x)
+    cpu.push_to_target_inputs(y)
+    pybuda.initialize_pipeline(training=True)
+    trainer = training.current().trainer_of(tt0)
+    tnl = trainer.training_netlist
+    validate(tnl.netlist, trainer.desc)
+    assert set(tnl.accumulators) == set(trainer.stages[0].graphs.param_grads.values()), trainer.report
+    reshaped = [p for p in trainer.update.param_names
+                if tuple(trainer.update.graph[trainer.update.grad_inputs[p]].shape) != trainer.shapes[p]]
+    assert "conv.weight" in reshaped
+    before = {n: p.detach().clone() for n, p in model.named_parameters()}
+    pybuda.run_forward(1)
+    pybuda.run_backward(1, zero_grad=True)
+    grads = {k: v.value() for k, v in pybuda.get_parameter_gradients(tt0)[0].items()}
+    pybuda.run_optimizer()
+    after = {k: v.value() for k, v in pybuda.get_parameter_checkpoint(tt0)[0].items()}
+    torch.nn.functional.mse_loss(model(x), y, reduction="sum").backward()
+    for name, p in model.named_parameters():
+        assert grads[name].shape == p.shape
+        assert torch.corrcoef(torch.stack([grads[name].flatten(), p.grad.flatten()]))[0, 1] > 0.99, name
+        assert torch.allclose(grads[name], p.grad, rtol=RTOL, atol=ATOL), name
+        assert torch.allclose(after[name], before[name] - 0.1 * p.grad, rtol=RTOL, atol=ATOL), name
+
+
+def test_model_training_compiles_merges_and_models_in_one_call():
+    """``pybuda benchmark -t``'s entry point: the same training netlist as compiling the programs one by one."""
+    from pybuda.compile import module_to_graph
+    from pybuda.config import _get_global_compiler_config
+
+    pybuda.set_configuration_options(default_df_override=pybuda.DataFormat.Float16_b,
+                                     math_fidelity=pybuda.MathFidelity.HiFi3)
+    graph = module_to_graph(MLP("mlp"), [torch.randn(1, 3, 20)], graph_name="mlp").graph
+    tnl, perf = training.model_training("mlp", graph, pybuda.optimizers.Adam(learning_rate=1e-3), device_desc="wh_n150",
+                                        config=_get_global_compiler_config(), microbatch=4, accumulation_steps=2)
+    assert [p.name for p in tnl.netlist.programs] == ["run_fwd_0", "run_bwd_0", "run_opt_0"]
+    assert len(tnl.accumulators) == 3 and {lk.kind for lk in tnl.links} >= {"saved", "grad", "update", "state"}
+    assert perf.samples_per_step == 8 and perf.epochs == len(tnl.netlist.graphs)

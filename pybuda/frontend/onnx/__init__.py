@@ -2,7 +2,9 @@
 
 - :func:`import_model` (:mod:`.importer`) returns an :class:`OnnxCapture` (device graph, fallback report,
   CPU pre/post stages run by ONNX Runtime);
-- :mod:`.ops` is the table of ONNX op converters (:func:`mapped_op_types` lists them);
+- :mod:`.ops` is the table of ONNX op converters (:func:`mapped_op_types` lists them); function ops without
+  one are expanded into their ONNX function bodies first (:mod:`.functions`);
+- :mod:`.coverage` says which models are registry-mappable (must run wholly on the device);
 - :mod:`.backend` implements ``onnx.backend.base.Backend`` on the golden device.
 
 Needs the ``onnx`` and ``onnxruntime`` packages (``pip install 'pybuda[onnx]'``).

@@ -26,7 +26,7 @@ import torch
 
 from pybuda.errors import CompileError
 from pybuda.frontend.onnx import model as onnx_model
-from pybuda.frontend.onnx.importer import OnnxCapture, import_model
+from pybuda.frontend.onnx.importer import OnnxCapture, finite_standins, import_model, restore_infinities
 from pybuda.frontend.fallback import FallbackOp, FallbackReport
 from pybuda.frontend.onnx.model import helper, onnx
 from pybuda.frontend.onnx.stages import OnnxStage
@@ -110,8 +110,7 @@ class PybudaBackendRep(BackendRep):
     def compile(self, arrays: Sequence[np.ndarray]) -> _Compiled:
         """Import and compile for the signature of ``arrays`` (cached)."""
         names = [vi.name for vi in onnx_model.graph_inputs(self.model)]
-        static = _static_operands(self.model)
-        bound = [n for n, a in zip(names, arrays) if a.dtype.kind in "iu" or n in static]
+        bound = specialised_inputs(self.model, arrays)
         key = self._key(arrays, bound, names)
         hit = self._cache.get(key)
         if hit is not None:
@@ -170,7 +169,10 @@ class PybudaBackendRep(BackendRep):
                 values = list(cap.host(*flat))
             else:
                 values = list(cap.pre(*flat)) if cap.pre is not None else flat
-                values = list(compiled.executor.run(values))
+                # infinities cross into the device as its stand-in, as infinite constants do (importer.INF_STANDIN)
+                values = [finite_standins(v) if isinstance(v, torch.Tensor) else v for v in values]
+                values = [restore_infinities(_as_shape(v, out.shape))
+                          for v, out in zip(compiled.executor.run(values), cap.graph.outputs)]
                 if cap.post is not None:
                     values = list(cap.post(*values))
         return self._outputs(values, cap.output_names, cap.output_dtypes)
@@ -189,6 +191,14 @@ class PybudaBackendRep(BackendRep):
 
 #: Operands the chip needs as constants, whatever their element type: (op type, input index).
 STATIC_OPERANDS = frozenset({("Resize", 1), ("Resize", 2), ("Upsample", 1)})
+
+
+def specialised_inputs(model: "onnx.ModelProto", arrays: Sequence[np.ndarray]) -> List[str]:
+    """Names of the graph inputs whose values the backend compiles in as constants: integer inputs (shapes,
+    axes and indices are static on the chip) and the operands :data:`STATIC_OPERANDS` needs static."""
+    names = [vi.name for vi in onnx_model.graph_inputs(model)]
+    static = _static_operands(model)
+    return [n for n, a in zip(names, arrays) if np.asarray(a).dtype.kind in "iu" or n in static]
 
 
 def _static_operands(model: "onnx.ModelProto") -> set:
@@ -214,6 +224,13 @@ def host_only_reason(model: "onnx.ModelProto") -> Optional[str]:
         domains = ", ".join(sorted({imp.domain for imp in model.opset_import}))
         return f"it uses only the {domains} domain(s)"
     return None
+
+
+def _as_shape(value: Any, shape: Sequence[int]) -> Any:
+    """A device output in its graph output's shape (the device hands a 0-d value back with one dim)."""
+    if isinstance(value, torch.Tensor) and tuple(value.shape) != tuple(shape) and value.numel() == int(np.prod(shape)):
+        return value.reshape(tuple(shape))
+    return value
 
 
 def _first_line(e: BaseException) -> str:

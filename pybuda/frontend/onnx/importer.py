@@ -3,7 +3,9 @@
 Steps (:func:`import_model`):
 
 1. load, check and (below opset 13) upgrade the model (:mod:`.model`); bind dynamic dims to the sample
-   inputs' shapes and probe every intermediate value once in ONNX Runtime (static shapes and dtypes);
+   inputs' shapes; replace function ops without a converter (Attention, RMSNormalization, the losses …) by
+   their ONNX function bodies (:mod:`.functions`); probe every intermediate value once in ONNX Runtime
+   (static shapes and dtypes);
 2. walk the nodes in order. A node whose inputs are all known at import time (constants, integer
    initializers, shapes of static tensors) is evaluated right away (``onnx.reference``), so
    ``Shape -> Gather -> Concat -> Reshape`` chains fold into constants. Every other node goes through its
@@ -23,7 +25,8 @@ Steps (:func:`import_model`):
    (:mod:`.fusion`).
 
 Float initializers become parameters (``requires_grad=False``); integer ones stay constants (they are
-shapes and indices). The result is an :class:`OnnxCapture`, which follows the stage contract of
+shapes and indices). Infinite constants (``-inf`` mask fills) enter the device graph as :data:`INF_STANDIN`.
+Which models must run wholly on the device is :func:`pybuda.frontend.onnx.coverage.device_mappable`. The result is an :class:`OnnxCapture`, which follows the stage contract of
 :meth:`pybuda.frontend.torch.CaptureResult.split_for_devices`.
 """
 
@@ -70,6 +73,38 @@ def _safe(name: str) -> str:
     return cleaned if not cleaned[0].isdigit() else "v" + cleaned
 
 
+#: The device's stand-in for an infinite constant (a ``-inf`` mask fill, an open Clip bound): 2**125. The
+#: chip's formats saturate or turn ``0 * inf`` into NaN (``where`` blends its branches arithmetically), so an
+#: infinite constant enters the device graph as this finite value; its exp after softmax's max subtraction
+#: is 0 as inf's would be, and up to eight of them add up without overflowing Float32 (a causal mask plus an
+#: attention mask stay "-inf" rather than becoming a real -inf whose difference is NaN). A device output
+#: value at least this large in magnitude is infinite again on the host (:func:`restore_infinities`), and
+#: ``Equal`` against infinity compares against it. Float16 data (largest value 65504) uses
+#: :data:`INF_STANDIN_FP16` instead, for the same reasons at its scale (three masks add up to 49152).
+INF_STANDIN = 2.0 ** 125
+INF_STANDIN_FP16 = 2.0 ** 14
+
+
+def inf_standin(dtype: torch.dtype) -> float:
+    """The device's stand-in for infinity in data of ``dtype``."""
+    return INF_STANDIN_FP16 if dtype == torch.float16 else INF_STANDIN
+
+
+def finite_standins(value: torch.Tensor) -> torch.Tensor:
+    """``value`` with +-inf replaced by the stand-in of its dtype (float tensors; others unchanged)."""
+    if value.dtype.is_floating_point and value.numel() and bool(torch.isinf(value).any()):
+        return torch.where(torch.isinf(value), torch.sign(value) * inf_standin(value.dtype), value).to(value.dtype)
+    return value
+
+
+def restore_infinities(value: Any) -> Any:
+    """A device output with every value at least its dtype's stand-in in magnitude turned back into +-inf."""
+    if isinstance(value, torch.Tensor) and value.dtype.is_floating_point:
+        big = value.abs() >= inf_standin(value.dtype)
+        return torch.where(big, torch.sign(value) * math.inf, value).to(value.dtype)
+    return value
+
+
 class OnnxBuilder(Builder):
     """The torch frontend's Builder, driven by ONNX nodes instead of FX nodes."""
 
@@ -83,11 +118,16 @@ class OnnxBuilder(Builder):
         self.op_types = []
         self._tags = {"onnx": node.op_type, "source": f"onnx node '{node.name or label}'"}
 
+    def const(self, value: torch.Tensor, name: str = "const") -> str:
+        """A constant node; infinities become :data:`INF_STANDIN` (see there)."""
+        return super().const(finite_standins(value), name)
+
     def tensor(self, v: Any, dtype: Optional[torch.dtype] = None) -> str:
         if isinstance(v, Param):
             name = self._param_nodes.get(id(v))
             if name is None:
-                name = self.graph.add_parameter(self.graph.unique_name(v.name), v.value, requires_grad=False).name
+                name = self.graph.add_parameter(self.graph.unique_name(v.name), finite_standins(v.value),
+                                                requires_grad=False).name
                 self._param_nodes[id(v)] = name
             if dtype is not None and self.graph[name].dtype != dtype:
                 return self.cast(name, dtype)
@@ -342,6 +382,7 @@ def import_model(model_or_path: Any, *samples: Any, name: Optional[str] = None, 
     """
     from pybuda.config import _get_global_compiler_config
     from pybuda.frontend.onnx import ops  # noqa: F401  (registers the converters)
+    from pybuda.frontend.onnx.functions import expand_functions
 
     config = config if config is not None else _get_global_compiler_config()
     label = name or "onnx_model"
@@ -351,6 +392,8 @@ def import_model(model_or_path: Any, *samples: Any, name: Optional[str] = None, 
     model = onnx_model.check_and_upgrade(model, label)
     arrays = [_as_numpy(s) for s in samples]
     bound = onnx_model.bind_inputs(model, arrays, label)
+    # Function ops without a converter (Attention, RMSNormalization, the losses …) become their ONNX bodies.
+    bound = expand_functions(bound, CONVERTERS)
     return _Importer(bound, arrays, label, config, for_device, set(bind_inputs), dict(host_nodes or {})).run()
 
 
@@ -376,7 +419,8 @@ class _Importer:
         self.elem: Dict[str, int] = dict(onnx_model.value_types(model))
         self.elem.update({k: et for k, (_, et) in inferred.items()})
         for k, v in self.samples_run.items():
-            if isinstance(v, np.ndarray):
+            # ONNX Runtime hands float8 values back as uint8 arrays: the declared type wins when there is one.
+            if isinstance(v, np.ndarray) and k not in self.elem:
                 try:
                     self.elem[k] = int(onnx.helper.np_dtype_to_tensor_dtype(v.dtype))
                 except (KeyError, TypeError, ValueError):
@@ -386,10 +430,14 @@ class _Importer:
             self.info[k] = (shape, onnx_model.torch_dtype(et))
         for k, v in self.samples_run.items():
             if isinstance(v, np.ndarray) and v.dtype != object:
+                shape = tuple(int(d) for d in v.shape)
+                if k in self.elem and onnx_model.torch_dtype(self.elem[k]) is None:
+                    self.info[k] = (shape, None)  # e.g. float8 (which ONNX Runtime returns as uint8)
+                    continue
                 try:
-                    self.info[k] = (tuple(int(d) for d in v.shape), _to_torch(v.reshape(-1)[:0]).dtype)
+                    self.info[k] = (shape, _to_torch(v.reshape(-1)[:0]).dtype)
                 except TypeError:  # an element type torch lacks
-                    self.info[k] = (tuple(int(d) for d in v.shape), None)
+                    self.info[k] = (shape, None)
         # Exact-GELU chains of exporters without a Gelu op become the chip's gelu (see fusion.py).
         from pybuda.frontend.onnx.fusion import gelu_chains
 
@@ -397,6 +445,8 @@ class _Importer:
         self.gelu_absorbed = {j: i for i, (_, chain) in self.gelu_final.items() for j in chain}
         self.b: OnnxBuilder
         self.graph: Graph
+        self.folded: Set[int] = set()  # nodes evaluated at import time (set by run)
+        self.const_values: Set[str] = set()  # values known at import time (set by run)
 
     def _labels(self) -> List[str]:
         seen: Set[str] = set()
@@ -571,6 +621,7 @@ class _Importer:
         host: Dict[int, str] = {}
         unsupported: Dict[int, str] = {}
         folded: Set[int] = set()
+        self.folded = folded  # filled as the walk goes (read by coverage.device_mappable)
         for i, node in enumerate(self.nodes):
             before = len(self.graph.nodes)
             try:
@@ -599,6 +650,8 @@ class _Importer:
                 if hit is not None:
                     host[i] = f"'{hit}' is in cpu_fallback_ops"
 
+        # Values known at import time, for :func:`pybuda.frontend.onnx.coverage.device_mappable`.
+        self.const_values = {k for k, v in env.items() if isinstance(v, Const) and not isinstance(v, Param)}
         for i, (_, chain) in self.gelu_final.items():
             if i in unsupported:  # the chain runs as its original nodes on the host, all of them
                 unsupported.update({j: f"part of the GELU chain ending at {self.labels[i]}, which runs on the host"

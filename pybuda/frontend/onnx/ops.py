@@ -20,7 +20,7 @@ from pybuda.frontend.aten_builder import Const, Unsupported, _as_bool, _reduce_m
 from pybuda.frontend.aten_eltwise import _hardsigmoid_of, _softplus_of
 from pybuda.frontend.aten_nn import _conv2d, _matmul, _reduce
 from pybuda.frontend.aten_shape import _adv_index, _index_range, _permute_by
-from pybuda.frontend.onnx.importer import NodeCtx, converts, onnx_model
+from pybuda.frontend.onnx.importer import NodeCtx, converts, inf_standin, onnx_model
 
 _F32 = torch.float32
 
@@ -101,7 +101,23 @@ _COMPARE = {"Equal": "equal", "Less": "less", "Greater": "greater", "LessOrEqual
 @converts(*_COMPARE)
 def _compare(ctx: NodeCtx):
     dt = torch.promote_types(ctx.dtype(0), ctx.dtype(1))
-    return ctx.b.cast(ctx.b.binary(_COMPARE[ctx.op_type], ctx.x(0), ctx.x(1), dt), torch.bool)
+    op = _COMPARE[ctx.op_type]
+    for k in (0, 1):
+        inf = _infinite_constant(ctx, k)
+        if inf and op == "equal":  # x == +-inf: x at or beyond the device's stand-in for infinity
+            op = "greater_equal" if (inf > 0) == (k == 1) else "less_equal"
+    return ctx.b.cast(ctx.b.binary(op, ctx.x(0), ctx.x(1), dt), torch.bool)
+
+
+def _infinite_constant(ctx: NodeCtx, k: int) -> float:
+    """+-1.0 when input ``k`` is a constant whose every element is +-inf (0.0 otherwise)."""
+    v = ctx.value(k)
+    if not isinstance(v, Const) or not v.value.dtype.is_floating_point or not v.value.numel():
+        return 0.0
+    t = v.value
+    if bool(torch.all(t == math.inf)):
+        return 1.0
+    return -1.0 if bool(torch.all(t == -math.inf)) else 0.0
 
 
 @converts("And", "Or", "Xor")
@@ -112,7 +128,9 @@ def _logical(ctx: NodeCtx):
         return b.op("logical_and", [a, c])
     if ctx.op_type == "Or":
         return b.op("logical_not", [b.op("logical_and", [b.op("logical_not", [a]), b.op("logical_not", [c])])])
-    return b.op("not_equal", [a, c])
+    # a xor c = (a or c) and not (a and c): logical ops keep the masks on the device (0/1 floats there)
+    either = b.op("logical_not", [b.op("logical_and", [b.op("logical_not", [a]), b.op("logical_not", [c])])])
+    return b.op("logical_and", [either, b.op("logical_not", [b.op("logical_and", [a, c])])])
 
 
 @converts("Not")
@@ -244,10 +262,17 @@ def _gelu(ctx: NodeCtx):
 @converts("Clip")
 def _clip(ctx: NodeCtx):
     dt = ctx.out_dtype()
-    lo = float(ctx.const(1, "min").reshape(-1)[0]) if ctx.has(1) else -math.inf
-    hi = float(ctx.const(2, "max").reshape(-1)[0]) if ctx.has(2) else math.inf
     if not dt.is_floating_point:
         raise Unsupported("Clip on integer data")
+    if any(ctx.has(k) and not isinstance(ctx.value(k), Const) for k in (1, 2)):
+        # bounds computed at run time: max(x, min) then min(., max), broadcasting the one-element bounds
+        out = ctx.x(0, dt)
+        for k, op in ((1, "maximum"), (2, "minimum")):
+            if ctx.has(k):
+                out = ctx.b.op(op, [out, ctx.b.reshape(ctx.x(k, dt), (1,) * max(ctx.rank(0), 1))])
+        return out
+    lo = float(ctx.const(1, "min").reshape(-1)[0]) if ctx.has(1) else -math.inf
+    hi = float(ctx.const(2, "max").reshape(-1)[0]) if ctx.has(2) else math.inf
     return ctx.b.op("clip", [ctx.x(0)], min=lo, max=hi)
 
 
@@ -286,6 +311,9 @@ def _cast_like(ctx: NodeCtx):
     dt = ctx.out_dtype()
     if ctx.dtype(0).is_floating_point and not dt.is_floating_point and dt != torch.bool:
         raise Unsupported("Cast from float to integer")
+    v = ctx.value(0)
+    if isinstance(v, Const):  # only the type of input 1 matters: the result is known now (e.g. a -inf fill)
+        return Const(v.value.to(dt), f"{ctx.label}.const")
     return ctx.b.cast(ctx.x(0), dt)
 
 
@@ -293,7 +321,13 @@ def _cast_like(ctx: NodeCtx):
 @converts("MatMul")
 def _matmul_op(ctx: NodeCtx):
     dt = _float_out(ctx)
-    return _matmul(ctx.b, ctx.x(0), ctx.x(1), None, ctx.out_shape(), dt)
+    x, y = ctx.x(0, dt), ctx.x(1, dt)
+    if ctx.rank(0) >= 3 and ctx.rank(1) >= 3 and ctx.shape(0)[:-2] != ctx.shape(1)[:-2]:
+        # batch dims that broadcast against each other ([3, 1] x [1, 2]): both to the common batch shape
+        batch = ctx.out_shape()[:-2]
+        x = ctx.b.broadcast_to(x, batch + ctx.shape(0)[-2:])
+        y = ctx.b.broadcast_to(y, batch + ctx.shape(1)[-2:])
+    return _matmul(ctx.b, x, y, None, ctx.out_shape(), dt)
 
 
 @converts("Gemm")
@@ -372,7 +406,17 @@ def _conv(ctx: NodeCtx):
         strides, dil, pads = [1] + strides, [1] + dil, [0, pads[0], 0, pads[1]]
         spatial = 2
     x, pads = _pad_unevenly(b, x, pads)
-    return b.reshape(_conv2d(b, x, w, bias, strides, pads, dil, groups), ctx.out_shape())
+    return b.reshape(_per_sample(b, x, lambda xi: _conv2d(b, xi, w, bias, strides, pads, dil, groups)),
+                     ctx.out_shape())
+
+
+def _per_sample(b: Any, x: str, fn) -> str:
+    """``fn`` (a convolution) applied to each sample of ``x`` and the results concatenated on dim 0: the chip
+    convolves one sample per device (the batch of an ONNX model is not a microbatch the runtime splits)."""
+    n = b.shape(x)[0]
+    if n == 1:
+        return fn(x)
+    return b.op("concatenate", [fn(_index_range(b, x, 0, k, k + 1)) for k in range(n)], axis=0)
 
 
 def _pad_unevenly(b: Any, x: str, pads: Sequence[int]) -> Tuple[str, List[int]]:
@@ -391,29 +435,59 @@ def _pad_unevenly(b: Any, x: str, pads: Sequence[int]) -> Tuple[str, List[int]]:
 def _conv_transpose(ctx: NodeCtx):
     b = ctx.b
     dt = _float_out(ctx)
-    if ctx.rank(0) != 4:
-        raise Unsupported(f"{ctx.rank(0) - 2}-d transposed convolution")
+    spatial = ctx.rank(0) - 2
+    if spatial not in (1, 2):
+        raise Unsupported(f"{spatial}-d transposed convolution")
     if "output_shape" in ctx.attrs or ctx.attr("auto_pad", "NOTSET", (str,)) != "NOTSET":
         raise Unsupported("ConvTranspose with output_shape / auto_pad")
     kernel = list(ctx.attr("kernel_shape", list(ctx.shape(1)[2:]), (list,)))
-    strides, dil, pads = _spatial_attrs(ctx, 2, kernel)
-    out_pad = list(ctx.attr("output_padding", [0, 0], (list,)))
+    strides, dil, pads = _spatial_attrs(ctx, spatial, kernel)
+    out_pad = list(ctx.attr("output_padding", [0] * spatial, (list,)))
     groups = ctx.attr("group", 1, (int,))
     bias = ctx.x(2, dt) if ctx.has(2) else None
-    out = _conv2d(b, ctx.x(0, dt), ctx.x(1, dt), bias, strides, _sym_pads(pads, 2), dil, groups, True, out_pad)
+    w = ctx.x(1, dt)
+    x = ctx.x(0, dt)
+    if spatial == 1:  # as 2-d over a height-1 view, like Conv
+        xs, ws = ctx.shape(0), ctx.shape(1)
+        x, w = b.reshape(x, (xs[0], xs[1], 1, xs[2])), b.reshape(w, (ws[0], ws[1], 1, ws[2]))
+        kernel, strides, dil = [1] + kernel, [1] + strides, [1] + dil
+        pads, out_pad = [0, pads[0], 0, pads[1]], [0] + out_pad
+    out = _per_sample(b, x,
+                      lambda xi: _conv2d(b, xi, w, bias, strides, _sym_pads(pads, 2), dil, groups, True, out_pad))
     return b.reshape(out, ctx.out_shape())
 
 
-def _pool_common(ctx: NodeCtx):
-    if ctx.rank(0) != 4:
-        raise Unsupported(f"{ctx.rank(0) - 2}-d pooling")
+def _pool_common(ctx: NodeCtx, fill: Any):
+    """(NCHW input, kernel, strides, dilations, (left, right, top, bottom) padding, ceil_mode, explicit padding)
+    of a pooling node. 1-d pooling runs as 2-d pooling over a height-1 view; padding the pooling cannot take
+    (uneven) is an explicit pad with ``fill`` first, returned as (left, right, top, bottom) too (None: not
+    expressible)."""
+    b = ctx.b
+    rank = ctx.rank(0)
+    if rank not in (3, 4):
+        raise Unsupported(f"{rank - 2}-d pooling")
+    spatial = rank - 2
     kernel = list(ctx.attr("kernel_shape", types=(list,)))
-    if len(kernel) != 2 or min(kernel) < 1:
-        raise ctx.bad(f"kernel_shape must be 2 positive ints, got {kernel}")
-    strides, dil, pads = _spatial_attrs(ctx, 2, kernel)
+    if len(kernel) != spatial or min(kernel) < 1:
+        raise ctx.bad(f"kernel_shape must be {spatial} positive ints, got {kernel}")
+    strides, dil, pads = _spatial_attrs(ctx, spatial, kernel)
     ceil = bool(ctx.attr("ceil_mode", 0, (int,)))
-    ph, pw = _sym_pads(pads, 2)
-    return kernel, strides, dil, (pw, pw, ph, ph), ceil
+    x = ctx.x(0)
+    if spatial == 1:
+        n, c, length = ctx.shape(0)
+        x = b.reshape(x, (n, c, 1, length))
+        kernel, strides, dil, pads = [1] + kernel, [1] + strides, [1] + dil, [0, pads[0], 0, pads[1]]
+    top, left, bottom, right = pads
+    extra = (0, 0, 0, 0)
+    if (top, left) != (bottom, right):
+        if fill is None or ceil:
+            raise Unsupported(f"asymmetric padding {list(pads)}")
+        ph, pw = min(top, bottom), min(left, right)
+        extra = (left - pw, right - pw, top - ph, bottom - ph)
+        x = b.op("pad", [x], pad=extra, mode="constant", value=fill, channel_last=False)
+        top = bottom = ph
+        left = right = pw
+    return x, kernel, strides, dil, (left, right, top, bottom), ceil, extra
 
 
 @converts("MaxPool")
@@ -423,22 +497,35 @@ def _max_pool(ctx: NodeCtx):
         raise Unsupported("MaxPool with the Indices output")
     if ctx.attr("storage_order", 0, (int,)):
         raise Unsupported("MaxPool with storage_order=1")
-    kernel, strides, dil, pad, ceil = _pool_common(ctx)
-    return ctx.b.op("max_pool2d", [ctx.x(0)], kernel_size=tuple(kernel), stride=tuple(strides), padding=pad,
-                    dilation=tuple(dil), ceil_mode=ceil, channel_last=False)
+    x, kernel, strides, dil, pad, ceil, _ = _pool_common(ctx, -inf_standin(ctx.dtype(0)))
+    out = ctx.b.op("max_pool2d", [x], kernel_size=tuple(kernel), stride=tuple(strides), padding=pad,
+                   dilation=tuple(dil), ceil_mode=ceil, channel_last=False)
+    return ctx.b.reshape(out, ctx.out_shape())
 
 
 @converts("AveragePool")
 def _avg_pool(ctx: NodeCtx):
     _float_out(ctx)
-    kernel, strides, dil, pad, ceil = _pool_common(ctx)
+    include = bool(ctx.attr("count_include_pad", 0, (int,)))
+    # Uneven padding that the average must not count: average over zero padding, then rescale each window by
+    # kernel size / its count of real elements (a constant: the windows are known at import).
+    x, kernel, strides, dil, pad, ceil, extra = _pool_common(ctx, 0.0)
+    explicit = any(extra)
     if any(d != 1 for d in dil):
         raise Unsupported("AveragePool with dilations")
-    include = bool(ctx.attr("count_include_pad", 0, (int,)))
     if ceil and any(pad):
         raise Unsupported("AveragePool with ceil_mode and padding")
-    return ctx.b.op("avg_pool2d", [ctx.x(0)], kernel_size=tuple(kernel), stride=tuple(strides), padding=pad,
-                    ceil_mode=ceil, count_include_pad=include, divisor_override=None, channel_last=False)
+    attrs = dict(kernel_size=tuple(kernel), stride=tuple(strides), padding=pad, ceil_mode=ceil,
+                 divisor_override=None, channel_last=False)
+    out = ctx.b.op("avg_pool2d", [x], count_include_pad=include or explicit, **attrs)
+    if explicit and not include:
+        h, w = ctx.shape(0)[-2:] if ctx.rank(0) == 4 else (1, ctx.shape(0)[-1])
+        left, right, top, bottom = pad
+        real = torch.nn.functional.pad(torch.ones(1, 1, h, w), extra)
+        share = torch.nn.functional.avg_pool2d(real, tuple(kernel), tuple(strides), (top, left), False, True)
+        scale = torch.where(share > 0, 1.0 / share, torch.zeros_like(share))  # K / real elements per window
+        out = ctx.b.op("multiply", [out, ctx.b.const(scale.to(ctx.out_dtype()), f"{ctx.label}.rescale")])
+    return ctx.b.reshape(out, ctx.out_shape())
 
 
 @converts("GlobalAveragePool", "GlobalMaxPool")
@@ -468,6 +555,11 @@ def _batch_norm(ctx: NodeCtx):
 
 
 def _normalize(ctx: NodeCtx, x: str, axes: List[int], eps: float, dt) -> str:
+    return _moments(ctx, x, axes, eps, dt)[0]
+
+
+def _moments(ctx: NodeCtx, x: str, axes: List[int], eps: float, dt) -> Tuple[str, str, str]:
+    """(normalised x, mean, 1/sqrt(var + eps)) over ``axes`` (kept as size-1 dims)."""
     b = ctx.b
     mean = x
     for d in axes:
@@ -477,15 +569,13 @@ def _normalize(ctx: NodeCtx, x: str, axes: List[int], eps: float, dt) -> str:
     for d in axes:
         var = b.op("reduce_avg", [var], dim=d)
     rstd = b.op("reciprocal", [b.op("sqrt", [b.binary("add", var, eps, dt)])])
-    return b.op("multiply", [centered, rstd])
+    return b.op("multiply", [centered, rstd]), mean, rstd
 
 
 @converts("LayerNormalization")
 def _layer_norm(ctx: NodeCtx):
     b = ctx.b
     dt = _float_out(ctx)
-    if len([o for o in ctx.node.output if o]) > 1:
-        raise Unsupported("LayerNormalization with Mean/InvStdDev outputs")
     rank = ctx.rank(0)
     axis = ctx.axis(ctx.attr("axis", -1, (int,)), rank)
     eps = float(ctx.attr("epsilon", 1e-5, (float, int)))
@@ -494,10 +584,11 @@ def _layer_norm(ctx: NodeCtx):
     size = math.prod(shape[axis:])
     w = ctx.x(1, dt)
     bias = ctx.x(2, dt) if ctx.has(2) else b.const(torch.zeros(ctx.shape(1), dtype=dt), f"{ctx.label}.bias")
-    if axis == rank - 1 and ctx.shape(1) == (size,) and (not ctx.has(2) or ctx.shape(2) == (size,)):
+    stats = len([o for o in ctx.node.output if o]) > 1  # Mean / InvStdDev asked for too
+    if not stats and axis == rank - 1 and ctx.shape(1) == (size,) and (not ctx.has(2) or ctx.shape(2) == (size,)):
         return b.op("layernorm", [x, w, bias], dim=-1, epsilon=eps)
-    out = _normalize(ctx, x, list(range(axis, rank)), eps, dt)
-    return b.op("add", [b.op("multiply", [out, w]), bias])
+    out, mean, rstd = _moments(ctx, x, list(range(axis, rank)), eps, dt)
+    return [b.op("add", [b.op("multiply", [out, w]), bias]), mean, rstd]
 
 
 @converts("InstanceNormalization")
@@ -558,6 +649,11 @@ def _reduce_mean_sum(ctx: NodeCtx):
 def _reduce_max(ctx: NodeCtx):
     if 0 in ctx.shape(0):
         raise Unsupported("reduction of an empty tensor")
+    if ctx.dtype(0) == torch.bool:  # any/all of a mask: reduce its 0/1 floats, then back to a mask
+        x = ctx.x(0, _F32)
+        out = _reduce_generic(ctx, lambda axes, shape: _reduce_max_or_min(ctx.b, x, axes, True,
+                                                                          ctx.op_type == "ReduceMin", shape))
+        return ctx.b.cast(out, torch.bool)
     return _reduce_generic(ctx, lambda axes, out: _reduce_max_or_min(ctx.b, ctx.x(0), axes, True,
                                                                      ctx.op_type == "ReduceMin", out))
 
@@ -597,10 +693,21 @@ def _argmax(ctx: NodeCtx):
 @converts("CumSum")
 def _cumsum(ctx: NodeCtx):
     _float_out(ctx)
-    if ctx.attr("reverse", 0, (int,)):
-        raise Unsupported("CumSum with reverse=1")
+    b = ctx.b
     axis = ctx.axis(ctx.ints(1, "axis")[0], ctx.rank(0))
-    return ctx.b.op("cumsum", [ctx.x(0)], axis=axis, exclusive=bool(ctx.attr("exclusive", 0, (int,))))
+    exclusive = bool(ctx.attr("exclusive", 0, (int,)))
+    x = ctx.x(0)
+    if ctx.rank(0) == 1:  # the chip's cumsum is a matmul with a triangle: it needs a 2-d operand
+        x, axis = b.reshape(x, (1,) + ctx.shape(0)), 1
+    if ctx.attr("reverse", 0, (int,)):
+        # the sum from the end: total - (sum from the start) + x, and without x when exclusive
+        total = b.op("reduce_sum", [x], dim=axis)
+        out = b.op("subtract", [total, b.op("cumsum", [x], axis=axis, exclusive=True)])
+        if exclusive:
+            out = b.op("subtract", [out, x])
+    else:
+        out = b.op("cumsum", [x], axis=axis, exclusive=exclusive)
+    return b.reshape(out, ctx.out_shape())
 
 
 # --- shapes ---------------------------------------------------------------------------------------
@@ -710,6 +817,54 @@ def _gather(ctx: NodeCtx):
     return _adv_index(ctx.b, ctx.x(0), idx, axis, ctx.out_shape())
 
 
+@converts("GatherElements")
+def _gather_elements(ctx: NodeCtx):
+    """Indices known at import (e.g. a loss's integer targets): per index along the axis, the input times a
+    one-hot mask summed over the axis (a loss picks one class per sample); for many indices along the axis, a
+    Gather of the flattened input at the flat positions they name (computed now)."""
+    shape = ctx.shape(0)
+    axis = ctx.axis(ctx.attr("axis", 0, (int,)), len(shape))
+    idx = ctx.const(1, "indices").to(torch.int64)
+    size = shape[axis]
+    if ((idx < -size) | (idx >= size)).any():
+        raise ctx.bad(f"indices out of range for a dim of size {size}")
+    if idx.numel() == 0:
+        raise Unsupported("GatherElements with no indices")
+    idx = torch.where(idx < 0, idx + size, idx)
+    if idx.shape[axis] <= ONE_HOT_GATHER_MAX:
+        return _gather_one_hot(ctx, idx, axis)
+    coords = list(torch.meshgrid(*[torch.arange(n) for n in idx.shape], indexing="ij"))
+    coords[axis] = idx
+    strides = [math.prod(shape[d + 1:]) for d in range(len(shape))]
+    flat = sum(c * st for c, st in zip(coords, strides))
+    x = ctx.b.reshape(ctx.x(0), (math.prod(shape),))
+    return _adv_index(ctx.b, x, Const(flat, f"{ctx.label}.positions"), 0, ctx.out_shape())
+
+
+#: GatherElements with at most this many indices along its axis uses one-hot masks (cost: that many
+#: products of the input's size) rather than a flat Gather (cost: the input's size squared).
+ONE_HOT_GATHER_MAX = 16
+
+
+def _gather_one_hot(ctx: NodeCtx, idx: torch.Tensor, axis: int) -> str:
+    b = ctx.b
+    dt = ctx.out_dtype()
+    if not dt.is_floating_point:
+        raise Unsupported(f"GatherElements on {str(dt).replace('torch.', '')} data")
+    x = ctx.x(0)
+    for d, n in enumerate(idx.shape):  # the input restricted to the indices' extent on the other dims
+        if d != axis:
+            x = _index_range(b, x, d, 0, n)
+    size = b.shape(x)[axis]
+    classes = torch.arange(size).reshape([size if d == axis else 1 for d in range(idx.dim())])
+    parts = []
+    for k in range(idx.shape[axis]):
+        pick = (torch.narrow(idx, axis, k, 1) == classes).to(dt)  # one-hot along the axis
+        picked = b.op("multiply", [x, b.const(pick, f"{ctx.label}.one_hot")])
+        parts.append(b.op("reduce_sum", [picked], dim=axis))
+    return parts[0] if len(parts) == 1 else b.op("concatenate", parts, axis=axis)
+
+
 @converts("Expand")
 def _expand(ctx: NodeCtx):
     ctx.const(1, "shape")
@@ -735,23 +890,55 @@ def _pad(ctx: NodeCtx):
     axes = ctx.ints(3, "axes") if ctx.has(3) else list(range(rank))
     if len(pads) != 2 * len(axes):
         raise ctx.bad(f"pads has {len(pads)} entries for {len(axes)} axes")
-    value = float(ctx.const(2, "constant_value").reshape(-1)[0]) if ctx.has(2) else 0.0
     if mode == "wrap":
         raise Unsupported("Pad mode 'wrap'")
     per_dim = {ctx.axis(a, rank, "axes entry"): (pads[k], pads[k + len(axes)]) for k, a in enumerate(axes)}
-    if any(p < 0 for pr in per_dim.values() for p in pr):
-        raise Unsupported("negative padding (cropping)")
     if all(p == (0, 0) for p in per_dim.values()):
         return ctx.b.op("nop", [ctx.x(0)])
+    dt = _float_out(ctx)
+    static_value = not ctx.has(2) or isinstance(ctx.value(2), Const)
+    value = float(ctx.const(2, "constant_value").reshape(-1)[0]) if ctx.has(2) and static_value else 0.0
+    if math.isinf(value):  # a -inf fill (attention masks) is the device's stand-in for infinity
+        value = math.copysign(inf_standin(dt), value)
+    if mode == "constant" and (not static_value or any(p < 0 for pr in per_dim.values() for p in pr)
+                               or any(per_dim.get(d, (0, 0)) != (0, 0) for d in range(rank - 2))):
+        return _pad_by_concat(ctx, per_dim, value if static_value else ctx.x(2, dt), dt)
+    if any(p < 0 for pr in per_dim.values() for p in pr):
+        raise Unsupported("negative padding (cropping)")
     if any(per_dim.get(d, (0, 0)) != (0, 0) for d in range(rank - 2)):
         raise Unsupported("padding of other than the last two dims")
-    _float_out(ctx)
     last = per_dim.get(rank - 1, (0, 0))
     pad = list(last)
     if rank >= 2 and per_dim.get(rank - 2, (0, 0)) != (0, 0):
         pad += list(per_dim[rank - 2])
     mode = {"edge": "replicate"}.get(mode, mode)
     return ctx.b.op("pad", [ctx.x(0)], pad=tuple(pad), mode=mode, value=value, channel_last=False)
+
+
+def _pad_by_concat(ctx: NodeCtx, per_dim, value: Any, dt) -> str:
+    """Constant padding of any dims as slices (negative pads crop) and concatenations with blocks of ``value``
+    (a float, or a graph value computed at run time: the blocks are then ones times it)."""
+    b = ctx.b
+    x = ctx.x(0, dt)
+    for d in sorted(per_dim):
+        lo, hi = per_dim[d]
+        size = b.shape(x)[d]
+        if lo < 0 or hi < 0:
+            x = _index_range(b, x, d, max(-lo, 0), size - max(-hi, 0))
+        parts = []
+        for width in (lo, None, hi):
+            if width is None:
+                parts.append(x)
+            elif width > 0:
+                shape = tuple(width if k == d else n for k, n in enumerate(b.shape(x)))
+                if isinstance(value, float):
+                    parts.append(b.const(torch.full(shape, value, dtype=dt), f"{ctx.label}.fill"))
+                else:
+                    ones = b.const(torch.ones(shape, dtype=dt), f"{ctx.label}.ones")
+                    parts.append(b.op("multiply", [ones, b.reshape(value, (1,) * len(shape))]))
+        if len(parts) > 1:
+            x = b.op("concatenate", parts, axis=d)
+    return x
 
 
 @converts("ConstantOfShape")
@@ -850,19 +1037,91 @@ def _depth_to_space(ctx: NodeCtx):
 
 @converts("Range")
 def _range(ctx: NodeCtx):
-    start, limit, delta = (ctx.const(i).reshape(()) for i in range(3))
-    return Const(torch.arange(start.item(), limit.item(), delta.item(), dtype=start.dtype), f"{ctx.label}.range")
+    if all(isinstance(ctx.value(i), Const) for i in range(3)):
+        start, limit, delta = (ctx.const(i).reshape(()) for i in range(3))
+        return Const(torch.arange(start.item(), limit.item(), delta.item(), dtype=start.dtype), f"{ctx.label}.range")
+    # Run-time bounds: the length is static (the output shape), the values are start + k * delta.
+    dt = _float_out(ctx)
+    b = ctx.b
+    steps = b.const(torch.arange(ctx.out_shape()[0], dtype=dt), f"{ctx.label}.steps")
+    start, delta = (b.reshape(ctx.x(i, dt), (1,)) for i in (0, 2))
+    return b.op("add", [b.op("multiply", [steps, delta]), start])
 
 
 @converts("Einsum")
 def _einsum(ctx: NodeCtx):
     eq = ctx.attr("equation", types=(str,)).replace(" ", "")
     dt = _float_out(ctx)
-    lhs, _, rhs = eq.partition("->")
+    lhs, arrow, rhs = eq.partition("->")
     terms = lhs.split(",")
     if len(terms) == 2 and rhs and len(terms[0]) >= 2 and len(terms[1]) >= 2 and "." not in eq:
         a, c = terms
         batch = a[:-2]
         if c[:-2] == batch and rhs[:-2] == batch and a[-1] == c[-2] and rhs[-2:] == a[-2] + c[-1]:
             return _matmul(ctx.b, ctx.x(0, dt), ctx.x(1, dt), None, ctx.out_shape(), dt)
+    if len(terms) in (1, 2) and len(terms) == len(ctx.inputs):
+        terms, rhs = _einsum_without_ellipsis(ctx, terms, rhs if arrow else None)
+        return _einsum_by_broadcast(ctx, terms, rhs, dt)
     raise Unsupported(f"einsum equation '{eq}'")
+
+
+def _einsum_without_ellipsis(ctx: NodeCtx, terms: Sequence[str], rhs) -> Tuple[List[str], str]:
+    """The terms with '...' spelled out in fresh letters (right-aligned across operands, as it broadcasts),
+    and the output term (ONNX's implicit one when ``rhs`` is None: the ellipsis, then the letters used once)."""
+    used = set("".join(terms) + (rhs or ""))
+    fresh = [ch for ch in "ABCDEFGHIJKLMNOPQRSTUVWXYZ" if ch not in used]
+    counts = [ctx.rank(k) - (len(t) - 3) if "..." in t else 0 for k, t in enumerate(terms)]
+    width = max(counts)
+    if width > len(fresh):
+        raise Unsupported("einsum with too many ellipsis dims")
+    dots = "".join(fresh[:width])
+    out_terms = [t.replace("...", dots[width - n:]) for t, n in zip(terms, counts)]
+    if rhs is None:
+        singles = "".join(sorted(ch for ch in set("".join(terms)) - {"."} if "".join(terms).count(ch) == 1))
+        rhs = dots + singles
+    return out_terms, rhs.replace("...", dots)
+
+
+def _einsum_diagonals(b: Any, x: str, term: str, dt) -> Tuple[str, str]:
+    """A term with a repeated letter ('ii') reduced to its diagonal: times an identity mask over the two dims,
+    summed over the second."""
+    while len(set(term)) != len(term):
+        ch = next(c for c in term if term.count(c) > 1)
+        i, j = term.index(ch), term.index(ch, term.index(ch) + 1)
+        shape = b.shape(x)
+        n = shape[i]
+        eye = torch.eye(n, dtype=dt).reshape([n if d in (i, j) else 1 for d in range(len(shape))])
+        x = b.op("reduce_sum", [b.op("multiply", [x, b.const(eye, "einsum.diagonal")])], dim=j)
+        x = b.reshape(x, shape[:j] + shape[j + 1:])
+        term = term[:j] + term[j + 1:]
+    return x, term
+
+
+def _einsum_by_broadcast(ctx: NodeCtx, terms: Sequence[str], rhs: str, dt) -> str:
+    """Einsum of one or two operands (ellipses spelled out): diagonals taken, both laid out over every letter
+    (size 1 where absent), multiplied with broadcasting, summed over the letters not in the output, permuted."""
+    b = ctx.b
+    letters = list(dict.fromkeys("".join(terms)))
+    sizes = {}
+    aligned = []
+    for k, term in enumerate(terms):
+        x = ctx.x(k, dt)
+        sizes.update(zip(term, ctx.shape(k)))
+        x, term = _einsum_diagonals(b, x, term, dt)
+        order = sorted(range(len(term)), key=lambda i: letters.index(term[i]))
+        if order != list(range(len(term))):
+            x = _permute_by(b, x, order)
+        full = tuple(sizes[ch] if ch in term else 1 for ch in letters)
+        aligned.append(b.reshape(x, full) if full != b.shape(x) else x)
+    out = aligned[0] if len(aligned) == 1 else b.op("multiply", aligned)
+    for d in reversed(range(len(letters))):
+        if letters[d] not in rhs:
+            out = b.op("reduce_sum", [out], dim=d)
+    kept = [ch for ch in letters if ch in rhs]
+    if not kept:
+        return b.reshape(out, ctx.out_shape())
+    out = b.reshape(out, tuple(sizes[ch] for ch in kept))
+    order = [kept.index(ch) for ch in rhs]
+    if order != list(range(len(kept))):
+        out = _permute_by(b, out, order)
+    return b.reshape(out, ctx.out_shape())

@@ -58,10 +58,32 @@ class TrainingGraphs:
     input_grads: Dict[str, str] = field(default_factory=dict)
     output_grads: List[str] = field(default_factory=list)
     recompute: bool = False
+    #: Saved outputs that return a kept copy of a forward input (:func:`save_inputs_on_device`) -> the input.
+    input_copies: Dict[str, str] = field(default_factory=dict)
 
     def saved_outputs_sources(self) -> List[str]:
-        """The forward node each extra forward output returns (parallel to ``saved_outputs``)."""
-        return [self.forward[name].operands[0] for name in self.saved_outputs]
+        """The saved forward value each extra forward output returns (parallel to ``saved_outputs``)."""
+        return [self.input_copies.get(name) or self.forward[name].operands[0] for name in self.saved_outputs]
+
+
+def save_inputs_on_device(tg: TrainingGraphs) -> List[str]:
+    """Return every saved floating-point forward input from the forward as well, through a ``buffer`` op (a
+    copy the compiler keeps), so that on a device the backward reads the copy the forward left in device DRAM
+    instead of the host pushing the input a second time. Integer inputs (embedding ids) are still fed again.
+    Returns the inputs now returned."""
+    inputs = {node.name: node for node in tg.forward.inputs}
+    kept = []
+    for name in tg.saved:
+        node = inputs.get(name)
+        if node is None or not node.dtype.is_floating_point or name in tg.input_copies.values():
+            continue
+        copy = tg.forward.add_op(tg.forward.unique_name(f"{name}.saved_copy"), "buffer", [name])
+        out_name = tg.forward.unique_name(SAVED_PREFIX + name)
+        tg.forward.add_output(out_name, copy.name)
+        tg.saved_outputs.append(out_name)
+        tg.input_copies[out_name] = name
+        kept.append(name)
+    return kept
 
 
 def _is_float(dtype: torch.dtype) -> bool:

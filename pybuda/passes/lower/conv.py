@@ -10,10 +10,12 @@ from typing import Any, Dict, List
 import numpy as np
 import torch
 
+from pybuda.dtypes import DataFormat
 from pybuda.ir.graph import Node
 from pybuda.netlist.tms import TM, Broadcast, HStack, VStack
 from pybuda.passes.lower import pickers
 from pybuda.netlist.host_io import tiles
+from pybuda.perf.cost import tile_size_bytes
 from pybuda.passes.lower.common import JUNK, NON_NEGATIVE, REP, TILE, ZERO, DVal, _window
 
 
@@ -60,6 +62,10 @@ class ConvPoolLowering:
             out_rows = oh * wo + ow
             in_rows = ih * in_pitch + iw
             key = ("window", h, w, ho, wo, kh, kw, stride, dil, pad_t, pad_l, in_pitch)
+            bands = self._conv_row_bands(node, ops, out_hw, cin, cout) if node.op_type == "conv2d" else None
+            if bands is not None:
+                return self._banded_conv(node, ops, src, bands, (pos[valid], out_rows[valid], in_rows[valid]), k_r,
+                                         key, (kh, kw), cin, cout, x)
             # One t slice per kernel position: slice ``pos`` holds the input pixel under every output pixel.
             picked = self._row_pick(src, f"{node.name}.im2col", out_rows[valid], in_rows[valid],
                                     np.ones(int(valid.sum()), np.float32), out_r=out_hw, k_r=k_r, key=key,
@@ -83,6 +89,40 @@ class ConvPoolLowering:
                                 {"dim": "z", "type": "max", "z": kk}, pad=(JUNK, x.pad_c))
             return replace(out, r=out_hw, layout="flat", spatial=(ho, wo))
         return self._conv_weights(node, ops, picked, kk_eff, (kh, kw), cin, cout, out_hw, out_rp, x)
+
+    def _conv_row_bands(self, node: Node, ops: List[DVal], out_hw: int, cin: int, cout: int):
+        """Output pixel row bands ``[(r0, r1)]`` for a convolution too large for one sparse matmul, else None.
+
+        A sparse matmul cannot t-stream (its picker is encoded for one t-slicing), so only the grid rows split
+        its output rows: when no grid row count leaves each core a block of at most :func:`band_limit_tiles`
+        row tiles (the output block is double-buffered and K-blocked partial sums need as much again), the
+        convolution is sliced into bands, each its own picker and weight matmul (TT-Buda slices the
+        activation the same way). Only for convolutions with compile-time weights (not depthwise)."""
+        wv = ops[1]
+        if not wv.is_queue_value or (len(ops) == 3 and not ops[2].is_queue_value):
+            return None
+        if node.attrs["groups"] > 1 and node.attrs["groups"] == cin and cout == cin:
+            return None
+        dev = self.ctx.device
+        return row_bands(tiles(out_hw), dev.grid_rows, band_limit_tiles(dev.l1_pybuda_budget_bytes), out_hw)
+
+    def _banded_conv(self, node: Node, ops: List[DVal], src: DVal, bands, taps, k_r: int, key, kernel, cin: int,
+                     cout: int, x: DVal) -> DVal:
+        """A convolution as one im2col picker and weight matmul per band of output pixel rows (see
+        :meth:`_conv_row_bands`), the bands joined along rows by a splice. ``taps``: (kernel position, output
+        row, input row) of every valid tap."""
+        pos, out_rows, in_rows = taps
+        kk = kernel[0] * kernel[1]
+        parts = []
+        for b, (r0, r1) in enumerate(bands):
+            sel = (out_rows >= r0) & (out_rows < r1)
+            picked = self._row_pick(src, f"{node.name}.im2col_band{b}", out_rows[sel] - r0, in_rows[sel],
+                                    np.ones(int(sel.sum()), np.float32), out_r=r1 - r0, k_r=k_r,
+                                    key=key + ("band", r0, r1), out_t=pos[sel], num_t=kk)
+            parts.append(self._conv_weights(node, ops, picked, kk, kernel, cin, cout, r1 - r0,
+                                            tiles(r1 - r0) * TILE, x))
+        ho, wo = self.g[node.name].shape[1:3]
+        return replace(self.join_rows(f"{node.name}.bands", parts), layout="flat", spatial=(ho, wo))
 
     def _depthwise_apply(self, node, picked: DVal, wrows: DVal, kk: int, out_hw: int, out_rp: int, cin: int) -> DVal:
         """Depthwise conv on picked pixels: multiply by each kernel position's weight row (``wrows``, one row
@@ -239,6 +279,36 @@ class ConvPoolLowering:
         out = self._row_pick(src, node.name, (oh * wo + ow)[valid], (ih * in_pitch + iw)[valid], values,
                              out_r=ho * wo, k_r=k_r)
         return replace(out, r=ho * wo, layout="flat", spatial=(ho, wo))
+
+
+#: Row bands one convolution is sliced into at most (a splice joins at most 8 inputs).
+MAX_BANDS = 8
+
+
+def band_limit_tiles(l1_budget_bytes: int) -> int:
+    """Output row tiles one core of a sparse im2col matmul may hold: a quarter of the L1 budget in Float16_b
+    tiles (a double-buffered output block and as much again for partial sums and input streams)."""
+    return max(1, l1_budget_bytes // (4 * tile_size_bytes(DataFormat.Float16_b)))
+
+
+def row_bands(rt: int, grid_rows: int, limit: int, rows: int):
+    """Bands ``[(r0, r1)]`` of ``rows`` output rows (``rt`` tiles) such that each band's tiles split over at
+    most ``grid_rows`` grid rows into blocks of at most ``limit`` tiles; None when one band already does (or
+    no split into at most :data:`MAX_BANDS` bands does). Every band but the last is a multiple of
+    ``grid_rows`` tiles; the fewest bands win."""
+    def fits(n: int) -> bool:
+        return any(n % d == 0 and n // d <= limit for d in range(1, min(grid_rows, n) + 1))
+
+    if fits(rt):
+        return None
+    for nb in range(2, MAX_BANDS + 1):
+        size = -(-(-(-rt // nb)) // grid_rows) * grid_rows
+        last = rt - (nb - 1) * size
+        if last <= 0 or not fits(size) or not fits(last):
+            continue
+        edges = [min(i * size * TILE, rows) for i in range(nb)] + [rows]
+        return list(zip(edges[:-1], edges[1:]))
+    return None
 
 
 #: Ops whose every output value is >= 0 (from the device-op table, see ``common.NON_NEGATIVE``), and

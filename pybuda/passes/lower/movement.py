@@ -14,6 +14,7 @@ from pybuda.ir.graph import Node
 from pybuda.netlist.tms import HSlice, HStack, Transpose, VSlice, VStack
 from pybuda.ops import registry
 from pybuda.netlist.host_io import canonical_zrc, tiles
+from pybuda.passes.lower.conv import band_limit_tiles, row_bands
 from pybuda.passes.lower.common import (
     JUNK, TILE, ZERO, DVal, Lazy, _combine_pad, _hashable, _match_mapping, _unhashable,
 )
@@ -176,6 +177,10 @@ class DataMovementLowering:
             emap = self._index_map(in_shapes, op_list)
         zo, ro, co = canonical_zrc(out_shape)
         emap = emap.reshape(zo, ro, co).numpy()
+        if len(ops) > 1:
+            spliced = self._splice_columns(node, ops, in_shapes, emap)
+            if spliced is not None:
+                return spliced
         sizes = [math.prod(s) for s in in_shapes]
         offsets = np.cumsum([0] + sizes)
         results: List[DVal] = []
@@ -192,6 +197,79 @@ class DataMovementLowering:
         if not results:
             raise self.err(f"{node.op_type} produces only padding; it has no device form")
         return self._sum(node, results, (zo, ro, co))
+
+    def concat_splice(self, node: Node, ops: List[DVal], in_shapes, out_shape) -> Optional[DVal]:
+        """``node`` (a multi-input gather such as a channel concatenation) as one splice of its operands as
+        they are, flat NHWC values included (see :meth:`_splice_columns`), or None when it is not such a join.
+        Called before the operands are made canonical: flat conv outputs then need no unflatten pickers."""
+        if len(ops) < 2:
+            return None
+        zo, ro, co = canonical_zrc(out_shape)
+        try:
+            emap = index_map(in_shapes, ((node.op_type, _hashable(node.attrs)),))
+        except ValueError:
+            return None
+        return self._splice_columns(node, ops, in_shapes, emap.reshape(zo, ro, co).numpy())
+
+    def _splice_columns(self, node: Node, ops: List[DVal], in_shapes, emap: np.ndarray) -> Optional[DVal]:
+        """A gather that joins whole inputs side by side along the columns at tile-aligned offsets (a channel
+        concatenation) as one ``splice`` (TT-Buda's lowering of concatenate): no picker matmul and no adds,
+        each input's tiles are copied once. Every input is made one row strip (``vstack`` of a canonical
+        value's slices; a flat NHWC value is one already) of single-tile columns (``hslice``); the splice
+        appends them along t in column order, and its consumers read it back with ``hstack`` (and
+        ``vslice``). Flat inputs of one image size give a flat result. None when the map is not such a join
+        (pickers then do it)."""
+        order = splice_order([canonical_zrc(s) for s in in_shapes], emap)
+        # A splice converts no formats (its inputs must share one): joins of ops' outputs only, which the data
+        # format pass gives one format, not of queues (an input or constant may be stored in another).
+        if order is None or any(v.src not in self.bg.ops for v in ops):
+            return None
+        zo, ro, co = emap.shape
+        spatial = {v.spatial for v in ops if v.layout == "flat"}
+        flat = len(spatial) == 1 and all(v.layout == "flat" for v in ops)
+        if flat:
+            strips, rows = 1, ops[0].r
+        else:
+            ops = [self._canonical(v) for v in ops]
+            strips, rows = zo, ro
+        if any((v.z, v.r, v.c) != (strips, rows, canonical_zrc(s)[2]) for v, s in zip(ops, in_shapes)):
+            return None
+        dev = self.ctx.device
+        if row_bands(tiles(strips * tiles(rows) * TILE), dev.grid_rows, band_limit_tiles(dev.l1_pybuda_budget_bytes),
+                     strips * tiles(rows) * TILE) is not None:
+            return None  # a splice cannot t-stream: too many rows for its cores' L1 (pickers can stream)
+        rp = tiles(rows) * TILE
+        inputs, attrs, total = [], {"granularity": "t"}, 0
+        for i, k in enumerate(order):
+            v, ct = ops[k], tiles(ops[k].c)
+            tms = ((VStack(factor=strips),) if strips > 1 else ()) + ((HSlice(factor=ct),) if ct > 1 else ())
+            if strips > 1 and v.tms and v.tms[-1] == VSlice(factor=strips):
+                v, tms = replace(v, tms=v.tms[:-1]), tms[1:]  # the vstack undoes the value's own vslice
+            inputs.append((v, tms))
+            attrs[f"input{i}"] = [0, ct, ct]
+            total += ct
+        pad_r = ZERO if all(ops[k].pad_r == ZERO for k in order) or rows % TILE == 0 else JUNK
+        out = self.emit(f"{node.name}.splice", "splice", inputs, (total, strips * rp, TILE), attrs, (pad_r, ZERO))
+        tms = ((HStack(factor=total),) if total > 1 else ()) + ((VSlice(factor=strips),) if strips > 1 else ())
+        pad_c = ops[order[-1]].pad_c if co % TILE else ZERO
+        if flat:
+            return replace(out, tms=tms, z=1, r=rows, c=co, pad_c=pad_c, layout="flat", spatial=spatial.pop())
+        return replace(out, tms=tms, z=zo, r=ro, c=co, pad_c=pad_c)
+
+    def join_rows(self, name: str, parts: List[DVal]) -> DVal:
+        """Row bands ``parts`` (z == 1, the same columns; every band but the last a whole number of row tiles)
+        stacked along rows by one splice: each band is cut into single-row-tile slices (``vslice``), the
+        splice appends them along t, and consumers read the result back with ``vstack``."""
+        inputs, attrs, total = [], {"granularity": "t"}, 0
+        for i, v in enumerate(parts):
+            rt = tiles(v.r)
+            inputs.append((v, (VSlice(factor=rt),) if rt > 1 else ()))
+            attrs[f"input{i}"] = [0, rt, rt]
+            total += rt
+        last = parts[-1]
+        out = self.emit(name, "splice", inputs, (total, TILE, last.c), attrs, (ZERO, last.pad_c))
+        rows = sum(v.r for v in parts)
+        return replace(out, tms=(VStack(factor=total),) if total > 1 else (), z=1, r=rows, pad_r=last.pad_r)
 
     def _sum(self, node: Node, parts: List[DVal], shape, tag: str = "join") -> DVal:
         """The sum of pickers' parts (each is zero wherever another part writes)."""
@@ -260,9 +338,22 @@ class DataMovementLowering:
         in_rows = (in_slice % a) * rp_in + in_row
         stacked = replace(v, tms=tuple(v.tms) + ((VStack(factor=a),) if a > 1 else ()), z=groups, r=a * rp_in)
         out_t = out_slice // b if groups > 1 else None
-        picked = self._row_pick(stacked, name, out_rows, in_rows, np.ones(len(out_rows), np.float32),
-                                out_r=b * rp_out, k_r=a * rp_in, out_t=out_t, num_t=groups)
-        return replace(picked, tms=(VSlice(factor=b),) if b > 1 else (), z=zo, r=ro, pad_r=ZERO)
+        ones = np.ones(len(out_rows), np.float32)
+        dev = self.ctx.device
+        bands = None if groups > 1 else row_bands(tiles(b * rp_out), dev.grid_rows,
+                                                  band_limit_tiles(dev.l1_pybuda_budget_bytes), b * rp_out)
+        if bands is None:
+            picked = self._row_pick(stacked, name, out_rows, in_rows, ones, out_r=b * rp_out, k_r=a * rp_in,
+                                    out_t=out_t, num_t=groups)
+        else:  # too many output rows for one sparse matmul's L1 (see conv.row_bands): one picker per row band
+            parts = []
+            for i, (r0, r1) in enumerate(bands):
+                sel = (out_rows >= r0) & (out_rows < r1)
+                parts.append(self._row_pick(stacked, f"{name}.band{i}", out_rows[sel] - r0, in_rows[sel], ones[sel],
+                                            out_r=r1 - r0, k_r=a * rp_in))
+            picked = self.join_rows(f"{name}.bands", parts)
+        return replace(picked, tms=tuple(picked.tms) + ((VSlice(factor=b),) if b > 1 else ()), z=zo, r=ro,
+                       pad_r=ZERO)
 
     def _place_blocks(self, node: Node, v: DVal, tag: str, row_src: np.ndarray, blk: np.ndarray,
                       vectors: np.ndarray, src, dst) -> DVal:
@@ -288,6 +379,40 @@ class DataMovementLowering:
             return replace(cur, z=zo, r=ro, c=co)
         cur = self._pick_rows(cur, f"{node.name}.blockrows{tag}", out_idx, slices, q % ri, (zi * nb, ri), (zo, ro))
         return replace(cur, c=co)
+
+
+#: A splice joins at most this many inputs (netlist_backend_spec §3.1: ``splice`` takes 1..8).
+MAX_SPLICE_INPUTS = 8
+
+
+def splice_order(srcs, emap: np.ndarray) -> Optional[List[int]]:
+    """The inputs (canonical (z, r, c) each) in the column order of a join :meth:`_splice_columns` can do,
+    or None: every input has the output's z and rows and fills a column band of the output unchanged, the
+    bands start at tile boundaries (only the last may end inside a tile) and together cover every column.
+    ``emap``: the output's flat source indices over the inputs in order, shape (z, r, c)."""
+    zo, ro, co = emap.shape
+    if not 1 < len(srcs) <= MAX_SPLICE_INPUTS or any((z, r) != (zo, ro) for z, r, _ in srcs):
+        return None
+    if sum(c for _, _, c in srcs) != co:
+        return None
+    offsets = np.cumsum([0] + [z * r * c for z, r, c in srcs])
+    first = emap[0, 0, :]
+    starts = {}
+    for k in range(len(srcs)):
+        hit = np.nonzero(first == offsets[k])[0]
+        if len(hit) != 1:
+            return None
+        starts[k] = int(hit[0])
+    order = sorted(starts, key=starts.get)
+    want = np.empty_like(emap)
+    col = 0
+    for k in order:
+        z, r, c = srcs[k]
+        if col % TILE or starts[k] != col:
+            return None
+        want[:, :, col:col + c] = offsets[k] + np.arange(z * r * c).reshape(z, r, c)
+        col += c
+    return order if np.array_equal(want, emap) else None
 
 
 def _common_divisors(a: int, b: int) -> List[int]:

@@ -36,7 +36,8 @@ allowed, e.g. a transpose on matmul input 0 or on a binary input on Grayskull). 
 (general reshapes, ``index``/``select``/``narrow``, ``pad``, ``concatenate``, ``broadcast``/``repeat`` of
 activations) is done with pickers: a sparse row picker (``matmul`` with ``identity: true``, encoding in
 :mod:`pybuda.passes.lower.pickers`) on ``vstack``-ed rows and/or a dense column picker ``x @ P``, followed by
-``vslice`` on the consumer; concatenation sums one placed picker output per operand with ``add``.
+``vslice`` on the consumer; a concatenation of tile-aligned column bands is one ``splice``
+(``movement._splice_columns``), other joins sum one placed picker output per operand with ``add``.
 
 **Convolutions** (channel-last, see :mod:`pybuda.passes.graph.channel_last`) use TT-Buda's sparse-matmul
 im2col: activations are pixels x channels; a sparse picker gathers, for each of the ``kh*kw`` kernel
@@ -297,6 +298,8 @@ class _Lowering(ConvPoolLowering, ReductionLowering, DataMovementLowering):
             ok = {"r": a[0] == out[0] and out[1] == 1 and a[2] == out[2],
                   "c": a[0] == out[0] and out[2] == 1 and a[1] == out[1],
                   "z": a[0] == out[0] * op.attrs.get("z", 1) and a[1:] == out[1:]}[d]
+        elif op.type == "splice":  # inputs add up along t
+            ok = sum(s[0] for s in shapes) == out[0] and all(s[1:] == out[1:] for s in shapes)
         else:
             ok = all(s == out for s in shapes)
         if not ok:
@@ -336,8 +339,11 @@ class _Lowering(ConvPoolLowering, ReductionLowering, DataMovementLowering):
         if t in ("reduce_sum", "reduce_avg", "reduce_max"):
             return self._reduce(node, ops[0])
         if t in GATHER_OPS:
-            return self._gather_pickers(node, [self._canonical(v) for v in ops],
-                                        [tuple(self.g[o].shape) for o in node.operands], tuple(node.shape))
+            in_shapes = [tuple(self.g[o].shape) for o in node.operands]
+            spliced = self.concat_splice(node, ops, in_shapes, tuple(node.shape))
+            if spliced is not None:
+                return spliced
+            return self._gather_pickers(node, [self._canonical(v) for v in ops], in_shapes, tuple(node.shape))
         if t == "constant":
             return self._leaf_constant_op(node)
         raise self.err(f"'{t}' has no device implementation; run it on the CPU (cpu_fallback_ops) or "

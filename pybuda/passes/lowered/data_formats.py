@@ -160,6 +160,14 @@ def set_data_formats(bg: BudaGraph, ctx: CompileContext) -> BudaGraph:
             src = _df_of(bg, op.inputs[0])
             op.out_df = op.intermed_df = src
 
+    # A splice copies tiles and converts nothing: every input must arrive in one format (the first's).
+    for op in bg.ops.values():
+        if op.type == "splice":
+            first = _df_of(bg, op.inputs[0])
+            for name in op.inputs[1:]:
+                if name in bg.ops:
+                    bg.ops[name].out_df = bg.ops[name].intermed_df = first
+
     # 5. in_df and output queues
     for op in bg.ops.values():
         op.in_df = [_df_of(bg, name) for name in op.inputs]

@@ -149,14 +149,25 @@ def test_sequence_inputs_run_the_whole_model_on_the_host():
     assert rep.report.has_fallback and "sequence" in rep.report.fallback_ops[0].reason
 
 
-def test_a_node_the_compiler_rejects_goes_to_the_host_and_the_rest_stays_on_the_device():
-    # A convolution of two samples in one device run is not something the chip's conv lowering does:
-    # the conv runs in ONNX Runtime, the Relu after it on the device.
+def test_a_node_the_compiler_rejects_goes_to_the_host_and_the_rest_stays_on_the_device(monkeypatch):
+    # A compiler that cannot place the convolution (a CompileError naming its op): the conv runs in ONNX
+    # Runtime, the Relu after it on the device.
+    import pybuda.compile
+
+    real = pybuda.compile.compile_graph
+
+    def rejects_conv(graph, *args, **kwargs):
+        conv = next((n.name for n in graph.nodes.values() if n.kind == "op" and n.op_type == "conv2d"), None)
+        if conv is not None:
+            raise CompileError("no op model fits L1", stage="BALANCER_PASS", op=conv)
+        return real(graph, *args, **kwargs)
+
+    monkeypatch.setattr(pybuda.compile, "compile_graph", rejects_conv)
     rng = _rng()
-    x = rng.standard_normal((2, 3, 8, 8)).astype(np.float32)
+    x = rng.standard_normal((1, 3, 8, 8)).astype(np.float32)
     w = rng.standard_normal((4, 3, 3, 3)).astype(np.float32)
     x_vi = helper.make_tensor_value_info("x", TensorProto.FLOAT, list(x.shape))
-    y_vi = helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 4, 6, 6])
+    y_vi = helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4, 6, 6])
     model = _model([helper.make_node("Conv", ["x", "w"], ["c"], name="conv"), helper.make_node("Relu", ["c"], ["y"])],
                    [x_vi], [y_vi], [onnx.numpy_helper.from_array(w, "w")])
     rep = PybudaBackend.prepare(model)
@@ -165,6 +176,18 @@ def test_a_node_the_compiler_rejects_goes_to_the_host_and_the_rest_stays_on_the_
     [op] = rep.report.fallback_ops
     assert op.name == "conv" and "compiler" in op.reason
     assert rep.report.device_ops == 1
+
+
+def test_a_convolution_of_several_samples_runs_on_the_device_one_sample_at_a_time():
+    # The chip convolves one sample per device run: a batch of two is two convolutions and a concatenation.
+    rng = _rng()
+    x = rng.standard_normal((2, 3, 8, 8)).astype(np.float32)
+    w = rng.standard_normal((4, 3, 3, 3)).astype(np.float32)
+    model = single_node_model("Conv", {"x": x}, initializers={"w": w}, pads=[1, 1, 1, 1])
+    rep = PybudaBackend.prepare(model)
+    got = rep.run([x])[0]
+    assert not rep.report.has_fallback
+    assert_close(got, ort_run(model, [x])[0])
 
 
 @pytest.mark.parametrize("bias_shape", [(3, 4), (1, 1), (3, 1), (4,)])

@@ -1,0 +1,160 @@
+"""The whole cost of a placement, as the performance model counts it, for the balancer to compare
+candidate solutions (issue #16: the balancer sees epoch switches, the binary cache, DRAM sharing and the
+pipeline fill from the same numbers as :mod:`pybuda.perf`).
+
+Per epoch (cycles per microbatch, as :class:`pybuda.perf.estimator._Estimator` charges them):
+
+* **run**: ``fill + (microbatch - 1) · steady``; ``steady`` is the slowest op or the epoch's DRAM traffic
+  over the chip's channels (all ops share them), ``fill`` the longest producer→consumer chain of first
+  t-slices (what a microbatch of 1 pays instead of the slowest op);
+* **switch**: the launch constant, every used core's kernel binaries and overlay blob, and the epoch's
+  prologue parameters, read from DRAM at the chip's total bandwidth.
+
+A program with more distinct epochs than the binary cache holds (``PerfConfig.binary_cache_slots``)
+also makes the host re-write each epoch's binaries at every switch, at
+``PerfConfig.host_binary_write_bytes_per_s``. One host thread also converts every microbatch's inputs
+to tiles and its outputs back (``PerfConfig.host_tilize_bytes_per_s``, plus PCIe for a queue in device
+DRAM: :func:`host_io_cycles`). The host works while the device runs, so the microbatch takes
+``max(device, host)``; :func:`placement_cycles` returns that per input.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, List, Optional, Sequence, Tuple
+
+from pybuda.perf import cost
+from pybuda.perf.config import PerfConfig
+
+_PERF = PerfConfig()
+
+
+@dataclass(frozen=True)
+class SwitchCosts:
+    """The per-epoch constants of one device (cycles and bytes per cycle)."""
+
+    launch: float  #: cycles to launch an epoch
+    binary_bytes_per_core: float  #: kernel binaries + overlay blob each used core loads
+    dram_total: float  #: the chip's DRAM bytes per cycle (binaries and prologue)
+    host_binary_rate: float  #: bytes per AI-clock cycle the host re-writes binaries at (cache overflow)
+    cache_slots: int  #: distinct epochs whose binaries stay in device DRAM
+    noc_latency: float  #: cycles an op→op edge adds to the fill
+    dram_latency: float  #: cycles a DRAM read adds to the fill
+
+    def switch_cycles(self, cores: int, prologue_bytes: float) -> float:
+        """Cycles to switch to an epoch using ``cores`` cores with ``prologue_bytes`` of parameters."""
+        return self.launch + (cores * self.binary_bytes_per_core + prologue_bytes) / self.dram_total
+
+    def host_binary_cycles(self, cores: int) -> float:
+        """Host cycles to re-write one epoch's binaries when the cache overflows."""
+        return cores * self.binary_bytes_per_core / self.host_binary_rate
+
+
+def switch_costs(device: Any, bandwidth: Optional[cost.DeviceBandwidth] = None) -> SwitchCosts:
+    """The epoch-switch constants of ``device`` from the performance model's defaults."""
+    bw = bandwidth or cost.device_bandwidth(device)
+    clock = float(getattr(device, "aiclk_hz", 0) or 1.0e9)
+    return SwitchCosts(
+        launch=float(_PERF.epoch_launch_cycles),
+        binary_bytes_per_core=float(_PERF.kernel_binary_bytes_per_core + _PERF.overlay_blob_bytes_per_core),
+        dram_total=bw.dram_total, host_binary_rate=_PERF.host_binary_write_bytes_per_s / clock,
+        cache_slots=int(_PERF.binary_cache_slots), noc_latency=float(_PERF.noc_latency_base_cycles),
+        dram_latency=float(_PERF.dram_latency_cycles))
+
+
+def host_io_cycles(graph: Any, device: Any, config: Any, microbatch: int) -> float:
+    """Host cycles per microbatch to tilize ``graph``'s input queues and untilize its output queues,
+    with a PCIe transfer for a queue placed in device DRAM (where the placer will put it:
+    ``input_queues_on_host``/``output_queues_on_host``; Grayskull's inputs are always in DRAM)."""
+    from pybuda.balancer.legalizer import input_queue_loc
+
+    clock = float(getattr(device, "aiclk_hz", 0) or 1.0e9)
+    tilize = _PERF.host_tilize_bytes_per_s / clock
+    pcie = cost.device_bandwidth(device).pcie
+    in_dram = input_queue_loc(config, device) == "dram"
+    out_dram = not getattr(config, "output_queues_on_host", True)
+    total = 0.0
+    for q in getattr(graph, "queues", {}).values():
+        if q.kind not in ("input", "output"):
+            continue
+        nbytes = q.shape.tiles * cost.tile_size_bytes(q.df) * microbatch
+        dram = in_dram if q.kind == "input" else out_dram
+        total += nbytes / tilize + (nbytes / pcie if dram else 0.0)
+    return total
+
+
+def prologue_bytes(op: Any, model: Any) -> float:
+    """Bytes of ``op``'s prologue (L1-resident) parameters over all its cores: each core's slice of
+    every prologue operand (a matmul's weights are held once per grid row)."""
+    if not model.prologue_inputs:
+        return 0.0
+    fetches = cost.operand_fetches(op, model)
+    return float(sum(fetches[i][0] for i in model.prologue_inputs if i < len(fetches))) * model.cores
+
+
+class EpochAccumulator:
+    """Running totals of one epoch as ops join it in schedule order (the fill needs producers)."""
+
+    __slots__ = ("costs", "steady", "dram", "cores", "prologue", "fill", "_path")
+
+    def __init__(self, costs: SwitchCosts):
+        self.costs = costs
+        self.steady = 0.0
+        self.dram = 0.0
+        self.cores = 0
+        self.prologue = 0.0
+        self.fill = 0.0
+        self._path: dict = {}
+
+    def add(self, index: int, model: Any, producers: Sequence[int], prologue: float) -> None:
+        """Op ``index`` joins with ``model``; ``producers`` are its producer op indices (any epoch)."""
+        if model.cycles > self.steady:
+            self.steady = float(model.cycles)
+        self.dram += model.dram_bytes
+        self.cores += model.cores
+        self.prologue += prologue
+        path = self._path
+        costs = self.costs
+        start = costs.dram_latency if model.dram_inputs else 0.0
+        for p in producers:
+            at = path.get(p)
+            edge = costs.noc_latency + at if at is not None else costs.dram_latency
+            if edge > start:
+                start = edge
+        end = start + model.cycles / (model.t or 1)
+        path[index] = end
+        if end > self.fill:
+            self.fill = end
+
+    def device_cycles(self, microbatch: int) -> float:
+        """Cycles of this epoch per microbatch: switch, fill and the steady state."""
+        steady = max(self.steady, self.dram / self.costs.dram_total)
+        run = max(self.fill, steady) + (microbatch - 1) * steady
+        return run + self.costs.switch_cycles(self.cores, self.prologue)
+
+
+def placement_cycles(epochs: Sequence[EpochAccumulator], microbatch: int, host_io: float = 0.0) -> float:
+    """Cycles per input of a whole placement: ``max(device, host)`` over one microbatch, the host doing
+    ``host_io`` cycles of input/output conversion and, when the binary cache overflows, the binaries."""
+    device = sum(e.device_cycles(microbatch) for e in epochs)
+    host = host_io
+    if epochs and len(epochs) > epochs[0].costs.cache_slots:
+        host += sum(e.costs.host_binary_cycles(e.cores) for e in epochs)
+    return max(device, host) / max(1, microbatch)
+
+
+def score_solution(ops: Sequence[Any], models: Sequence[Any], epoch_of: Sequence[int],
+                   producers: Sequence[Sequence[int]], costs: SwitchCosts, microbatch: int,
+                   prologue: Optional[List[float]] = None, host_io: float = 0.0) -> Tuple[float, int]:
+    """(cycles per input, epochs) of ``models`` (one per op, schedule order) placed in ``epoch_of``, the
+    host spending ``host_io`` cycles per microbatch on inputs and outputs."""
+    n_epochs = (max(epoch_of) + 1) if epoch_of else 0
+    epochs = [EpochAccumulator(costs) for _ in range(n_epochs)]
+    for i, (op, m, e) in enumerate(zip(ops, models, epoch_of)):
+        pro = prologue[i] if prologue is not None else prologue_bytes(op, m)
+        epochs[e].add(i, m, producers[i], pro)
+    return placement_cycles(epochs, microbatch, host_io), n_epochs
+
+
+__all__ = ["SwitchCosts", "switch_costs", "host_io_cycles", "prologue_bytes", "EpochAccumulator", "placement_cycles",
+           "score_solution"]

@@ -1,0 +1,232 @@
+"""A training program of a TTDevice: one graph (forward, backward or optimizer) compiled for the chip, or run on
+the CPU reference where the compiler cannot place it; plus the per-stage record a trainer keeps.
+
+:func:`compile_stage` runs autograd on one module's graph and compiles its forward and backward programs;
+:func:`compile_optimizer` compiles the optimizer's update graph. ``pybuda benchmark -t`` calls both with
+``run=False`` (compile only).
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from dataclasses import dataclass
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
+
+import torch
+
+from pybuda.dtypes import DataFormat
+from pybuda.errors import CompileError
+from pybuda.ir.graph import RUNTIME_UPDATED
+from pybuda.runtime.backend_api import CPUReferenceExecutor, create_executor
+
+log = logging.getLogger("pybuda.runtime.training")
+
+
+def accumulate_format(config: Any) -> DataFormat:
+    """The format gradients accumulate in: the config's accumulate format, else Float32 when the compile is
+    Float32, else Float16_b (TT-Buda's default for gradient accumulation queues)."""
+    explicit = getattr(config, "default_accumulate_df", None)
+    if explicit is not None:
+        return explicit
+    if getattr(config, "default_df_override", None) == DataFormat.Float32:
+        return DataFormat.Float32
+    return DataFormat.Float16_b
+
+
+def _round(value: torch.Tensor, df: DataFormat) -> torch.Tensor:
+    if df == DataFormat.Float32:
+        return value
+    from pybuda.golden.formats import quantize
+
+    return quantize(value, df)
+
+
+def _sum_over_samples(value: torch.Tensor, shape: Sequence[int], microbatch: int) -> torch.Tensor:
+    """A per-sample gradient folded over the microbatch (``(mb * p0, ...)``) summed into one of ``shape``."""
+    shape = tuple(shape)
+    if tuple(value.shape) == shape:
+        return value
+    return value.reshape((microbatch,) + shape).sum(0)
+
+
+# --- programs -------------------------------------------------------------------------------------------------
+
+
+@dataclass
+class Program:
+    """One compiled graph of a trainer (forward, backward or optimizer) and where it runs."""
+
+    name: str
+    graph: Any
+    executor: Any
+    compile_results: Any = None
+    placement: str = "device"  # "device", or "host: <why>" when the compiler could not place it
+
+    def run(self, inputs: Sequence[Optional[torch.Tensor]],
+            params: Optional[Mapping[str, int]] = None) -> List[Optional[torch.Tensor]]:
+        """Outputs in graph-output order; on the device's training netlist, inputs and outputs that stay in
+        device DRAM are None (``params``: the program's parameters, such as ``$p_zero_grad``)."""
+        if getattr(self.executor, "takes_program_params", False):  # a program of a training netlist
+            return self.executor.run(list(inputs), params)
+        return list(self.executor.run(list(inputs)))
+
+    @property
+    def on_device(self) -> bool:
+        return self.compile_results is not None
+
+
+def compile_program(name: str, graph: Any, *, epoch_type: str, device_desc: Any, devtype: Any, config: Any,
+                    microbatch: int, run: bool = True) -> Program:
+    """Compile ``graph`` for the device. A graph the compiler cannot place runs on the CPU reference (logged
+    and reported, never silently). ``run=False`` compiles only (no executor; compile errors are raised)."""
+    from pybuda.compile import compile_graph
+
+    for node in graph.parameters:
+        node.tags[RUNTIME_UPDATED] = True
+    graph.microbatch = microbatch
+    try:
+        results = compile_graph(graph, device_desc, config, None, microbatch, epoch_type=epoch_type)
+    except CompileError as e:
+        if not run:
+            raise
+        log.warning("training program '%s' runs on the host CPU: %s", name, e)
+        return Program(name, graph, CPUReferenceExecutor(graph, microbatch), None, f"host: {e}")
+    executor = create_executor(devtype, results, graph=graph, microbatch=microbatch, device=device_desc) \
+        if run else None
+    return Program(name, graph, executor, results)
+
+
+def compile_stage(name: str, graph: Any, *, input_grads: Sequence[str], device_desc: Any, devtype: Any, config: Any,
+                  microbatch: int, run: bool = True) -> Tuple[Any, Program, Program]:
+    """Autograd on one module's graph, then its forward and backward programs: ``(TrainingGraphs, fwd, bwd)``.
+    ``config.enable_recompute`` makes the backward recompute activations instead of saving them."""
+    from pybuda.passes.graph.autograd import build_training_graphs, save_inputs_on_device
+
+    from pybuda.passes.graph.optimize_tms import DEVICE_RESIDENT
+
+    tg = build_training_graphs(graph, recompute=bool(getattr(config, "enable_recompute", False)),
+                               input_grads=list(input_grads))
+    _add_sample_dim(tg.backward, list(tg.param_grads.values()))
+    save_inputs_on_device(tg)
+    # Activations the forward saves stay in device DRAM for the backward (one training netlist): the
+    # backward reads them in the forward's layout, so their TMs run on the device, not on a host.
+    saved_from_forward = set(tg.saved_outputs_sources())
+    for node in tg.backward.inputs:
+        if node.name in saved_from_forward:
+            node.tags[DEVICE_RESIDENT] = True
+    common = dict(device_desc=device_desc, devtype=devtype, config=config, microbatch=microbatch, run=run)
+    fwd = compile_program(f"fwd_{name}", tg.forward, epoch_type="fwd", **common)
+    bwd = compile_program(f"bwd_{name}", tg.backward, epoch_type="bwd", **common)
+    return tg, fwd, bwd
+
+
+def compile_optimizer(name: str, optimizer: Any, shapes: Mapping[str, Sequence[int]], *, device_desc: Any,
+                      devtype: Any, config: Any, run: bool = True,
+                      grad_layouts: Optional[Mapping[str, Sequence[int]]] = None) -> Tuple[Any, Program]:
+    """The optimizer's update graph over the parameters ``shapes`` and its program: ``(UpdateGraph, opt)``.
+    ``grad_layouts``: gradients read in another shape than their parameter's (:func:`gradient_layouts`)."""
+    from pybuda.passes.graph.optimize_tms import DEVICE_RESIDENT
+
+    update = optimizer.build_update_graph({n: (tuple(s), torch.float32) for n, s in shapes.items()},
+                                          grad_layouts={n: tuple(s) for n, s in (grad_layouts or {}).items()
+                                                        if n in shapes})
+    for node in update.graph.inputs:  # gradients: read from the backward's accumulators on the device
+        node.tags[DEVICE_RESIDENT] = True
+    program = compile_program(f"opt_{name}", update.graph, epoch_type="opt", device_desc=device_desc,
+                              devtype=devtype, config=config, microbatch=1, run=run)
+    return update, program
+
+
+def gradient_layouts(graphs: Any, backward: Program) -> Dict[str, Tuple[Tuple[int, ...], Tuple[Any, ...]]]:
+    """Parameter -> ``(shape, TMs)`` in which an optimizer could read the gradient the compiled ``backward``
+    writes: the backward output's device shape and the host TMs (reshapes and transposes only) that turn it
+    into the parameter's values, for the gradients whose device layout is not the parameter's (a conv
+    weight's gradient as the matmul that computed it, a transposed weight gradient). Reading the accumulator
+    that way, the optimizer applies those TMs on the device once per step instead of the host moving every
+    microbatch's gradient (:func:`pybuda.optimizers.Optimizer.build_update_graph`'s ``grad_layouts``)."""
+    from pybuda.netlist.host_io import canonical_zrc
+
+    host_io = getattr(backward.compile_results, "host_io", None)
+    if host_io is None:
+        return {}
+    out: Dict[str, Tuple[Tuple[int, ...], Tuple[Any, ...]]] = {}
+    for param, out_name in graphs.param_grads.items():
+        rec = next((r for r in host_io.outputs if r.name == out_name), None)
+        shape = tuple(graphs.forward[param].shape)
+        if rec is None or rec.device_shape is None or any(tm.op_type not in ("reshape", "transpose")
+                                                          for tm in rec.host_tms):
+            continue
+        layout = tuple(rec.device_shape)
+        turned = any(tm.op_type == "transpose" for tm in rec.host_tms)
+        if math.prod(layout) == math.prod(shape) and (turned or canonical_zrc(layout) != canonical_zrc(shape)):
+            out[param] = (layout, _concrete_tms(layout, rec.host_tms))
+    return out
+
+
+def _concrete_tms(shape: Tuple[int, ...], host_tms: Sequence[Any]) -> Tuple[Any, ...]:
+    """Host TMs as ``(op_type, attrs)`` with every reshape's ``-1`` resolved (graph ops need whole shapes)."""
+    probe = torch.empty(shape, device="meta")
+    out = []
+    for tm in host_tms:
+        if tm.op_type == "reshape":
+            probe = probe.reshape(tuple(tm.attrs["shape"]))
+            out.append(("reshape", {"shape": tuple(probe.shape)}))
+        else:
+            probe = probe.transpose(int(tm.attrs["dim0"]), int(tm.attrs["dim1"]))
+            out.append(("transpose", {"dim0": int(tm.attrs["dim0"]), "dim1": int(tm.attrs["dim1"])}))
+    return tuple(out)
+
+
+def to_gradient_layout(value: torch.Tensor, layout: Tuple[Tuple[int, ...], Sequence[Any]]) -> torch.Tensor:
+    """A gradient in its parameter's shape as an optimizer reading ``layout`` (:func:`gradient_layouts`)
+    takes it: the layout's TMs undone, last first."""
+    shape, tms = layout
+    shapes = [tuple(shape)]
+    probe = torch.empty(tuple(shape), device="meta")
+    for op_type, attrs in tms:
+        probe = probe.reshape(tuple(attrs["shape"])) if op_type == "reshape" else \
+            probe.transpose(int(attrs["dim0"]), int(attrs["dim1"]))
+        shapes.append(tuple(probe.shape))
+    value = value.reshape(shapes[-1])
+    for (op_type, attrs), before in zip(reversed(tms), reversed(shapes[:-1])):
+        value = value.reshape(before) if op_type == "reshape" else value.transpose(int(attrs["dim0"]),
+                                                                                    int(attrs["dim1"]))
+    return value.contiguous()
+
+
+@dataclass
+class _Stage:
+    """One module of a TTDevice compiled for training."""
+
+    module_name: str
+    graphs: Any  # autograd.TrainingGraphs
+    forward: Program
+    backward: Program
+    n_inputs: int  # framework inputs (targets of a loss stage come after them)
+    n_outputs: int  # the module's own outputs (the saved activations follow them)
+    grad_inputs: List[int]  # indices of inputs whose gradients the backward returns
+    is_loss: bool = False
+
+
+
+def _add_sample_dim(graph: Any, outputs: Sequence[str]) -> None:
+    """Give each named output a leading dim of 1. Device outputs carry the microbatch in dim 0 (each sample's
+    output is stacked there), so a parameter gradient of the parameter's own shape could not be told
+    apart from its samples; as ``(1, *shape)`` the microbatch comes back as ``(mb, *shape)``."""
+    wanted = set(outputs)
+    kept = [(node.name, node.operands[0]) for node in graph.outputs]
+    for name, _ in kept:
+        graph.remove(name)
+    for name, source in kept:
+        if name in wanted:
+            shape = tuple(graph[source].shape)
+            source = graph.add_op(graph.unique_name(f"{name}.per_sample"), "reshape", [source],
+                                  {"shape": (1,) + shape}).name
+        graph.add_output(name, source)
+
+
+def _batched(shape: Sequence[int], microbatch: int) -> Tuple[int, ...]:
+    from pybuda.runtime.backend_api import batched_shape
+
+    return batched_shape(shape, microbatch)

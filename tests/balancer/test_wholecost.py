@@ -1,0 +1,111 @@
+"""The balancer's whole-cost view of a placement (pybuda.balancer.wholecost) and NLP's per-epoch targets."""
+
+from types import SimpleNamespace
+
+import pytest
+
+from pybuda.arch import get_device_descriptor
+from pybuda.balancer import balance
+from pybuda.balancer import policies
+from pybuda.balancer.legalizer import Legalizer
+from pybuda.balancer.synthetic import bert_encoder_graph
+from pybuda.balancer.synthetic import chain_graph
+from pybuda.balancer.wholecost import EpochAccumulator, host_io_cycles, placement_cycles, switch_costs
+from pybuda.perf import cost
+from pybuda.config import CompilerConfig
+from pybuda.perf.config import PerfConfig
+from pybuda.placer import place
+from pybuda.placer.validate import validate_solution
+
+N150 = get_device_descriptor(device_config="wh_n150")
+E150 = get_device_descriptor(device_config="gs_e150")
+
+
+def _model(cycles, cores=1, t=1, dram_bytes=0.0, dram_inputs=()):
+    return SimpleNamespace(cycles=cycles, cores=cores, t=t, dram_bytes=dram_bytes, dram_inputs=dram_inputs)
+
+
+def _epoch(costs, models, chain=True):
+    acc = EpochAccumulator(costs)
+    for i, m in enumerate(models):
+        acc.add(i, m, [i - 1] if chain and i else [], 0.0)
+    return acc
+
+
+def test_switch_costs_are_the_performance_models():
+    perf = PerfConfig()
+    costs = switch_costs(N150)
+    assert costs.launch == perf.epoch_launch_cycles
+    assert costs.binary_bytes_per_core == perf.kernel_binary_bytes_per_core + perf.overlay_blob_bytes_per_core
+    assert costs.cache_slots == perf.binary_cache_slots
+    assert costs.host_binary_rate == pytest.approx(perf.host_binary_write_bytes_per_s / N150.aiclk_hz)
+
+
+def test_a_microbatch_of_one_pays_the_chain_not_the_slowest_op():
+    costs = switch_costs(N150)
+    models = [_model(1000), _model(3000), _model(2000)]
+    switch = costs.switch_cycles(3, 0.0)
+    one = _epoch(costs, models).device_cycles(1)
+    assert one - switch == pytest.approx(1000 + 3000 + 2000 + 2 * costs.noc_latency)
+    many = _epoch(costs, models).device_cycles(64)
+    assert many - switch == pytest.approx(1000 + 3000 + 2000 + 2 * costs.noc_latency + 63 * 3000)
+    # unconnected ops run side by side: the fill is the slowest one
+    assert _epoch(costs, models, chain=False).device_cycles(1) - switch == pytest.approx(3000)
+
+
+def test_the_epochs_dram_traffic_bounds_its_steady_state():
+    costs = switch_costs(N150)
+    models = [_model(100, dram_bytes=costs.dram_total * 5000), _model(100, dram_bytes=costs.dram_total * 5000)]
+    acc = _epoch(costs, models, chain=False)
+    assert acc.device_cycles(11) - acc.device_cycles(10) == pytest.approx(10000)
+
+
+def test_binary_cache_overflow_makes_the_host_rewrite_every_epoch():
+    costs = switch_costs(N150)
+    fits = [_epoch(costs, [_model(10_000, cores=72)]) for _ in range(costs.cache_slots)]
+    device = sum(e.device_cycles(64) for e in fits) / 64
+    assert placement_cycles(fits, 64) == pytest.approx(device)
+    over = fits + [_epoch(costs, [_model(10_000, cores=72)])]
+    host = len(over) * costs.host_binary_cycles(72) / 64
+    assert host > device  # this case is host-bound
+    assert placement_cycles(over, 64) == pytest.approx(host)
+
+
+def test_host_io_is_the_tilize_of_inputs_and_outputs_plus_pcie_for_dram_queues():
+    g = chain_graph([(1, 4, 8), (1, 4, 8)], microbatch=16)
+    perf = PerfConfig()
+    nbytes = 2 * 4 * 8 * cost.tile_size_bytes(g.queues["in0"].df) * 16  # the input and the output queue
+    on_host = host_io_cycles(g, N150, CompilerConfig(), 16)
+    assert on_host == pytest.approx(nbytes / (perf.host_tilize_bytes_per_s / N150.aiclk_hz))
+    # Grayskull reads its inputs from device DRAM: the input also crosses PCIe
+    in_dram = host_io_cycles(g, E150, CompilerConfig(), 16)
+    tilize = nbytes / (perf.host_tilize_bytes_per_s / E150.aiclk_hz)
+    assert in_dram == pytest.approx(tilize + nbytes / 2 / cost.device_bandwidth(E150).pcie)
+    # a host busier than the device bounds the microbatch
+    costs = switch_costs(N150)
+    epochs = [_epoch(costs, [_model(100)])]
+    assert placement_cycles(epochs, 16, host_io=1e9) == pytest.approx(1e9 / 16)
+
+
+@pytest.mark.slow
+def test_nlp_fits_bert_large_in_the_binary_cache_on_e150():
+    """BERT-Large seq 384 on gs_e150: NLP's placement keeps within the binary cache (re-sending binaries
+    over PCIe would cost the host more than the device's whole run), the placer honours its epoch breaks,
+    and its whole cost beats the best single global target's."""
+    g = bert_encoder_graph(layers=24)
+    cfg = CompilerConfig()
+    sol = balance(g, E150, cfg)
+    placement = place(g, sol, E150, cfg)
+    assert validate_solution(g, sol, placement, E150, cfg) == []
+    assert len(placement.epochs) <= PerfConfig().binary_cache_slots
+    starts = {e.ops[0] for e in placement.epochs}
+    assert set(sol.epoch_breaks) <= starts
+
+    ctx = policies._Context(g, E150, cfg, Legalizer(g, E150, cfg))
+    targets = policies._Targets(ctx)
+    target, rows = policies.global_target(ctx, targets, policies._whole_score)
+    global_cost = policies._whole_score(ctx, policies.assign_for_target(ctx, targets, target, rows))[0]
+    chosen = [sol.op_models[op.name] for op in ctx.ops]
+    chosen_cost = policies._whole_score(ctx, chosen, policies._merge_breaks(
+        ctx, [ctx.index[name] for name in sol.epoch_breaks]))[0]
+    assert chosen_cost <= global_cost

@@ -1,0 +1,67 @@
+"""Convolutions and row pickers too large for one sparse matmul's L1 are sliced into output row bands
+(issue #16, item 2b): a sparse matmul cannot t-stream, so only the grid rows split its output, and a prime
+or very large row-tile count left no layout on Grayskull (Inception-v4's stem, U-Net at 256x256)."""
+
+import pytest
+import torch
+from torch import nn
+
+import pybuda
+from pybuda.arch import get_device_descriptor
+from pybuda.compile import pybuda_compile
+from pybuda.config import CompilerConfig
+from pybuda.dtypes import DataFormat, MathFidelity
+from pybuda.golden.executor import create_executor
+from pybuda.passes.lower.common import TILE
+from pybuda.passes.lower.conv import MAX_BANDS, band_limit_tiles, row_bands
+from pybuda.verify import calculate_pcc
+
+#: Float16_b storage with HiFi3 products through one convolution (Grayskull's benchmark format).
+PCC_MIN = 0.99
+ATOL_REL = 0.05
+
+
+def _fits(n, grid_rows, limit):
+    return any(n % d == 0 and n // d <= limit for d in range(1, grid_rows + 1))
+
+
+@pytest.mark.parametrize("rt,grid_rows,limit", [(386, 10, 57), (2048, 8, 57), (2048, 9, 111), (61, 10, 57),
+                                                (694, 10, 57)])
+def test_row_bands_cover_the_rows_in_bands_that_fit(rt, grid_rows, limit):
+    rows = rt * TILE - 5
+    bands = row_bands(rt, grid_rows, limit, rows)
+    assert bands is not None and 1 < len(bands) <= MAX_BANDS
+    assert bands[0][0] == 0 and bands[-1][1] == rows
+    assert all(a[1] == b[0] for a, b in zip(bands, bands[1:]))
+    for r0, r1 in bands[:-1]:
+        assert r0 % TILE == 0 and (r1 - r0) % (grid_rows * TILE) == 0
+    assert all(_fits(-(-(r1 - r0) // TILE), grid_rows, limit) for r0, r1 in bands)
+
+
+@pytest.mark.parametrize("rt", [392, 98, 57, 1])
+def test_row_bands_leave_what_fits_alone(rt):
+    assert row_bands(rt, 10, 57, rt * TILE) is None
+
+
+def test_band_limit_follows_the_l1_budget():
+    gs, wh = (get_device_descriptor(device_config=c) for c in ("gs_e150", "wh_n150"))
+    assert band_limit_tiles(gs.l1_pybuda_budget_bytes) < band_limit_tiles(wh.l1_pybuda_budget_bytes)
+
+
+def test_banded_convolution_on_the_golden_grayskull():
+    # 61 x 32 output pixels = 61 row tiles (a prime above one core's limit): two row bands joined by a splice
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Conv2d(8, 32, 3, padding=1), nn.ReLU()).eval()
+    x = torch.randn(1, 8, 61, 32)
+    with torch.no_grad():
+        want = model(x)
+    cfg = CompilerConfig(default_df_override=DataFormat.Float16_b, default_math_fidelity=MathFidelity.HiFi3,
+                         device_config="gs_e150")
+    results = pybuda_compile(pybuda.PyTorchModule("band", model), "band", x, compiler_cfg=cfg, microbatch_size=1)
+    ops = [op for graph in results.netlist.graphs.values() for op in graph.ops.values()]
+    assert len([op for op in ops if "im2col_band" in op.name]) == 2
+    assert len([op for op in ops if op.type == "splice"]) == 1
+    got = create_executor(results).run([x])[0]
+    assert got.shape == want.shape
+    assert calculate_pcc(want, got) >= PCC_MIN
+    assert torch.allclose(got, want, rtol=0, atol=ATOL_REL * float(want.abs().max()))
