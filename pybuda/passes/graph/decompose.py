@@ -218,13 +218,17 @@ def _finite(rw, node, name: str, tag: str) -> str:
 
 
 def _where(rw, node, ops, ctx):
-    # c * x + (1 - c) * y, exact for a 0/1 condition whatever the magnitudes; the shorter y + c * (x - y)
-    # loses x entirely when y is huge (a masked score next to a -inf fill: x - y rounds to -y).
+    # A real select: heaviside(a, v) is 0 where a < 0 and v where a == 0, whatever v holds, so each branch
+    # is zeroed by the condition before the sum and a NaN/inf in the branch not picked cannot leak (the
+    # arithmetic c*x + (1-c)*y gives 0*inf = NaN). c - 1 is 0 where c holds (-1 elsewhere), 0 - c is 0 where
+    # it does not; 0/1 and -1 are exact in every device format, and the unpicked term adds an exact 0.
     c, x, y = ops
     x, y = _finite(rw, node, x, "x_finite"), _finite(rw, node, y, "y_finite")
-    keep = rw.op(f"{node.name}.keep", "multiply", [c, x])
-    other = rw.op(f"{node.name}.other", "subtract", [_scalar(rw, node, "one", 1.0), c])
-    return rw.op(f"{node.name}.out", "add", [keep, rw.op(f"{node.name}.fill", "multiply", [other, y])])
+    picked = rw.op(f"{node.name}.picked", "subtract", [c, _scalar(rw, node, "one", 1.0)])
+    unpicked = rw.op(f"{node.name}.unpicked", "subtract", [_scalar(rw, node, "zero", 0.0), c])
+    keep = rw.op(f"{node.name}.keep", "heaviside", [picked, x])
+    fill = rw.op(f"{node.name}.fill", "heaviside", [unpicked, y])
+    return rw.op(f"{node.name}.out", "add", [keep, fill])
 
 
 def _to_reshape(rw, node, ops, ctx):
