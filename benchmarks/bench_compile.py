@@ -27,6 +27,8 @@ import time
 
 import torch
 
+from timing import fresh_pybuda
+
 TT_BUDA_SECONDS = (118.0, 358.0)
 TT_BUDA_EPOCHS = 74
 
@@ -132,30 +134,17 @@ def main() -> None:
 def _time_initialize_pipeline(spec, device: str, policy) -> float:
     """Seconds from ``pybuda.initialize_pipeline`` until the TTDevice holding ``spec``'s model is ready."""
     import gc
-    import os
 
     import pybuda
     from pybuda.arch import get_device_descriptor
 
     gc.collect()  # the compile above holds large graphs; do not time the collector freeing them
     arch = get_device_descriptor(device_config=device).arch
-    with tempfile.TemporaryDirectory() as out_dir:
-        saved = os.environ.get("PYBUDA_BUILD_DIR")
-        os.environ["PYBUDA_BUILD_DIR"] = out_dir
-        try:
-            pybuda.pybuda_reset()
-            pybuda.set_configuration_options(device_config=device, balancer_policy=policy)
-            pybuda.TTDevice("tt0", arch=arch, devtype=pybuda.BackendType.Golden, module=spec.to_pybuda())
-            t0 = time.perf_counter()
-            pybuda.initialize_pipeline(training=False, sample_inputs=tuple(spec.example_inputs))
-            seconds = time.perf_counter() - t0
-        finally:
-            pybuda.shutdown()
-            pybuda.pybuda_reset()
-            if saved is None:
-                os.environ.pop("PYBUDA_BUILD_DIR", None)
-            else:
-                os.environ["PYBUDA_BUILD_DIR"] = saved
+    with fresh_pybuda(device_config=device, balancer_policy=policy):
+        pybuda.TTDevice("tt0", arch=arch, devtype=pybuda.BackendType.Golden, module=spec.to_pybuda())
+        t0 = time.perf_counter()
+        pybuda.initialize_pipeline(training=False, sample_inputs=tuple(spec.example_inputs))
+        seconds = time.perf_counter() - t0
     return seconds
 
 

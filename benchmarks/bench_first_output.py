@@ -31,14 +31,13 @@ import json
 import os
 import pstats
 import sys
-import tempfile
 import time
 from typing import Any, Callable, Dict, Iterator, List, Tuple
 
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from timing import best_time  # noqa: E402
+from timing import best_time, fresh_pybuda  # noqa: E402
 
 #: (row, parent row or "", module, attribute path): the functions whose time makes up each row. A class
 #: method is named "Class.method". Rows with a parent are part of it, not added to the total again.
@@ -113,37 +112,25 @@ def first_output(spec: Any, device: str, microbatch: int, profile: bool,
     timer = PhaseTimer()
     prof = cProfile.Profile() if profile else None
     gc.collect()
-    with tempfile.TemporaryDirectory() as out_dir, timer.installed():
-        saved = os.environ.get("PYBUDA_BUILD_DIR")
-        os.environ["PYBUDA_BUILD_DIR"] = out_dir
-        try:
-            pybuda.pybuda_reset()
-            pybuda.set_configuration_options(device_config=device)
-            tt = pybuda.TTDevice("tt0", arch=arch, devtype=pybuda.BackendType.Golden, module=spec.to_pybuda())
+    with fresh_pybuda(device_config=device), timer.installed():
+        tt = pybuda.TTDevice("tt0", arch=arch, devtype=pybuda.BackendType.Golden, module=spec.to_pybuda())
+        tt.push_to_inputs(*inputs)
+        if prof is not None:
+            prof.enable()
+        t0, c0 = time.perf_counter(), time.process_time()
+        out = pybuda.run_inference().get()
+        wall, cpu = time.perf_counter() - t0, time.process_time() - c0
+        if prof is not None:
+            prof.disable()
+        if not out:
+            raise RuntimeError("run_inference returned no output")
+        timer.counting = False
+        again = None
+        if second_run:  # the same input again: what the first run did once (weights prepared) is not redone
             tt.push_to_inputs(*inputs)
-            if prof is not None:
-                prof.enable()
-            t0, c0 = time.perf_counter(), time.process_time()
-            out = pybuda.run_inference().get()
-            wall, cpu = time.perf_counter() - t0, time.process_time() - c0
-            if prof is not None:
-                prof.disable()
-            if not out:
-                raise RuntimeError("run_inference returned no output")
-            timer.counting = False
-            again = None
-            if second_run:  # the same input again: what the first run did once (weights prepared) is not redone
-                tt.push_to_inputs(*inputs)
-                t0 = time.perf_counter()
-                pybuda.run_inference().get()
-                again = time.perf_counter() - t0
-        finally:
-            pybuda.shutdown()
-            pybuda.pybuda_reset()
-            if saved is None:
-                os.environ.pop("PYBUDA_BUILD_DIR", None)
-            else:
-                os.environ["PYBUDA_BUILD_DIR"] = saved
+            t0 = time.perf_counter()
+            pybuda.run_inference().get()
+            again = time.perf_counter() - t0
     return wall, cpu, timer, prof, again
 
 

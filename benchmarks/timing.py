@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
+import os
+import tempfile
 import time
-from typing import Callable, Dict
+from typing import Callable, Dict, Iterator
 
 
 def best_times(fns: Dict[str, Callable[[], object]], repeat: int) -> Dict[str, float]:
@@ -23,3 +26,25 @@ def best_times(fns: Dict[str, Callable[[], object]], repeat: int) -> Dict[str, f
 def best_time(fn: Callable[[], object], repeat: int) -> float:
     """Best of ``repeat`` runs of one function after a warm-up."""
     return best_times({"fn": fn}, repeat)["fn"]
+
+
+@contextlib.contextmanager
+def fresh_pybuda(**options) -> Iterator[None]:
+    """A reset pybuda with ``options`` (``set_configuration_options``) whose build artifacts go to a temporary
+    folder; shut down and reset again on exit, ``PYBUDA_BUILD_DIR`` restored."""
+    import pybuda
+
+    saved = os.environ.get("PYBUDA_BUILD_DIR")
+    with tempfile.TemporaryDirectory() as out_dir:
+        os.environ["PYBUDA_BUILD_DIR"] = out_dir
+        try:
+            pybuda.pybuda_reset()
+            pybuda.set_configuration_options(**options)
+            yield
+        finally:
+            pybuda.shutdown()
+            pybuda.pybuda_reset()
+            if saved is None:
+                os.environ.pop("PYBUDA_BUILD_DIR", None)
+            else:
+                os.environ["PYBUDA_BUILD_DIR"] = saved

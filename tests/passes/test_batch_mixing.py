@@ -103,3 +103,19 @@ def test_a_model_that_mixes_samples_runs_with_the_microbatch_inside_the_graph(mo
     assert tuple(artifact.output_specs[0].shape) == tuple(want.shape) == tuple(got.shape)
     assert calculate_pcc(got, want) >= PCC_MIN
     assert torch.allclose(got, want, atol=ATOL, rtol=RTOL)
+
+
+@pytest.mark.parametrize("model", [_BatchMean, _BatchFold])
+def test_run_inference_answers_a_batch_mixing_model_like_torch(model):
+    # Through the public API (stages capture the whole push): such a model used to be a CompileError.
+    m = model().eval()
+    tt0 = pybuda.TTDevice("tt0", module=pybuda.PyTorchModule("mix", m), arch=pybuda.BackendDevice.Wormhole_B0)
+    x = torch.randn(2, 5, 40)
+    tt0.push_to_inputs(x)
+    try:
+        out = pybuda.run_inference(_sequential=True).get(timeout=60)[0].value()
+    finally:
+        pybuda.shutdown()
+    want = m(x)
+    assert out.shape == want.shape
+    assert calculate_pcc(out, want) >= PCC_MIN

@@ -80,36 +80,6 @@ def test_integer_input_within_the_queue_format_runs():
     assert torch.equal(out.to(torch.int64), x + 1)
 
 
-class _BatchMean(nn.Module):
-    """Subtracts the mean over the microbatch: every sample's output depends on the others."""
-
-    def forward(self, x):
-        return x - x.mean(dim=0, keepdim=True)
-
-
-class _BatchFold(nn.Module):
-    """Folds the microbatch into the rows: the output has no per-sample dim 0."""
-
-    def forward(self, x):
-        return x.reshape(1, -1, x.shape[-1]) * 2.0
-
-
-@pytest.mark.parametrize("model", [_BatchMean, _BatchFold])
-def test_a_model_that_mixes_the_samples_of_a_microbatch_runs_with_the_batch_in_the_graph(model):
-    # Such a model used to be a CompileError: the compile now sees the batch-mixing op statically and keeps
-    # the whole microbatch inside the graph, so the answer matches torch instead of being wrong or refused.
-    from pybuda.verify import calculate_pcc
-
-    tt0 = pybuda.TTDevice("tt0", module=pybuda.PyTorchModule("mix", model().eval()),
-                          arch=pybuda.BackendDevice.Wormhole_B0)
-    x = torch.randn(2, 5, 40)
-    tt0.push_to_inputs(x)
-    out = pybuda.run_inference(_sequential=True).get(timeout=60)[0].value()
-    want = model()(x)
-    assert out.shape == want.shape
-    assert calculate_pcc(out, want) >= 0.99
-
-
 def test_a_per_sample_model_passes_the_sample_check_at_microbatch_4():
     class PerSample(nn.Module):
         def forward(self, x):
