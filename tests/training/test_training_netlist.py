@@ -245,16 +245,22 @@ class TorchMLP(torch.nn.Module):
         return self.fc2(torch.relu(self.fc1(x)))
 
 
-def test_pytorch_module_gradients_accumulate_in_the_optimizer_layout():
-    """torch.nn.Linear keeps its weight as (out, in): the backward's weight gradient comes out transposed
-    relative to what the optimizer reads, so the accumulating nop transposes it on its way in."""
+def _float32_sgd_pipeline(name, model):
+    """A Float32/HiFi4 TTDevice training the PyTorch ``model`` with SGD, and a CPUDevice with a summed MSE loss."""
     pybuda.set_configuration_options(default_df_override=pybuda.DataFormat.Float32,
                                      accumulate_df=pybuda.DataFormat.Float32, math_fidelity=pybuda.MathFidelity.HiFi4)
-    model = TorchMLP()
-    tt0 = pybuda.TTDevice("tt0", module=pybuda.PyTorchModule("mlp", model), arch=pybuda.BackendDevice.Wormhole_B0,
+    tt0 = pybuda.TTDevice("tt0", module=pybuda.PyTorchModule(name, model), arch=pybuda.BackendDevice.Wormhole_B0,
                           optimizer=pybuda.optimizers.SGD(learning_rate=0.1), fp32_fallback=pybuda.DataFormat.Float32)
     cpu = pybuda.CPUDevice("cpu0")
     cpu.place_loss_module(pybuda.PyTorchModule("mse", torch.nn.MSELoss(reduction="sum")))
+    return tt0, cpu
+
+
+def test_pytorch_module_gradients_accumulate_in_the_optimizer_layout():
+    """torch.nn.Linear keeps its weight as (out, in): the backward's weight gradient comes out transposed
+    relative to what the optimizer reads, so the accumulating nop transposes it on its way in."""
+    model = TorchMLP()
+    tt0, cpu = _float32_sgd_pipeline("mlp", model)
     xs, ys = data(1, mb=2)
     tt0.push_to_inputs(xs[0])
     cpu.push_to_target_inputs(ys[0])
@@ -325,13 +331,8 @@ def test_conv_gradients_accumulate_in_the_backward_layout():
     """A conv weight's gradient leaves the backward as the matmul that computed it, (out, in * kh * kw), not
     in the (out, in, kh, kw) layout the optimizer's parameter has: the optimizer reads the accumulator in
     the backward's layout and reshapes on the device, so no gradient goes through the host."""
-    pybuda.set_configuration_options(default_df_override=pybuda.DataFormat.Float32,
-                                     accumulate_df=pybuda.DataFormat.Float32, math_fidelity=pybuda.MathFidelity.HiFi4)
     model = TorchConvNet()
-    tt0 = pybuda.TTDevice("tt0", module=pybuda.PyTorchModule("conv", model), arch=pybuda.BackendDevice.Wormhole_B0,
-                          optimizer=pybuda.optimizers.SGD(learning_rate=0.1), fp32_fallback=pybuda.DataFormat.Float32)
-    cpu = pybuda.CPUDevice("cpu0")
-    cpu.place_loss_module(pybuda.PyTorchModule("mse", torch.nn.MSELoss(reduction="sum")))
+    tt0, cpu = _float32_sgd_pipeline("conv", model)
     g = torch.Generator().manual_seed(3)
     x, y = torch.randn(1, 3, 8, 8, generator=g), torch.randn(1, 4, generator=g)
     tt0.push_to_inputs(x)
