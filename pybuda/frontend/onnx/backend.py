@@ -85,13 +85,13 @@ class PybudaBackendRep(BackendRep):
             return self._host_report
         return self.last_capture.report if self.last_capture is not None else None
 
-    def _run_on_host(self, inputs: Sequence[Any]) -> Tuple[Any, ...]:
+    def _run_on_host(self, inputs: Sequence[Any], reason: Optional[str] = None) -> Tuple[Any, ...]:
         """The whole model in ONNX Runtime (or ONNX's reference runtime): for models the importer cannot
-        take at all (see :func:`host_only_reason`)."""
+        take at all (see :func:`host_only_reason`), or inputs the device cannot hold (``reason``)."""
         if self._host_stage is None:
             name = self.model.graph.name or "onnx_model"
             self._host_stage = OnnxStage.from_model(f"{name}_cpu", self.model)
-            ops = [FallbackOp(n.name or f"{n.op_type.lower()}_{i}", n.op_type, f"onnx node #{i}", self.host_reason, "pre")
+            ops = [FallbackOp(n.name or f"{n.op_type.lower()}_{i}", n.op_type, f"onnx node #{i}", reason or self.host_reason, "pre")
                    for i, n in enumerate(self.model.graph.node)]
             self._host_report = FallbackReport(name, True, ops, [f"{o.name} ({o.aten_op})" for o in ops], [], 0)
         values = self._host_stage(*inputs)
@@ -160,6 +160,10 @@ class PybudaBackendRep(BackendRep):
         if self.host_reason is not None:
             return self._run_on_host(list(inputs))
         arrays = [np.asarray(a) for a in inputs]
+        if any(a.dtype == np.float16 and np.isinf(a).any() for a in arrays):
+            # float16's stand-in for infinity (importer.INF_STANDIN_FP16) is a value float16 data can hold, so
+            # an infinite float16 input would come back as a finite number: ONNX Runtime runs this call.
+            return self._run_on_host(list(inputs), "a float16 input holds an infinity")
         compiled = self.compile(arrays)
         self.last_capture = compiled.capture
         cap = compiled.capture
@@ -170,9 +174,14 @@ class PybudaBackendRep(BackendRep):
             else:
                 values = list(cap.pre(*flat)) if cap.pre is not None else flat
                 # infinities cross into the device as its stand-in, as infinite constants do (importer.INF_STANDIN)
-                values = [finite_standins(v) if isinstance(v, torch.Tensor) else v for v in values]
-                values = [restore_infinities(_as_shape(v, out.shape))
-                          for v, out in zip(compiled.executor.run(values), cap.graph.outputs)]
+                finite = [finite_standins(v) if isinstance(v, torch.Tensor) else v for v in values]
+                # Large outputs are infinities again only where a stand-in entered the device: a model without
+                # infinities keeps its genuine large values.
+                restore = getattr(cap.graph, "inf_standins", False) or any(
+                    f is not v for f, v in zip(finite, values))
+                values = [_as_shape(v, out.shape) for v, out in zip(compiled.executor.run(finite), cap.graph.outputs)]
+                if restore:
+                    values = [restore_infinities(v) for v in values]
                 if cap.post is not None:
                     values = list(cap.post(*values))
         return self._outputs(values, cap.output_names, cap.output_dtypes)

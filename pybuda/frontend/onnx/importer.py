@@ -120,13 +120,21 @@ class OnnxBuilder(Builder):
 
     def const(self, value: torch.Tensor, name: str = "const") -> str:
         """A constant node; infinities become :data:`INF_STANDIN` (see there)."""
-        return super().const(finite_standins(value), name)
+        return super().const(self._standins(value), name)
+
+    def _standins(self, value: torch.Tensor) -> torch.Tensor:
+        """``value`` with infinities as the stand-in; the graph remembers that it holds one, so that only its
+        outputs are turned back into infinities (a model without infinities keeps its large values)."""
+        finite = finite_standins(value)
+        if finite is not value:
+            self.graph.inf_standins = True
+        return finite
 
     def tensor(self, v: Any, dtype: Optional[torch.dtype] = None) -> str:
         if isinstance(v, Param):
             name = self._param_nodes.get(id(v))
             if name is None:
-                name = self.graph.add_parameter(self.graph.unique_name(v.name), finite_standins(v.value),
+                name = self.graph.add_parameter(self.graph.unique_name(v.name), self._standins(v.value),
                                                 requires_grad=False).name
                 self._param_nodes[id(v)] = name
             if dtype is not None and self.graph[name].dtype != dtype:
