@@ -1,0 +1,299 @@
+"""Elementwise ONNX ops: arithmetic, comparisons, logic, activations, casts."""
+
+from __future__ import annotations
+
+import math
+
+
+import torch
+
+from pybuda.frontend.aten_builder import Const, Unsupported, _as_bool
+from pybuda.frontend.aten_eltwise import _hardsigmoid_of, _softplus_of
+from pybuda.frontend.onnx.importer import NodeCtx, converts, onnx_model
+from pybuda.frontend.onnx.ops.common import _float_out
+
+
+_BINARY = {"Add": "add", "Sub": "subtract", "Mul": "multiply", "Div": "divide"}
+
+
+@converts(*_BINARY)
+def _binary(ctx: NodeCtx):
+    dt = ctx.out_dtype()
+    if ctx.op_type == "Div" and not dt.is_floating_point:
+        raise Unsupported("integer division (ONNX truncates)")
+    return ctx.b.binary(_BINARY[ctx.op_type], ctx.x(0), ctx.x(1), dt)
+
+
+@converts("Pow")
+def _pow(ctx: NodeCtx):
+    dt = _float_out(ctx)
+    x = ctx.x(0, dt)
+    e = ctx.value(1)
+    if isinstance(e, Const) and e.value.numel() == 1:
+        v = float(e.value.reshape(-1)[0])
+        if v == 1:
+            return ctx.b.op("nop", [x])
+        if v == 2:
+            return ctx.b.op("square", [x])
+        if v == 0.5:
+            return ctx.b.op("sqrt", [x])
+        if v == -1:
+            return ctx.b.op("reciprocal", [x])
+        return ctx.b.op("pow", [x], exponent=v)
+    return ctx.b.binary("power", x, ctx.x(1), dt)
+
+
+def _variadic(ctx: NodeCtx, op: str):
+    dt = ctx.out_dtype()
+    acc = ctx.x(0, dt)
+    for i in range(1, len(ctx.inputs)):
+        acc = ctx.b.binary(op, acc, ctx.x(i, dt), dt)
+    if len(ctx.inputs) == 1:
+        acc = ctx.b.op("nop", [acc])
+    return acc
+
+
+@converts("Max")
+def _max(ctx: NodeCtx):
+    return _variadic(ctx, "maximum")
+
+
+@converts("Min")
+def _min(ctx: NodeCtx):
+    return _variadic(ctx, "minimum")
+
+
+@converts("Sum")
+def _sum(ctx: NodeCtx):
+    return _variadic(ctx, "add")
+
+
+@converts("Mean")
+def _mean(ctx: NodeCtx):
+    dt = _float_out(ctx)
+    return ctx.b.binary("multiply", _variadic(ctx, "add"), 1.0 / len(ctx.inputs), dt)
+
+
+_COMPARE = {"Equal": "equal", "Less": "less", "Greater": "greater", "LessOrEqual": "less_equal",
+            "GreaterOrEqual": "greater_equal"}
+
+
+@converts(*_COMPARE)
+def _compare(ctx: NodeCtx):
+    dt = torch.promote_types(ctx.dtype(0), ctx.dtype(1))
+    op = _COMPARE[ctx.op_type]
+    for k in (0, 1):
+        inf = _infinite_constant(ctx, k)
+        if inf and op == "equal":  # x == +-inf: x at or beyond the device's stand-in for infinity
+            op = "greater_equal" if (inf > 0) == (k == 1) else "less_equal"
+    return ctx.b.cast(ctx.b.binary(op, ctx.x(0), ctx.x(1), dt), torch.bool)
+
+
+def _infinite_constant(ctx: NodeCtx, k: int) -> float:
+    """+-1.0 when input ``k`` is a constant whose every element is +-inf (0.0 otherwise)."""
+    v = ctx.value(k)
+    if not isinstance(v, Const) or not v.value.dtype.is_floating_point or not v.value.numel():
+        return 0.0
+    t = v.value
+    if bool(torch.all(t == math.inf)):
+        return 1.0
+    return -1.0 if bool(torch.all(t == -math.inf)) else 0.0
+
+
+@converts("And", "Or", "Xor")
+def _logical(ctx: NodeCtx):
+    b = ctx.b
+    a, c = _as_bool(b, ctx.x(0)), _as_bool(b, ctx.x(1))
+    if ctx.op_type == "And":
+        return b.op("logical_and", [a, c])
+    if ctx.op_type == "Or":
+        return b.op("logical_not", [b.op("logical_and", [b.op("logical_not", [a]), b.op("logical_not", [c])])])
+    # a xor c = (a or c) and not (a and c): logical ops keep the masks on the device (0/1 floats there)
+    either = b.op("logical_not", [b.op("logical_and", [b.op("logical_not", [a]), b.op("logical_not", [c])])])
+    return b.op("logical_and", [either, b.op("logical_not", [b.op("logical_and", [a, c])])])
+
+
+@converts("Not")
+def _not(ctx: NodeCtx):
+    return ctx.b.op("logical_not", [_as_bool(ctx.b, ctx.x(0))])
+
+
+@converts("Where")
+def _where(ctx: NodeCtx):
+    dt = ctx.out_dtype()
+    return ctx.b.op("where", [_as_bool(ctx.b, ctx.x(0)), ctx.x(1, dt), ctx.x(2, dt)])
+
+
+_UNARY = {"Abs": "abs", "Exp": "exp", "Log": "log", "Sqrt": "sqrt", "Reciprocal": "reciprocal", "Sigmoid": "sigmoid",
+          "Tanh": "tanh", "Sin": "sine", "Cos": "cosine", "Relu": "relu"}
+
+
+@converts(*_UNARY)
+def _unary(ctx: NodeCtx):
+    if ctx.op_type not in ("Abs", "Relu"):
+        _float_out(ctx)
+    return ctx.b.op(_UNARY[ctx.op_type], [ctx.x(0)])
+
+
+@converts("Erf")
+def _erf(ctx: NodeCtx):
+    # The chip has no erf kernel: the registry's device form (an erfc fit from exp, reciprocal, abs ...).
+    from pybuda.ops.eltwise import erf_device_form
+
+    dt = _float_out(ctx)
+    b = ctx.b
+    x = ctx.x(0, dt)
+    rank = b.rank(x)
+    return erf_device_form(lambda t, ops: b.op(t, ops), lambda v: b.scalar(v, dt, rank), x)
+
+
+@converts("Neg")
+def _neg(ctx: NodeCtx):
+    return ctx.b.binary("multiply", ctx.x(0), -1, ctx.out_dtype())
+
+
+@converts("Sign")
+def _sign(ctx: NodeCtx):
+    dt = _float_out(ctx)
+    x = ctx.x(0)
+    pos = ctx.b.cast(ctx.b.binary("greater", x, 0.0, dt), dt)
+    neg = ctx.b.cast(ctx.b.binary("less", x, 0.0, dt), dt)
+    return ctx.b.op("subtract", [pos, neg])
+
+
+@converts("LeakyRelu")
+def _leaky_relu(ctx: NodeCtx):
+    return ctx.b.op("leaky_relu", [ctx.x(0)], alpha=float(ctx.attr("alpha", 0.01, (float, int))))
+
+
+@converts("PRelu")
+def _prelu(ctx: NodeCtx):
+    dt = _float_out(ctx)
+    x = ctx.x(0)
+    return ctx.b.op("where", [ctx.b.binary("greater", x, 0.0, dt), x, ctx.b.binary("multiply", x, ctx.x(1), dt)])
+
+
+@converts("ThresholdedRelu")
+def _thresholded_relu(ctx: NodeCtx):
+    dt = _float_out(ctx)
+    x = ctx.x(0)
+    alpha = float(ctx.attr("alpha", 1.0, (float, int)))
+    return ctx.b.op("where", [ctx.b.binary("greater", x, alpha, dt), x, ctx.b.scalar(0.0, dt, ctx.rank(0))])
+
+
+@converts("Elu", "Selu", "Celu")
+def _elu(ctx: NodeCtx):
+    b = ctx.b
+    dt = _float_out(ctx)
+    x = ctx.x(0)
+    default_alpha = {"Elu": 1.0, "Selu": 1.67326319217681884765625, "Celu": 1.0}[ctx.op_type]
+    alpha = float(ctx.attr("alpha", default_alpha, (float, int)))
+    gamma = float(ctx.attr("gamma", 1.05070102214813232421875, (float, int))) if ctx.op_type == "Selu" else 1.0
+    inner = b.binary("multiply", x, 1.0 / alpha, dt) if ctx.op_type == "Celu" else x
+    neg = b.binary("multiply", b.binary("subtract", b.op("exp", [inner]), 1.0, dt), alpha, dt)
+    out = b.op("where", [b.binary("greater", x, 0.0, dt), x, neg])
+    return b.binary("multiply", out, gamma, dt) if gamma != 1.0 else out
+
+
+@converts("HardSigmoid")
+def _hard_sigmoid(ctx: NodeCtx):
+    b = ctx.b
+    dt = _float_out(ctx)
+    alpha = float(ctx.attr("alpha", 0.2, (float, int)))
+    beta = float(ctx.attr("beta", 0.5, (float, int)))
+    return b.op("clip", [b.binary("add", b.binary("multiply", ctx.x(0), alpha, dt), beta, dt)], min=0.0, max=1.0)
+
+
+@converts("HardSwish")
+def _hard_swish(ctx: NodeCtx):
+    dt = _float_out(ctx)
+    x = ctx.x(0)
+    return ctx.b.op("multiply", [x, _hardsigmoid_of(ctx.b, x, dt)])
+
+
+@converts("Softplus")
+def _softplus(ctx: NodeCtx):
+    dt = _float_out(ctx)
+    return _softplus_of(ctx.b, ctx.x(0), 1.0, 20.0, dt)
+
+
+@converts("Softsign")
+def _softsign(ctx: NodeCtx):
+    b = ctx.b
+    dt = _float_out(ctx)
+    x = ctx.x(0)
+    return b.op("divide", [x, b.binary("add", b.op("abs", [x]), 1.0, dt)])
+
+
+@converts("Mish")
+def _mish(ctx: NodeCtx):
+    dt = _float_out(ctx)
+    x = ctx.x(0)
+    return ctx.b.op("multiply", [x, ctx.b.op("tanh", [_softplus_of(ctx.b, x, 1.0, 20.0, dt)])])
+
+
+@converts("Gelu")
+def _gelu(ctx: NodeCtx):
+    _float_out(ctx)
+    approx = ctx.attr("approximate", "none", (str,), ("none", "tanh"))
+    return ctx.b.op("gelu", [ctx.x(0)], approximate=approx)
+
+
+@converts("Clip")
+def _clip(ctx: NodeCtx):
+    dt = ctx.out_dtype()
+    if not dt.is_floating_point:
+        raise Unsupported("Clip on integer data")
+    if any(ctx.has(k) and not isinstance(ctx.value(k), Const) for k in (1, 2)):
+        # bounds computed at run time: max(x, min) then min(., max), broadcasting the one-element bounds
+        out = ctx.x(0, dt)
+        for k, op in ((1, "maximum"), (2, "minimum")):
+            if ctx.has(k):
+                out = ctx.b.op(op, [out, ctx.b.reshape(ctx.x(k, dt), (1,) * max(ctx.rank(0), 1))])
+        return out
+    lo = float(ctx.const(1, "min").reshape(-1)[0]) if ctx.has(1) else -math.inf
+    hi = float(ctx.const(2, "max").reshape(-1)[0]) if ctx.has(2) else math.inf
+    return ctx.b.op("clip", [ctx.x(0)], min=lo, max=hi)
+
+
+@converts("Identity")
+def _identity(ctx: NodeCtx):
+    return ctx.b.op("nop", [ctx.x(0)])
+
+
+@converts("Dropout")
+def _dropout(ctx: NodeCtx):
+    training = ctx.has(2) and bool(ctx.const(2, "training_mode").reshape(-1)[0])
+    if training and (not ctx.has(1) or float(ctx.const(1, "ratio").reshape(-1)[0]) != 0.0):
+        # Random masks run on the host (see stages.py: a seeded node draws ONNX's own reference masks).
+        raise Unsupported("Dropout in training mode")
+    x = ctx.b.op("nop", [ctx.x(0)])
+    if len(ctx.node.output) > 1 and ctx.node.output[1]:
+        return [x, Const(torch.ones(ctx.shape(0), dtype=torch.bool), f"{ctx.label}.mask")]
+    return x
+
+
+@converts("Cast")
+def _cast(ctx: NodeCtx):
+    to = ctx.attr("to", types=(int,))
+    dt = onnx_model.torch_dtype(to)
+    if dt is None or dt not in (torch.float32, torch.float16, torch.bfloat16, torch.float64, torch.bool, torch.int64,
+                                torch.int32, torch.int8, torch.uint8, torch.int16):
+        raise Unsupported(f"Cast to element type {to}")
+    src = ctx.dtype(0)
+    if src.is_floating_point and not dt.is_floating_point and dt != torch.bool:
+        raise Unsupported("Cast from float to integer (rounding differs)")
+    return ctx.b.cast(ctx.x(0), dt)
+
+
+@converts("CastLike")
+def _cast_like(ctx: NodeCtx):
+    dt = ctx.out_dtype()
+    if ctx.dtype(0).is_floating_point and not dt.is_floating_point and dt != torch.bool:
+        raise Unsupported("Cast from float to integer")
+    v = ctx.value(0)
+    if isinstance(v, Const):  # only the type of input 1 matters: the result is known now (e.g. a -inf fill)
+        return Const(v.value.to(dt), f"{ctx.label}.const")
+    return ctx.b.cast(ctx.x(0), dt)
+
+

@@ -1,0 +1,111 @@
+"""ONNX reductions: Reduce*, ArgMax/ArgMin, CumSum."""
+
+from __future__ import annotations
+
+import torch
+
+from pybuda.frontend.aten_builder import Unsupported, _reduce_max_or_min
+from pybuda.frontend.aten_nn import _reduce
+from pybuda.frontend.onnx.importer import NodeCtx, converts
+from pybuda.frontend.onnx.ops.common import _F32, _float_out
+
+
+def _reduce_axes(ctx: NodeCtx):
+    """(axes, keepdims) of a Reduce* node (axes from the attribute or, from opset 18 / ReduceSum 13, input 1)."""
+    rank = ctx.rank(0)
+    keep = bool(ctx.attr("keepdims", 1, (int,)))
+    noop = bool(ctx.attr("noop_with_empty_axes", 0, (int,)))
+    if "axes" in ctx.attrs:
+        axes = list(ctx.attr("axes", types=(list,)))
+    elif ctx.has(1):
+        axes = ctx.ints(1, "axes")
+    else:
+        axes = []
+    if not axes:
+        if noop:
+            return None, keep
+        axes = list(range(rank))
+    return sorted({ctx.axis(a, rank, "axes entry") for a in axes}), keep
+
+
+def _reduce_generic(ctx: NodeCtx, fn):
+    axes, keep = _reduce_axes(ctx)
+    if axes is None:
+        return ctx.b.op("nop", [ctx.x(0)])
+    return fn(axes, ctx.out_shape())
+
+
+@converts("ReduceMean", "ReduceSum")
+def _reduce_mean_sum(ctx: NodeCtx):
+    dt = ctx.out_dtype()
+    if ctx.op_type == "ReduceMean" and not dt.is_floating_point:
+        raise Unsupported("ReduceMean on integers")
+    op = "reduce_avg" if ctx.op_type == "ReduceMean" else "reduce_sum"
+    return _reduce_generic(ctx, lambda axes, out: _reduce(ctx.b, op, ctx.x(0), axes, out))
+
+
+@converts("ReduceMax", "ReduceMin")
+def _reduce_max(ctx: NodeCtx):
+    if 0 in ctx.shape(0):
+        raise Unsupported("reduction of an empty tensor")
+    if ctx.dtype(0) == torch.bool:  # any/all of a mask: reduce its 0/1 floats, then back to a mask
+        x = ctx.x(0, _F32)
+        out = _reduce_generic(ctx, lambda axes, shape: _reduce_max_or_min(ctx.b, x, axes, True,
+                                                                          ctx.op_type == "ReduceMin", shape))
+        return ctx.b.cast(out, torch.bool)
+    return _reduce_generic(ctx, lambda axes, out: _reduce_max_or_min(ctx.b, ctx.x(0), axes, True,
+                                                                     ctx.op_type == "ReduceMin", out))
+
+
+@converts("ReduceSumSquare", "ReduceL2", "ReduceL1", "ReduceLogSumExp", "ReduceLogSum")
+def _reduce_other(ctx: NodeCtx):
+    b = ctx.b
+    dt = _float_out(ctx)
+    x = ctx.x(0, dt)
+
+    def fn(axes, out):
+        if ctx.op_type in ("ReduceSumSquare", "ReduceL2"):
+            r = _reduce(b, "reduce_sum", b.op("square", [x]), axes, out)
+            return b.op("sqrt", [r]) if ctx.op_type == "ReduceL2" else r
+        if ctx.op_type == "ReduceL1":
+            return _reduce(b, "reduce_sum", b.op("abs", [x]), axes, out)
+        if ctx.op_type == "ReduceLogSum":
+            return b.op("log", [_reduce(b, "reduce_sum", x, axes, out)])
+        return b.op("log", [_reduce(b, "reduce_sum", b.op("exp", [x]), axes, out)])
+    return _reduce_generic(ctx, fn)
+
+
+@converts("ArgMax", "ArgMin")
+def _argmax(ctx: NodeCtx):
+    b = ctx.b
+    if ctx.attr("select_last_index", 0, (int,)):
+        raise Unsupported("ArgMax/ArgMin with select_last_index")
+    x = ctx.x(0)
+    if not ctx.dtype(0).is_floating_point:
+        raise Unsupported("ArgMax on integers")
+    dim = ctx.axis(ctx.attr("axis", 0, (int,)), ctx.rank(0))
+    if ctx.op_type == "ArgMin":
+        x = b.binary("multiply", x, -1, ctx.dtype(0))
+    return b.cast(b.reshape(b.op("argmax", [x], dim=dim), ctx.out_shape()), ctx.out_dtype())
+
+
+@converts("CumSum")
+def _cumsum(ctx: NodeCtx):
+    _float_out(ctx)
+    b = ctx.b
+    axis = ctx.axis(ctx.ints(1, "axis")[0], ctx.rank(0))
+    exclusive = bool(ctx.attr("exclusive", 0, (int,)))
+    x = ctx.x(0)
+    if ctx.rank(0) == 1:  # the chip's cumsum is a matmul with a triangle: it needs a 2-d operand
+        x, axis = b.reshape(x, (1,) + ctx.shape(0)), 1
+    if ctx.attr("reverse", 0, (int,)):
+        # the sum from the end: total - (sum from the start) + x, and without x when exclusive
+        total = b.op("reduce_sum", [x], dim=axis)
+        out = b.op("subtract", [total, b.op("cumsum", [x], axis=axis, exclusive=True)])
+        if exclusive:
+            out = b.op("subtract", [out, x])
+    else:
+        out = b.op("cumsum", [x], axis=axis, exclusive=exclusive)
+    return b.reshape(out, ctx.out_shape())
+
+

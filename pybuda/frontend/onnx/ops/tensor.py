@@ -1,0 +1,432 @@
+"""ONNX shape and data-movement ops: Shape, Reshape, Transpose, Concat, Split, Slice, Gather, Pad, Resize, Einsum ..."""
+
+from __future__ import annotations
+
+import math
+from typing import Any, List, Sequence, Tuple
+
+import numpy as np
+
+import torch
+
+from pybuda.frontend.aten_builder import Const, Unsupported
+from pybuda.frontend.aten_nn import _matmul
+from pybuda.frontend.aten_shape import _adv_index, _index_range, _permute_by
+from pybuda.frontend.onnx.importer import NodeCtx, converts, inf_standin, onnx_model
+from pybuda.frontend.onnx.ops.common import _F32, _float_out
+
+
+@converts("Shape")
+def _shape(ctx: NodeCtx):
+    shape = list(ctx.shape(0))
+    rank = len(shape)
+    start = ctx.attr("start", 0, (int,))
+    end = ctx.attr("end", rank, (int,))
+    return Const(torch.tensor(shape[slice(start, end)], dtype=torch.int64), f"{ctx.label}.shape")
+
+
+@converts("Size")
+def _size(ctx: NodeCtx):
+    return Const(torch.tensor(math.prod(ctx.shape(0)), dtype=torch.int64), f"{ctx.label}.size")
+
+
+@converts("Reshape", "Flatten", "Squeeze", "Unsqueeze")
+def _reshape(ctx: NodeCtx):
+    if ctx.op_type == "Reshape":
+        ctx.const(1, "shape")
+    if ctx.op_type == "Flatten":
+        ctx.axis(ctx.attr("axis", 1, (int,)), ctx.rank(0) + 1)
+    if ctx.op_type in ("Squeeze", "Unsqueeze") and ctx.has(1):
+        ctx.const(1, "axes")
+    if 0 in ctx.out_shape():
+        raise Unsupported("zero-size tensors")
+    return ctx.b.reshape(ctx.x(0), ctx.out_shape())
+
+
+@converts("Transpose")
+def _transpose(ctx: NodeCtx):
+    rank = ctx.rank(0)
+    perm = list(ctx.attr("perm", list(range(rank))[::-1], (list,)))
+    if sorted(perm) != list(range(rank)):
+        raise ctx.bad(f"perm {perm} is not a permutation of {rank} dims")
+    out = _permute_by(ctx.b, ctx.x(0), perm)
+    return out if out != ctx.x(0) else ctx.b.op("nop", [out])
+
+
+@converts("Concat")
+def _concat(ctx: NodeCtx):
+    dt = ctx.out_dtype()
+    rank = ctx.rank(0)
+    axis = ctx.axis(ctx.attr("axis", types=(int,)), rank)
+    parts = [ctx.x(i, dt) for i in range(len(ctx.inputs)) if ctx.has(i) and math.prod(ctx.shape(i)) > 0]
+    if not parts:
+        raise Unsupported("concatenation of empty tensors")
+    if len(parts) == 1:
+        return ctx.b.op("nop", parts)
+    return ctx.b.op("concatenate", parts, axis=axis)
+
+
+@converts("Split")
+def _split(ctx: NodeCtx):
+    rank = ctx.rank(0)
+    axis = ctx.axis(ctx.attr("axis", 0, (int,)), rank)
+    if ctx.has(1):
+        ctx.const(1, "split")
+    outs, offset = [], 0
+    for k in range(len(ctx.node.output)):
+        size = ctx.out_shape(k)[axis]
+        if size == 0:
+            raise Unsupported("empty split piece")
+        outs.append(_index_range(ctx.b, ctx.x(0), axis, offset, offset + size))
+        offset += size
+    return [o if o != ctx.x(0) else ctx.b.op("nop", [o]) for o in outs]
+
+
+@converts("Slice")
+def _slice(ctx: NodeCtx):
+    rank = ctx.rank(0)
+    shape = ctx.shape(0)
+    starts = ctx.ints(1, "starts")
+    ends = ctx.ints(2, "ends")
+    axes = ctx.ints(3, "axes") if ctx.has(3) else list(range(len(starts)))
+    steps = ctx.ints(4, "steps") if ctx.has(4) else [1] * len(starts)
+    if not len(starts) == len(ends) == len(axes) == len(steps):
+        raise ctx.bad("starts, ends, axes and steps must have the same length")
+    v = ctx.x(0)
+    for s, e, a, st in zip(starts, ends, axes, steps):
+        a = ctx.axis(a, rank, "axes entry")
+        if st == 0:
+            raise ctx.bad("steps must be non-zero")
+        if st < 0:
+            raise Unsupported("Slice with a negative step")
+        r = range(shape[a])[slice(s, e, st)]
+        if len(r) == 0:
+            raise Unsupported("empty slice (zero-size tensors)")
+        v = _index_range(ctx.b, v, a, r.start, r.start + (len(r) - 1) * st + 1, st)
+    return v if v != ctx.x(0) else ctx.b.op("nop", [v])
+
+
+@converts("Gather")
+def _gather(ctx: NodeCtx):
+    rank = ctx.rank(0)
+    axis = ctx.axis(ctx.attr("axis", 0, (int,)), rank)
+    size = ctx.shape(0)[axis]
+    idx = ctx.value(1)
+    if isinstance(idx, Const):
+        iv = idx.value.to(torch.int64)
+        if ((iv < -size) | (iv >= size)).any():
+            raise Unsupported(f"Gather indices out of range for a dim of size {size}")
+        idx = Const(torch.where(iv < 0, iv + size, iv), idx.name)
+        if idx.value.numel() == 0:
+            raise Unsupported("Gather with no indices")
+    return _adv_index(ctx.b, ctx.x(0), idx, axis, ctx.out_shape())
+
+
+@converts("GatherElements")
+def _gather_elements(ctx: NodeCtx):
+    """Indices known at import (e.g. a loss's integer targets): per index along the axis, the input times a
+    one-hot mask summed over the axis (a loss picks one class per sample); for many indices along the axis, a
+    Gather of the flattened input at the flat positions they name (computed now)."""
+    shape = ctx.shape(0)
+    axis = ctx.axis(ctx.attr("axis", 0, (int,)), len(shape))
+    idx = ctx.const(1, "indices").to(torch.int64)
+    size = shape[axis]
+    if ((idx < -size) | (idx >= size)).any():
+        raise ctx.bad(f"indices out of range for a dim of size {size}")
+    if idx.numel() == 0:
+        raise Unsupported("GatherElements with no indices")
+    idx = torch.where(idx < 0, idx + size, idx)
+    if idx.shape[axis] <= ONE_HOT_GATHER_MAX:
+        return _gather_one_hot(ctx, idx, axis)
+    coords = list(torch.meshgrid(*[torch.arange(n) for n in idx.shape], indexing="ij"))
+    coords[axis] = idx
+    strides = [math.prod(shape[d + 1:]) for d in range(len(shape))]
+    flat = sum(c * st for c, st in zip(coords, strides))
+    x = ctx.b.reshape(ctx.x(0), (math.prod(shape),))
+    return _adv_index(ctx.b, x, Const(flat, f"{ctx.label}.positions"), 0, ctx.out_shape())
+
+
+#: GatherElements with at most this many indices along its axis uses one-hot masks (cost: that many
+#: products of the input's size) rather than a flat Gather (cost: the input's size squared).
+ONE_HOT_GATHER_MAX = 16
+
+
+def _gather_one_hot(ctx: NodeCtx, idx: torch.Tensor, axis: int) -> str:
+    b = ctx.b
+    dt = ctx.out_dtype()
+    if not dt.is_floating_point:
+        raise Unsupported(f"GatherElements on {str(dt).replace('torch.', '')} data")
+    x = ctx.x(0)
+    for d, n in enumerate(idx.shape):  # the input restricted to the indices' extent on the other dims
+        if d != axis:
+            x = _index_range(b, x, d, 0, n)
+    size = b.shape(x)[axis]
+    classes = torch.arange(size).reshape([size if d == axis else 1 for d in range(idx.dim())])
+    parts = []
+    for k in range(idx.shape[axis]):
+        pick = (torch.narrow(idx, axis, k, 1) == classes).to(dt)  # one-hot along the axis
+        picked = b.op("multiply", [x, b.const(pick, f"{ctx.label}.one_hot")])
+        parts.append(b.op("reduce_sum", [picked], dim=axis))
+    return parts[0] if len(parts) == 1 else b.op("concatenate", parts, axis=axis)
+
+
+@converts("Expand")
+def _expand(ctx: NodeCtx):
+    ctx.const(1, "shape")
+    out = ctx.b.broadcast_to(ctx.x(0), ctx.out_shape())
+    return out if out != ctx.x(0) else ctx.b.op("nop", [out])
+
+
+@converts("Tile")
+def _tile(ctx: NodeCtx):
+    reps = ctx.ints(1, "repeats")
+    if len(reps) != ctx.rank(0):
+        raise ctx.bad(f"repeats has {len(reps)} entries for a rank-{ctx.rank(0)} input")
+    if all(r == 1 for r in reps):
+        return ctx.b.op("nop", [ctx.x(0)])
+    return ctx.b.op("repeat", [ctx.x(0)], factors=tuple(reps))
+
+
+@converts("Pad")
+def _pad(ctx: NodeCtx):
+    mode = ctx.attr("mode", "constant", (str,), ("constant", "reflect", "edge", "wrap"))
+    rank = ctx.rank(0)
+    pads = ctx.ints(1, "pads")
+    axes = ctx.ints(3, "axes") if ctx.has(3) else list(range(rank))
+    if len(pads) != 2 * len(axes):
+        raise ctx.bad(f"pads has {len(pads)} entries for {len(axes)} axes")
+    if mode == "wrap":
+        raise Unsupported("Pad mode 'wrap'")
+    per_dim = {ctx.axis(a, rank, "axes entry"): (pads[k], pads[k + len(axes)]) for k, a in enumerate(axes)}
+    if all(p == (0, 0) for p in per_dim.values()):
+        return ctx.b.op("nop", [ctx.x(0)])
+    dt = _float_out(ctx)
+    static_value = not ctx.has(2) or isinstance(ctx.value(2), Const)
+    value = float(ctx.const(2, "constant_value").reshape(-1)[0]) if ctx.has(2) and static_value else 0.0
+    if math.isinf(value):  # a -inf fill (attention masks) is the device's stand-in for infinity
+        value = math.copysign(inf_standin(dt), value)
+    if mode == "constant" and (not static_value or any(p < 0 for pr in per_dim.values() for p in pr)
+                               or any(per_dim.get(d, (0, 0)) != (0, 0) for d in range(rank - 2))):
+        return _pad_by_concat(ctx, per_dim, value if static_value else ctx.x(2, dt), dt)
+    if any(p < 0 for pr in per_dim.values() for p in pr):
+        raise Unsupported("negative padding (cropping)")
+    if any(per_dim.get(d, (0, 0)) != (0, 0) for d in range(rank - 2)):
+        raise Unsupported("padding of other than the last two dims")
+    last = per_dim.get(rank - 1, (0, 0))
+    pad = list(last)
+    if rank >= 2 and per_dim.get(rank - 2, (0, 0)) != (0, 0):
+        pad += list(per_dim[rank - 2])
+    mode = {"edge": "replicate"}.get(mode, mode)
+    return ctx.b.op("pad", [ctx.x(0)], pad=tuple(pad), mode=mode, value=value, channel_last=False)
+
+
+def _pad_by_concat(ctx: NodeCtx, per_dim, value: Any, dt) -> str:
+    """Constant padding of any dims as slices (negative pads crop) and concatenations with blocks of ``value``
+    (a float, or a graph value computed at run time: the blocks are then ones times it)."""
+    b = ctx.b
+    x = ctx.x(0, dt)
+    for d in sorted(per_dim):
+        lo, hi = per_dim[d]
+        size = b.shape(x)[d]
+        if lo < 0 or hi < 0:
+            x = _index_range(b, x, d, max(-lo, 0), size - max(-hi, 0))
+        parts = []
+        for width in (lo, None, hi):
+            if width is None:
+                parts.append(x)
+            elif width > 0:
+                shape = tuple(width if k == d else n for k, n in enumerate(b.shape(x)))
+                if isinstance(value, float):
+                    parts.append(b.const(torch.full(shape, value, dtype=dt), f"{ctx.label}.fill"))
+                else:
+                    ones = b.const(torch.ones(shape, dtype=dt), f"{ctx.label}.ones")
+                    parts.append(b.op("multiply", [ones, b.reshape(value, (1,) * len(shape))]))
+        if len(parts) > 1:
+            x = b.op("concatenate", parts, axis=d)
+    return x
+
+
+@converts("ConstantOfShape")
+def _constant_of_shape(ctx: NodeCtx):
+    shape = ctx.ints(0, "shape")
+    fill = ctx.attrs.get("value")
+    value = torch.from_numpy(onnx_model.numpy_helper.to_array(fill).copy()) if fill is not None else \
+        torch.zeros(1, dtype=_F32)
+    return Const(value.reshape(-1)[:1].reshape(()).expand(shape).contiguous(), f"{ctx.label}.value")
+
+
+@converts("Resize", "Upsample")
+def _resize(ctx: NodeCtx):
+    # Every Resize mode (nearest, linear, cubic; each coordinate transformation, antialias) is linear in
+    # its input and separable by axis: each resized spatial axis is one matmul with a constant matrix,
+    # the node's own ONNX semantics applied to an identity basis (:func:`_resize_matrix`).
+    if ctx.rank(0) != 4:
+        raise Unsupported(f"Resize of a rank-{ctx.rank(0)} tensor")
+    ctm = ctx.attr("coordinate_transformation_mode", "half_pixel", (str,))
+    if ctm == "tf_crop_and_resize":
+        raise Unsupported("Resize with tf_crop_and_resize (an affine map with its extrapolation value)")
+    axes = [ctx.axis(a, 4, "axes entry") for a in ctx.attr("axes", [0, 1, 2, 3], (list,))]
+    out, ins = ctx.out_shape(), ctx.shape(0)
+    if tuple(out[:2]) != tuple(ins[:2]):
+        raise Unsupported("Resize of batch/channel dims")
+    scales = None
+    k = 1 if ctx.op_type == "Upsample" else 2
+    if ctx.has(k) and ctx.shape(k) != (0,):
+        if isinstance(ctx.value(k), Const):
+            given = [float(v) for v in ctx.const(k).reshape(-1).tolist()]
+            if len(given) != len(axes):
+                raise ctx.bad(f"scales has {len(given)} values for {len(axes)} axes")
+            scales = [1.0] * 4
+            for a, v in zip(axes, given):
+                scales[a] = v
+        else:
+            # Scales computed at run time: the static output shape fixes them only where the sample's scales
+            # are exactly out/in (then any run with this shape resizes the same way).
+            sample = ctx.imp.samples_run.get(ctx.node.input[k])
+            ratios = [o / i for o, i in zip(out, ins)]
+            if sample is None or [float(v) for v in np.asarray(sample).reshape(-1)] != [ratios[a] for a in axes]:
+                raise Unsupported("Resize with scales computed at run time that are not out/in")
+            scales = ratios
+    elif ctx.attr("keep_aspect_ratio_policy", "stretch", (str,)) != "stretch":
+        # One scale for the listed axes (ONNX: the smallest or largest sizes/in), used as given scales.
+        sizes = ctx.ints(3, "sizes")
+        ratios = [sz / ins[a] for a, sz in zip(axes, sizes)]
+        policy = ctx.attr("keep_aspect_ratio_policy", types=(str,), choices=("not_larger", "not_smaller"))
+        scale = min(ratios) if policy == "not_larger" else max(ratios)
+        scales = [scale if a in axes else 1.0 for a in range(4)]
+    dt = _float_out(ctx)
+    b = ctx.b
+    x = ctx.x(0, dt)
+    for axis in (3, 2):
+        if out[axis] == ins[axis] and (scales is None or scales[axis] == 1.0):
+            continue  # an identity along this axis in every mode
+        m = torch.from_numpy(_resize_matrix(ctx, axis, ins[axis], out[axis], scales)).to(dt)
+        mt = b.const(m.t().contiguous(), f"{ctx.label}.interp{axis}")
+        if axis == 3:
+            x = b.op("matmul", [x, mt])
+        else:
+            x = b.transpose(b.op("matmul", [b.transpose(x, 2, 3), mt]), 2, 3)
+    return x
+
+
+def _resize_matrix(ctx: NodeCtx, axis: int, n_in: int, n_out: int, scales: Any) -> np.ndarray:
+    """The ``[n_out, n_in]`` matrix of the node's resize along ``axis``: the ONNX reference implementation
+    of a Resize with the node's attributes, run on the identity basis laid out along that axis."""
+    from onnx import helper
+    from onnx.reference import ReferenceEvaluator
+
+    basis = np.eye(n_in, dtype=np.float32).reshape(n_in, 1, n_in, 1)
+    attrs = {k: v for k, v in ctx.attrs.items() if k not in ("axes", "keep_aspect_ratio_policy")}
+    if ctx.op_type == "Upsample":
+        attrs = {"mode": attrs.get("mode", b"nearest"), "coordinate_transformation_mode": b"asymmetric",
+                 "nearest_mode": b"floor"}
+    feeds = {"x": basis}
+    if scales is not None:
+        feeds["scales"] = np.array([1.0, 1.0, scales[axis], 1.0], np.float32)
+        node = helper.make_node("Resize", ["x", "", "scales"], ["y"], **attrs)
+    else:
+        feeds["sizes"] = np.array([n_in, 1, n_out, 1], np.int64)
+        node = helper.make_node("Resize", ["x", "", "", "sizes"], ["y"], **attrs)
+    y = ReferenceEvaluator(node, opsets={"": max(ctx.opset, 13)}).run(None, feeds)[0]
+    if y.shape != (n_in, 1, n_out, 1):
+        raise Unsupported(f"Resize along axis {axis} gives {list(y.shape)}")
+    return np.ascontiguousarray(y[:, 0, :, 0].T, dtype=np.float32)
+
+
+@converts("DepthToSpace")
+def _depth_to_space(ctx: NodeCtx):
+    if ctx.attr("mode", "DCR", (str,), ("DCR", "CRD")) != "CRD":
+        raise Unsupported("DepthToSpace in DCR mode")
+    return ctx.b.op("pixel_shuffle", [ctx.x(0)], upscale_factor=ctx.attr("blocksize", types=(int,)))
+
+
+@converts("Range")
+def _range(ctx: NodeCtx):
+    if all(isinstance(ctx.value(i), Const) for i in range(3)):
+        start, limit, delta = (ctx.const(i).reshape(()) for i in range(3))
+        return Const(torch.arange(start.item(), limit.item(), delta.item(), dtype=start.dtype), f"{ctx.label}.range")
+    # Run-time bounds: the length is static (the output shape), the values are start + k * delta.
+    dt = _float_out(ctx)
+    b = ctx.b
+    steps = b.const(torch.arange(ctx.out_shape()[0], dtype=dt), f"{ctx.label}.steps")
+    start, delta = (b.reshape(ctx.x(i, dt), (1,)) for i in (0, 2))
+    return b.op("add", [b.op("multiply", [steps, delta]), start])
+
+
+@converts("Einsum")
+def _einsum(ctx: NodeCtx):
+    eq = ctx.attr("equation", types=(str,)).replace(" ", "")
+    dt = _float_out(ctx)
+    lhs, arrow, rhs = eq.partition("->")
+    terms = lhs.split(",")
+    if len(terms) == 2 and rhs and len(terms[0]) >= 2 and len(terms[1]) >= 2 and "." not in eq:
+        a, c = terms
+        batch = a[:-2]
+        if c[:-2] == batch and rhs[:-2] == batch and a[-1] == c[-2] and rhs[-2:] == a[-2] + c[-1]:
+            return _matmul(ctx.b, ctx.x(0, dt), ctx.x(1, dt), None, ctx.out_shape(), dt)
+    if len(terms) in (1, 2) and len(terms) == len(ctx.inputs):
+        terms, rhs = _einsum_without_ellipsis(ctx, terms, rhs if arrow else None)
+        return _einsum_by_broadcast(ctx, terms, rhs, dt)
+    raise Unsupported(f"einsum equation '{eq}'")
+
+
+def _einsum_without_ellipsis(ctx: NodeCtx, terms: Sequence[str], rhs) -> Tuple[List[str], str]:
+    """The terms with '...' spelled out in fresh letters (right-aligned across operands, as it broadcasts),
+    and the output term (ONNX's implicit one when ``rhs`` is None: the ellipsis, then the letters used once)."""
+    used = set("".join(terms) + (rhs or ""))
+    fresh = [ch for ch in "ABCDEFGHIJKLMNOPQRSTUVWXYZ" if ch not in used]
+    counts = [ctx.rank(k) - (len(t) - 3) if "..." in t else 0 for k, t in enumerate(terms)]
+    width = max(counts)
+    if width > len(fresh):
+        raise Unsupported("einsum with too many ellipsis dims")
+    dots = "".join(fresh[:width])
+    out_terms = [t.replace("...", dots[width - n:]) for t, n in zip(terms, counts)]
+    if rhs is None:
+        singles = "".join(sorted(ch for ch in set("".join(terms)) - {"."} if "".join(terms).count(ch) == 1))
+        rhs = dots + singles
+    return out_terms, rhs.replace("...", dots)
+
+
+def _einsum_diagonals(b: Any, x: str, term: str, dt) -> Tuple[str, str]:
+    """A term with a repeated letter ('ii') reduced to its diagonal: times an identity mask over the two dims,
+    summed over the second."""
+    while len(set(term)) != len(term):
+        ch = next(c for c in term if term.count(c) > 1)
+        i, j = term.index(ch), term.index(ch, term.index(ch) + 1)
+        shape = b.shape(x)
+        n = shape[i]
+        eye = torch.eye(n, dtype=dt).reshape([n if d in (i, j) else 1 for d in range(len(shape))])
+        x = b.op("reduce_sum", [b.op("multiply", [x, b.const(eye, "einsum.diagonal")])], dim=j)
+        x = b.reshape(x, shape[:j] + shape[j + 1:])
+        term = term[:j] + term[j + 1:]
+    return x, term
+
+
+def _einsum_by_broadcast(ctx: NodeCtx, terms: Sequence[str], rhs: str, dt) -> str:
+    """Einsum of one or two operands (ellipses spelled out): diagonals taken, both laid out over every letter
+    (size 1 where absent), multiplied with broadcasting, summed over the letters not in the output, permuted."""
+    b = ctx.b
+    letters = list(dict.fromkeys("".join(terms)))
+    sizes = {}
+    aligned = []
+    for k, term in enumerate(terms):
+        x = ctx.x(k, dt)
+        sizes.update(zip(term, ctx.shape(k)))
+        x, term = _einsum_diagonals(b, x, term, dt)
+        order = sorted(range(len(term)), key=lambda i: letters.index(term[i]))
+        if order != list(range(len(term))):
+            x = _permute_by(b, x, order)
+        full = tuple(sizes[ch] if ch in term else 1 for ch in letters)
+        aligned.append(b.reshape(x, full) if full != b.shape(x) else x)
+    out = aligned[0] if len(aligned) == 1 else b.op("multiply", aligned)
+    for d in reversed(range(len(letters))):
+        if letters[d] not in rhs:
+            out = b.op("reduce_sum", [out], dim=d)
+    kept = [ch for ch in letters if ch in rhs]
+    if not kept:
+        return b.reshape(out, ctx.out_shape())
+    out = b.reshape(out, tuple(sizes[ch] for ch in kept))
+    order = [kept.index(ch) for ch in rhs]
+    if order != list(range(len(kept))):
+        out = _permute_by(b, out, order)
+    return b.reshape(out, ctx.out_shape())
