@@ -27,7 +27,7 @@ import time
 
 import torch
 
-from timing import fresh_pybuda
+from timing import add_model_args, fresh_pybuda, model_from_args
 
 TT_BUDA_SECONDS = (118.0, 358.0)
 TT_BUDA_EPOCHS = 74
@@ -36,11 +36,7 @@ TT_BUDA_EPOCHS = 74
 def main() -> None:
     """Build and capture the model, compile it ``--repeat`` times and report the best compile."""
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--model", default="bert")
-    ap.add_argument("--variant", default="large")
-    ap.add_argument("--seq-len", type=int, default=None, help="default 384 for BERT")
-    ap.add_argument("--image-size", type=int, default=None)
-    ap.add_argument("--device", default="gs_e150")
+    add_model_args(ap)
     ap.add_argument("--policy", default=None, help="balancer policy (default NLP)")
     ap.add_argument("--repeat", type=int, default=1, help="compiles to run; the best is reported")
     ap.add_argument("--no-pipeline", action="store_true", help="skip timing initialize_pipeline")
@@ -49,16 +45,10 @@ def main() -> None:
     args = ap.parse_args()
 
     from pybuda.config import CompilerConfig
-    from pybuda.models import get_model
     from pybuda.compile import compile_graph
 
-    size = {}
-    if args.model in ("bert",) or args.seq_len:
-        size["seq_len"] = args.seq_len or 384
-    if args.image_size:
-        size["image_size"] = args.image_size
     t0 = time.perf_counter()
-    spec = get_model(args.model, args.variant, **size)
+    spec = model_from_args(args)
     build_s = time.perf_counter() - t0
     t0 = time.perf_counter()
     capture = spec.to_pybuda().to_graph(*spec.example_inputs)

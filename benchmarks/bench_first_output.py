@@ -37,7 +37,7 @@ from typing import Any, Callable, Dict, Iterator, List, Tuple
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from timing import best_time, fresh_pybuda  # noqa: E402
+from timing import add_model_args, best_time, fresh_pybuda, model_from_args  # noqa: E402
 
 #: (row, parent row or "", module, attribute path): the functions whose time makes up each row. A class
 #: method is named "Class.method". Rows with a parent are part of it, not added to the total again.
@@ -137,11 +137,7 @@ def first_output(spec: Any, device: str, microbatch: int, profile: bool,
 def main() -> None:
     """Measure one PyTorch forward (best of N) and the first output through the public API; print both."""
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--model", default="bert")
-    ap.add_argument("--variant", default="large")
-    ap.add_argument("--seq-len", type=int, default=None, help="default 384 for BERT")
-    ap.add_argument("--image-size", type=int, default=None)
-    ap.add_argument("--device", default="gs_e150")
+    add_model_args(ap)
     ap.add_argument("--microbatch", type=int, default=1, help="samples in the pushed input")
     ap.add_argument("--forward-repeat", type=int, default=3, help="PyTorch forwards timed; the best counts")
     ap.add_argument("--threads", type=int, default=None,
@@ -153,16 +149,9 @@ def main() -> None:
     ap.add_argument("--json", action="store_true", help="print the results as JSON")
     args = ap.parse_args()
 
-    from pybuda.models import get_model
-
     if args.threads:
         torch.set_num_threads(args.threads)
-    size = {}
-    if args.model == "bert" or args.seq_len:
-        size["seq_len"] = args.seq_len or 384
-    if args.image_size:
-        size["image_size"] = args.image_size
-    spec = get_model(args.model, args.variant, **size)
+    spec = model_from_args(args)
     with torch.no_grad():
         forward_s = best_time(lambda: spec.module(*spec.example_inputs), max(1, args.forward_repeat))
     wall, cpu, timer, prof, again = first_output(spec, args.device, max(1, args.microbatch), args.profile,

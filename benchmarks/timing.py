@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import os
 import tempfile
@@ -48,3 +49,24 @@ def fresh_pybuda(**options) -> Iterator[None]:
                 os.environ.pop("PYBUDA_BUILD_DIR", None)
             else:
                 os.environ["PYBUDA_BUILD_DIR"] = saved
+
+
+def add_model_args(ap: argparse.ArgumentParser) -> None:
+    """The zoo model, its size and the target card, as every per-model benchmark takes them."""
+    ap.add_argument("--model", default="bert")
+    ap.add_argument("--variant", default="large")
+    ap.add_argument("--seq-len", type=int, default=None, help="default 384 for BERT")
+    ap.add_argument("--image-size", type=int, default=None)
+    ap.add_argument("--device", default="gs_e150")
+
+
+def model_from_args(args: argparse.Namespace):
+    """The :class:`pybuda.models.ModelSpec` that :func:`add_model_args`'s options name (BERT at seq 384 by default)."""
+    from pybuda.models import get_model
+
+    size = {}
+    if args.model == "bert" or args.seq_len:
+        size["seq_len"] = args.seq_len or 384
+    if args.image_size:
+        size["image_size"] = args.image_size
+    return get_model(args.model, args.variant, **size)
