@@ -34,7 +34,8 @@ from pybuda.config import DeviceMode, _clear_global_compiler_config, _get_global
 from pybuda.errors import InputError, PybudaError
 from pybuda.runtime import context, state
 from pybuda.runtime.context import PROCESSES, SEQUENTIAL, THREADS, RunContext
-from pybuda.runtime.device import Device, InputItem, normalize_push
+from pybuda.runtime.device import Device
+from pybuda.runtime.push import InputItem, normalize_push
 from pybuda.runtime.transport import OutputQueue
 
 log = logging.getLogger(__name__)

@@ -508,7 +508,7 @@ class RunContext:
 
     def request(self, device: Any, cmd: Command) -> Any:
         """Run a command on ``device`` and return its response (waits, surfacing device failures)."""
-        from pybuda.runtime.device import Rejected
+        from pybuda.runtime.push import Rejected
 
         self.check_health()
         if self.mode == SEQUENTIAL:

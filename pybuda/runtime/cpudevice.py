@@ -15,7 +15,8 @@ import torch
 
 from pybuda.errors import InputError, ModuleError, PybudaError
 from pybuda.runtime.backend_api import CPUReferenceExecutor
-from pybuda.runtime.device import Device, InputItem
+from pybuda.runtime.device import Device
+from pybuda.runtime.push import InputItem
 
 log = logging.getLogger(__name__)
 

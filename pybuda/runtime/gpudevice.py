@@ -14,7 +14,7 @@ import torch
 
 from pybuda.errors import ConfigError
 from pybuda.runtime.cpudevice import CPUDevice
-from pybuda.runtime.device import InputItem
+from pybuda.runtime.push import InputItem
 
 
 class GPUDevice(CPUDevice):

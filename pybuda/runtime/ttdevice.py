@@ -24,7 +24,8 @@ from pybuda.config import DeviceMode, runtime_env
 from pybuda.errors import ConfigError, InputError, PybudaError
 from pybuda.runtime.backend_api import CompiledArtifact, compile_modules
 from pybuda.runtime.data_parallel import compile_data_parallel, data_parallel_requested
-from pybuda.runtime.device import Device, InputItem
+from pybuda.runtime.device import Device
+from pybuda.runtime.push import InputItem
 from pybuda.dtypes import DataFormat
 
 log = logging.getLogger(__name__)
@@ -225,7 +226,7 @@ class TTDevice(Device):
 
         Compiled graphs here keep no past cache on the device (a decoder takes its cache as inputs and returns
         it as outputs), so after the checks the inputs run as :meth:`forward`."""
-        from pybuda.runtime.device import _check_loop_count
+        from pybuda.runtime.push import _check_loop_count
 
         _check_loop_count(self.name, "generate", loop_count)
         if tokens_per_iter != -1 or token_id != -1:
