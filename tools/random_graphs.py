@@ -24,6 +24,7 @@ Usage::
     python tools/random_graphs.py --seeds 0-499 --jobs 2     # the table of outcomes
     python tools/random_graphs.py --seed 17 -v              # one seed: module source, outcome, error
     python tools/random_graphs.py --seeds 0-499 --classic    # the first generator's seeds
+    python tools/random_graphs.py --seeds 0-499 --arch wormhole_b0   # a card that accumulates in Float32
 """
 
 from __future__ import annotations
@@ -630,7 +631,9 @@ def run_on_device(module, inputs, exact: bool = False):
     pybuda.set_configuration_options(default_df_override=DataFormat.Float32,
                                      default_math_fidelity=MathFidelity.HiFi4,
                                      golden_ignore_df_precision=exact)
-    tt = pybuda.TTDevice("tt0", devtype=BackendType.Golden)
+    # Without --arch: the simulated card's default (Grayskull, whose accumulator holds Float16_b at most).
+    arch = os.environ.get("RANDOM_GRAPHS_ARCH")
+    tt = pybuda.TTDevice("tt0", devtype=BackendType.Golden, arch=pybuda.BackendDevice.from_string(arch) if arch else None)
     ptm = pybuda.PyTorchModule("random_graph", module)
     tt.place_module(ptm)
     tt.push_to_inputs(*[t.clone() for t in inputs])
@@ -643,8 +646,9 @@ def run_on_device(module, inputs, exact: bool = False):
     try:
         from pybuda.frontend.torch import capture
 
-        sample = tuple(t[0:1] for t in inputs)
-        report = capture(module, sample, for_device=True).report
+        # The capture the runtime made: one PyTorch module on a TTDevice is captured for the whole push
+        # (runtime/stages._translate_tt), so its CPU stages are decided on the whole batch, not one sample.
+        report = capture(module, tuple(inputs), for_device=True).report
     except Exception:  # the report is informational only
         pass
     out = [o.value() if hasattr(o, "value") and not isinstance(o, torch.Tensor) else o for o in out]
@@ -829,8 +833,19 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                    "expand, flatten, head/window moves, batch mixing)")
     p.add_argument("--batch-mix", action="store_true", help="also ops that mix the samples of a batch (a concat "
                    "over dim 0, a reshape folding dim 0)")
+    p.add_argument("--arch", help="the simulated card's arch (grayskull, wormhole_b0, blackhole); default: "
+                   "the TTDevice default, Grayskull, which accumulates in Float16_b even at Float32")
     p.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     a = p.parse_args(argv)
+    if a.arch:
+        from pybuda.arch.types import BackendDevice
+        from pybuda.errors import ConfigError
+
+        try:
+            BackendDevice.from_string(a.arch)  # a misspelt arch fails here, not in every worker
+        except ConfigError as e:
+            p.error(str(e))
+        os.environ["RANDOM_GRAPHS_ARCH"] = a.arch
     if a.classic:
         os.environ["RANDOM_GRAPHS_CLASSIC"] = "1"  # inherited by the worker processes
     if a.batch_mix:

@@ -78,8 +78,8 @@ def _argmax_value(b: Builder, x, dim, keepdim, is_min, n):
     if len(n.users) and not any(u.target is operator.getitem and u.args[1] == 1 for u in n.users):
         return Missing("argmax of max.dim is unused")
     v = b.tensor(x)
-    if is_min:
-        v = b.binary("multiply", v, -1, b.dtype(v))
+    if is_min:  # the max of -x; 0 - x is exact, a multiply would round x in the multiplier's registers
+        v = b.binary("subtract", 0, v, b.dtype(v))
     shape = out_shape_of(n, 1)
     r = b.op("argmax", [v], dim=_norm_dim(dim, b.rank(x)))
     return b.cast(b.reshape(r, shape), meta_val(n)[1].dtype)

@@ -16,7 +16,7 @@ from typing import Any, Dict, List, Mapping, Sequence, Tuple
 import torch
 
 from pybuda.dtypes import DataFormat
-from pybuda.errors import InputError
+from pybuda.errors import InputError, RuntimeFailure
 from pybuda.golden.device import GoldenDevice
 from pybuda.netlist.host_io import HostIO, from_device_layout, to_device_layout, torch_dtype
 
@@ -74,7 +74,7 @@ class GoldenExecutor:
         for rec, parts in zip(outputs, popped):
             value = from_device_layout(rec, torch.cat(parts))
             dtype = torch_dtype(rec.dtype)
-            outs.append(value if dtype.is_floating_point else value.round().to(dtype))
+            outs.append(value if dtype.is_floating_point else integer_output(rec.name, value, dtype))
         return outs
 
     def get_parameters(self) -> Dict[str, torch.Tensor]:
@@ -118,6 +118,20 @@ _INTEGER_RANGES = {
 _FLOAT32_EXACT = 2 ** 24
 
 
+def integer_output(name: str, value: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """A device output of an integer or boolean framework dtype, as that dtype. The compiler puts integer
+    data on the device only where it stays integer-valued and exact (:mod:`pybuda.ops.integer`), so each
+    value must already be an integer: anything else means the device rounded it (a compiler bug), and is
+    refused rather than rounded into a plausible wrong integer."""
+    rounded = value.round()
+    if not torch.equal(rounded, value):
+        bad = (rounded != value).nonzero()[0].tolist()
+        raise RuntimeFailure(f"output '{name}' ({str(dtype).replace('torch.', '')}) came back from the device with "
+                             f"non-integer value {float(value[tuple(bad)]):g} at index {bad}: its integer data was "
+                             f"not kept exact")
+    return rounded.to(dtype)
+
+
 def _check_integer_range(name: str, value: torch.Tensor, df: Any) -> None:
     """Integer data must come back unchanged: beyond its queue's integer format the chip would saturate
     it, and beyond 2**24 the golden device's float32 math would round it (an int64 id of 2**30 + 1 would
@@ -135,17 +149,23 @@ def _check_integer_range(name: str, value: torch.Tensor, df: Any) -> None:
 
 
 def _check_value_range(rec: Any, value: torch.Tensor) -> None:
-    """Refuse a push outside the range the compiled model is correct for (embedding ids beyond the table
-    would select no row on the device: zeros instead of torch's IndexError)."""
+    """Refuse a push outside the range the compiled model is correct for: embedding ids beyond the table
+    would select no row on the device (zeros instead of torch's IndexError), and integers beyond what the
+    chip keeps exact (a range symmetric around 0, see ``decompose._push_integer_inputs_exact``) would be
+    rounded by its float math."""
     if rec.value_range is None or not value.numel():
         return
     low, high = rec.value_range
-    lo, hi = float(value.min()), float(value.max())
+    lo, hi = value.min(), value.max()
     if lo < low or hi > high:
-        bad = value[(value < low) | (value > high)]
-        raise InputError(f"input '{rec.name}' holds values from {lo:g} to {hi:g}; the model was compiled for "
-                         f"[{low:g}, {high:g}] (ids of an embedding table of {int(high) + 1} rows); first value "
-                         f"outside: {float(bad.flatten()[0]):g}")
+        integers = not value.dtype.is_floating_point
+        show = (lambda v: f"{int(v)}") if integers else (lambda v: f"{float(v):g}")
+        first = value[(value < low) | (value > high)].flatten()[0]
+        what = (f"the simulated chip keeps integers exact in [{low:.0f}, {high:.0f}], so they would not come "
+                f"back unchanged" if low < 0 else
+                f"the model was compiled for [{low:g}, {high:g}] (ids of an embedding table of {int(high) + 1} rows)")
+        raise InputError(f"input '{rec.name}' holds values from {show(lo)} to {show(hi)}; {what}; first value "
+                         f"outside: {show(first)}")
 
 
 def _tensor(tensors: Mapping[str, torch.Tensor], key: Any, what: str) -> torch.Tensor:

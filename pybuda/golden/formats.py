@@ -46,6 +46,7 @@ __all__ = [
     "is_bfp",
     "exponent_family",
     "max_value",
+    "exact_integer_bound",
     "quantize",
     "quantize_tf32",
     "pack_tile",
@@ -180,6 +181,20 @@ def max_value(df: DataFormat) -> float:
 # --------------------------------------------------------------------------------------------------
 # Bit helpers
 # --------------------------------------------------------------------------------------------------
+
+def exact_integer_bound(df: DataFormat) -> int:
+    """Largest ``n`` such that every integer in ``[-n, n]`` is stored exactly in ``df`` (what integer-valued
+    data on the device may reach in that format): a float format with ``m`` stored mantissa bits holds
+    every integer up to ``2**(m + 1)`` (Float32 2**24, Float16 2048, Float16_b 256); a block format with
+    ``m``-bit magnitudes relative to its block's shared exponent holds ``2**m - 1`` (Bfp8 127, Bfp4 7), and
+    an integer format its own range (Int8 127)."""
+    info = format_info(df)
+    if info.is_integer:
+        return 2 ** info.man_bits - 1
+    if info.is_bfp:
+        return 2 ** info.man_bits - 1
+    return 2 ** (info.man_bits + 1)
+
 
 def _i32(v: int) -> int:
     """A uint32 bit pattern as the equal-bits signed int32 Python value (for torch int32 masks)."""

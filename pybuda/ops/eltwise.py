@@ -14,7 +14,10 @@ import torch.nn.functional as F
 
 from pybuda.ops.common import (broadcast_shapes, dtype_name, float_dtype, float_in, normalize_dim,
                                operand_dtypes_to, result_dtype, same_shape, torch_dtype)
+from pybuda.ops import integer
 from pybuda.ops.registry import NO_GRADIENT, DeviceLowering, OpDef, attr, register
+
+_ZERO_ONE = integer.always(integer.ZERO_ONE)  # comparisons and logical ops: 0/1 whatever they compare
 
 # --- binary --------------------------------------------------------------------------------------------
 
@@ -36,7 +39,7 @@ def _lowering(lower) -> "DeviceLowering | None":
     return DeviceLowering(lower) if isinstance(lower, str) else lower
 
 
-def _binary(name: str, fn, doc: str, dtype=_common_dtype, lower=None, backward=None) -> OpDef:
+def _binary(name: str, fn, doc: str, dtype=_common_dtype, lower=None, backward=None, int_range=None) -> OpDef:
     def _eval(x, a):
         out_dtype = dtype([x[0].dtype, x[1].dtype], a)
         out = fn(*operand_dtypes_to([x[0], x[1]], result_dtype(x[0].dtype, x[1].dtype)))
@@ -45,7 +48,7 @@ def _binary(name: str, fn, doc: str, dtype=_common_dtype, lower=None, backward=N
 
     return register(OpDef(name=name, family="eltwise_binary", arity=(2, 2), shape=_binary_shape,
                           eval=_eval, dtype=dtype, doc=doc, lower=_lowering(lower),
-                          backward=backward))
+                          backward=backward, int_range=int_range))
 
 
 # --- backward (autograd) of the binary ops: each gradient is summed back to its operand's shape ----------
@@ -90,25 +93,30 @@ def _power_bw(ac, operand, inputs, output, grad, attrs):
     return ac.unbroadcast(ac.mul(grad, local), ac.shape(inputs[operand]))
 
 
-_binary("add", torch.add, "Elementwise a + b, with broadcasting.", lower="add", backward=_add_bw)
-_binary("subtract", torch.sub, "Elementwise a - b, with broadcasting.", lower="subtract", backward=_subtract_bw)
-_binary("multiply", torch.mul, "Elementwise a * b, with broadcasting.", lower="multiply", backward=_multiply_bw)
+_binary("add", torch.add, "Elementwise a + b, with broadcasting.", lower="add", backward=_add_bw,
+        int_range=integer.add)
+_binary("subtract", torch.sub, "Elementwise a - b, with broadcasting.", lower="subtract", backward=_subtract_bw,
+        int_range=integer.subtract)
+_binary("multiply", torch.mul, "Elementwise a * b, with broadcasting.", lower="multiply", backward=_multiply_bw,
+        int_range=integer.multiply)
 _binary("divide", lambda a, b: torch.div(a.to(float_dtype(a.dtype)), b.to(float_dtype(b.dtype))),
         "Elementwise a / b (true division; integer operands give float32).", dtype=_float_common_dtype,
         backward=_divide_bw)
-_binary("maximum", torch.maximum, "Elementwise max(a, b).", lower="maximum", backward=_extremum_bw("greater"))
-_binary("minimum", torch.minimum, "Elementwise min(a, b).", backward=_extremum_bw("less"))
+_binary("maximum", torch.maximum, "Elementwise max(a, b).", lower="maximum", backward=_extremum_bw("greater"),
+        int_range=integer.maximum)
+_binary("minimum", torch.minimum, "Elementwise min(a, b).", backward=_extremum_bw("less"),
+        int_range=integer.minimum)
 _binary("heaviside", torch.heaviside, "Heaviside step of a: 0 where a < 0, 1 where a > 0, b where a == 0.",
-        lower="heaviside", backward=NO_GRADIENT)  # a step: zero gradient almost everywhere
+        lower="heaviside", backward=NO_GRADIENT, int_range=integer.heaviside)  # a step: zero gradient almost everywhere
 _binary("power", torch.pow, "Elementwise a ** b.", backward=_power_bw)
-_binary("equal", torch.eq, "1 where a == b else 0, in the operands' dtype.", backward=NO_GRADIENT)
-_binary("not_equal", torch.ne, "1 where a != b else 0, in the operands' dtype.", backward=NO_GRADIENT)
-_binary("greater", torch.gt, "1 where a > b else 0, in the operands' dtype.", backward=NO_GRADIENT)
-_binary("less", torch.lt, "1 where a < b else 0, in the operands' dtype.", backward=NO_GRADIENT)
-_binary("greater_equal", torch.ge, "1 where a >= b else 0, in the operands' dtype.", backward=NO_GRADIENT)
-_binary("less_equal", torch.le, "1 where a <= b else 0, in the operands' dtype.", backward=NO_GRADIENT)
+_binary("equal", torch.eq, "1 where a == b else 0, in the operands' dtype.", backward=NO_GRADIENT, int_range=_ZERO_ONE)
+_binary("not_equal", torch.ne, "1 where a != b else 0, in the operands' dtype.", backward=NO_GRADIENT, int_range=_ZERO_ONE)
+_binary("greater", torch.gt, "1 where a > b else 0, in the operands' dtype.", backward=NO_GRADIENT, int_range=_ZERO_ONE)
+_binary("less", torch.lt, "1 where a < b else 0, in the operands' dtype.", backward=NO_GRADIENT, int_range=_ZERO_ONE)
+_binary("greater_equal", torch.ge, "1 where a >= b else 0, in the operands' dtype.", backward=NO_GRADIENT, int_range=_ZERO_ONE)
+_binary("less_equal", torch.le, "1 where a <= b else 0, in the operands' dtype.", backward=NO_GRADIENT, int_range=_ZERO_ONE)
 _binary("logical_and", torch.logical_and, "1 where a != 0 and b != 0 else 0, in the operands' dtype.",
-        backward=NO_GRADIENT)
+        backward=NO_GRADIENT, int_range=_ZERO_ONE)
 
 
 # --- where (ternary) -----------------------------------------------------------------------------------
@@ -128,7 +136,7 @@ def _where_bw(ac, operand, inputs, output, grad, attrs):
     return ac.unbroadcast(picked, ac.shape(inputs[operand]))
 
 
-register(OpDef(name="where", family="eltwise_nary", arity=(3, 3), backward=_where_bw,
+register(OpDef(name="where", family="eltwise_nary", arity=(3, 3), backward=_where_bw, int_range=integer.where,
                shape=lambda s, a: broadcast_shapes(s[0], s[1], s[2]), eval=_where_eval,
                dtype=lambda d, a: result_dtype(d[1], d[2]),
                doc="where(cond, x, y): x where cond != 0, else y; all three broadcast."))
@@ -146,12 +154,12 @@ def _float_dtype(dtypes, attrs):
 
 
 def _unary(op_name: str, fn, doc: str, dtype_fn=_same_dtype, shape_fn=same_shape, canonicalize=None,
-           lower=None, backward=None, **attrs) -> OpDef:
+           lower=None, backward=None, int_range=None, **attrs) -> OpDef:
     # Attribute specs arrive as **attrs, so the helper's own parameters avoid attr names.
     return register(OpDef(name=op_name, family="eltwise_unary", arity=(1, 1), shape=shape_fn,
                           eval=lambda x, a: fn(x[0], a), attrs=attrs, dtype=dtype_fn, doc=doc,
                           canonicalize=canonicalize, lower=_lowering(lower),
-                          backward=backward))
+                          backward=backward, int_range=int_range))
 
 
 # --- backward (autograd) of the unary ops: d(loss)/dx = grad * f'(x) ----------------------------------
@@ -197,7 +205,8 @@ def _sqrt_bw(ac, operand, inputs, output, grad, attrs):
     return ac.div(ac.mul(grad, 0.5), ac.fwd(output))
 
 
-_unary("abs", lambda x, a: torch.abs(x), "Elementwise |x|.", lower="abs", backward=_abs_bw)
+_unary("abs", lambda x, a: torch.abs(x), "Elementwise |x|.", lower="abs", backward=_abs_bw,
+       int_range=integer.absolute)
 _unary("exp", lambda x, a: torch.exp(float_in(x)), "Elementwise e^x.", dtype_fn=_float_dtype, lower="exp",
        backward=_exp_bw)
 _unary("log", lambda x, a: torch.log(float_in(x)), "Elementwise natural logarithm.", dtype_fn=_float_dtype, lower="log",
@@ -252,15 +261,17 @@ def erf_device_form(op, const, x):
     magnitude = op("subtract", [const(1.0), erfc_abs_device_form(op, const, x)])
     return op("multiply", [magnitude, sign_device_form(op, const, x)])
 
-_unary("square", lambda x, a: x * x, "Elementwise x * x.", lower="square", backward=_square_bw)
+_unary("square", lambda x, a: x * x, "Elementwise x * x.", lower="square", backward=_square_bw,
+       int_range=integer.square)
 _unary("logical_not", lambda x, a: (x == 0).to(x.dtype), "1 where x == 0 else 0, in x's dtype.",
-       backward=NO_GRADIENT)
-_unary("nop", lambda x, a: x, "Identity; may be removed by the compiler.", backward=_pass_bw)
+       backward=NO_GRADIENT, int_range=_ZERO_ONE)
+_unary("nop", lambda x, a: x, "Identity; may be removed by the compiler.", backward=_pass_bw,
+       int_range=integer.moves)
 _unary("buffer", lambda x, a: x,
        "Identity that the compiler keeps (it is not lowered into a removable nop).", lower="nop",
-       backward=_pass_bw)
+       backward=_pass_bw, int_range=integer.moves)
 _unary("tilize", lambda x, a: x, "Converts row-major data to tile layout on device; identity on CPU.",
-       backward=_pass_bw)
+       backward=_pass_bw, int_range=integer.moves)
 
 
 def _identity_shape(shapes, attrs):
@@ -286,7 +297,7 @@ def _identity_eval(x, attrs):
 
 _unary("identity", _identity_eval,
        "Identity; with unsqueeze='unsqueeze' (or 'squeeze') it also inserts (removes) a size-1 dim at "
-       "unsqueeze_dim.", shape_fn=_identity_shape, backward=_pass_bw,
+       "unsqueeze_dim.", shape_fn=_identity_shape, backward=_pass_bw, int_range=integer.moves,
        unsqueeze=attr(str, default=None, choices=("unsqueeze", "squeeze")), unsqueeze_dim=attr(int, default=None))
 
 
@@ -301,7 +312,17 @@ def _cast_bw(ac, operand, inputs, output, grad, attrs):
     return grad if ac.dtype(grad) == dtype else ac.op("cast", [grad], {"dtype": dtype_name(dtype)})
 
 
+def _cast_range(ranges, shapes, attrs):
+    # An integer stays itself; a cast to an integer dtype truncates anything else to an integer, which the
+    # runtime refuses at a device boundary beyond Float32's exact range. (Whether the *device* may run the
+    # cast is the capability check's question: only when the operand already is integer-valued.)
+    if ranges[0] is not None or torch_dtype(attrs["dtype"]).is_floating_point:
+        return ranges[0]
+    return (-float(integer.FLOAT32_EXACT_INT), float(integer.FLOAT32_EXACT_INT))
+
+
 register(OpDef(name="cast", family="eltwise_unary", arity=(1, 1), shape=same_shape, backward=_cast_bw,
+               int_range=_cast_range,
                eval=lambda x, a: x[0].to(torch_dtype(a["dtype"])), attrs={"dtype": attr(str)},
                dtype=lambda d, a: torch_dtype(a["dtype"]), canonicalize=_cast_canonical,
                doc="Convert to another dtype (a torch dtype name such as 'float32', 'int32', 'bool')."))
@@ -377,7 +398,7 @@ _unary("relu", lambda x, a: _relu(x, a["threshold"], a["mode"]),
        "ReLU with a threshold: mode 'min' keeps x >= threshold, 'max' keeps x <= threshold (else 0).",
        lower=DeviceLowering("nop", lambda a: {"relu_en": True, "relu_threshold": float(a["threshold"]),
                                               "relu_mode": a["mode"]}),
-       backward=_relu_bw, threshold=attr(float, default=0.0),
+       backward=_relu_bw, int_range=integer.relu, threshold=attr(float, default=0.0),
        mode=attr(str, default="min", choices=("min", "max")))
 _unary("leaky_relu", lambda x, a: F.leaky_relu(float_in(x), a["alpha"]),
        "x where x >= 0, else alpha * x.", dtype_fn=_float_dtype,
@@ -392,6 +413,7 @@ _unary("gelu_derivative", lambda x, a: _gelu_derivative(x),
        dtype_fn=_float_dtype, lower="gelu_derivative", backward=_gelu_derivative_bw)
 _unary("pow", lambda x, a: torch.pow(float_in(x), a["exponent"]), "Elementwise x ** exponent.",
        dtype_fn=_float_dtype, lower=DeviceLowering("power", _pow_device_attrs), backward=_pow_bw,
+       int_range=integer.pow_exponent,
        exponent=attr(float))
 
 
@@ -409,7 +431,7 @@ def _clip_bw(ac, operand, inputs, output, grad, attrs):
 
 
 _unary("clip", lambda x, a: torch.clamp(x, a["min"], a["max"]).to(x.dtype),
-       "Clamp every element into [min, max].", canonicalize=_clip_check, backward=_clip_bw,
+       "Clamp every element into [min, max].", canonicalize=_clip_check, backward=_clip_bw, int_range=integer.clip,
        min=attr(float), max=attr(float))
 
 

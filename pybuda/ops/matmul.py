@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import torch
 
+from pybuda.ops import integer
 from pybuda.ops.common import broadcast_shapes, operand_dtypes_to, result_dtype
 from pybuda.ops.registry import OpDef, register
 
@@ -50,10 +51,10 @@ def _sparse_matmul_bw(ac, operand, inputs, output, grad, attrs):
 
 
 register(OpDef(name="matmul", family="matmul", arity=(2, 3), shape=_matmul_shape, eval=_matmul_eval,
-               dtype=_matmul_dtype, backward=_matmul_bw,
+               dtype=_matmul_dtype, backward=_matmul_bw, int_range=integer.matmul,
                doc="y = a @ b (+ bias). Batch dims broadcast; the bias broadcasts onto the output."))
 
 register(OpDef(name="sparse_matmul", family="matmul", arity=(2, 2), shape=_matmul_shape, eval=_matmul_eval,
-               dtype=_matmul_dtype, backward=_sparse_matmul_bw,
+               dtype=_matmul_dtype, backward=_sparse_matmul_bw, int_range=integer.matmul,
                doc="y = a @ b with `a` a constant that the user gave as a sparse (COO) matrix, stored dense; "
                    "TT-Buda's sparse matmul computes the ordinary product."))

@@ -7,6 +7,7 @@ import math
 import torch
 import torch.nn.functional as F
 
+from pybuda.ops import integer
 from pybuda.ops.common import float_dtype, int_list, need_rank, normalize_dim, same_shape
 from pybuda.ops.registry import NO_GRADIENT, OpDef, attr, register
 
@@ -28,12 +29,14 @@ def _embedding_bw(ac, operand, inputs, output, grad, attrs):
 
 
 register(OpDef(name="embedding", family="misc", arity=(2, 2), shape=_embedding_shape, backward=_embedding_bw,
+               int_range=integer.moves_first,  # a one-hot matmul: one table row per id
                eval=lambda x, a: x[0][x[1].to(torch.int64)],
                doc="embedding(table [V, D], indices [...]) -> table[indices], of shape [..., D] and the "
                    "table's dtype (indices may be stored as floats)."))
 
 
 register(OpDef(name="dram_queue", family="misc", arity=(1, 1), shape=same_shape, eval=lambda x, a: x[0],
+               int_range=integer.moves,
                backward=lambda ac, operand, inputs, output, grad, attrs: grad,
                attrs={"num_entries": attr(int)}, dtype=lambda d, a: d[0],
                doc="Identity on values: TT-Buda's hint to buffer the operand in a DRAM queue of `num_entries`."))
@@ -49,7 +52,7 @@ def _constant_shape(shapes, attrs):
 register(OpDef(name="constant", family="misc", arity=(0, 0), shape=_constant_shape,
                eval=lambda x, a: torch.full(a["shape"], a["constant"], dtype=torch.float32),
                attrs={"constant": attr(float), "shape": attr(tuple, default=(1,))},
-               dtype=lambda d, a: torch.float32, backward=NO_GRADIENT,
+               dtype=lambda d, a: torch.float32, backward=NO_GRADIENT, int_range=integer.constant,
                doc="A float32 tensor of `shape` filled with `constant`."))
 
 
@@ -165,6 +168,7 @@ def _cumsum_bw(ac, operand, inputs, output, grad, attrs):
 
 
 register(OpDef(name="cumsum", family="misc", arity=(1, 1), shape=_cumsum_shape, eval=_cumsum_eval, backward=_cumsum_bw,
+               int_range=integer.cumsum,
                attrs={"axis": attr(int), "exclusive": attr(bool, default=False)},
                doc="Running sum along axis; `exclusive` leaves each element out of its own sum."))
 

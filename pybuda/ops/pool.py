@@ -13,6 +13,7 @@ import math
 import torch
 import torch.nn.functional as F
 
+from pybuda.ops import integer
 from pybuda.ops.common import int_tuple
 from pybuda.ops.conv import canonical_padding, conv_transpose_full, one_hot_kernels, unfold_windows
 from pybuda.ops.registry import OpDef, attr, register
@@ -267,7 +268,7 @@ def _register(nd: int, kind: str) -> None:
     what = "maximum" if kind == "max" else "average"
     backward = _max_pool_bw(nd) if kind == "max" else _avg_pool_bw(nd)
     register(OpDef(name=f"{kind}_pool{nd}d", family="pool", arity=(1, 1), shape=_shape(nd), eval=_eval(nd, kind),
-                   backward=backward,
+                   backward=backward, int_range=integer.moves_data if kind == "max" else None,
                    attrs=_attrs(nd, kind), canonicalize=_canonical(nd),
                    doc=f"{nd}-D {what} pooling of {layout} activations (channel_last: channels last); "
                        f"padding is stored as "

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import torch
 
+from pybuda.ops import integer
 from pybuda.ops.common import float_dtype, normalize_dim
 from pybuda.ops.registry import NO_GRADIENT, OpDef, attr, register
 
@@ -32,6 +33,7 @@ def _reduce_avg_bw(ac, operand, inputs, output, grad, attrs):
 
 
 register(OpDef(name="reduce_sum", family="reduce", arity=(1, 1), shape=_keepdim_shape, backward=_reduce_sum_bw,
+               int_range=integer.reduce_sum,
                eval=lambda x, a: torch.sum(x[0], a["dim"], keepdim=True, dtype=x[0].dtype),
                attrs={"dim": attr(int)}, canonicalize=_dim_canonical,
                doc="Sum along dim; the dim is kept with size 1."))
@@ -87,7 +89,7 @@ def _reduce_max_bw(ac, operand, inputs, output, grad, attrs):
 
 
 register(OpDef(name="reduce_max", family="reduce", arity=(1, 1), shape=_max_shape, eval=_max_eval,
-               backward=_reduce_max_bw,
+               backward=_reduce_max_bw, int_range=integer.moves,
                attrs={"dim": attr(int), "stride": attr(int, default=-1)}, canonicalize=_max_canonical,
                doc="Max along dim (kept with size 1). With stride > 0, the max of each group of `stride` "
                    "consecutive elements, so the dim shrinks to size/stride."))
@@ -153,16 +155,21 @@ def _argmax_shape(shapes, attrs):
 
 def _argmax_eval(x, attrs):
     t, dim = x[0], attrs["dim"]
+    shape = _argmax_shape([tuple(t.shape)], attrs)
     if dim is None:
-        idx = torch.argmax(t.reshape(-1))
+        t, dim = t.reshape(-1), 0
+    if attrs["last"]:  # the last maximum: the first one of the reversed dim, counted from the end
+        idx = t.size(dim) - 1 - torch.argmax(t.flip(dim), dim, keepdim=True)
     else:
         idx = torch.argmax(t, dim, keepdim=True)
-    return idx.reshape(_argmax_shape([tuple(t.shape)], attrs)).to(t.dtype)
+    return idx.reshape(shape).to(t.dtype)
 
 
 register(OpDef(name="argmax", family="reduce", arity=(1, 1), shape=_argmax_shape, eval=_argmax_eval,
-               backward=NO_GRADIENT,
-               attrs={"dim": attr(int, default=None), "keep_dim": attr(bool, default=True)},
-               doc="Index of the (first) max along dim, or over all elements when dim is None. keep_dim keeps "
+               backward=NO_GRADIENT, int_range=integer.index_of,
+               attrs={"dim": attr(int, default=None), "keep_dim": attr(bool, default=True),
+                      "last": attr(bool, default=False)},
+               doc="Index of the first (with last, the last) max along dim, or over all elements when dim is "
+                   "None. keep_dim keeps "
                    "the reduced dim with size 1 (dim None: every dim becomes 1), else it is dropped (a single "
                    "index has shape (1,)). The index is returned in the operand's dtype, as in TT-Buda."))

@@ -113,6 +113,11 @@ class OpDef:
     # Autograd: a BackwardFn (see pybuda.passes.graph.autograd), NO_GRADIENT for an op with no gradient, or
     # None where nobody wrote one yet (autograd raises when such an op is on a gradient path).
     backward: Optional[Callable[..., Any]] = None
+    # Integer-valued results (pybuda.ops.integer): ``(operand ranges, operand shapes, attrs) -> range or None``,
+    # the closed interval the result's integers lie in given each operand's (None: not integer-valued). None
+    # here: the result need not be an integer (exp, divide...). Rules describe what the device computes
+    # exactly, so ops on the multiplier refuse integer operands it would round (MULTIPLIER_EXACT_INT).
+    int_range: Optional[Callable[..., Any]] = None
 
     @property
     def differentiable(self) -> bool:

@@ -12,16 +12,18 @@ import math
 import torch
 
 from pybuda.ops.common import int_list, need_rank, normalize_dim, operand_dtypes_to, result_dtype
+from pybuda.ops import integer
 from pybuda.ops.registry import OpDef, attr, register
 from pybuda.dtypes import TILE_DIM
 
 
 def _tm(op_name: str, shape_fn, eval_fn, doc: str, canonicalize=None, arity=(1, 1), dtype_fn=None,
-        backward=None, **attrs) -> OpDef:
+        backward=None, int_range=integer.moves_data, **attrs) -> OpDef:
     # Attribute specs arrive as **attrs, so the helper's own parameters avoid attr names (shape, dim...).
     kwargs = {"dtype": dtype_fn} if dtype_fn is not None else {}
     return register(OpDef(name=op_name, family="tm", arity=arity, shape=shape_fn, eval=eval_fn,
-                          attrs=attrs, canonicalize=canonicalize, doc=doc, backward=backward, **kwargs))
+                          attrs=attrs, canonicalize=canonicalize, doc=doc, backward=backward, int_range=int_range,
+                          **kwargs))
 
 
 def _zrc(shape):
@@ -251,7 +253,7 @@ def _adv_index_bw(ac, operand, inputs, output, grad, attrs):
 _tm("adv_index", _adv_index_shape, _adv_index_eval,
     "Gather the slices at `indices` (operand 1, 1-D) along dim of operand 0.", arity=(2, 2),
     dim=attr(int, default=0),
-    backward=_adv_index_bw)
+    backward=_adv_index_bw, int_range=integer.moves_first)
 
 
 def _select_canonical(shapes, attrs):
@@ -425,7 +427,7 @@ _tm("pad", _pad_shape, _pad_eval,
     "channel_last the pads apply to dims -2 and -3 instead. Modes: constant (value), replicate, reflect.",
     pad=attr(tuple), mode=attr(str, default="constant", choices=("constant", "replicate", "reflect")),
     value=attr(float, default=0.0), channel_last=attr(bool, default=False),
-    backward=_pad_bw)
+    backward=_pad_bw, int_range=integer.moves_or_fill)
 
 
 def _align_up(n: int) -> int:

@@ -135,6 +135,7 @@ def _attach_fallback(device: Device, pre_dev: Optional[Device], post_dev: Option
 
 def _translate_tt(device: Device, config: Any, counter: List[int]) -> Tuple[Optional[Device], Optional[Device]]:
     from pybuda.compile import CapturedGraphModule, module_to_graph
+    from pybuda.ops.integer import target_arch
 
     sample = device._first_inputs
     if sample is None:
@@ -165,8 +166,9 @@ def _translate_tt(device: Device, config: Any, counter: List[int]) -> Tuple[Opti
             from pybuda.runtime.backend_api import check_samples_independent
 
             check_samples_independent(module, sample.tensors, int(sample.tensors[0].shape[0]))
-        captured = module_to_graph(module, values, names, graph_name=module.name, config=config, for_device=True,
-                                   allow_cpu_stages=True)
+        with target_arch(getattr(device, "arch", None)):  # what the chip keeps exact decides what runs there
+            captured = module_to_graph(module, values, names, graph_name=module.name, config=config,
+                                       for_device=True, allow_cpu_stages=True)
         pre, graph, post = captured.pre, captured.graph, captured.post
         if (pre is not None or post is not None) and len(device.modules) > 1:
             raise CompileError(f"TTDevice '{device.name}': module '{module.name}' needs CPU fallback, which is only "

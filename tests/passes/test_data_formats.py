@@ -126,16 +126,18 @@ def test_configure_mixed_precision_api_reaches_the_compile():
     assert bg.ops["sm.exp"].out_df == DF.Float16
 
 
-def test_integer_inputs_need_hifi4_and_int32_accumulation():
+def test_integer_inputs_are_exact_float32_at_hifi4():
+    """Integer graph inputs are pushed as Float32 and the ops computing integers keep Float32 at HiFi4
+    (``exact_df``): integers are exact up to 2**24 there, whatever the model's default format."""
     g = Graph("g")
     g.add_input("x", (1, 32, 32), dtype=torch.int32)
     g.add_op("y", "add", ["x", "x"])
     g.add_output("out", "y")
-    ctx = make_ctx()
+    ctx = make_ctx(CompilerConfig(default_df_override=DF.Bfp8_b, default_math_fidelity=MF.LoFi))
     bg = set_data_formats(lower(g, ctx), ctx)
-    assert bg.queues["x"].df == DF.Int32
+    assert bg.queues["x"].df == DF.Float32
     op = bg.ops["y"]
-    assert op.math_fidelity == MF.HiFi4 and op.acc_df == DF.Int32 and op.out_df == DF.Int32
+    assert op.math_fidelity == MF.HiFi4 and op.acc_df == DF.Float32 and op.out_df == DF.Float32
 
 
 def test_float32_models_accumulate_in_float32_where_the_chip_can():

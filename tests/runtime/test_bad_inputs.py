@@ -59,10 +59,10 @@ class _IntPlusOne(nn.Module):
 
 
 def test_integer_input_beyond_the_queue_format_is_input_error_not_a_clamped_number():
-    """The chip's widest integer format is Int32: an int64 value beyond it would saturate silently."""
+    """Integer inputs are pushed as Float32, exact to 2**24: an int64 value beyond it would come back rounded."""
     pybuda.TTDevice("tt0", module=pybuda.PyTorchModule("m", _IntPlusOne()), arch=pybuda.BackendDevice.Wormhole_B0)
     x = torch.tensor([[2 ** 40 + 1, 5]], dtype=torch.int64)
-    with pytest.raises(InputError, match=r"holds values from 6 to 1099511627778; its queue is Int32"):
+    with pytest.raises(InputError, match=r"holds values from 6 to 1099511627778; the simulated chip keeps integers exact"):
         pybuda.run_inference(inputs=[(x,)]).get()
 
 

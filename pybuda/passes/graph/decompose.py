@@ -21,8 +21,13 @@ combine (batchnorm statistics, layernorm weights) become constant-only subgraphs
 - comparisons -> ``heaviside`` of a difference (the chip has no compare op; TT-Buda used the same step):
   ``a > b`` = ``heaviside(a - b, 0)``, ``a >= b`` = ``heaviside(a - b, 1)``, ``<``/``<=`` swap the operands,
   ``a == b`` = ``heaviside(-|a - b|, 1)``, ``a != b`` = ``heaviside(|a - b|, 0)``; 0.0/1.0 in float.
-- ``argmax(x, dim)`` -> ``hit = (x == reduce_max(x))`` as above, ``N - reduce_max(hit * (N - i))`` with a
-  constant ``N - i`` along dim, so ties give the first index (torch's rule); dim None flattens first.
+- ``argmax(x, dim)`` -> ``hit = (x == reduce_max(x))`` as above, ``N - reduce_max(heaviside(hit - 1, N - i))``
+  with a constant ``N - i`` along dim, so ties give the first index (torch's rule), or with ``last``
+  ``reduce_max(heaviside(hit - 1, i + 1)) - 1``; dim None flattens first. No multiplier touches an index.
+- integer data (:mod:`pybuda.ops.integer`): comparisons, logical ops, where, casts work on it as on floats
+  (a cast to an integer dtype of integer-valued data vanishes); ``minimum`` of integers is
+  ``a - relu(a - b)``; every op computing an integer keeps Float32 (``exact_df``), integer inputs are pushed
+  as Float32 and checked against 2**24.
 - ``cumsum(x, axis)`` -> ``x @ U`` along axis with the constant triangular ``U[i, j] = i <= j`` (``i < j``
   when exclusive); another axis is transposed to the last and back.
 - ``resize2d``/``resize3d`` (nearest, linear, cubic) -> one matmul per resized spatial dim with a constant
@@ -40,7 +45,7 @@ combine (batchnorm statistics, layernorm weights) become constant-only subgraphs
 from __future__ import annotations
 
 import math
-from typing import Optional, Sequence
+from typing import Any, Optional, Sequence
 
 import torch
 
@@ -65,11 +70,75 @@ def decompose_high_level_ops(graph: Graph, ctx: CompileContext) -> Graph:
                             f"the device; capture the model with the PyTorch frontend, which splits it off, or "
                             f"compute it outside the module", op=node.name)
 
+    exact = _integer_paths(graph)
+
     def rule(rw: Rewriter, node: Node, ops: Sequence[str]) -> Optional[str]:
         fn = _RULES.get(node.op_type)
-        return fn(rw, node, ops, ctx) if fn is not None else None
+        if fn is None:
+            return None
+        before = set(rw.new.nodes) if node.name in exact else None
+        out = fn(rw, node, ops, ctx)
+        if before is not None:  # the ops computing an integer result: exact whatever the default format
+            for name in set(rw.new.nodes) - before:
+                rw.new.nodes[name].tags.setdefault("exact_df", "Float32")
+        return out
 
-    return Rewriter(graph).run(rule)
+    rw = Rewriter(graph)
+    new = rw.run(rule)
+    for name in exact:
+        kept = new.nodes.get(rw.map.get(name, ""))
+        if kept is not None and kept.kind in ("op", CONSTANT):
+            kept.tags.setdefault("exact_df", "Float32")
+    for out in new.outputs:  # the output's copy to the host keeps the format too
+        if new[out.operands[0]].tags.get("exact_df"):
+            out.tags.setdefault("exact_df", "Float32")
+    return _push_integer_inputs_exact(new, ctx)
+
+
+def _is_integer(dtype: torch.dtype) -> bool:
+    return not dtype.is_floating_point and dtype != torch.bool
+
+
+def _integer_paths(graph: Graph) -> set:
+    """Nodes whose values must stay exact integers on the device (:mod:`pybuda.ops.integer`): every op of an
+    integer dtype and, upstream of it, every integer-valued producer beyond 0/1 (an argmax, then the reshape
+    of its index before the cast to int64; a constant table of integers). The compiler keeps them in Float32
+    (``exact_df``), where integers are exact up to 2**24: a Bfp8 default would merge neighbouring integers.
+    Float math of float models is left to the default format."""
+    from pybuda.ops.integer import integer_range, magnitude
+
+    memo: dict = {}
+    marked: set = set()
+    for node in reversed(list(graph.ops)):  # consumers before producers
+        if node.name not in marked:
+            if not _is_integer(node.dtype):
+                continue
+            r = integer_range(graph, node.name, memo)
+            if r is not None and magnitude(r) <= 1:
+                continue  # 0/1 (a mask as int64) is exact in every format
+        marked.add(node.name)
+        for operand in node.operands:
+            producer = graph[operand]
+            if operand in marked or producer.kind not in ("op", CONSTANT):
+                continue
+            r = integer_range(graph, operand, memo)
+            if r is not None and magnitude(r) > 1:
+                marked.add(operand)
+    return marked
+
+
+def _push_integer_inputs_exact(graph: Graph, ctx: Any) -> Graph:
+    """Integer graph inputs are pushed as Float32 (exact up to 2**24) and refused at push time beyond what the
+    chip keeps exact: 2**24 where ops accumulate in Float32, 2**8 on Grayskull, whose Float16_b accumulator
+    every op result passes through (embedding ids keep their table's range: they index, they are not summed)."""
+    from pybuda.ops.integer import FLOAT16_B_EXACT_INT, FLOAT32_EXACT_INT
+
+    limit = FLOAT16_B_EXACT_INT if getattr(ctx, "is_grayskull", False) else FLOAT32_EXACT_INT
+    for node in graph.inputs:
+        if _is_integer(node.dtype):
+            node.tags.setdefault("device_dtype", "float32")
+            node.tags.setdefault("value_range", (-limit, limit))
+    return graph
 
 
 # --- helpers --------------------------------------------------------------------------------------------
@@ -150,6 +219,11 @@ def _divide(rw, node, ops, ctx):
 
 
 def _minimum(rw, node, ops, ctx):
+    if _is_integer(node.dtype):
+        # min(a, b) = a - relu(a - b): no multiplier, so exact for integers (the -max(-a, -b) form would
+        # round integers beyond 2**10 in the multiplier's source registers).
+        over = rw.op(f"{node.name}.over", "relu", [rw.op(f"{node.name}.diff", "subtract", [ops[0], ops[1]])])
+        return rw.op(f"{node.name}.out", "subtract", [ops[0], over])
     neg = _scalar(rw, node, "neg_one", -1.0)
     a = rw.op(f"{node.name}.neg_a", "multiply", [ops[0], neg])
     b = rw.op(f"{node.name}.neg_b", "multiply", [ops[1], neg])
@@ -259,36 +333,33 @@ def _as_mask(rw, node, x: str, tag: str) -> str:
 
 
 def _logical_and(rw, node, ops, ctx):
-    if not all(rw.node(o).dtype.is_floating_point or rw.node(o).dtype == torch.bool for o in ops):
-        return None  # integer operands stay on the host (the capability check says so)
     return rw.op(f"{node.name}.and", "multiply", [_as_mask(rw, node, ops[0], "a"), _as_mask(rw, node, ops[1], "b")])
 
 
 def _logical_not(rw, node, ops, ctx):
-    x = rw.node(ops[0])
-    if not (x.dtype.is_floating_point or x.dtype == torch.bool):
-        return None
     return rw.op(f"{node.name}.not", "subtract", [_scalar(rw, node, "one", 1.0), _as_mask(rw, node, ops[0], "nz")])
 
 
 def _cast(rw, node, ops, ctx):
+    from pybuda.ops.integer import integer_range
+
     src = rw.node(ops[0])
-    if node.dtype == torch.bool and src.dtype.is_floating_point:
+    if node.dtype == torch.bool and src.dtype != torch.bool:
         return _as_mask(rw, node, ops[0], "nz")  # bool(x) is x != 0, a 0/1 float on the device
-    if src.dtype == torch.bool and (node.dtype.is_floating_point or node.dtype == torch.bool):
-        return ops[0]  # a device boolean already is a 0/1 float
+    if src.dtype == torch.bool or (node.dtype.is_floating_point and src.dtype.is_floating_point):
+        return ops[0]  # a device boolean already is a 0/1 float; formats come from the data-format pass
     if node.dtype.is_floating_point:
-        # Device formats come from the data-format pass, not from casts. An integer graph input cast to
-        # float (an attention mask) is pushed in a float format instead: small integers are exact in it.
-        if not src.dtype.is_floating_point:
-            root = src
-            while root.kind == "op" and root.op_type in ("reshape", "transpose") and len(root.operands) == 1:
-                root = rw.node(root.operands[0])
-            if root.kind != "input":
-                return None
+        # Integer data on the device already is an exact float. An integer graph input cast to float (an
+        # attention mask) is pushed in that float format.
+        root = src
+        while root.kind == "op" and root.op_type in ("reshape", "transpose") and len(root.operands) == 1:
+            root = rw.node(root.operands[0])
+        if root.kind == "input":
             root.tags["device_dtype"] = str(node.dtype).replace("torch.", "")
         return ops[0]
-    return None
+    # To an integer dtype: the identity on values that already are integers (the capability check sent
+    # every other cast, a truncation, to the host); anything else has no device form.
+    return ops[0] if integer_range(rw.new, ops[0]) is not None else None
 
 
 def _stack(rw, node, ops, ctx):
@@ -320,9 +391,8 @@ def _equal_of(rw, node, a: str, b: str, tag: str = "eq", negate: bool = False) -
 
 def _compare(kind: str):
     def rule(rw, node, ops, ctx):
+        # Integer operands work alike: their difference keeps its sign (and is exact up to 2**24).
         a, b = ops
-        if not node.dtype.is_floating_point:
-            return None  # integer comparisons stay as they are: lowering names them as unsupported
         if kind in ("equal", "not_equal"):
             return _equal_of(rw, node, a, b, "cmp", negate=kind == "not_equal")
         if kind in ("less", "less_equal"):
@@ -355,8 +425,22 @@ def _argmax(rw, node, ops, ctx):
     return idx
 
 
+def _exact_negation(rw, node, x: str) -> str:
+    """``x`` itself, or for ``x = y * -1`` (how frontends write argmin as the argmax of -y) the exact ``0 - y``:
+    the multiplier reads y through 19-bit source registers, so nearby values would tie and pick a wrong index."""
+    n = rw.node(x)
+    if n.kind != "op" or n.op_type != "multiply":
+        return x
+    for k in (0, 1):
+        y = n.operands[k]
+        if _scalar_constant_value(rw, n.operands[1 - k]) == -1.0 and tuple(rw.shape(y)) == tuple(n.shape):
+            return rw.op(f"{node.name}.neg", "subtract", [_scalar(rw, node, "zero", 0.0), y])
+    return x
+
+
 def _argmax_ops(rw, node, ops):
-    x = ops[0]
+    # Scores are picked by heaviside, not multiplied: a multiplier would round indices beyond 2**10.
+    x = _exact_negation(rw, node, ops[0])
     shape = tuple(rw.shape(x))
     if node.attrs["dim"] is None:
         x = rw.op(f"{node.name}.flat", "reshape", [x], {"shape": (1, math.prod(shape))})
@@ -367,11 +451,18 @@ def _argmax_ops(rw, node, ops):
     size = rw.shape(x)[d]
     m = rw.op(f"{node.name}.max", "reduce_max", [x], {"dim": d})
     hit = _equal_of(rw, node, x, m, "hit")
-    # Score N - i at the maxima: the largest score is the first maximum, as torch.argmax picks.
-    rev = torch.arange(size, 0, -1, dtype=torch.float32).reshape((size,) + (1,) * (rank - 1 - d))
-    score = rw.op(f"{node.name}.score", "multiply", [hit, rw.constant(f"{node.name}.rev_index", rev)])
+    # Score at the maxima (0 elsewhere): N - i, whose largest is the first maximum (torch's rule), or with
+    # ``last`` i + 1, whose largest is the last one. heaviside(hit - 1, score) is the score where hit is 1.
+    last = node.attrs.get("last", False)
+    scores = torch.arange(1, size + 1) if last else torch.arange(size, 0, -1)
+    scores = scores.to(torch.float32).reshape((size,) + (1,) * (rank - 1 - d))
+    miss = rw.op(f"{node.name}.miss", "subtract", [hit, _scalar(rw, node, "one", 1.0)])
+    score = rw.op(f"{node.name}.score", "heaviside", [miss, rw.constant(f"{node.name}.scores", scores)])
     best = rw.op(f"{node.name}.best", "reduce_max", [score], {"dim": d})
-    idx = rw.op(f"{node.name}.index", "subtract", [_scalar(rw, node, "size", size), best])
+    if last:
+        idx = rw.op(f"{node.name}.index", "subtract", [best, _scalar(rw, node, "one_off", 1.0)])
+    else:
+        idx = rw.op(f"{node.name}.index", "subtract", [_scalar(rw, node, "size", size), best])
     if tuple(rw.shape(idx)) != tuple(node.shape):
         idx = rw.op(f"{node.name}.out", "reshape", [idx], {"shape": tuple(node.shape)})
     return idx

@@ -14,15 +14,25 @@ movement (reshape, permute, slice, pad, concat ...) is checked with lowering's o
 Booleans are the exception to "floats only": a mask is a float 0/1 on the device, exact in every format, so
 comparisons, their casts to bool, logical and/not, ``where``/``masked_fill`` and data movement of masks run
 there (:data:`BOOL_OPS`); the host turns boolean outputs back into ``torch.bool``.
+
+Integer data runs there too when it is *integer-valued* within what the device keeps exact
+(:mod:`pybuda.ops.integer`): each op's registry rule says whether its result is an integer given its
+operands' ranges, and how large (argmax indices, counts of a mask, index arithmetic, moves of integers). Such
+values are exact in Float32 up to 2**24 (the compiler keeps integer ops in Float32, ``exact_df``), and a cast
+to an integer dtype of them is the identity. A cast of values not known to be integers truncates them: it runs
+on the host, never as a wrong number. Integer results the device would round (a product of integers beyond
+the multiplier's 2**10, a sum beyond 2**24) stay on the host too.
 """
 
 from __future__ import annotations
 
-from typing import FrozenSet, Optional
+import weakref
+from typing import Dict, FrozenSet, Optional
 
 import torch
 
 from pybuda.ir.graph import Graph, Node
+from pybuda.ops import integer
 
 
 def device_op_types() -> FrozenSet[str]:
@@ -40,10 +50,6 @@ def device_op_types() -> FrozenSet[str]:
 BOOL_OPS: FrozenSet[str] = frozenset({"cast", "logical_and", "logical_not", "where"})
 
 
-def _is_float_or_bool(dtype: torch.dtype) -> bool:
-    return dtype.is_floating_point or dtype == torch.bool
-
-
 def unsupported_reason(graph: Graph, node: Node) -> Optional[str]:
     """None when ``node`` (an op of ``graph``) can run on the device, else why not."""
     from pybuda.ops import registry
@@ -52,22 +58,85 @@ def unsupported_reason(graph: Graph, node: Node) -> Optional[str]:
     if op_type not in device_op_types():
         return f"'{op_type}' has no device implementation"
     moves_data = registry.get(op_type).family == "tm"
+    if op_type == "argmax":  # indices are integers whatever the result's dtype
+        why = _exact_reason(node, integer.integer_range(graph, node.name, _memo(graph)) or (0, float("inf")))
+        if why is not None:
+            return why
     if op_type == "cast":
         src = graph[node.operands[0]]
-        if node.dtype.is_floating_point or (node.dtype == torch.bool and _is_float_or_bool(src.dtype)):
-            return None
-        return f"cast from {src.dtype} to {node.dtype} produces integer data on the device"
-    if not node.dtype.is_floating_point and not (node.dtype == torch.bool and (op_type in BOOL_OPS or moves_data)):
-        return f"'{op_type}' computes {str(node.dtype).replace('torch.', '')} data; the device computes in float formats"
-    for index, operand in enumerate(node.operands):
+        if node.dtype.is_floating_point or node.dtype == torch.bool:  # to bool: x != 0, a mask
+            return _integer_operand_reason(graph, node)
+        r = integer.integer_range(graph, src.name, _memo(graph))
+        if r is None:
+            return (f"cast from {src.dtype} to {node.dtype} truncates values not known to be integers; the device "
+                    f"computes in float formats")
+        return _exact_reason(node, r)
+    integer_data = not node.dtype.is_floating_point and node.dtype != torch.bool
+    if integer_data or (node.dtype == torch.bool and not (op_type in BOOL_OPS or moves_data)):
+        r = integer.integer_range(graph, node.name, _memo(graph)) if integer_data else None
+        if r is None:
+            return (f"'{op_type}' computes {str(node.dtype).replace('torch.', '')} data the device would not keep "
+                    f"exact; the device computes in float formats")
+        why = _exact_reason(node, r)
+        if why is not None:
+            return why
+    why = _integer_operand_reason(graph, node)
+    return why if why is not None else _movement_reason(graph, node)
+
+
+def _exact_reason(node: Node, r) -> Optional[str]:
+    """Why integer results in range ``r`` are not exact on the device (None when they are)."""
+    limit = integer.exact_limit()
+    if integer.magnitude(r) <= limit:
+        return None
+    return (f"'{node.op_type}' computes integers up to {integer.magnitude(r):.0f} in magnitude; the device keeps "
+            f"integers exact up to {limit} ({'Float32' if limit == integer.FLOAT32_EXACT_INT else 'Float16_b, Grayskull'}"
+            f"'s accumulator)")
+
+
+def _integer_operand_reason(graph: Graph, node: Node) -> Optional[str]:
+    """Why ``node`` cannot read its integer operands on the device (None when it can): they must be
+    integer-valued data within Float32's exact range (an op producing integers checked that through its rule);
+    a float op may read them only as a cast to float (other float math on integer operands stays on the
+    host, as before)."""
+    from pybuda.ops import registry
+
+    op_type = node.op_type
+    moves_data = registry.get(op_type).family == "tm"
+    integer_out = not node.dtype.is_floating_point and node.dtype != torch.bool
+    for operand in node.operands:
         dtype = graph[operand].dtype
-        if dtype.is_floating_point or op_type == "constant":
+        # A cast to float or bool reads integers exact either way: computed on the device (which this module
+        # allows only within 2**24) or on the host and pushed (refused beyond 2**24 at push time).
+        if dtype.is_floating_point or op_type in ("constant", "cast"):
             continue
         # A boolean operand is a 0/1 float on the device: where's condition, logical ops, data movement.
-        if dtype == torch.bool and (op_type in BOOL_OPS or moves_data):
+        if dtype == torch.bool and (op_type in BOOL_OPS or moves_data or integer_out):
             continue
+        if integer_out:
+            r = integer.integer_range(graph, operand, _memo(graph))
+            if r is not None and integer.magnitude(r) <= integer.exact_limit():
+                continue
         return f"'{op_type}' reads {str(dtype).replace('torch.', '')} operand '{operand}'"
-    return _movement_reason(graph, node)
+    return None
+
+
+#: Integer ranges per graph, shared by the calls of one capability sweep (dropped when the graph changes).
+_MEMOS: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+
+
+def _memo(graph: Graph) -> Dict:
+    try:
+        size, memo = _MEMOS.get(graph, (None, None))
+    except TypeError:  # a graph type that cannot be weakly referenced: no sharing
+        return {}
+    if size != len(graph.nodes):
+        memo = {}
+        try:
+            _MEMOS[graph] = (len(graph.nodes), memo)
+        except TypeError:
+            pass
+    return memo
 
 
 def _movement_reason(graph: Graph, node: Node) -> Optional[str]:

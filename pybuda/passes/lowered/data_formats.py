@@ -143,14 +143,18 @@ def set_data_formats(bg: BudaGraph, ctx: CompileContext) -> BudaGraph:
                     bg.ops[src].intermed_df = DF.from_json(df)
         _check_input_df_indices(rule, matched)
 
-    # 3b. ops whose values must stay exact (index math of argmax): their tagged format, unless a user rule
-    # set the output format; on chips that can, they accumulate in Float32 too.
+    # 3b. ops whose values must stay exact (index math of argmax, integer data): their tagged format, unless a
+    # user rule set the output format; on chips that can, they accumulate in Float32 too, and they multiply
+    # at HiFi4 (pybuda.ops.integer.MULTIPLIER_EXACT_INT assumes full source-register precision; LoFi keeps 4
+    # mantissa bits of an operand).
     for op in bg.ops.values():
         exact = op.tags.get("exact_df")
         if exact and op.name not in explicit_out:
             op.out_df = op.intermed_df = DF.from_json(exact)
             if not ctx.is_grayskull and op.name not in explicit_acc:
                 op.acc_df = DF.Float32
+            if op.name not in explicit_fidelity:
+                op.math_fidelity = MF.HiFi4
 
     # 4. legalise
     for op in bg.ops.values():

@@ -1,0 +1,95 @@
+"""Integer-valued data on the device (pybuda.ops.integer): argmax/argmin indices, counts of masks, index
+arithmetic and their casts run on the simulated chip and come back exact; a cast that truncates arbitrary
+floats stays on the host and is exact too — never a wrong number."""
+
+import pytest
+import torch
+
+import pybuda
+from pybuda.frontend.torch import capture
+
+
+class ArgIndices(torch.nn.Module):
+    """torch.argmax, Tensor.argmax, argmin, a count of a mask and index arithmetic on them."""
+
+    def forward(self, x, y):
+        first = torch.argmax(x, -1)
+        count = (x > y).long().sum(-1)
+        low = x.argmin(dim=1)
+        return first, count, low, first + count - 3, x.argmax(-1).long()
+
+
+class Truncation(torch.nn.Module):
+    """``x.long()`` of arbitrary floats truncates: it must not become a device identity."""
+
+    def forward(self, x):
+        return (x * 3.0).long() + 1, torch.argmax(x, -1)
+
+
+#: Relative tolerance of float products on the simulated chip (19-bit multiplier source registers).
+CHIP_RTOL = 5e-3
+
+
+def _run(model, inputs, df=pybuda.DataFormat.Float32):
+    pybuda.set_configuration_options(default_df_override=df)
+    tt = pybuda.TTDevice("tt0", module=pybuda.PyTorchModule("m", model), arch=pybuda.BackendDevice.Wormhole_B0)
+    try:
+        got = [t.value() for t in pybuda.run_inference(inputs=[inputs]).get()]
+        return got, tt.cpu_fallback_device_pre, tt.cpu_fallback_device_post
+    finally:
+        pybuda.shutdown()
+
+
+def _ties(shape, gen):
+    """Random data with many ties and values 2**-12 apart (a 19-bit multiplier register would merge them)."""
+    return (torch.randint(0, 6, shape, generator=gen).float() + torch.randint(0, 3, shape, generator=gen) * 2 ** -12)
+
+
+@pytest.mark.parametrize("df", [pybuda.DataFormat.Float32, pybuda.DataFormat.Bfp8_b], ids=["float32", "bfp8_b"])
+def test_argmax_and_index_math_run_on_the_device_exactly(df):
+    g = torch.Generator().manual_seed(0)
+    x, y = _ties((2, 6, 700), g), _ties((2, 6, 700), g)
+    if df == pybuda.DataFormat.Bfp8_b:  # block rounding of the data itself changes ties: compare on exact data
+        x, y = x.round(), y.round()
+    model = ArgIndices().eval()
+    want = model(x, y)
+    got, pre, post = _run(model, (x, y), df)
+    assert pre is None and post is None  # everything on the device
+    for g_, w in zip(got, want):
+        assert g_.dtype == w.dtype == torch.int64
+        assert torch.equal(g_, w)  # integers: exact, whatever the default format (exact_df Float32)
+
+
+def test_float_to_int_cast_of_non_integers_stays_on_the_host():
+    model = Truncation().eval()
+    x = torch.randn(2, 4, 16, generator=torch.Generator().manual_seed(1))
+    want = model(x)
+    result = capture(model, (x,), config=pybuda.CompilerConfig(), for_device=True)
+    assert "truncates values not known to be integers" in str(result.report)
+    got, pre, post = _run(model, (x,))
+    assert pre is not None or post is not None
+    for g_, w in zip(got, want):
+        assert torch.equal(g_, w)
+
+
+def test_integer_range_beyond_the_multiplier_stays_on_the_host():
+    """A product of integer inputs (unknown range, up to 2**24) would be rounded by the multiplier's
+    source registers, and their sum could leave Float32's exact range: both stay on the host. Once clamped
+    the range is known, and adds run on the device."""
+
+    class Mixed(torch.nn.Module):
+        def forward(self, ids, x):
+            return ids * ids, (ids + ids).float() * x, ids.clamp(-1000, 1000) + 7
+
+    ids = torch.tensor([[3000, -2047, 5, 4001]])  # products stay below 2**24: the host result passes through
+    x = torch.randn(1, 4, generator=torch.Generator().manual_seed(2))
+    model = Mixed().eval()
+    want = model(ids, x)
+    result = capture(model, (ids, x), config=pybuda.CompilerConfig(), for_device=True)
+    _, graph, _ = result.split_for_devices()
+    on_device = {(n.op_type, n.dtype) for n in graph.ops}
+    assert ("add", torch.int64) in on_device and ("multiply", torch.int64) not in on_device
+    got, _, _ = _run(model, (ids, x))
+    assert torch.equal(got[0], want[0]) and torch.equal(got[2], want[2])
+    # float math on the chip: the multiplier keeps about 10 bits of its operands (chip numerics, not integers)
+    torch.testing.assert_close(got[1], want[1], rtol=CHIP_RTOL, atol=1e-3)
