@@ -198,8 +198,9 @@ class PybudaBackendRep(BackendRep):
         return namedtupledict("Outputs", [_field(n) for n in names])(*outs)
 
 
-#: Operands the chip needs as constants, whatever their element type: (op type, input index).
-STATIC_OPERANDS = frozenset({("Resize", 1), ("Resize", 2), ("Upsample", 1)})
+#: Operands the chip needs as constants, whatever their element type: (op type, input index). Dropout's ratio
+#: and training_mode decide whether the node is an identity or a mask (a different graph), like Resize's scales.
+STATIC_OPERANDS = frozenset({("Resize", 1), ("Resize", 2), ("Upsample", 1), ("Dropout", 1), ("Dropout", 2)})
 
 
 def specialised_inputs(model: "onnx.ModelProto", arrays: Sequence[np.ndarray]) -> List[str]:
@@ -225,13 +226,17 @@ def _static_operands(model: "onnx.ModelProto") -> set:
 def host_only_reason(model: "onnx.ModelProto") -> Optional[str]:
     """Why no part of ``model`` can be imported for the device (None when it can): a graph input or output
     that is not a tensor (a sequence, map or optional), or no default-domain (ai.onnx) opset at all (only
-    ai.onnx.ml / ai.onnx.preview.training ops)."""
+    ai.onnx.ml / ai.onnx.preview.training ops), or an opset older than 13 that does not convert to opset 13 as
+    the same function (:func:`pybuda.frontend.onnx.model.conversion_problem`)."""
     for vi in list(model.graph.input) + list(model.graph.output):
         if not vi.type.HasField("tensor_type"):
             return f"'{vi.name}' is a {vi.type.WhichOneof('value')}, not a tensor"
     if not any(imp.domain in ("", "ai.onnx") for imp in model.opset_import):
         domains = ", ".join(sorted({imp.domain for imp in model.opset_import}))
         return f"it uses only the {domains} domain(s)"
+    why = onnx_model.conversion_problem(model)
+    if why is not None:
+        return f"converting opset {onnx_model.default_opset(model)} to {onnx_model.MIN_OPSET} {why}"
     return None
 
 

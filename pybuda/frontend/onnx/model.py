@@ -60,17 +60,48 @@ def check_and_upgrade(model: "onnx.ModelProto", name: str) -> "onnx.ModelProto":
         onnx.checker.check_model(model)
     except Exception as e:
         raise ModuleError(f"ONNX model '{name}' fails the ONNX checker: {str(e).strip().splitlines()[0]}") from None
-    version = default_opset(model)
-    if version < MIN_OPSET:
-        from onnx import version_converter
+    converted, why = _converted(model)
+    if why is not None:
+        raise ModuleError(f"ONNX model '{name}' uses opset {default_opset(model)}; converting it to opset {MIN_OPSET} "
+                          f"{why}; re-export it with opset >= {MIN_OPSET}")
+    return converted
 
-        try:
-            model = version_converter.convert_version(model, MIN_OPSET)
-        except Exception as e:
-            raise ModuleError(f"ONNX model '{name}' uses opset {version}; converting it to opset {MIN_OPSET} "
-                              f"failed ({str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__}); "
-                              f"re-export it with opset >= {MIN_OPSET}") from None
-    return model
+
+def conversion_problem(model: "onnx.ModelProto") -> Optional[str]:
+    """Why ``model`` (older than opset 13) cannot be converted to opset 13 as the same function (None when it
+    can, or needs no conversion): the converter fails, or it rewrites the model's interface (opset 8's Scan
+    loses its batch axis, for one) so that the result is another function."""
+    return _converted(model)[1]
+
+
+def _converted(model: "onnx.ModelProto") -> Tuple["onnx.ModelProto", Optional[str]]:
+    if default_opset(model) >= MIN_OPSET:
+        return model, None
+    from onnx import version_converter
+
+    try:
+        converted = version_converter.convert_version(model, MIN_OPSET)
+    except Exception as e:
+        return model, f"failed ({str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__})"
+    for what, old, new in (("input", model.graph.input, converted.graph.input),
+                           ("output", model.graph.output, converted.graph.output)):
+        new_by_name = {v.name: v for v in new}
+        for v in old:
+            if v.name not in new_by_name or not _same_type(v.type, new_by_name[v.name].type):
+                return model, f"changes graph {what} '{v.name}'"
+    return converted, None
+
+
+def _same_type(a: "onnx.TypeProto", b: "onnx.TypeProto") -> bool:
+    """Same kind, element type and (where ``a`` declares one) shape."""
+    if a.WhichOneof("value") != b.WhichOneof("value"):
+        return False
+    if not a.HasField("tensor_type"):
+        return a == b
+    ta, tb = a.tensor_type, b.tensor_type
+    if ta.elem_type != tb.elem_type:
+        return False
+    return not ta.HasField("shape") or (tb.HasField("shape") and list(ta.shape.dim) == list(tb.shape.dim))
 
 
 def graph_inputs(model: "onnx.ModelProto") -> List["onnx.ValueInfoProto"]:

@@ -11,7 +11,9 @@ for, an ONNX domain it lacks, a failure while running); then ONNX's own referenc
 (training-mode Dropout, RandomNormal, Bernoulli ...) also go to the reference implementation: it draws
 from numpy's generator seeded by the node, so the values are ONNX's own, where ONNX Runtime's generator
 would give other (equally valid) masks. So do stages with a Fourier transform (:data:`PRECISE_IN_REFERENCE`):
-the reference sums in float64 where ONNX Runtime sums in float32.
+the reference sums in float64 where ONNX Runtime sums in float32. And so do stages with an op whose ONNX
+Runtime kernel reads the ONNX definition otherwise than ONNX's reference implementation and node cases
+(:data:`DEFINED_BY_REFERENCE`).
 """
 
 from __future__ import annotations
@@ -37,6 +39,12 @@ RANDOM_OPS = frozenset({"Dropout", "RandomNormal", "RandomUniform", "RandomNorma
 #: float32 there (errors of ~1e-4 of the signal where the exact value is 0), in float64 in ``onnx.reference``.
 PRECISE_IN_REFERENCE = frozenset({"DFT", "STFT"})
 
+#: Ops whose ONNX Runtime kernel disagrees with ONNX's reference implementation (and ONNX's node cases) on what
+#: the op computes: MaxUnpool with an ``output_shape`` scatters its indices over the default unpooled shape
+#: and pads that to ``output_shape`` in the reference, where ONNX Runtime reads them as positions in
+#: ``output_shape``. pybuda follows ONNX's own reading.
+DEFINED_BY_REFERENCE = frozenset({"MaxUnpool"})
+
 ORT, REFERENCE = "onnxruntime", "onnx-reference"
 
 
@@ -58,11 +66,13 @@ class OnnxStage:
                               if o.type.HasField("tensor_type") and o.type.tensor_type.elem_type else None
                               for o in model.graph.output]
         self.input_dtypes = list(input_dtypes)
+        self.output_shapes = [_static_shape(o) for o in model.graph.output]
         self.initializers = list(initializers)  # original initializer/constant names the stage holds
         self.node_count = len(model.graph.node)
         self.op_types = sorted({n.op_type for n in model.graph.node})
+        in_reference = PRECISE_IN_REFERENCE | DEFINED_BY_REFERENCE
         self.runtime: Optional[str] = (REFERENCE if _draws_seeded_random(model) or
-                                       PRECISE_IN_REFERENCE.intersection(self.op_types) else None)
+                                       in_reference.intersection(self.op_types) else None)
         self._session = None  # ONNX Runtime's
         self._reference = None  # onnx.reference's
 
@@ -135,10 +145,14 @@ class OnnxStage:
         try:
             if self._reference is None:
                 self._reference = ReferenceEvaluator(self.model)
-            return list(self._reference.run(self.output_names, feeds))
+            outs = list(self._reference.run(self.output_names, feeds))
         except Exception as e:
             raise RuntimeFailure(f"CPU stage '{self.name}' ({', '.join(self.op_types)}) runs neither in ONNX Runtime "
                                  f"nor in the ONNX reference runtime: {_first_line(e)}") from None
+        # onnx.reference's Loop stacks scalar scan outputs as [n, 1] where ONNX (and the model) declare [n]: an
+        # output holding exactly its declared static shape's elements takes that shape.
+        return [o.reshape(shape) if isinstance(o, np.ndarray) and shape is not None and o.shape != shape
+                and o.size == int(np.prod(shape)) else o for o, shape in zip(outs, self.output_shapes)]
 
     def __getstate__(self):
         state = self.__dict__.copy()
@@ -200,6 +214,14 @@ def build_stage(imp: Any, node_idx: Sequence[int], inputs: Sequence[str], output
                               [numpy_helper.from_array(np.asarray(a), k) for k, a in inits.items()])
     model = helper.make_model(graph, opset_imports=list(imp.model.opset_import), ir_version=imp.model.ir_version)
     return OnnxStage(name, model, dtypes, list(inits))
+
+
+def _static_shape(vi: "onnx.ValueInfoProto") -> Optional[Tuple[int, ...]]:
+    """A graph value's declared shape when every dim is a number (None otherwise)."""
+    t = vi.type.tensor_type if vi.type.HasField("tensor_type") else None
+    if t is None or not t.HasField("shape") or any(not d.HasField("dim_value") for d in t.shape.dim):
+        return None
+    return tuple(int(d.dim_value) for d in t.shape.dim)
 
 
 def _first_line(e: BaseException) -> str:

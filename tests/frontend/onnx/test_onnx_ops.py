@@ -124,9 +124,10 @@ def test_shape_chains_fold_at_import():
     assert cap.graph.inputs[0].shape == (5, 6)  # the dynamic dim is bound from the sample
 
 
-def test_argmax_falls_back_for_integer_output_but_is_correct():
+def test_argmax_integer_output_is_exact_on_the_device():
     x = f32(3, 5)
     model = single_node_model("ArgMax", {"x": x}, axis=1, keepdims=0)
     rep = PybudaBackend.prepare(model)
     got = rep.run([x])[0]
     np.testing.assert_array_equal(got, ort_run(model, [x])[0])
+    assert not rep.report.has_fallback

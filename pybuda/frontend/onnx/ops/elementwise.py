@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 
-
+import numpy as np
 import torch
 
 from pybuda.frontend.aten_builder import Const, Unsupported, _as_bool
@@ -26,9 +26,20 @@ def _binary(ctx: NodeCtx):
 
 @converts("Pow")
 def _pow(ctx: NodeCtx):
-    dt = _float_out(ctx)
-    x = ctx.x(0, dt)
     e = ctx.value(1)
+    dt = ctx.out_dtype()
+    if not dt.is_floating_point:
+        # An integer base: ONNX truncates the power to an integer. With a constant non-negative integer
+        # exponent the power of integers is an integer (exact on the device, the cast to the integer dtype
+        # vanishes); a float exponent needs exp/log, which cannot be truncated exactly (2 ** 5 might come out
+        # as 31.99999), so that stays on the host.
+        if not (isinstance(e, Const) and e.value.numel() == 1 and float(e.value.reshape(-1)[0]).is_integer()
+                and float(e.value.reshape(-1)[0]) >= 0):
+            raise Unsupported(f"Pow on {str(dt).replace('torch.', '')} data with a non-constant exponent "
+                              f"(the integer result truncates a float power the device cannot compute exactly)")
+        v = float(e.value.reshape(-1)[0])
+        return ctx.b.cast(ctx.b.op("pow", [ctx.x(0, torch.float32)], exponent=v), dt)
+    x = ctx.x(0, dt)
     if isinstance(e, Const) and e.value.numel() == 1:
         v = float(e.value.reshape(-1)[0])
         if v == 1:
@@ -264,13 +275,30 @@ def _identity(ctx: NodeCtx):
 @converts("Dropout")
 def _dropout(ctx: NodeCtx):
     training = ctx.has(2) and bool(ctx.const(2, "training_mode").reshape(-1)[0])
-    if training and (not ctx.has(1) or float(ctx.const(1, "ratio").reshape(-1)[0]) != 0.0):
-        # Random masks run on the host (see stages.py: a seeded node draws ONNX's own reference masks).
-        raise Unsupported("Dropout in training mode")
-    x = ctx.b.op("nop", [ctx.x(0)])
-    if len(ctx.node.output) > 1 and ctx.node.output[1]:
-        return [x, Const(torch.ones(ctx.shape(0), dtype=torch.bool), f"{ctx.label}.mask")]
-    return x
+    ratio = float(ctx.const(1, "ratio").reshape(-1)[0]) if ctx.has(1) else float(ctx.attr("ratio", 0.5, (float, int)))
+    want_mask = len(ctx.node.output) > 1 and bool(ctx.node.output[1])
+    if not training or ratio == 0.0:
+        x = ctx.b.op("nop", [ctx.x(0)])
+        if want_mask:
+            return [x, Const(torch.ones(ctx.shape(0), dtype=torch.bool), f"{ctx.label}.mask")]
+        return x
+    if "seed" not in ctx.attrs:
+        # Unseeded: a new mask every run, so no fixed result is right (coverage.py: not registry-mappable).
+        raise Unsupported("Dropout in training mode without a seed (a new random mask every run)")
+    if not 0.0 < ratio < 1.0:
+        raise ctx.bad(f"ratio must be in [0, 1), got {ratio}")
+    dt = _float_out(ctx)
+    # With a seed, ONNX's reference runtime (which also runs seeded random nodes on the host, see stages.py)
+    # draws the same mask on every run: the mask is a constant of the node, taken from that runtime.
+    from onnx import helper
+    from onnx.reference import ReferenceEvaluator
+
+    node = helper.make_node("Dropout", ["x", "r", "t"], ["y", "m"], seed=int(ctx.attr("seed", types=(int,))))
+    feeds = {"x": np.ones(ctx.shape(0), np.float32), "r": np.array(ratio, np.float32), "t": np.array(True)}
+    keep = ReferenceEvaluator(node, opsets={"": max(ctx.opset, 13)}).run(None, feeds)[1].astype(bool)
+    scale = torch.from_numpy(keep.astype(np.float32) / np.float32(1.0 - ratio)).to(dt)
+    y = ctx.b.op("multiply", [ctx.x(0, dt), ctx.b.const(scale, f"{ctx.label}.keep_scaled")])
+    return [y, Const(torch.from_numpy(keep), f"{ctx.label}.mask")] if want_mask else y
 
 
 @converts("Cast")
@@ -280,17 +308,14 @@ def _cast(ctx: NodeCtx):
     if dt is None or dt not in (torch.float32, torch.float16, torch.bfloat16, torch.float64, torch.bool, torch.int64,
                                 torch.int32, torch.int8, torch.uint8, torch.int16):
         raise Unsupported(f"Cast to element type {to}")
-    src = ctx.dtype(0)
-    if src.is_floating_point and not dt.is_floating_point and dt != torch.bool:
-        raise Unsupported("Cast from float to integer (rounding differs)")
+    # Float to integer truncates toward zero in ONNX and in the registry's cast alike; the capability check
+    # keeps it on the device only when the values already are integers (then it is the identity).
     return ctx.b.cast(ctx.x(0), dt)
 
 
 @converts("CastLike")
 def _cast_like(ctx: NodeCtx):
     dt = ctx.out_dtype()
-    if ctx.dtype(0).is_floating_point and not dt.is_floating_point and dt != torch.bool:
-        raise Unsupported("Cast from float to integer")
     v = ctx.value(0)
     if isinstance(v, Const):  # only the type of input 1 matters: the result is known now (e.g. a -inf fill)
         return Const(v.value.to(dt), f"{ctx.label}.const")

@@ -8,11 +8,12 @@ from typing import Any, List, Sequence, Tuple
 
 import torch
 
-from pybuda.frontend.aten_builder import Unsupported, _reduce_max_or_min
+from pybuda.frontend.aten_builder import Missing, Unsupported, _reduce_max_or_min
 from pybuda.frontend.aten_nn import _conv2d, _matmul, _reduce
 from pybuda.frontend.aten_shape import _index_range
-from pybuda.frontend.onnx.importer import NodeCtx, converts, inf_standin
+from pybuda.frontend.onnx.importer import NodeCtx, converts
 from pybuda.frontend.onnx.ops.common import _float_out
+from pybuda.frontend.onnx.ops.tensor import _pad_by_concat
 
 
 @converts("MatMul")
@@ -76,12 +77,6 @@ def _spatial_attrs(ctx: NodeCtx, spatial: int, kernel: Sequence[int]):
     return strides, dil, pads
 
 
-def _sym_pads(pads: Sequence[int], spatial: int) -> List[int]:
-    if any(pads[i] != pads[i + spatial] for i in range(spatial)):
-        raise Unsupported(f"asymmetric padding {list(pads)}")
-    return list(pads[:spatial])
-
-
 @converts("Conv")
 def _conv(ctx: NodeCtx):
     b = ctx.b
@@ -133,14 +128,14 @@ def _conv_transpose(ctx: NodeCtx):
     b = ctx.b
     dt = _float_out(ctx)
     spatial = ctx.rank(0) - 2
-    if spatial not in (1, 2):
+    if spatial not in (1, 2, 3):
         raise Unsupported(f"{spatial}-d transposed convolution")
-    if "output_shape" in ctx.attrs or ctx.attr("auto_pad", "NOTSET", (str,)) != "NOTSET":
-        raise Unsupported("ConvTranspose with output_shape / auto_pad")
     kernel = list(ctx.attr("kernel_shape", list(ctx.shape(1)[2:]), (list,)))
     strides, dil, pads = _spatial_attrs(ctx, spatial, kernel)
     out_pad = list(ctx.attr("output_padding", [0] * spatial, (list,)))
     groups = ctx.attr("group", 1, (int,))
+    if len(out_pad) != spatial or kernel != list(ctx.shape(1)[2:]):
+        raise ctx.bad(f"output_padding needs {spatial} values and kernel_shape must match the weight")
     bias = ctx.x(2, dt) if ctx.has(2) else None
     w = ctx.x(1, dt)
     x = ctx.x(0, dt)
@@ -149,80 +144,84 @@ def _conv_transpose(ctx: NodeCtx):
         x, w = b.reshape(x, (xs[0], xs[1], 1, xs[2])), b.reshape(w, (ws[0], ws[1], 1, ws[2]))
         kernel, strides, dil = [1] + kernel, [1] + strides, [1] + dil
         pads, out_pad = [0, pads[0], 0, pads[1]], [0] + out_pad
-    out = _per_sample(b, x,
-                      lambda xi: _conv2d(b, xi, w, bias, strides, _sym_pads(pads, 2), dil, groups, True, out_pad))
-    return b.reshape(out, ctx.out_shape())
+    auto = ctx.attr("auto_pad", "NOTSET", (str,))
+    plain = "output_shape" not in ctx.attrs and auto == "NOTSET"
+    if spatial < 3 and plain and pads[:2] == pads[2:]:
+        out = _per_sample(b, x, lambda xi: _conv2d(b, xi, w, bias, strides, pads[:2], dil, groups, True, out_pad))
+        return b.reshape(out, ctx.out_shape())
+    # Otherwise: the full transposed convolution (no padding), then per spatial axis the output's window of it,
+    # cropped or zero-extended (ONNX's pads, output_padding, output_shape and auto_pad all only choose where
+    # that window starts and how long it is), then the bias.
+    full = _full_conv_transpose(ctx, x, w, strides, dil, groups)
+    begins = _conv_transpose_begins(ctx, [n for n in b.shape(x)[2:]], kernel, strides, dil, pads, out_pad)
+    out_spatial = ctx.out_shape()[2:] if spatial != 1 else (1,) + tuple(ctx.out_shape()[2:])
+    for i, (begin, n_out) in enumerate(zip(begins, out_spatial)):
+        axis = 2 + i
+        size = b.shape(full)[axis]
+        lo, hi = max(begin, 0), min(begin + n_out, size)
+        if hi <= lo:
+            raise Unsupported("ConvTranspose whose output window misses every computed value")
+        full = _index_range(b, full, axis, lo, hi)
+        if lo - begin or begin + n_out - hi:
+            full = _pad_by_concat(ctx, {axis: (lo - begin, begin + n_out - hi)}, 0.0, dt, full)
+    if bias is not None:
+        full = b.op("add", [full, b.reshape(bias, (1, ctx.shape(2)[0]) + (1,) * (b.rank(full) - 2))])
+    return b.reshape(full, ctx.out_shape())
 
 
-def _pool_common(ctx: NodeCtx, fill: Any):
-    """(NCHW input, kernel, strides, dilations, (left, right, top, bottom) padding, ceil_mode, explicit padding)
-    of a pooling node. 1-d pooling runs as 2-d pooling over a height-1 view; padding the pooling cannot take
-    (uneven) is an explicit pad with ``fill`` first, returned as (left, right, top, bottom) too (None: not
-    expressible)."""
+def _conv_transpose_begins(ctx: NodeCtx, sizes: Sequence[int], kernel, strides, dil, pads, out_pad) -> List[int]:
+    """Per spatial axis, where the output starts in the full (unpadded) transposed convolution. ONNX: the begin
+    pads; with ``output_shape`` or auto_pad SAME_* the pads are the total padding that makes the output
+    ``output_shape`` long (default: input size times stride), its smaller half first for SAME_UPPER and its
+    larger half first otherwise (as ONNX Runtime does; a negative total extends the output with zeros)."""
+    auto = ctx.attr("auto_pad", "NOTSET", (str,))
+    spatial = len(sizes)
+    if "output_shape" not in ctx.attrs and auto not in ("SAME_UPPER", "SAME_LOWER"):
+        return list(pads[:spatial]) if auto != "VALID" else [0] * spatial
+    shape = list(ctx.attr("output_shape", [n * s for n, s in zip(sizes, strides)], (list,)))
+    shape = [1] * (spatial - len(shape)) + shape  # a 1-d node runs over a height-1 view
+    begins = []
+    for i in range(spatial):
+        total = strides[i] * (sizes[i] - 1) + out_pad[i] + (kernel[i] - 1) * dil[i] + 1 - shape[i]
+        begins.append(total // 2 if auto == "SAME_UPPER" else total - total // 2)
+    return begins
+
+
+def _full_conv_transpose(ctx: NodeCtx, x: str, w: str, strides, dil, groups) -> str:
+    """The transposed convolution with no padding and no output padding, ``[N, M, full spatial...]``. A 3-d
+    one sums, for each output depth, the 2-d transposed convolutions of the input depth slices with the
+    kernel depth slices that land there (depth d_in with tap t lands at d_in * stride + t * dilation)."""
     b = ctx.b
-    rank = ctx.rank(0)
-    if rank not in (3, 4):
-        raise Unsupported(f"{rank - 2}-d pooling")
-    spatial = rank - 2
-    kernel = list(ctx.attr("kernel_shape", types=(list,)))
-    if len(kernel) != spatial or min(kernel) < 1:
-        raise ctx.bad(f"kernel_shape must be {spatial} positive ints, got {kernel}")
-    strides, dil, pads = _spatial_attrs(ctx, spatial, kernel)
-    ceil = bool(ctx.attr("ceil_mode", 0, (int,)))
-    x = ctx.x(0)
-    if spatial == 1:
-        n, c, length = ctx.shape(0)
-        x = b.reshape(x, (n, c, 1, length))
-        kernel, strides, dil, pads = [1] + kernel, [1] + strides, [1] + dil, [0, pads[0], 0, pads[1]]
-    top, left, bottom, right = pads
-    extra = (0, 0, 0, 0)
-    if (top, left) != (bottom, right):
-        if fill is None or ceil:
-            raise Unsupported(f"asymmetric padding {list(pads)}")
-        ph, pw = min(top, bottom), min(left, right)
-        extra = (left - pw, right - pw, top - ph, bottom - ph)
-        x = b.op("pad", [x], pad=extra, mode="constant", value=fill, channel_last=False)
-        top = bottom = ph
-        left = right = pw
-    return x, kernel, strides, dil, (left, right, top, bottom), ceil, extra
-
-
-@converts("MaxPool")
-def _max_pool(ctx: NodeCtx):
-    _float_out(ctx)
-    if len(ctx.node.output) > 1 and ctx.node.output[1]:
-        raise Unsupported("MaxPool with the Indices output")
-    if ctx.attr("storage_order", 0, (int,)):
-        raise Unsupported("MaxPool with storage_order=1")
-    x, kernel, strides, dil, pad, ceil, _ = _pool_common(ctx, -inf_standin(ctx.dtype(0)))
-    out = ctx.b.op("max_pool2d", [x], kernel_size=tuple(kernel), stride=tuple(strides), padding=pad,
-                   dilation=tuple(dil), ceil_mode=ceil, channel_last=False)
-    return ctx.b.reshape(out, ctx.out_shape())
-
-
-@converts("AveragePool")
-def _avg_pool(ctx: NodeCtx):
-    _float_out(ctx)
-    include = bool(ctx.attr("count_include_pad", 0, (int,)))
-    # Uneven padding that the average must not count: average over zero padding, then rescale each window by
-    # kernel size / its count of real elements (a constant: the windows are known at import).
-    x, kernel, strides, dil, pad, ceil, extra = _pool_common(ctx, 0.0)
-    explicit = any(extra)
-    if any(d != 1 for d in dil):
-        raise Unsupported("AveragePool with dilations")
-    if ceil and any(pad):
-        raise Unsupported("AveragePool with ceil_mode and padding")
-    attrs = dict(kernel_size=tuple(kernel), stride=tuple(strides), padding=pad, ceil_mode=ceil,
-                 divisor_override=None, channel_last=False)
-    out = ctx.b.op("avg_pool2d", [x], count_include_pad=include or explicit, **attrs)
-    if explicit and not include:
-        h, w = ctx.shape(0)[-2:] if ctx.rank(0) == 4 else (1, ctx.shape(0)[-1])
-        left, right, top, bottom = pad
-        real = torch.nn.functional.pad(torch.ones(1, 1, h, w), extra)
-        share = torch.nn.functional.avg_pool2d(real, tuple(kernel), tuple(strides), (top, left), False, True)
-        scale = torch.where(share > 0, 1.0 / share, torch.zeros_like(share))  # K / real elements per window
-        out = ctx.b.op("multiply", [out, ctx.b.const(scale.to(ctx.out_dtype()), f"{ctx.label}.rescale")])
-    return ctx.b.reshape(out, ctx.out_shape())
+    if b.rank(x) == 4:
+        return _per_sample(b, x, lambda xi: _conv2d(b, xi, w, None, strides, (0, 0), dil, groups, True))
+    depth, taps = b.shape(x)[2], b.shape(w)[2]
+    full_depth = (depth - 1) * strides[0] + (taps - 1) * dil[0] + 1
+    planes: List[List[str]] = [[] for _ in range(full_depth)]
+    w_taps = [b.reshape(_index_range(b, w, 2, t, t + 1), tuple(n for k, n in enumerate(b.shape(w)) if k != 2))
+              for t in range(taps)]
+    for d_in in range(depth):
+        xd = _index_range(b, x, 2, d_in, d_in + 1)
+        xd = b.reshape(xd, tuple(n for k, n in enumerate(b.shape(xd)) if k != 2))
+        for t in range(taps):
+            y = _per_sample(b, xd, lambda xi, wt=w_taps[t]: _conv2d(b, xi, wt, None, strides[1:], (0, 0), dil[1:],
+                                                                    groups, True))
+            planes[d_in * strides[0] + t * dil[0]].append(y)
+    shape = None
+    for p in planes:
+        if p:
+            shape = b.shape(p[0])
+            break
+    out = []
+    for p in planes:
+        if not p:
+            out.append(b.const(torch.zeros((shape[0], shape[1], 1) + tuple(shape[2:]), dtype=b.dtype(x)),
+                               f"{ctx.label}.gap"))
+            continue
+        plane = p[0]
+        for y in p[1:]:
+            plane = b.op("add", [plane, y])
+        out.append(b.reshape(plane, (shape[0], shape[1], 1) + tuple(shape[2:])))
+    return out[0] if len(out) == 1 else b.op("concatenate", out, axis=2)
 
 
 @converts("GlobalAveragePool", "GlobalMaxPool")
@@ -238,8 +237,10 @@ def _global_pool(ctx: NodeCtx):
 @converts("BatchNormalization")
 def _batch_norm(ctx: NodeCtx):
     dt = _float_out(ctx)
-    if ctx.attr("training_mode", 0, (int,)) or len([o for o in ctx.node.output if o]) > 1:
-        raise Unsupported("BatchNormalization in training mode")
+    if ctx.attr("training_mode", 0, (int,)):
+        return _batch_norm_training(ctx, dt)
+    if len([o for o in ctx.node.output if o]) > 1:
+        raise Unsupported("BatchNormalization with statistics outputs outside training mode (opset < 14)")
     eps = float(ctx.attr("epsilon", 1e-5, (float, int)))
     ops = [ctx.x(i, dt) for i in range(5)]
     if ctx.rank(0) < 2:
@@ -249,6 +250,43 @@ def _batch_norm(ctx: NodeCtx):
         x4 = ctx.b.reshape(ops[0], (shape[0], shape[1], math.prod(shape[2:]) if len(shape) > 2 else 1, 1))
         return ctx.b.reshape(ctx.b.op("batchnorm", [x4] + ops[1:], epsilon=eps), shape)
     return ctx.b.op("batchnorm", ops, epsilon=eps)
+
+
+def _batch_norm_training(ctx: NodeCtx, dt) -> List[str]:
+    """Training mode (opset 14+): Y normalised by the batch's own statistics (mean and biased variance over
+    every dim but the channels), and the running statistics updated with ``momentum``:
+    ``running = given * momentum + batch * (1 - momentum)``."""
+    b = ctx.b
+    eps = float(ctx.attr("epsilon", 1e-5, (float, int)))
+    momentum = float(ctx.attr("momentum", 0.9, (float, int)))
+    rank = ctx.rank(0)
+    if rank < 2:
+        raise ctx.bad("input must have a channel dim")
+    channels = ctx.shape(0)[1]
+    x = ctx.x(0, dt)
+    axes = [d for d in range(rank) if d != 1]
+    mean = x
+    for d in axes:
+        mean = b.op("reduce_avg", [mean], dim=d)
+    centered = b.op("subtract", [x, mean])
+    var = b.op("square", [centered])
+    for d in axes:
+        var = b.op("reduce_avg", [var], dim=d)
+    rstd = b.op("reciprocal", [b.op("sqrt", [b.binary("add", var, eps, dt)])])
+    per_channel = (1, channels) + (1,) * (rank - 2)
+    scale, bias = (b.reshape(ctx.x(i, dt), per_channel) for i in (1, 2))
+    y = b.op("add", [b.op("multiply", [b.op("multiply", [centered, rstd]), scale]), bias])
+    outs = [y]
+    for k, batch in ((3, mean), (4, var)):
+        if len(ctx.node.output) > len(outs) and ctx.node.output[len(outs)]:
+            given = b.binary("multiply", ctx.x(k, dt), momentum, dt)
+            update = b.binary("multiply", b.reshape(batch, (channels,)), 1.0 - momentum, dt)
+            outs.append(b.op("add", [given, update]))
+        else:
+            outs.append(Missing(f"output {len(outs)} of {ctx.op_type} is not asked for"))
+    if len(ctx.node.output) > 3:
+        raise Unsupported("BatchNormalization with more than 3 outputs in training mode")
+    return outs[:len(ctx.node.output)]
 
 
 def _normalize(ctx: NodeCtx, x: str, axes: List[int], eps: float, dt) -> str:

@@ -78,15 +78,13 @@ def _reduce_other(ctx: NodeCtx):
 @converts("ArgMax", "ArgMin")
 def _argmax(ctx: NodeCtx):
     b = ctx.b
-    if ctx.attr("select_last_index", 0, (int,)):
-        raise Unsupported("ArgMax/ArgMin with select_last_index")
     x = ctx.x(0)
-    if not ctx.dtype(0).is_floating_point:
-        raise Unsupported("ArgMax on integers")
     dim = ctx.axis(ctx.attr("axis", 0, (int,)), ctx.rank(0))
     if ctx.op_type == "ArgMin":
-        x = b.binary("multiply", x, -1, ctx.dtype(0))
-    return b.cast(b.reshape(b.op("argmax", [x], dim=dim), ctx.out_shape()), ctx.out_dtype())
+        # the max of -x; 0 - x is exact (a multiply by -1 would pass the multiplier's 19-bit registers)
+        x = b.binary("subtract", 0, x, ctx.dtype(0))
+    last = bool(ctx.attr("select_last_index", 0, (int,)))
+    return b.cast(b.reshape(b.op("argmax", [x], dim=dim, last=last), ctx.out_shape()), ctx.out_dtype())
 
 
 @converts("CumSum")

@@ -97,11 +97,14 @@ def _slice(ctx: NodeCtx):
         a = ctx.axis(a, rank, "axes entry")
         if st == 0:
             raise ctx.bad("steps must be non-zero")
-        if st < 0:
-            raise Unsupported("Slice with a negative step")
         r = range(shape[a])[slice(s, e, st)]
         if len(r) == 0:
             raise Unsupported("empty slice (zero-size tensors)")
+        if st < 0:
+            # A reversed walk is a permutation of the rows it keeps: a gather with the indices known now.
+            out = tuple(len(r) if d == a else n for d, n in enumerate(ctx.b.shape(v)))
+            v = _adv_index(ctx.b, v, Const(torch.tensor(list(r), dtype=torch.int64), f"{ctx.label}.rows"), a, out)
+            continue
         v = _index_range(ctx.b, v, a, r.start, r.start + (len(r) - 1) * st + 1, st)
     return v if v != ctx.x(0) else ctx.b.op("nop", [v])
 
@@ -220,11 +223,12 @@ def _pad(ctx: NodeCtx):
     return ctx.b.op("pad", [ctx.x(0)], pad=tuple(pad), mode=mode, value=value, channel_last=False)
 
 
-def _pad_by_concat(ctx: NodeCtx, per_dim, value: Any, dt) -> str:
-    """Constant padding of any dims as slices (negative pads crop) and concatenations with blocks of ``value``
-    (a float, or a graph value computed at run time: the blocks are then ones times it)."""
+def _pad_by_concat(ctx: NodeCtx, per_dim, value: Any, dt, x: Any = None) -> str:
+    """Constant padding of any dims of ``x`` (default: the node's input 0) as slices (negative pads crop) and
+    concatenations with blocks of ``value`` (a float, or a graph value computed at run time: the blocks are
+    then ones times it)."""
     b = ctx.b
-    x = ctx.x(0, dt)
+    x = ctx.x(0, dt) if x is None else x
     for d in sorted(per_dim):
         lo, hi = per_dim[d]
         size = b.shape(x)[d]
@@ -259,18 +263,22 @@ def _constant_of_shape(ctx: NodeCtx):
 def _resize(ctx: NodeCtx):
     # Every Resize mode (nearest, linear, cubic; each coordinate transformation, antialias) is linear in
     # its input and separable by axis: each resized spatial axis is one matmul with a constant matrix,
-    # the node's own ONNX semantics applied to an identity basis (:func:`_resize_matrix`).
+    # the node's own ONNX semantics applied to an identity basis (:func:`_resize_matrix`). tf_crop_and_resize
+    # adds one more constant: the extrapolation value wherever a sample falls outside its crop box.
     if ctx.rank(0) != 4:
         raise Unsupported(f"Resize of a rank-{ctx.rank(0)} tensor")
     ctm = ctx.attr("coordinate_transformation_mode", "half_pixel", (str,))
-    if ctm == "tf_crop_and_resize":
-        raise Unsupported("Resize with tf_crop_and_resize (an affine map with its extrapolation value)")
     axes = [ctx.axis(a, 4, "axes entry") for a in ctx.attr("axes", [0, 1, 2, 3], (list,))]
     out, ins = ctx.out_shape(), ctx.shape(0)
     if tuple(out[:2]) != tuple(ins[:2]):
         raise Unsupported("Resize of batch/channel dims")
-    scales = None
+    geo = {"scales": None, "sizes": None, "roi": {}}
     k = 1 if ctx.op_type == "Upsample" else 2
+    if ctm == "tf_crop_and_resize":
+        roi = [float(v) for v in ctx.const(1, "roi").reshape(-1).tolist()]
+        if len(roi) != 2 * len(axes):
+            raise ctx.bad(f"roi has {len(roi)} values for {len(axes)} axes")
+        geo["roi"] = {a: (roi[i], roi[i + len(axes)]) for i, a in enumerate(axes)}
     if ctx.has(k) and ctx.shape(k) != (0,):
         if isinstance(ctx.value(k), Const):
             given = [float(v) for v in ctx.const(k).reshape(-1).tolist()]
@@ -287,57 +295,101 @@ def _resize(ctx: NodeCtx):
             if sample is None or [float(v) for v in np.asarray(sample).reshape(-1)] != [ratios[a] for a in axes]:
                 raise Unsupported("Resize with scales computed at run time that are not out/in")
             scales = ratios
+        geo["scales"] = scales
     elif ctx.attr("keep_aspect_ratio_policy", "stretch", (str,)) != "stretch":
-        # One scale for the listed axes (ONNX: the smallest or largest sizes/in), used as given scales.
-        sizes = ctx.ints(3, "sizes")
-        ratios = [sz / ins[a] for a, sz in zip(axes, sizes)]
-        policy = ctx.attr("keep_aspect_ratio_policy", types=(str,), choices=("not_larger", "not_smaller"))
-        scale = min(ratios) if policy == "not_larger" else max(ratios)
-        scales = [scale if a in axes else 1.0 for a in range(4)]
+        # One scale for the listed axes (ONNX: the smallest or largest sizes/in) and output sizes rounded from
+        # it: the reference computes both from the spatial sizes it is given with the policy.
+        sizes = dict(zip(axes, ctx.ints(3, "sizes")))
+        if any(sizes[a] != ins[a] for a in (0, 1) if a in sizes):
+            raise Unsupported("Resize of batch/channel dims")
+        geo["sizes"] = {a: n for a, n in sizes.items() if a >= 2}
     dt = _float_out(ctx)
     b = ctx.b
     x = ctx.x(0, dt)
+    outside = {}
     for axis in (3, 2):
-        if out[axis] == ins[axis] and (scales is None or scales[axis] == 1.0):
+        crop = geo["roi"].get(axis, (0.0, 1.0))
+        same_scale = geo["scales"][axis] == 1.0 if geo["scales"] is not None else not geo["sizes"]
+        if out[axis] == ins[axis] and same_scale and crop == (0.0, 1.0):
             continue  # an identity along this axis in every mode
-        m = torch.from_numpy(_resize_matrix(ctx, axis, ins[axis], out[axis], scales)).to(dt)
-        mt = b.const(m.t().contiguous(), f"{ctx.label}.interp{axis}")
+        m, outside[axis] = _resize_matrix(ctx, axis, ins, out[axis], geo)
+        mt = b.const(torch.from_numpy(m).to(dt).t().contiguous(), f"{ctx.label}.interp{axis}")
         if axis == 3:
             x = b.op("matmul", [x, mt])
         else:
             x = b.transpose(b.op("matmul", [b.transpose(x, 2, 3), mt]), 2, 3)
-    return x
+    fill = float(ctx.attr("extrapolation_value", 0.0, (float, int)))
+    if fill != 0.0 and any(o.any() for o in outside.values()):
+        # The matrices give 0 at extrapolated samples (their rows are zero): add the value there.
+        rows = outside.get(2, np.zeros(out[2], bool))[:, None]
+        cols = outside.get(3, np.zeros(out[3], bool))[None, :]
+        extra = torch.from_numpy((rows | cols).astype(np.float32) * fill).to(dt).reshape(1, 1, out[2], out[3])
+        x = b.op("add", [x, b.const(extra, f"{ctx.label}.extrapolated")])
+    return x if x != ctx.x(0, dt) else b.op("nop", [x])
 
 
-def _resize_matrix(ctx: NodeCtx, axis: int, n_in: int, n_out: int, scales: Any) -> np.ndarray:
-    """The ``[n_out, n_in]`` matrix of the node's resize along ``axis``: the ONNX reference implementation
-    of a Resize with the node's attributes, run on the identity basis laid out along that axis."""
+def _resize_matrix(ctx: NodeCtx, axis: int, ins: Sequence[int], n_out: int, geo: dict) -> Tuple[np.ndarray, np.ndarray]:
+    """The ``[n_out, n_in]`` matrix of the node's resize along ``axis`` and which output samples are
+    extrapolated (tf_crop_and_resize outside its box): the ONNX reference implementation of a Resize with the
+    node's attributes, run on the identity basis laid out along that axis (with the extrapolation value 0), and
+    on zeros with the extrapolation value 1."""
     from onnx import helper
     from onnx.reference import ReferenceEvaluator
 
-    basis = np.eye(n_in, dtype=np.float32).reshape(n_in, 1, n_in, 1)
-    attrs = {k: v for k, v in ctx.attrs.items() if k not in ("axes", "keep_aspect_ratio_policy")}
+    n_in = ins[axis]
+    attrs = {k: v for k, v in ctx.attrs.items() if k not in ("axes", "keep_aspect_ratio_policy", "extrapolation_value")}
     if ctx.op_type == "Upsample":
         attrs = {"mode": attrs.get("mode", b"nearest"), "coordinate_transformation_mode": b"asymmetric",
                  "nearest_mode": b"floor"}
-    feeds = {"x": basis}
-    if scales is not None:
-        feeds["scales"] = np.array([1.0, 1.0, scales[axis], 1.0], np.float32)
-        node = helper.make_node("Resize", ["x", "", "scales"], ["y"], **attrs)
+    # The basis: sample k of the batch is the unit vector k along ``axis``; the other spatial axis is length 1,
+    # but with a keep-aspect-ratio policy it keeps its size (the policy's scale reads every listed axis).
+    spatial = list(ins[2:]) if geo["sizes"] else [1, 1]
+    spatial[axis - 2] = n_in
+    basis = np.zeros([n_in, 1] + spatial, np.float32)
+    for k in range(n_in):
+        basis[(k, 0) + tuple(k if d == axis - 2 else slice(None) for d in range(2))] = 1.0
+    lo, hi = geo["roi"].get(axis, (0.0, 1.0))
+    roi = np.array([0, 0, 0, 0, 1, 1, 1, 1], np.float32)
+    roi[axis], roi[axis + 4] = lo, hi
+    feeds = {"x": basis, "roi": roi}
+    if geo["sizes"]:
+        listed = sorted(geo["sizes"])
+        attrs.update(axes=listed, keep_aspect_ratio_policy=ctx.attrs["keep_aspect_ratio_policy"])
+        feeds["sizes"] = np.array([geo["sizes"][a] for a in listed], np.int64)
+        inputs = ["x", "", "", "sizes"]
+    elif geo["scales"] is not None:
+        feeds["scales"] = np.array([1.0, 1.0] + [geo["scales"][axis] if d == axis else 1.0 for d in (2, 3)], np.float32)
+        inputs = ["x", "roi", "scales"]
     else:
-        feeds["sizes"] = np.array([n_in, 1, n_out, 1], np.int64)
-        node = helper.make_node("Resize", ["x", "", "", "sizes"], ["y"], **attrs)
-    y = ReferenceEvaluator(node, opsets={"": max(ctx.opset, 13)}).run(None, feeds)[0]
-    if y.shape != (n_in, 1, n_out, 1):
+        feeds["sizes"] = np.array([n_in, 1] + [n_out if d == axis else 1 for d in (2, 3)], np.int64)
+        inputs = ["x", "roi", "", "sizes"]
+    if "roi" not in inputs:
+        feeds.pop("roi")
+
+    def run(x, fill):
+        resize = helper.make_node("Resize", inputs, ["y"], **attrs, extrapolation_value=fill)
+        y = ReferenceEvaluator(resize, opsets={"": max(ctx.opset, 18)}).run(None, dict(feeds, x=x))[0]
+        return y[:, 0, :, 0] if axis == 2 else y[:, 0, 0, :]
+
+    y = run(basis, 0.0)
+    if y.shape != (n_in, n_out):
         raise Unsupported(f"Resize along axis {axis} gives {list(y.shape)}")
-    return np.ascontiguousarray(y[:, 0, :, 0].T, dtype=np.float32)
+    outside = run(np.zeros_like(basis), 1.0)[0] != 0 if geo["roi"] else np.zeros(n_out, bool)
+    return np.ascontiguousarray(y.T, dtype=np.float32), outside
 
 
 @converts("DepthToSpace")
 def _depth_to_space(ctx: NodeCtx):
-    if ctx.attr("mode", "DCR", (str,), ("DCR", "CRD")) != "CRD":
-        raise Unsupported("DepthToSpace in DCR mode")
-    return ctx.b.op("pixel_shuffle", [ctx.x(0)], upscale_factor=ctx.attr("blocksize", types=(int,)))
+    block = ctx.attr("blocksize", types=(int,))
+    if ctx.attr("mode", "DCR", (str,), ("DCR", "CRD")) == "CRD":
+        return ctx.b.op("pixel_shuffle", [ctx.x(0)], upscale_factor=block)
+    # DCR: the channels are (row offset, column offset, channel), ONNX's definition as a reshape, a
+    # permutation and a reshape (pixel_shuffle reads them as (channel, row offset, column offset)).
+    if ctx.rank(0) != 4 or block < 1 or ctx.shape(0)[1] % (block * block):
+        raise ctx.bad(f"needs an NCHW input whose channels divide by blocksize**2 = {block * block}")
+    n, c, h, w = ctx.shape(0)
+    x = ctx.b.reshape(ctx.x(0), (n, block, block, c // (block * block), h, w))
+    return ctx.b.reshape(_permute_by(ctx.b, x, [0, 3, 4, 1, 5, 2]), ctx.out_shape())
 
 
 @converts("Range")
