@@ -14,7 +14,13 @@ For each op the legalizer enumerates
   parameters resident in L1 (prologue) when they fit, largest parameters moved to DRAM first;
 * an **L1 check** per core with the buffer sizes of spec §5.3 in each operand's data format against
   ``DeviceDescriptor.l1_pybuda_budget_bytes`` (op-buffer space minus PyBuda's 100 KiB DRAM-IO reserve);
-* the **cost** from :mod:`pybuda.perf.cost`.
+* the **cost** from :mod:`pybuda.perf.cost`;
+* only when none of the above fits (an awkward tile count: a prime number of tiles no grid divides, too
+  large for one core), **padded** layouts (``OpModel.padding``): a dimension the op neither contracts
+  nor reduces is rounded up to a multiple of each grid side; its operands get a ``pad`` TM and its
+  readers drop the padding (host outputs crop it; ops read it through ``input_N_unpad``, see
+  :func:`edge_unpad`). Not enough: a single tile row longer than a grid row of cores can hold, which
+  only t-streaming splits (ops writing queues do not stream).
 
 Results are cached by an op *signature* (type, shapes, formats, attributes, TMs, input kinds,
 overrides), so the ~24 identical layers of a transformer are legalised once.
@@ -37,7 +43,7 @@ from pybuda.perf import cost
 from pybuda.balancer.types import OpModel
 from pybuda.errors import CompileError
 from pybuda.netlist.tms import (
-    HStack, TileShape3, TMError, VStack, as_tms, effective_order, has_reshaping_tms, tms_shape,
+    HStack, InputUnpad, Pad, TileShape3, TMError, VStack, as_tms, effective_order, has_reshaping_tms, tms_shape,
 )
 from pybuda.netlist.device_ops import ops_of_class
 from pybuda.dtypes import DataFormat
@@ -51,6 +57,11 @@ _MATMUL = ops_of_class("matmul", "depthwise")
 _ELTWISE = ops_of_class("binary", "copy", "sfpu")
 _NO_STREAM_TYPES = frozenset({"splice", "embedding", "tilizer", "topk", "ethernet_datacopy", "drainer", "buffer"})
 _PARAM_KINDS = frozenset({"parameter", "constant"})
+#: Op types that may compute a padded tensor (see OpModel): the padded tiles of their operands only reach
+#: padded output tiles. Not: depthwise (its weights are laid out per output column), dropout (its random
+#: pattern follows the tensor's shape), splice/embedding/tilizer/topk and the other data-movement ops.
+_PADDABLE = (ops_of_class("binary", "copy", "sfpu", "reduce", "fused") | frozenset({"matmul"})) - \
+    frozenset({"dropout", "ethernet_datacopy"})
 
 
 @lru_cache(maxsize=None)
@@ -156,6 +167,7 @@ class OpFacts:
     bias_attr: bool  # the netlist ``bias`` attribute (pins the bias operand's stack block)
     stacked_inputs: Tuple[Tuple[int, Tuple[int, int, int], Tuple[Any, ...]], ...]  # (index, shape, tms) with stacks
     sparse: bool = False  # identity (sparse) matmul: in0 = unique sparse tiles, in2 = the index
+    pad_dims: Tuple[bool, bool] = (False, False)  # whether the output's rows / columns may be padded
     untilize: bool = False  # writes an untilized (row-major) output queue
 
     @property
@@ -213,6 +225,7 @@ class Legalizer:
         self._cache: Dict[Any, List[OpModel]] = {}
         self._facts: Dict[str, OpFacts] = {}
         self._output_queues: Dict[str, List[Any]] = {}
+        self._read_by_ops = {name for o in graph.ops.values() for name in o.inputs}
         for q in graph.queues.values():
             if q.producer is not None:
                 self._output_queues.setdefault(q.producer, []).append(q)
@@ -289,13 +302,37 @@ class Legalizer:
             if any(isinstance(tm, (HStack, VStack)) for tm in tms):
                 s_in = g.shape_of(name)
                 stacked.append((i, (s_in.z, s_in.rt, s_in.ct), tms))
+        sparse = op.type in _MATMUL and bool(op.attrs.get("identity"))
+        pad_dims = self._pad_dims(op, (shape.z, shape.rt, shape.ct), in_shapes, reduce_dim, sparse,
+                                  (limit_r, limit_c))
         return OpFacts(
             type=op.type, z=shape.z, rt=shape.rt, ct=shape.ct, k=k, reduce_dim=reduce_dim, in_kinds=tuple(kinds),
             in_raw=tuple(raw), in_dfs=in_dfs, out_df=op.out_df, intermed_df=op.intermed_df, acc_df=op.acc_df,
             has_bias=has_bias, gradient_op=bool(op.gradient_op), stream_dirs=dirs, grid_limits=(limit_r, limit_c),
             output_dest=output_dest, fused_intermediates=int((spec or {}).get("intermediates", 0) or 0),
             fused_max_m_k=max_mk, bias_attr=bool(op.attrs.get("bias")), stacked_inputs=tuple(stacked),
-            sparse=op.type in _MATMUL and bool(op.attrs.get("identity")), untilize=bool(op.untilize_output))
+            sparse=sparse, untilize=bool(op.untilize_output), pad_dims=pad_dims)
+
+    def _pad_dims(self, op: Any, shape: Tuple[int, int, int], in_shapes: Sequence[Tuple[int, int, int]],
+                  reduce_dim: str, sparse: bool, limits: Tuple[int, int]) -> Tuple[bool, bool]:
+        """Which output dimensions (rows, cols) ``op`` may pad (OpModel.padding): never a dimension that
+        is contracted or reduced (the padded tiles would reach valid ones), nor one a fused op keeps on one
+        core (a sparse matmul's padded rows are rows its index never names: zeros); every operand that spans the
+        dimension must span it exactly (its edge gets the same pad), and each reader must be able to drop
+        the padding (a queue crops it on the host; an op reads it through ``input_N_unpad``, see :func:`edge_unpad`)."""
+        if op.type not in _PADDABLE or op.gradient_op:
+            return (False, False)
+        can_r, can_c = True, True
+        if op.type == "reduce":
+            can_r, can_c = reduce_dim != "r", reduce_dim != "c"
+        elif op.type == "fused_op":
+            can_r, can_c = not limits[0], not limits[1]
+        # every operand padded along a dimension must span it exactly (no in-kernel broadcast of a smaller one)
+        for i, s in enumerate(in_shapes):
+            pr, pc = _operand_padding(op.type, sparse, i, (1, 1))
+            can_r = can_r and not (pr and s[1] != shape[1])
+            can_c = can_c and not (pc and s[2] != shape[2])
+        return (can_r, can_c)
 
     @staticmethod
     def _stream_dirs(op: Any, z: int, reduce_dim: str, feeds_queue: bool, limit_r: int, limit_c: int) -> FrozenSet[str]:
@@ -427,9 +464,32 @@ class Legalizer:
                     m = self._fit(op, f, override, t, (fr, fc), gr, gc, dest, diag)
                     if m is not None:
                         models.append(m)
+        if not models and grid_override is None and (1, 1) in streams:
+            models = self._padded_models(op, f, override, dest, diag)
         if not models:
             raise CompileError(self._no_model_reason(op, f, grid_override, diag), stage=STAGE, op=op.name)
         models.sort(key=lambda m: (m.cores, m.stream_factor, m.cycles, m.grid_shape))
+        return models
+
+    def _padded_models(self, op: Any, f: OpFacts, override: Any, dest: int, diag: "_Diag") -> List[OpModel]:
+        """Layouts of a padded output (OpModel.padding), tried only when no exact layout fits: for each grid
+        side ``g`` the dimension is padded up to the next multiple of ``g`` (spec §2.2: the grid, mblock and
+        ublock must divide the tensor exactly, and padding is the netlist's only way to change it)."""
+        if not any(f.pad_dims):
+            return []
+        max_r = max(self.rows, self.cols) if self.allow_transpose else self.rows
+        max_c = max(self.rows, self.cols) if self.allow_transpose else self.cols
+        models: List[OpModel] = []
+        for gr, rt in _padded_sides(f.rt, max_r, f.pad_dims[0]):
+            for gc, ct in _padded_sides(f.ct, max_c, f.pad_dims[1]):
+                if (rt, ct) == (f.rt, f.ct) or not self._grid_fits(gr, gc):
+                    continue
+                padded = dataclasses.replace(f, rt=rt, ct=ct)
+                m = self._fit(op, padded, override, f.z, (1, 1), gr, gc, dest, diag)
+                if m is not None:
+                    pad = (rt - f.rt, ct - f.ct)
+                    ins = tuple(_operand_padding(f.type, f.sparse, i, pad) for i in range(f.n_inputs))
+                    models.append(dataclasses.replace(m, padding=pad, input_padding=ins))
         return models
 
     def _grid_fits(self, gr: int, gc: int) -> bool:
@@ -633,6 +693,26 @@ class Legalizer:
                                    dram_bytes=cost.dram_bytes_per_input(op, model, ctx))
 
 
+def _padded_sides(n: int, max_side: int, can_pad: bool) -> List[Tuple[int, int]]:
+    """(grid side, padded size) options of a dimension of ``n`` tiles: the exact divisors, and with
+    ``can_pad`` every side up to ``max_side`` with ``n`` rounded up to a multiple of it."""
+    if not can_pad:
+        return [(g, n) for g in divisors(n) if g <= max_side]
+    return [(g, -(-n // g) * g) for g in range(1, min(n, max_side) + 1)]
+
+
+def _operand_padding(op_type: str, sparse: bool, i: int, pad: Tuple[int, int]) -> Tuple[int, int]:
+    """The (rows, cols) tiles operand ``i`` is padded by when the op's output is padded by ``pad``: a
+    matmul's in0 along its rows, in1 along its columns (K is never padded); a reduce's operand along
+    the kept dimension; a sparse matmul's picker and index not at all; others like the output."""
+    pr, pc = pad
+    if op_type in _MATMUL:
+        if sparse:
+            return (0, pc) if i == 1 else (0, 0)
+        return {0: (pr, 0), 1: (0, pc)}.get(i, (pr, pc))
+    return (pr, pc)
+
+
 class _Diag:
     """Collects why layouts were rejected, for error messages."""
 
@@ -718,9 +798,34 @@ def stream_edge_tms(producer: Optional[OpModel], consumer: OpModel, consumer_typ
     cfr, cfc = consumer.t_stream_factor
     if consumer_type in _MATMUL and input_index in (0, 1) and consumer.stream_factor > 1 and o == (1, 1):
         out.append({"broadcast": {"z": cfr * cfc}})
-    return out
+    return _pad_operand(out, consumer, input_index)
+
+
+def _pad_operand(tms: List[Any], consumer: OpModel, input_index: int) -> List[Any]:
+    """``tms`` with the consumer's padding of operand ``input_index`` (OpModel.input_padding) added: one
+    ``pad`` TM per edge (the netlist allows one), merged into a pad the edge already has."""
+    pads = consumer.input_padding
+    pr, pc = pads[input_index] if input_index < len(pads) else (0, 0)
+    if not (pr or pc):
+        return tms
+    out: List[Any] = []
+    value = 0.0
+    for tm in as_tms(tms):
+        if isinstance(tm, Pad):
+            pr, pc, value = pr + tm.rt, pc + tm.ct, tm.value
+        else:
+            out.append(tm)
+    return out + [Pad(pr, pc, value)]
+
+
+def edge_unpad(producer: Optional[OpModel]) -> Optional[InputUnpad]:
+    """The ``input_N_unpad`` a reader of ``producer`` needs (its padding, OpModel.padding), or None."""
+    if producer is None or not producer.padded:
+        return None
+    return InputUnpad(rt=producer.padding[0], ct=producer.padding[1])
 
 
 __all__ = ["Legalizer", "OpFacts", "legal_op_models", "input_queue_loc", "stream_compatible", "stream_edge_tms", "operand_stream",
+           "edge_unpad",
            "divisors", "pick_ublock", "ublock_candidates", "divisible_either_direction", "stack_block", "stacks_ok"]
 

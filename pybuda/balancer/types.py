@@ -19,6 +19,13 @@ class OpModel:
     op computes ``t = z·fr·fc`` slices of ``(rt/fr, ct/fc)`` tiles. The netlist emitter undoes a
     producer's streaming with ``vstack``/``hstack`` and applies the consumer's with ``vslice``/``hslice``
     (see :func:`pybuda.balancer.legalizer.stream_edge_tms`).
+
+    Padding: when no grid divides an awkward tile count (a prime number of columns, say) and the whole
+    tensor does not fit one core's L1, the op computes a larger tensor: ``padding`` (rows, cols) tiles
+    are added at the end of its output, so ``out_rt``/``out_ct`` are the padded sizes. Operand ``i`` is
+    padded by ``input_padding[i]`` tiles (a ``pad`` TM on its edge); readers drop the padding again
+    (:func:`pybuda.balancer.legalizer.edge_unpad`, the netlist's ``input_N_unpad``) and host output
+    queues crop it. The padded tiles only ever meet other padded tiles, never a contraction.
     """
 
     grid_shape: Tuple[int, int]
@@ -40,6 +47,8 @@ class OpModel:
     #: per operand, the input buffer in tiles when override_input_buffer_multiplier sized it (0: default); the
     #: netlist op's ``input_buf_min_size_tiles``. Empty when no operand is overridden.
     input_buf_min_size_tiles: Tuple[int, ...] = ()
+    padding: Tuple[int, int] = (0, 0)  # output tile rows/cols added past the op's shape (see above)
+    input_padding: Tuple[Tuple[int, int], ...] = ()  # per operand: (rows, cols) tiles padded on its edge
 
     @property
     def cores(self) -> int:
@@ -59,6 +68,11 @@ class OpModel:
     def mblock_tiles(self) -> int:
         """Tiles of one output macro-block (one core, one t-slice)."""
         return self.mblock[0] * self.mblock[1] * self.ublock[0] * self.ublock[1]
+
+    @property
+    def padded(self) -> bool:
+        """Whether the op computes a padded tensor (see the class docstring)."""
+        return self.padding != (0, 0)
 
     @property
     def stream_factor(self) -> int:

@@ -28,12 +28,12 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Dict, List, Tuple
 
-from pybuda.balancer.legalizer import stream_edge_tms
+from pybuda.balancer.legalizer import edge_unpad, stream_edge_tms
 from pybuda.netlist.model import (AllocateQueue, DeallocateQueue, EndLoop, Execute, FusedOpDef, FusedSubOp,
                                   GraphDef, Loop, Netlist, NetlistOp, Param, Program, QueueDef, QueueSetting, StaticVar,
                                   Var, VarInst)
 from pybuda.ir.lowered import BudaGraph
-from pybuda.netlist.tms import TM, as_tms
+from pybuda.netlist.tms import TM, InputUnpad, as_tms
 
 if TYPE_CHECKING:  # the compile context is only read, never built, here
     from pybuda.passes.context import CompileContext
@@ -100,6 +100,7 @@ def _op(bg: BudaGraph, name: str, bs: Any, ps: Any, netlist: Netlist, fused_ids:
     place = ps.op_placements[name]
     inputs: List[str] = []
     input_tms: Dict[int, Tuple[TM, ...]] = {}
+    input_unpad: Dict[int, InputUnpad] = {}
     for i, src in enumerate(op.inputs):
         actual = ps.input_source(name, src) if src in bg.ops else src
         inputs.append(actual)
@@ -108,6 +109,9 @@ def _op(bg: BudaGraph, name: str, bs: Any, ps: Any, netlist: Netlist, fused_ids:
         tms = as_tms(tms)
         if tms:
             input_tms[i] = tms
+        unpad = edge_unpad(producer_model)  # a padded producer (OpModel.padding): drop its padding first
+        if unpad is not None:
+            input_unpad[i] = unpad
     attrs = dict(op.attrs)
     if op.type in _BLOCKED_ATTR_TYPES and not (op.type == "reduce" and attrs.get("dim") == "z"):
         attrs["m_k"] = int(model.m_k)
@@ -120,7 +124,7 @@ def _op(bg: BudaGraph, name: str, bs: Any, ps: Any, netlist: Netlist, fused_ids:
         t=int(model.t), mblock=tuple(model.mblock), ublock=tuple(model.ublock), buf_size_mb=int(model.buf_size_mb),
         grid_loc=tuple(place.grid_loc), grid_transpose=bool(place.transposed), ublock_order=model.ublock_order,
         untilize_output=bool(op.untilize_output), gradient_op=bool(op.gradient_op), input_tms=input_tms,
-        attributes=attrs,
+        input_unpad=input_unpad, attributes=attrs,
         input_buf_min_size_tiles=tuple(model.input_buf_min_size_tiles) if getattr(model, "input_buf_min_size_tiles",
                                                                                    ()) else None)
 

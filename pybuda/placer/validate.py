@@ -29,10 +29,13 @@ def validate_op_model(op: Any, model: Any, legalizer: Legalizer) -> List[str]:
         problems.append(f"{name}: t-stream factors {model.t_stream_factor} do not divide {f.rt}x{f.ct}")
     if model.t != f.z * fr * fc:
         problems.append(f"{name}: t={model.t} but z·fr·fc = {f.z * fr * fc}")
-    if gr * model.mblock[0] * model.ublock[0] * fr != f.rt:
-        problems.append(f"{name}: rows {gr}·{model.mblock[0]}·{model.ublock[0]}·{fr} != rt {f.rt}")
-    if gc * model.mblock[1] * model.ublock[1] * fc != f.ct:
-        problems.append(f"{name}: cols {gc}·{model.mblock[1]}·{model.ublock[1]}·{fc} != ct {f.ct}")
+    pr, pc = model.padding  # a padded op model covers its tensor plus the padding (OpModel.padding)
+    if gr * model.mblock[0] * model.ublock[0] * fr != f.rt + pr:
+        problems.append(f"{name}: rows {gr}·{model.mblock[0]}·{model.ublock[0]}·{fr} != rt {f.rt} + padding {pr}")
+    if gc * model.mblock[1] * model.ublock[1] * fc != f.ct + pc:
+        problems.append(f"{name}: cols {gc}·{model.mblock[1]}·{model.ublock[1]}·{fc} != ct {f.ct} + padding {pc}")
+    if (pr or pc) and model.stream_factor > 1:
+        problems.append(f"{name}: a padded op model cannot t-stream")
     if model.ublock[0] * model.ublock[1] > device.max_ublock_tiles(op.acc_df):
         problems.append(f"{name}: ublock {model.ublock} exceeds the Dest limit")
     if model.l1_bytes > device.l1_pybuda_budget_bytes:
