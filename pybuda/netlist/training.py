@@ -389,13 +389,14 @@ def build_training_netlist(parts: Sequence[Part], links: Sequence[Link], *, micr
             merged.queues[new.name] = new
 
     accumulators: Dict[str, str] = {}
+    traffic: Dict[Tuple[Any, int], int] = {}
     for lk in links:
         tpart, apart = by_key[lk.target_part], by_key[lk.alias_part]
         tq = merged.queues[tpart.queue_names[lk.target]]
         aq = apart.netlist.queues[lk.alias]
         if lk.kind == "saved":
             tq.entries = max(tq.entries, saved_entries)
-            _to_dram(tq, base)
+            _to_dram(tq, base, traffic)
             tpart.linked_outputs.add(_rec_name(tpart.host_io.outputs, lk.target))
             apart.linked_inputs.add(_rec_name(apart.host_io.inputs, lk.alias))
         elif lk.kind == "param":
@@ -406,7 +407,7 @@ def build_training_netlist(parts: Sequence[Part], links: Sequence[Link], *, micr
             apart.linked_rams.discard(lk.alias)
         elif lk.kind == "grad":
             tq.type, tq.entries, tq.df = "ram", 1, acc_df
-            _to_dram(tq, base)
+            _to_dram(tq, base, traffic)
             tpart.linked_outputs.add(_rec_name(tpart.host_io.outputs, lk.target))
             apart.linked_inputs.add(_rec_name(apart.host_io.inputs, lk.alias))
         else:
@@ -570,19 +571,25 @@ def _aligned(addr: int) -> int:
     return -(-addr // _ALIGN) * _ALIGN
 
 
-def _to_dram(q: QueueDef, base: Dict[Tuple[Any, str, int], int]) -> None:
+def _to_dram(q: QueueDef, base: Dict[Tuple[Any, str, int], int], traffic: Dict[Tuple[Any, int], int]) -> None:
     """Give a queue DRAM buffers after everything allocated so far (it held host addresses or its size grew),
-    each on the least-filled channel: saved activations and accumulators spread over the channels' bandwidth
-    rather than all landing on the first."""
+    each on the channel that the queues moved so far read and write least per input (``traffic``: bytes of
+    one entry per channel), then the least-filled one: saved activations and gradient accumulators are read
+    or written for every sample, so they must share the channels' bandwidth. Balancing by filled bytes
+    instead sent every large accumulator to the emptiest channels (BERT's weight gradients on two of
+    Grayskull's eight channels, which then bounded the backward)."""
     size = q.buffer_size_bytes()
+    per_buffer = q.entry_size_bytes()
     channels = sorted({ch for (dev, loc, ch) in base if loc == "dram" and dev == q.target_device}) or [0]
     allocs = []
     for _ in range(q.buffers):
-        ch = min(channels, key=lambda c: (base.get(_channel_key(q, "dram", c), 0x1000_0000), c))
+        ch = min(channels, key=lambda c: (traffic.get((q.target_device, c), 0),
+                                          base.get(_channel_key(q, "dram", c), 0x1000_0000), c))
         key = _channel_key(q, "dram", ch)
         start = base.get(key, 0x1000_0000)
         allocs.append((ch, start))
         base[key] = _aligned(start + size)
+        traffic[(q.target_device, ch)] = traffic.get((q.target_device, ch), 0) + per_buffer
     q.loc, q.dram, q.host = "dram", tuple(allocs), None
 
 

@@ -90,6 +90,10 @@ class NetlistProgram:
         """Parameters this program's host side writes (those another program owns on the device are left out)."""
         return {name: torch.zeros(shape) for name, shape in self._params.items()}
 
+    def parameter_names(self) -> List[str]:
+        """The names :meth:`get_parameters` gives, without building its tensors."""
+        return list(self._params)
+
     def update_parameters(self, params: Mapping[str, torch.Tensor]) -> None:
         from pybuda.netlist.host_io import to_device_layout
 
@@ -326,6 +330,9 @@ def training_links(parts: Mapping[str, Any], stages: Sequence[Any], update: Any,
                 orec, irec = _output_rec(fwd.host_io, out_name), _input_rec(bwd.host_io, source)
                 if orec is None or irec is None:
                     continue
+                if source in getattr(stage.backward, "input_layouts", {}):
+                    # the backward reads the forward's device data, before the host TMs
+                    orec = dataclasses.replace(orec, host_tms=[], framework_shape=orec.device_shape)
                 # Two samples tell a per-sample layout from one that mixes samples; more only cost time.
                 tms = tn.output_to_input(orec, irec, min(2, microbatch))
                 link = _link(grid, "saved", fwd, orec.queue, bwd, irec.queue, tms)

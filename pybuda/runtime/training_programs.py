@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import logging
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 import torch
@@ -62,6 +62,9 @@ class Program:
     executor: Any
     compile_results: Any = None
     placement: str = "device"  # "device", or "host: <why>" when the compiler could not place it
+    #: Inputs the graph reads in another layout than their framework shape (:func:`saved_layouts`): input
+    #: name -> ``(shape, TMs)``; the host converts a value it pushes with :func:`to_gradient_layout`.
+    input_layouts: Dict[str, Any] = field(default_factory=dict)
 
     def run(self, inputs: Sequence[Optional[torch.Tensor]],
             params: Optional[Mapping[str, int]] = None) -> List[Optional[torch.Tensor]]:
@@ -117,8 +120,84 @@ def compile_stage(name: str, graph: Any, *, input_grads: Sequence[str], device_d
             node.tags[DEVICE_RESIDENT] = True
     common = dict(device_desc=device_desc, devtype=devtype, config=config, microbatch=microbatch, run=run)
     fwd = compile_program(f"fwd_{name}", tg.forward, epoch_type="fwd", **common)
+    layouts = saved_layouts(tg, fwd)
+    if layouts:
+        # The backward reads those activations as the forward left them on the device (channels-last conv
+        # outputs), turning them on the device itself, so the saved queue can stay in DRAM between them.
+        try:
+            bwd = compile_program(f"bwd_{name}", with_input_layouts(tg.backward, layouts), epoch_type="bwd",
+                                  **common)
+            if bwd.on_device:
+                bwd.input_layouts = dict(layouts)
+                return tg, fwd, bwd
+            bwd.executor.close()
+        except CompileError as e:
+            log.info("backward '%s' does not compile with the forward's layouts (%s); the host converts", name, e)
     bwd = compile_program(f"bwd_{name}", tg.backward, epoch_type="bwd", **common)
     return tg, fwd, bwd
+
+
+def saved_layouts(graphs: Any, forward: Program) -> Dict[str, Tuple[Tuple[int, ...], Tuple[Any, ...]]]:
+    """Backward input -> ``(shape, TMs)`` for the activations the compiled ``forward`` saves in another device
+    layout than their framework shape (the host TMs of its output are reshapes and transposes only, such as
+    a conv output the device holds channels-last): a backward reading that layout and applying those TMs
+    itself can share the forward's queue, where one reading the framework layout needs the host to turn
+    every microbatch's activation."""
+    host_io = getattr(forward.compile_results, "host_io", None)
+    if host_io is None:
+        return {}
+    inputs = {node.name: node for node in graphs.backward.inputs}
+    out: Dict[str, Tuple[Tuple[int, ...], Tuple[Any, ...]]] = {}
+    for source, out_name in zip(graphs.saved_outputs_sources(), graphs.saved_outputs):
+        rec = next((r for r in host_io.outputs if r.name == out_name), None)
+        node = inputs.get(source)
+        layout = _layout_of(rec, tuple(node.shape)) if node is not None else None
+        if layout is not None:
+            out[source] = layout
+    return out
+
+
+def _layout_of(rec: Any, shape: Tuple[int, ...]) -> Optional[Tuple[Tuple[int, ...], Tuple[Any, ...]]]:
+    """``(device shape, TMs)`` of host-I/O output record ``rec`` whose values have framework ``shape``, when its
+    device layout differs from ``shape``'s and its host TMs are reshapes and transposes; else None."""
+    from pybuda.netlist.host_io import canonical_zrc
+
+    if rec is None or rec.device_shape is None or any(tm.op_type not in ("reshape", "transpose") for tm in rec.host_tms):
+        return None
+    layout = tuple(rec.device_shape)
+    turned = any(tm.op_type == "transpose" for tm in rec.host_tms)
+    if math.prod(layout) != math.prod(shape) or not (turned or canonical_zrc(layout) != canonical_zrc(shape)):
+        return None
+    return layout, _concrete_tms(layout, rec.host_tms)
+
+
+def with_input_layouts(graph: Any, layouts: Mapping[str, Tuple[Tuple[int, ...], Sequence[Any]]]) -> Any:
+    """A copy of ``graph`` whose inputs ``layouts`` (name -> ``(shape, TMs)``) arrive in ``shape`` and are turned
+    into their old shape by the TMs, as graph ops just after the input (the compiler may fold them into
+    their readers)."""
+    g = graph.copy()
+    for name, (shape, tms) in layouts.items():
+        node = g[name]
+        old_shape = tuple(node.shape)
+        node.shape = tuple(shape)
+        added: List[str] = []
+        cur = name
+        for k, (op_type, attrs) in enumerate(tms):
+            cur = g.add_op(g.unique_name(f"{name}.layout{k}"), op_type, [cur], dict(attrs)).name
+            added.append(cur)
+        if tuple(g[cur].shape) != old_shape and math.prod(g[cur].shape) == math.prod(old_shape):
+            cur = g.add_op(g.unique_name(f"{name}.layout"), "reshape", [cur], {"shape": old_shape}).name
+            added.append(cur)
+        if tuple(g[cur].shape) != old_shape:
+            raise CompileError(f"input '{name}': layout {list(shape)} does not turn into {list(old_shape)}",
+                               stage="training layouts")
+        for other in g.nodes.values():
+            if other.name not in added:
+                other.operands = [cur if o == name else o for o in other.operands]
+        order = [n for n in g.nodes if n not in added]
+        at = order.index(name) + 1
+        g.nodes = {n: g.nodes[n] for n in order[:at] + added + order[at:]}
+    return g
 
 
 def compile_optimizer(name: str, optimizer: Any, shapes: Mapping[str, Sequence[int]], *, device_desc: Any,
@@ -145,22 +224,15 @@ def gradient_layouts(graphs: Any, backward: Program) -> Dict[str, Tuple[Tuple[in
     weight's gradient as the matmul that computed it, a transposed weight gradient). Reading the accumulator
     that way, the optimizer applies those TMs on the device once per step instead of the host moving every
     microbatch's gradient (:func:`pybuda.optimizers.Optimizer.build_update_graph`'s ``grad_layouts``)."""
-    from pybuda.netlist.host_io import canonical_zrc
-
     host_io = getattr(backward.compile_results, "host_io", None)
     if host_io is None:
         return {}
     out: Dict[str, Tuple[Tuple[int, ...], Tuple[Any, ...]]] = {}
     for param, out_name in graphs.param_grads.items():
         rec = next((r for r in host_io.outputs if r.name == out_name), None)
-        shape = tuple(graphs.forward[param].shape)
-        if rec is None or rec.device_shape is None or any(tm.op_type not in ("reshape", "transpose")
-                                                          for tm in rec.host_tms):
-            continue
-        layout = tuple(rec.device_shape)
-        turned = any(tm.op_type == "transpose" for tm in rec.host_tms)
-        if math.prod(layout) == math.prod(shape) and (turned or canonical_zrc(layout) != canonical_zrc(shape)):
-            out[param] = (layout, _concrete_tms(layout, rec.host_tms))
+        layout = _layout_of(rec, tuple(graphs.forward[param].shape))
+        if layout is not None:
+            out[param] = layout
     return out
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
-from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Set, Tuple
 
 import torch
 
@@ -69,12 +69,16 @@ class TTTrainer:
             if i + 1 < len(modules):
                 values, names = sample_outputs, None
         self.sample_outputs = [t.detach() for t in sample_outputs] if not self.stages[-1].is_loss else []
-        self.params: Dict[str, torch.Tensor] = {}
+        self._params: Dict[str, torch.Tensor] = {}
         self.shapes: Dict[str, Tuple[int, ...]] = {}
         for stage in self.stages:
             for name in stage.graphs.param_grads:
-                self.params[name] = stage.graphs.forward.tensors[name].detach().clone().float()
-                self.shapes[name] = tuple(self.params[name].shape)
+                self._params[name] = stage.graphs.forward.tensors[name].detach().clone().float()
+                self.shapes[name] = tuple(self._params[name].shape)
+        # Parameters the optimizer updated in place on the device whose host copy is not read back yet: reading
+        # every parameter back after each step costs more than the step's own host work, and only checkpoints
+        # and host-side programs need the values (see :attr:`params`).
+        self._stale: set = set()
         self._host_grads: Dict[str, torch.Tensor] = {}
         self._device_grads: set = set()  # parameters whose accumulator holds this accumulation's gradient
         self._zero_next: set = set()  # stages whose next backward zeroes their accumulators
@@ -85,11 +89,24 @@ class TTTrainer:
         self.training_netlist = None
         self.training_device: Optional[TrainingDevice] = None
         self.saved_capacity = 0  # microbatches of saved activations the training netlist holds (0: no limit)
-        if device.optimizer is not None and self.params:
+        if device.optimizer is not None and self.shapes:
             self._compile_optimizer(device.optimizer)
         self._build_training_netlist()
         if self.optimizer_program is not None:
             self._push_optimizer_inputs(with_params=True, with_state=True)
+
+    @property
+    def params(self) -> Dict[str, torch.Tensor]:
+        """The host copy of every trainable parameter (parameter name -> value), read back from the device
+        where the optimizer updated it in place since the last read."""
+        if self._stale:
+            from pybuda.netlist.training import read_ram_value
+
+            for name in sorted(self._stale):
+                prog, rec = self._device_param_queue(name)
+                self._params[name] = read_ram_value(rec, prog.executor.read_ram(rec.queue), self.shapes[name])
+            self._stale.clear()
+        return self._params
 
     @property
     def has_loss(self) -> bool:
@@ -118,9 +135,9 @@ class TTTrainer:
         if callable(wanted):
             wanted = wanted()
         if not wanted:
-            return list(self.params)
+            return list(self.shapes)
         names = {p if isinstance(p, str) else p.get_name() for p in wanted}
-        return [n for n in self.params if n in names]
+        return [n for n in self.shapes if n in names]
 
     def _push_optimizer_inputs(self, with_params: bool, with_state: bool = False) -> None:
         """Hyper-parameters, and the optimizer state the host keeps (all of it with ``with_state``: state the
@@ -129,7 +146,7 @@ class TTTrainer:
         values.update({k: v for k, v in self.optimizer_state.items() if with_state or k not in self._device_state})
         if with_params:
             values.update({n: self.params[n] for n in self.update.param_outputs})
-        owned = self.optimizer_program.executor.get_parameters()
+        owned = _host_written(self.optimizer_program.executor)
         self.optimizer_program.executor.update_parameters({k: v for k, v in values.items() if k in owned})
 
     # --- the device's training netlist ---
@@ -184,7 +201,7 @@ class TTTrainer:
             if hasattr(old, "close"):
                 old.close()
         self._device_state = {lk.target for lk in tnl.links if lk.kind == "state"}
-        self.report.append(describe_training_netlist(tnl, len(self.params), self.stages))
+        self.report.append(describe_training_netlist(tnl, len(self.shapes), self.stages))
 
     def _part(self, program: Program) -> Any:
         return program.executor.part if isinstance(program.executor, NetlistProgram) else None
@@ -275,7 +292,10 @@ class TTTrainer:
                 grads = [torch.ones(_batched(n.shape, self.microbatch)) for n in outs]
             bwd_inputs = [g if g is not None else torch.zeros(_batched(n.shape, self.microbatch))
                           for g, n in zip(grads, outs)]
-            bwd_inputs += [saved[name] for name in stage.graphs.saved]
+            layouts = stage.backward.input_layouts
+            bwd_inputs += [to_gradient_layout(saved[name], layouts[name])
+                           if name in layouts and saved[name] is not None else saved[name]
+                           for name in stage.graphs.saved]
             zero = stage.module_name in self._zero_next
             self._zero_next.discard(stage.module_name)
             results = stage.backward.run(bwd_inputs, {"$p_zero_grad": int(zero)})
@@ -342,34 +362,47 @@ class TTTrainer:
         outs = self.optimizer_program.run(grads)
         named = dict(zip([n.name for n in self.update.graph.outputs], outs))
         new_params: Dict[str, torch.Tensor] = {}
-        on_device: Dict[str, torch.Tensor] = {}
+        in_place: List[str] = []
         for p, o in self.update.param_outputs.items():
             if named[o] is not None:
                 new_params[p] = named[o].reshape(self.shapes[p])
-                continue
-            # Written in place on the device; the host keeps a copy for checkpoints and host-side programs.
-            prog, rec = self._device_param_queue(p)
-            from pybuda.netlist.training import read_ram_value
-
-            on_device[p] = read_ram_value(rec, prog.executor.read_ram(rec.queue), self.shapes[p])
+            else:
+                in_place.append(p)
         for s, o in self.update.state_outputs.items():
             if named[o] is not None:
                 self.optimizer_state[s] = named[o].reshape(self.optimizer_state[s].shape)
-        self._store_parameters(on_device, skip_device=True)
+        self._updated_in_place(in_place)
         self.set_parameters(new_params)
         self._push_optimizer_inputs(with_params=False)
 
     def set_parameters(self, values: Mapping[str, torch.Tensor]) -> None:
         """New values of trainable parameters: into every program that reads them."""
-        unknown = sorted(set(values) - set(self.params))
+        unknown = sorted(set(values) - set(self.shapes))
         if unknown:
             raise InputError(f"TTDevice '{self.device.name}' has no trainable parameter(s) {unknown}; it has "
-                             f"{sorted(self.params)}")
+                             f"{sorted(self.shapes)}")
         for k, v in values.items():
             if tuple(v.shape) != self.shapes[k]:
                 raise InputError(f"TTDevice '{self.device.name}': parameter '{k}' has shape {list(self.shapes[k])}, "
                                  f"got {list(v.shape)}")
         self._store_parameters(values)
+
+    def _programs(self) -> List[Program]:
+        programs = [p for stage in self.stages for p in (stage.forward, stage.backward)]
+        return programs + ([self.optimizer_program] if self.optimizer_program is not None else [])
+
+    def _updated_in_place(self, names: Sequence[str]) -> None:
+        """Parameters ``names`` were written in place on the device by the optimizer step. Their host copies
+        are read back lazily (:attr:`params`), unless a program whose host side writes its own copy of one
+        needs the new value now."""
+        if not names:
+            return
+        holders = {k: found[0] for k in names if (found := self._device_param_queue(k)) is not None}
+        copies = [prog for prog in self._programs() for k in names
+                  if k in _host_written(prog.executor) and holders.get(k) is not prog]
+        self._stale.update(names)
+        if copies:
+            self._store_parameters({k: self.params[k] for k in names}, skip_device=True)
 
     def _store_parameters(self, values: Mapping[str, torch.Tensor], skip_device: bool = False) -> None:
         """Keep ``values`` as the host copy and write them into every program whose host side owns a copy;
@@ -377,17 +410,23 @@ class TTTrainer:
         if not values:
             return
         for k, v in values.items():
-            self.params[k] = v.detach().clone().float()
+            self._params[k] = v.detach().clone().float()
+            self._stale.discard(k)
         holders = {}
         if skip_device:
             holders = {k: found[0] for k in values if (found := self._device_param_queue(k)) is not None}
-        programs = [p for stage in self.stages for p in (stage.forward, stage.backward)]
-        programs += [self.optimizer_program] if self.optimizer_program is not None else []
-        for prog in programs:
-            owned = prog.executor.get_parameters()
-            mine = {k: self.params[k] for k in values if k in owned and holders.get(k) is not prog}
+        for prog in self._programs():
+            owned = _host_written(prog.executor)
+            mine = {k: self._params[k] for k in values if k in owned and holders.get(k) is not prog}
             if mine:
                 prog.executor.update_parameters(mine)
 
     def parameters(self) -> Dict[str, torch.Tensor]:
         return {k: v.clone() for k, v in self.params.items()}
+
+
+def _host_written(executor: Any) -> Set[str]:
+    """Names of the parameters whose values ``executor``'s host side writes (without building the zero
+    tensors that ``get_parameters`` returns for a device program)."""
+    names = getattr(executor, "parameter_names", None)
+    return set(names()) if callable(names) else set(executor.get_parameters())

@@ -6,6 +6,8 @@ and run_opt_* programs and accumulation queues; the golden device executes them 
 through it matches torch.
 """
 
+import copy
+
 import pytest
 import torch
 
@@ -372,3 +374,51 @@ def test_model_training_compiles_merges_and_models_in_one_call():
     assert [p.name for p in tnl.netlist.programs] == ["run_fwd_0", "run_bwd_0", "run_opt_0"]
     assert len(tnl.accumulators) == 3 and {lk.kind for lk in tnl.links} >= {"saved", "grad", "update", "state"}
     assert perf.samples_per_step == 8 and perf.epochs == len(tnl.netlist.graphs)
+
+
+class TorchTwoConvNet(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(0)
+        self.conv1 = torch.nn.Conv2d(3, 8, 3, padding=1)
+        self.conv2 = torch.nn.Conv2d(8, 6, 3, stride=2, padding=1)
+        self.fc = torch.nn.Linear(6, 4)
+
+    def forward(self, x):
+        h = torch.relu(self.conv2(torch.relu(self.conv1(x))))
+        return self.fc(h.mean(dim=(2, 3)))
+
+
+def test_channels_last_activations_stay_on_the_device():
+    """A conv's output leaves the forward channels-last (the host would turn it to NCHW): the backward is
+    compiled to read it in that layout and turn it on the device, so no saved activation crosses the host,
+    and two steps over microbatches of 2 still follow torch."""
+    model = TorchTwoConvNet()
+    reference = copy.deepcopy(model)
+    tt0, cpu = _float32_sgd_pipeline("convs", model)
+    g = torch.Generator().manual_seed(5)
+    xs = [torch.randn(2, 3, 10, 10, generator=g) for _ in range(2)]
+    ys = [torch.randn(2, 4, generator=g) for _ in range(2)]
+    for x, y in zip(xs, ys):
+        tt0.push_to_inputs(x)
+        cpu.push_to_target_inputs(y)
+    pybuda.initialize_pipeline(training=True)
+    trainer = training.current().trainer_of(tt0)
+    stage = trainer.stages[0]
+    assert stage.backward.input_layouts, trainer.report  # the conv outputs are read channels-last
+    line = next(line for line in trainer.report if line.startswith("training netlist:"))
+    saved = len(stage.graphs.saved) - 1  # the saved activations other than the model's input
+    assert f"0/{saved} activations" in line, line
+    assert all(name in stage.backward.executor.part.linked_inputs for name in stage.backward.input_layouts)
+    opt = torch.optim.SGD(reference.parameters(), lr=0.1)
+    for x, y in zip(xs, ys):
+        pybuda.run_forward(1)
+        pybuda.run_backward(1, zero_grad=True)
+        pybuda.run_optimizer()
+        opt.zero_grad()
+        torch.nn.functional.mse_loss(reference(x), y, reduction="sum").backward()
+        opt.step()
+    after = {k: v.value() for k, v in pybuda.get_parameter_checkpoint(tt0)[0].items()}
+    for name, p in reference.named_parameters():
+        assert torch.corrcoef(torch.stack([after[name].flatten(), p.detach().flatten()]))[0, 1] > 0.99, name
+        assert torch.allclose(after[name], p.detach(), rtol=RTOL, atol=ATOL), name
