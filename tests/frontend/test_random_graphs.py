@@ -105,3 +105,18 @@ def test_watchdog_reports_a_hang():
     finally:
         w.close()
     assert res.outcome == "HANG"
+
+
+#: ``--batch-mix`` seeds whose convolutions and pools hold the whole microbatch on dim 0 (the batch is in the
+#: graph because another op mixes the samples): once a lowering CompileError, now split per image.
+BATCH_MIX_CONV_SEEDS = [38, 71]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("seed", BATCH_MIX_CONV_SEEDS)
+def test_batch_mix_seed_with_convs_on_the_batch_runs(seed):
+    model = rg.generate(seed, batch_mix=True)
+    assert any(o.startswith("batch_") for o in model.ops)
+    assert any(o.startswith(("conv2d", "max_pool2d", "avg_pool2d")) for o in model.ops)
+    res = rg.classify(model)
+    assert res.outcome in ("PASS", "FALLBACK", "NUMERICS"), f"seed {seed}: {res.outcome}: {res.detail}"

@@ -77,13 +77,16 @@ from pybuda.passes.lower.common import (
     ZERO, ZERO_PRESERVING, DVal, Lazy, _combine_pad, _hashable, _right_align, _tile3,
 )
 from pybuda.netlist.device_ops import device_op
+from pybuda.passes.graph.per_sample_ops import split_per_sample_ops
 from pybuda.passes.lower.conv import ConvPoolLowering
 from pybuda.passes.lower.movement import DataMovementLowering
 from pybuda.passes.lower.reduce import ReductionLowering
 
 def lower_to_buda(graph: Graph, ctx: CompileContext) -> BudaGraph:
     """Lower the per-sample IR graph to backend ops (see the module docstring for every decision)."""
-    return _Lowering(graph, ctx).run()
+    # Convolutions and pools lower one image at a time: several images on dim 0 (the batch inside the
+    # graph, or images a model stacks itself) are split into per-image ops first.
+    return _Lowering(split_per_sample_ops(graph, ctx), ctx).run()
 
 
 class _Lowering(ConvPoolLowering, ReductionLowering, DataMovementLowering):
