@@ -13,7 +13,7 @@ Reported:
   ResNet-50, VoVNet-V2-39 and Inception-v4 on n150): each against TT-Buda's published figure, the default's
   epochs, its ratio to Ribbon and whether it meets the issue's goal (2x for BERT-Large, 1.3x for the CNNs).
 
-    .venv/bin/python benchmarks/bench_perf.py [--repeat 3] [--calibrate] [--policies]
+    .venv/bin/python benchmarks/bench_perf.py [--repeat 3] [--calibrate] [--policies [--models resnet ...]]
 """
 
 from __future__ import annotations
@@ -46,9 +46,11 @@ def main() -> None:
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--calibrate", action="store_true", help="also print the calibration table (slow)")
     ap.add_argument("--policies", action="store_true", help="only print default policy vs Ribbon (slow)")
+    ap.add_argument("--models", nargs="*", default=None,
+                    help="with --policies: only these model names (e.g. resnet vovnet_v2)")
     args = ap.parse_args()
     if args.policies:
-        policies()
+        policies(args.models)
         return
 
     from pybuda.cli import benchmark
@@ -103,9 +105,10 @@ POLICY_POINTS = [
 ]
 
 
-def policies() -> None:
+def policies(models=None) -> None:
     """Modelled throughput with the default policy and with Ribbon, both compiled in this run, each against
-    TT-Buda's published figure, and whether the default meets the issue's goal."""
+    TT-Buda's published figure, and whether the default meets the issue's goal (``models``: only the
+    points of these model names)."""
     from pybuda.balancer import normalize_policy
     from pybuda.cli import benchmark
 
@@ -113,6 +116,8 @@ def policies() -> None:
     print(f"{'model':<20}{'card':<9}{'published':>10}{'Ribbon':>9}{'R/pub':>7}{default + ' (default)':>15}"
           f"{'ep':>4}{'def/pub':>9}{'def/R':>7}{'goal':>6}  met")
     for model, config, card, df, mf, mb, published, goal in POLICY_POINTS:
+        if models and model not in models:
+            continue
         rates, epochs = [], []
         for policy in ("Ribbon", default):
             with tempfile.TemporaryDirectory() as tmp:

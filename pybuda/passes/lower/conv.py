@@ -12,7 +12,7 @@ import torch
 
 from pybuda.dtypes import DataFormat
 from pybuda.ir.graph import Node
-from pybuda.netlist.tms import TM, Broadcast, HStack, VStack
+from pybuda.netlist.tms import TM, Broadcast, HStack, VSlice, VStack
 from pybuda.passes.lower import pickers
 from pybuda.netlist.host_io import tiles
 from pybuda.perf.cost import tile_size_bytes
@@ -62,14 +62,12 @@ class ConvPoolLowering:
             out_rows = oh * wo + ow
             in_rows = ih * in_pitch + iw
             key = ("window", h, w, ho, wo, kh, kw, stride, dil, pad_t, pad_l, in_pitch)
-            bands = self._conv_row_bands(node, ops, out_hw, cin, cout) if node.op_type == "conv2d" else None
+            bands = self._conv_row_bands(node, ops, out_hw, cin, cout, kk) if node.op_type == "conv2d" else None
             if bands is not None:
                 return self._banded_conv(node, ops, src, bands, (pos[valid], out_rows[valid], in_rows[valid]), k_r,
                                          key, (kh, kw), cin, cout, x)
-            # One t slice per kernel position: slice ``pos`` holds the input pixel under every output pixel.
-            picked = self._row_pick(src, f"{node.name}.im2col", out_rows[valid], in_rows[valid],
-                                    np.ones(int(valid.sum()), np.float32), out_r=out_hw, k_r=k_r, key=key,
-                                    out_t=pos[valid], num_t=kk)
+            picked = self._tap_pick(src, f"{node.name}.im2col", (pos[valid], out_rows[valid], in_rows[valid]),
+                                    out_hw, k_r, key, kk)
             kk_eff = kk
         if node.op_type == "max_pool2d":
             # Positions outside the image pick zeros, which a max of values >= 0 (after a relu) ignores.
@@ -90,21 +88,30 @@ class ConvPoolLowering:
             return replace(out, r=out_hw, layout="flat", spatial=(ho, wo))
         return self._conv_weights(node, ops, picked, kk_eff, (kh, kw), cin, cout, out_hw, out_rp, x)
 
-    def _conv_row_bands(self, node: Node, ops: List[DVal], out_hw: int, cin: int, cout: int):
+    def _conv_row_bands(self, node: Node, ops: List[DVal], out_hw: int, cin: int, cout: int, kk: int):
         """Output pixel row bands ``[(r0, r1)]`` for a convolution too large for one sparse matmul, else None.
 
         A sparse matmul cannot t-stream (its picker is encoded for one t-slicing), so only the grid rows split
         its output rows: when no grid row count leaves each core a block of at most :func:`band_limit_tiles`
         row tiles (the output block is double-buffered and K-blocked partial sums need as much again), the
         convolution is sliced into bands, each its own picker and weight matmul (TT-Buda slices the
-        activation the same way). Only for convolutions with compile-time weights (not depthwise)."""
+        activation the same way). Only for convolutions with compile-time weights (not depthwise).
+
+        A convolution that fits but can stack few of its kernel positions in one t slice (so its picker
+        re-reads the activation ``kk / per`` times, see :meth:`_tap_pick`) is also banded when smaller bands
+        stack more (:func:`stacking_bands`), if its input comes from an op: bands of a queue input would
+        each read the queue."""
         wv = ops[1]
         if not wv.is_queue_value or (len(ops) == 3 and not ops[2].is_queue_value):
             return None
         if node.attrs["groups"] > 1 and node.attrs["groups"] == cin and cout == cin:
             return None
         dev = self.ctx.device
-        return row_bands(tiles(out_hw), dev.grid_rows, band_limit_tiles(dev.l1_pybuda_budget_bytes), out_hw)
+        limit = band_limit_tiles(dev.l1_pybuda_budget_bytes)
+        needed = row_bands(tiles(out_hw), dev.grid_rows, limit, out_hw)
+        if needed is not None or self.g[node.operands[0]].kind != "op" or self._reproduces_tt_buda():
+            return needed
+        return stacking_bands(tiles(out_hw), kk, dev.grid_rows, limit, out_hw)
 
     def _banded_conv(self, node: Node, ops: List[DVal], src: DVal, bands, taps, k_r: int, key, kernel, cin: int,
                      cout: int, x: DVal) -> DVal:
@@ -116,13 +123,45 @@ class ConvPoolLowering:
         parts = []
         for b, (r0, r1) in enumerate(bands):
             sel = (out_rows >= r0) & (out_rows < r1)
-            picked = self._row_pick(src, f"{node.name}.im2col_band{b}", out_rows[sel] - r0, in_rows[sel],
-                                    np.ones(int(sel.sum()), np.float32), out_r=r1 - r0, k_r=k_r,
-                                    key=key + ("band", r0, r1), out_t=pos[sel], num_t=kk)
+            picked = self._tap_pick(src, f"{node.name}.im2col_band{b}", (pos[sel], out_rows[sel] - r0, in_rows[sel]),
+                                    r1 - r0, k_r, key + ("band", r0, r1), kk)
             parts.append(self._conv_weights(node, ops, picked, kk, kernel, cin, cout, r1 - r0,
                                             tiles(r1 - r0) * TILE, x))
         ho, wo = self.g[node.name].shape[1:3]
         return replace(self.join_rows(f"{node.name}.bands", parts), layout="flat", spatial=(ho, wo))
+
+    def _reproduces_tt_buda(self) -> bool:
+        """Ribbon reproduces TT-Buda's compile for calibration against its published figures, its
+        convolution lowering included: one im2col t slice per kernel position, no stacking bands."""
+        from pybuda.balancer.policies import normalize_policy
+
+        return normalize_policy(self.ctx.config.balancer_policy) == "Ribbon"
+
+    def _tap_pick(self, src: DVal, name: str, taps, out_r: int, k_r: int, key, kk: int) -> DVal:
+        """The im2col gather of a convolution or pool: ``[kk, out_r, C]``, slice ``pos`` holding the input
+        pixel under every output pixel for kernel position ``pos``. ``taps``: (kernel position, output row,
+        input row) of every valid tap.
+
+        The sparse matmul streams the whole activation through its cores once per output t slice, so one
+        slice per position reads it ``kk`` times. Instead, positions are stacked along rows, ``per`` of
+        them in each of ``kk / per`` t slices (position ``pos`` at rows ``(pos % per) * out_rp`` of slice
+        ``pos // per``, ``out_rp`` = ``out_r`` rounded up to a tile), and consumers read them back as kk
+        slices with ``vslice``. TT-Buda kept one slice per position (Ribbon, which reproduces its compile for
+        calibration, still does: :meth:`_reproduces_tt_buda`). The grid rows then split the ``per`` times
+        taller slices; ``per`` is the most positions whose stacked
+        rows still fit one sparse matmul's L1 (see :func:`taps_per_slice`)."""
+        pos, out_rows, in_rows = taps
+        dev = self.ctx.device
+        per = 1 if self._reproduces_tt_buda() else \
+            taps_per_slice(kk, tiles(out_r), dev.grid_rows, band_limit_tiles(dev.l1_pybuda_budget_bytes))
+        out_rp = tiles(out_r) * TILE
+        num_t = kk // per
+        picked = self._row_pick(src, name, (pos % per) * out_rp + out_rows, in_rows, np.ones(len(pos), np.float32),
+                                out_r=per * out_rp, k_r=k_r, key=key + ("stacked", per),
+                                out_t=pos // per if num_t > 1 else None, num_t=num_t)
+        if per == 1:
+            return replace(picked, r=out_r)
+        return replace(picked, tms=tuple(picked.tms) + (VSlice(factor=per),), z=kk, r=out_r)
 
     def _depthwise_apply(self, node, picked: DVal, wrows: DVal, kk: int, out_hw: int, out_rp: int, cin: int) -> DVal:
         """Depthwise conv on picked pixels: multiply by each kernel position's weight row (``wrows``, one row
@@ -291,13 +330,14 @@ def band_limit_tiles(l1_budget_bytes: int) -> int:
     return max(1, l1_budget_bytes // (4 * tile_size_bytes(DataFormat.Float16_b)))
 
 
-def row_bands(rt: int, grid_rows: int, limit: int, rows: int):
-    """Bands ``[(r0, r1)]`` of ``rows`` output rows (``rt`` tiles) such that each band's tiles split over at
-    most ``grid_rows`` grid rows into blocks of at most ``limit`` tiles; None when one band already does (or
-    no split into at most :data:`MAX_BANDS` bands does). Every band but the last is a multiple of
+def row_bands(rt: int, grid_rows: int, limit: int, rows: int, taps: int = 1):
+    """Bands ``[(r0, r1)]`` of ``rows`` output rows (``rt`` tiles) such that each band's picker output (its
+    tiles times ``taps``, the kernel positions stacked along rows, see ``ConvPoolLowering._tap_pick``) splits
+    over at most ``grid_rows`` grid rows into blocks of at most ``limit`` tiles; None when one band already
+    does (or no split into at most :data:`MAX_BANDS` bands does). Every band but the last is a multiple of
     ``grid_rows`` tiles; the fewest bands win."""
     def fits(n: int) -> bool:
-        return any(n % d == 0 and n // d <= limit for d in range(1, min(grid_rows, n) + 1))
+        return _fits_one_matmul(n * taps, grid_rows, limit)
 
     if fits(rt):
         return None
@@ -309,6 +349,44 @@ def row_bands(rt: int, grid_rows: int, limit: int, rows: int):
         edges = [min(i * size * TILE, rows) for i in range(nb)] + [rows]
         return list(zip(edges[:-1], edges[1:]))
     return None
+
+
+def taps_per_slice(kk: int, rt: int, grid_rows: int, limit: int) -> int:
+    """How many of a convolution's ``kk`` kernel positions one t slice of its im2col picker stacks along rows
+    (``ConvPoolLowering._tap_pick``): the largest divisor of ``kk`` whose stacked ``rt``-tile outputs still
+    split over at most ``grid_rows`` grid rows into blocks of at most ``limit`` tiles, else 1."""
+    for per in range(kk, 1, -1):
+        if kk % per == 0 and _fits_one_matmul(per * rt, grid_rows, limit):
+            return per
+    return 1
+
+
+def stacking_bands(rt: int, kk: int, grid_rows: int, limit: int, rows: int):
+    """Bands ``[(r0, r1)]`` of ``rows`` output rows (``rt`` tiles) in which more of ``kk`` kernel positions stack
+    in one t slice (:func:`taps_per_slice`) than in one band, each band stacking as many as the smallest;
+    the most stacking wins, then the fewest bands (at most :data:`MAX_BANDS`). None when banding stacks no
+    more."""
+    best_per, best = taps_per_slice(kk, rt, grid_rows, limit), None
+    for nb in range(2, MAX_BANDS + 1):
+        size = -(-rt // nb)
+        last = rt - (nb - 1) * size
+        if last <= 0:
+            continue
+        per = min(taps_per_slice(kk, size, grid_rows, limit), taps_per_slice(kk, last, grid_rows, limit))
+        if per > best_per:
+            best_per, best = per, (nb, size)
+        if best_per == kk:
+            break
+    if best is None:
+        return None
+    nb, size = best
+    edges = [min(i * size * TILE, rows) for i in range(nb)] + [rows]
+    return list(zip(edges[:-1], edges[1:]))
+
+
+def _fits_one_matmul(rt: int, grid_rows: int, limit: int) -> bool:
+    """``rt`` output row tiles split over at most ``grid_rows`` grid rows into blocks of at most ``limit``."""
+    return any(rt % d == 0 and rt // d <= limit for d in range(1, min(grid_rows, rt) + 1))
 
 
 #: Ops whose every output value is >= 0 (from the device-op table, see ``common.NON_NEGATIVE``), and
