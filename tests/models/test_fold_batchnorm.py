@@ -21,7 +21,7 @@ def _ctx(training: bool = False, consteval: bool = True) -> CompileContext:
                           get_device_descriptor(device_config="wh_n150"), microbatch=1, stage="TEST")
 
 
-def _conv_bn(groups=1, bias=True, extra_reader=False, transpose=False, seed=0) -> Graph:
+def _conv_bn(groups=1, bias=True, extra_reader=False, transpose=False, seed=0, shared_stats=False) -> Graph:
     g = torch.Generator().manual_seed(seed)
     cin, cout = 8, 8 if groups > 1 else 12
     graph = Graph("conv_bn")
@@ -36,6 +36,8 @@ def _conv_bn(groups=1, bias=True, extra_reader=False, transpose=False, seed=0) -
              graph.add_parameter("beta", torch.randn(cout, generator=g)).name,
              graph.add_parameter("mean", torch.randn(cout, generator=g), requires_grad=False).name,
              graph.add_parameter("var", torch.rand(cout, generator=g) + 0.1, requires_grad=False).name]
+    if shared_stats:  # the mean read through an identity, as an ONNX export shares equal initializers
+        stats[2] = graph.add_op("mean_shared", "nop", [stats[2]]).name
     bn = graph.add_op("bn", "batchnorm", [conv] + stats, {"epsilon": 1e-5}).name
     act = graph.add_op("act", "sigmoid", [bn]).name
     graph.add_output("out", act)
@@ -68,6 +70,16 @@ def test_batchnorm_folds_into_conv_weights_and_bias(groups, bias):
     assert [const[o].kind for o in conv.operands[1:]] == [PARAMETER] * (2 if bias else 1)
     assert "w" in ctx.consteval_trace[conv.operands[1]]["sources"]
     assert [n.op_type for n in const.ops] == ["conv2d", "add", "sigmoid"]
+
+
+def test_statistics_behind_ops_of_compile_time_values_fold_too():
+    """An ONNX export shares equal initializers through Identity nodes: a statistic computed only from parameters
+    and constants is still a compile-time value."""
+    graph = _conv_bn(shared_stats=True)
+    assert graph[graph["bn"].operands[3]].op_type == "nop"
+    folded = fold_batchnorms(graph, _ctx())
+    assert "batchnorm" not in [n.op_type for n in folded.ops]
+    _same(graph, folded, torch.randn(1, 8, 10, 10))
 
 
 @pytest.mark.parametrize("case", ["extra_reader", "transpose", "training", "no_consteval"])

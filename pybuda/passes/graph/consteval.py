@@ -26,6 +26,18 @@ GROWTH_LIMIT = 4
 SMALL_ELEMENTS = 1 << 16
 
 
+def compile_time_value(graph: Graph, name: str) -> bool:
+    """True when ``name`` is known at compile time, so :func:`evaluate_constants` will compute it: a parameter no
+    runtime updates, a constant, or an op computed only from such values (a shared initializer behind an ONNX
+    Identity, weights with a batch norm folded in)."""
+    node = graph[name]
+    if node.kind == PARAMETER:
+        return not node.tags.get(RUNTIME_UPDATED)
+    if node.kind == CONSTANT:
+        return True
+    return node.kind == OP and bool(node.operands) and all(compile_time_value(graph, o) for o in node.operands)
+
+
 def evaluate_constants(graph: Graph, ctx: CompileContext) -> Graph:
     """Fold parameter/constant-only ops into new leaves; returns a new graph."""
     known: Dict[str, torch.Tensor] = {}

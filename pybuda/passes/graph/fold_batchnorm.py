@@ -25,8 +25,9 @@ from typing import Optional, Sequence
 
 import torch
 
-from pybuda.ir.graph import CONSTANT, OP, PARAMETER, RUNTIME_UPDATED, Graph, Node
+from pybuda.ir.graph import OP, Graph, Node
 from pybuda.passes.context import CompileContext
+from pybuda.passes.graph.consteval import compile_time_value
 from pybuda.passes.graph.rewrite import Rewriter
 
 #: Convolutions whose weight holds the output channels on dim 0.
@@ -74,9 +75,7 @@ def _foldable(graph: Graph, bn: Node, users) -> bool:
 
 
 def _compile_time(graph: Graph, name: str) -> bool:
-    node = graph[name]
-    return (node.kind == CONSTANT or (node.kind == PARAMETER and not node.tags.get(RUNTIME_UPDATED))) \
-        and node.dtype.is_floating_point
+    return graph[name].dtype.is_floating_point and compile_time_value(graph, name)
 
 
 def _numel(shape) -> int:

@@ -24,8 +24,9 @@ from __future__ import annotations
 import math
 from typing import List, Optional, Sequence, Tuple
 
-from pybuda.ir.graph import CONSTANT, INPUT, OP, PARAMETER, RUNTIME_UPDATED, Graph, Node
+from pybuda.ir.graph import INPUT, OP, Graph, Node
 from pybuda.passes.context import CompileContext
+from pybuda.passes.graph.consteval import compile_time_value
 from pybuda.passes.graph.rewrite import Rewriter
 
 TILE = 32
@@ -75,7 +76,7 @@ def _plan(graph: Graph, users, node: Node) -> Optional[Tuple[int, Tuple[int, int
     act, weight = graph[node.operands[0]], graph[node.operands[1]]
     if act.kind != INPUT or users.get(act.name) != [node.name] or len(act.shape) != 4:
         return None
-    if not _compile_time_value(graph, weight.name):
+    if not compile_time_value(graph, weight.name):
         return None
     s = sy
     _, c, h, w = act.shape
@@ -94,17 +95,6 @@ def _plan(graph: Graph, users, node: Node) -> Optional[Tuple[int, Tuple[int, int
     if work_after >= work_before:
         return None
     return s, k_new, (after[0], after[1])
-
-
-def _compile_time_value(graph: Graph, name: str) -> bool:
-    """True when ``name`` is known at compile time: a parameter no runtime updates, a constant, or an op
-    computed only from such values (a batch norm folded into the weights, which consteval computes)."""
-    node = graph[name]
-    if node.kind == PARAMETER:
-        return not node.tags.get(RUNTIME_UPDATED)
-    if node.kind == CONSTANT:
-        return True
-    return node.kind == OP and bool(node.operands) and all(_compile_time_value(graph, o) for o in node.operands)
 
 
 def _space_to_depth(rw: Rewriter, name: str, value: str, s: int) -> str:
