@@ -295,7 +295,7 @@ class Device:
         ctx = context.current()
         session = training.current()
         if session is not None and self in session.devices:
-            values = session.trainer_of(self).parameters()
+            values = session.parameters_of(self)
         elif ctx is not None and self in ctx.devices:
             values = ctx.request(self, Command(CommandType.GET_PARAMETER_CHECKPOINT))
         else:
@@ -311,7 +311,7 @@ class Device:
         session = training.current()
         if session is None:
             raise PybudaError(TRAINING_NOT_SUPPORTED)
-        return {k: Tensor.create_from_torch(v) for k, v in session.trainer_of(self).grads.items()}
+        return {k: Tensor.create_from_torch(v) for k, v in session.grads_of(self).items()}
 
     def update_device_parameters(self, parameters: Mapping[str, Any]) -> None:
         """Replace parameter values on this device (by name; shapes must match)."""
@@ -332,7 +332,7 @@ class Device:
         ctx = context.current()
         session = training.current()
         if session is not None and self in session.devices:
-            session.trainer_of(self).set_parameters(values)
+            session.set_parameters_of(self, values)
         elif ctx is not None and self in ctx.devices:
             ctx.request(self, Command(CommandType.UPDATE_DEVICE_PARAMETERS, {"parameters": values}))
         else:

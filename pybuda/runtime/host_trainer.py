@@ -36,10 +36,11 @@ class HostTrainer:
                              f"push_to_target_inputs or pass sample_targets")
         self.torch_params: Dict[str, torch.nn.Parameter] = {}
         self._graphs: Dict[int, Any] = {}  # id(PyBudaModule) -> its graph, traced for one sample
+        framework = _framework_names(getattr(device, "_fallback_of", None))
         for m in self.modules + ([self.loss] if self.loss is not None else []):
             for n, p in _module_parameters(m):
                 if p.requires_grad:
-                    self.torch_params.setdefault(n, p)
+                    self.torch_params.setdefault(framework.get(p.data_ptr(), n), p)
         self.optimizer = None
         self.scheduler = None
         params = list(dict.fromkeys(self.torch_params.values()))
@@ -111,6 +112,10 @@ class HostTrainer:
     def parameters(self) -> Dict[str, torch.Tensor]:
         return {n: p.detach().clone() for n, p in self.torch_params.items()}
 
+    def parameter_names(self) -> List[str]:
+        """The names :meth:`parameters` gives."""
+        return list(self.torch_params)
+
     def set_parameters(self, values: Mapping[str, torch.Tensor]) -> None:
         unknown = sorted(set(values) - set(self.torch_params))
         if unknown:
@@ -122,6 +127,19 @@ class HostTrainer:
                                      f"{list(self.torch_params[k].shape)}, got {list(v.shape)}")
             for k, v in values.items():
                 self.torch_params[k].copy_(v)
+
+
+def _framework_names(owner: Any) -> Dict[int, str]:
+    """Storage address -> name of every parameter of the PyTorch modules on ``owner`` (the device a CPU-fallback
+    stage was split from). A fallback stage's graph shares its parameters' storage with the user's module but
+    names them after its own attributes (``a_weight``); its trainer reports them by the module's names
+    (``a.weight``), as the device part does."""
+    from pybuda.module import PyTorchModule
+
+    if owner is None:
+        return {}
+    return {p.data_ptr(): n for m in owner.modules if isinstance(m, PyTorchModule)
+            for n, p in m.module.named_parameters()}
 
 
 def _module_parameters(module: Any) -> List[Tuple[str, torch.nn.Parameter]]:

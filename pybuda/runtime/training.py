@@ -39,7 +39,7 @@ import logging
 import queue
 from collections import deque
 from dataclasses import dataclass, field
-from typing import Any, Deque, Dict, List, Optional, Sequence
+from typing import Any, Deque, Dict, List, Mapping, Optional, Sequence
 
 import torch
 
@@ -158,7 +158,41 @@ class TrainingSession:
     def checkpoint(self) -> List[Dict[str, Any]]:
         from pybuda.tensor import Tensor
 
-        return [{k: Tensor.create_from_torch(v) for k, v in t.parameters().items()} for t in self.user_trainers()]
+        return [{k: Tensor.create_from_torch(v) for k, v in self.parameters_of(t.device).items()}
+                for t in self.user_trainers()]
+
+    def trainers_of(self, device: Device) -> List[Any]:
+        """The trainer of ``device`` and those of its CPU-fallback stages: the host parts of a split model belong
+        to the module the user placed on ``device``, so its checkpoints, gradients and updates cover them."""
+        return [self.trainer_of(device)] + [t for t in self.trainers
+                                            if getattr(t.device, "_fallback_of", None) is device]
+
+    def parameters_of(self, device: Device) -> Dict[str, torch.Tensor]:
+        """Current values of every trainable parameter of ``device``'s modules (fallback stages included)."""
+        values: Dict[str, torch.Tensor] = {}
+        for t in self.trainers_of(device):
+            values.update(t.parameters())
+        return values
+
+    def grads_of(self, device: Device) -> Dict[str, torch.Tensor]:
+        """The accumulated gradients of ``device``'s parameters (fallback stages included)."""
+        grads: Dict[str, torch.Tensor] = {}
+        for t in self.trainers_of(device):
+            grads.update(t.grads)
+        return grads
+
+    def set_parameters_of(self, device: Device, values: Mapping[str, torch.Tensor]) -> None:
+        """New values of ``device``'s parameters, each to the trainer that holds it (fallback stages included);
+        a name none of them holds is an InputError naming every parameter there is."""
+        trainers = self.trainers_of(device)
+        owner = {name: t for t in trainers for name in t.parameter_names()}
+        unknown = sorted(set(values) - set(owner))
+        if unknown:
+            raise InputError(f"device '{device.name}' has no trainable parameter(s) {unknown}; it has {sorted(owner)}")
+        for t in trainers:
+            mine = {k: v for k, v in values.items() if owner[k] is t}
+            if mine:
+                t.set_parameters(mine)
 
     def user_trainers(self) -> List[Any]:
         return [t for t in self.trainers if getattr(t.device, "_fallback_of", None) is None]

@@ -424,6 +424,10 @@ class TTTrainer:
     def parameters(self) -> Dict[str, torch.Tensor]:
         return {k: v.clone() for k, v in self.params.items()}
 
+    def parameter_names(self) -> List[str]:
+        """The names :meth:`parameters` gives, without reading values back from the device."""
+        return list(self.shapes)
+
 
 def _host_written(executor: Any) -> Set[str]:
     """Names of the parameters whose values ``executor``'s host side writes (without building the zero

@@ -393,3 +393,63 @@ def test_run_training_with_more_microbatches_than_the_default_saved_queue():
     want = torch_sgd_curve(params, xs, ys, lr=0.05, accumulation=count)
     for g, w in zip(got, want):
         assert g == pytest.approx(w, rel=LOSS_RTOL)
+
+
+class TorchSortNet(torch.nn.Module):
+    """Linear layers around two sorts: sort has no device form, so the first linear and sort run in a CPU-fallback
+    stage before the device part and the second sort and last linear in one after it."""
+
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(3)
+        self.a, self.b, self.c = torch.nn.Linear(20, 16), torch.nn.Linear(16, 16), torch.nn.Linear(16, 10)
+
+    def forward(self, x):
+        h = torch.relu(self.b(torch.sort(self.a(x), dim=-1).values))
+        return self.c(torch.sort(h, dim=-1).values)
+
+
+def test_cpu_fallback_stages_train_beside_the_device_part():
+    """A PyTorch model split into host / device / host stages trains like torch: gradients cross the device
+    boundary both ways, the host stages step with the TTDevice's optimizer, and the device's checkpoints,
+    gradients and parameter updates cover the host stages' parameters by their torch names. (A small learning
+    rate: sort routes gradients by the order of its inputs, so TF32 differences that swap two close values
+    would make the runs part ways.)"""
+    float32_everywhere()
+    model = TorchSortNet()
+    twin = copy.deepcopy(model)
+    tt0 = pybuda.TTDevice("tt0", module=pybuda.PyTorchModule("sortnet", model),
+                          optimizer=pybuda.optimizers.SGD(learning_rate=0.01), fp32_fallback=pybuda.DataFormat.Float32,
+                          arch=pybuda.BackendDevice.Wormhole_B0)
+    cpu = pybuda.CPUDevice("cpu0")
+    cpu.place_loss_module(pybuda.PyTorchModule("mse", torch.nn.MSELoss(reduction="sum")))
+    steps = 4
+    xs, ys = make_data(steps)
+    for x, y in zip(xs, ys):
+        tt0.push_to_inputs(x)
+        cpu.push_to_target_inputs(y)
+    pybuda.initialize_pipeline(training=True)
+    assert tt0.cpu_fallback_device_pre is not None and tt0.cpu_fallback_device_post is not None
+    opt = torch.optim.SGD(twin.parameters(), lr=0.01)
+    for step in range(steps):
+        pybuda.run_forward(1)
+        pybuda.run_backward(1, zero_grad=True)
+        opt.zero_grad()
+        torch.nn.functional.mse_loss(twin(xs[step]), ys[step], reduction="sum").backward()
+        if step == 0:
+            grads = pybuda.get_parameter_gradients(tt0)[0]
+            assert set(grads) == {n for n, _ in twin.named_parameters()}
+            for name, p in twin.named_parameters():
+                assert torch.allclose(grads[name].value(), p.grad, rtol=RTOL, atol=ATOL), name
+        pybuda.run_optimizer()
+        opt.step()
+    after = {k: v.value() for k, v in pybuda.get_parameter_checkpoint(tt0)[0].items()}
+    assert set(after) == {n for n, _ in twin.named_parameters()}
+    for name, p in twin.named_parameters():
+        assert pcc(after[name], p.detach()) > PCC_MIN, name
+        assert torch.allclose(after[name], p.detach(), rtol=RTOL, atol=ATOL), name
+    # An update of a host stage's parameter reaches that stage; an unknown name lists every parameter there is.
+    tt0.update_device_parameters({"a.bias": torch.zeros(16)})
+    assert torch.equal(pybuda.get_parameter_checkpoint(tt0)[0]["a.bias"].value(), torch.zeros(16))
+    with pytest.raises(InputError, match=r"no trainable parameter\(s\) \['nope'\].*'a.weight'"):
+        tt0.update_device_parameters({"nope": torch.zeros(1)})
