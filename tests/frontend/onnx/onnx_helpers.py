@@ -54,3 +54,37 @@ def assert_close(got: np.ndarray, want: np.ndarray, rtol: float = RTOL, atol: fl
         pcc = calculate_pcc(torch.from_numpy(got.astype(np.float32)), torch.from_numpy(want.astype(np.float32)))
         assert pcc >= PCC_MIN, f"PCC {pcc:.5f} < {PCC_MIN}"
     np.testing.assert_allclose(got, want, rtol=rtol, atol=atol)
+
+
+def load_node_cases(names: Sequence[str]) -> Dict[str, object]:
+    """ONNX's own backend node test cases (``onnx.backend.test.case.node``) named ``names``, built in memory."""
+    import warnings
+
+    from onnx.backend.test.loader import load_model_tests
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return {c.name: c for c in load_model_tests(kind="node") if c.name in set(names)}
+
+
+def run_node_case(case, on_device: bool) -> None:
+    """Run node case ``case`` through pybuda's ONNX backend and compare with its expected outputs (ONNX's runner,
+    the case's own tolerances); ``on_device``: it must also be registry-mappable and have no host node."""
+    import warnings
+
+    from onnx.backend.test.runner import Runner, _normalize_tensor
+
+    from pybuda.frontend.onnx.backend import PybudaBackend
+    from pybuda.frontend.onnx.coverage import device_mappable
+
+    inputs, outputs = case.data_sets[0]
+    inputs = [_normalize_tensor(i) for i in inputs]
+    if on_device:
+        assert device_mappable(case.model, inputs) is None
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        rep = PybudaBackend.prepare(case.model)
+        got = rep.run(inputs)
+    if on_device:
+        assert not rep.report.has_fallback, [(f.aten_op, f.reason) for f in rep.report.fallback_ops]
+    Runner.assert_similar_outputs([_normalize_tensor(o) for o in outputs], list(got), rtol=case.rtol, atol=case.atol)

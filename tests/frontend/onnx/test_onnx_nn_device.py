@@ -9,7 +9,7 @@ import pytest
 from onnx import TensorProto, helper
 from onnx.reference import ReferenceEvaluator
 
-from onnx_helpers import assert_close, ort_run, single_node_model
+from onnx_helpers import assert_close, load_node_cases, ort_run, run_node_case, single_node_model
 from pybuda.frontend.onnx.backend import PybudaBackend
 from pybuda.frontend.onnx.coverage import device_mappable
 
@@ -171,36 +171,14 @@ HOST_CASES = [
 
 @pytest.fixture(scope="module")
 def node_cases():
-    from onnx.backend.test.loader import load_model_tests
-
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        return {c.name: c for c in load_model_tests(kind="node") if c.name in NODE_CASES + HOST_CASES}
+    return load_node_cases(NODE_CASES + HOST_CASES)
 
 
 @pytest.mark.parametrize("name", NODE_CASES)
 def test_node_case_runs_wholly_on_the_device(node_cases, name):
-    from onnx.backend.test.runner import Runner, _normalize_tensor
-
-    case = node_cases[name]
-    inputs, outputs = case.data_sets[0]
-    inputs = [_normalize_tensor(i) for i in inputs]
-    assert device_mappable(case.model, inputs) is None
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        rep = PybudaBackend.prepare(case.model)
-        got = rep.run(inputs)
-    assert not rep.report.has_fallback, [(f.aten_op, f.reason) for f in rep.report.fallback_ops]
-    Runner.assert_similar_outputs([_normalize_tensor(o) for o in outputs], list(got), rtol=case.rtol, atol=case.atol)
+    run_node_case(node_cases[name], on_device=True)
 
 
 @pytest.mark.parametrize("name", HOST_CASES)
 def test_node_case_run_by_the_host_is_right(node_cases, name):
-    from onnx.backend.test.runner import Runner, _normalize_tensor
-
-    case = node_cases[name]
-    inputs, outputs = case.data_sets[0]
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        got = PybudaBackend.prepare(case.model).run([_normalize_tensor(i) for i in inputs])
-    Runner.assert_similar_outputs([_normalize_tensor(o) for o in outputs], list(got), rtol=case.rtol, atol=case.atol)
+    run_node_case(node_cases[name], on_device=False)

@@ -263,19 +263,10 @@ def _batch_norm_training(ctx: NodeCtx, dt) -> List[str]:
     if rank < 2:
         raise ctx.bad("input must have a channel dim")
     channels = ctx.shape(0)[1]
-    x = ctx.x(0, dt)
-    axes = [d for d in range(rank) if d != 1]
-    mean = x
-    for d in axes:
-        mean = b.op("reduce_avg", [mean], dim=d)
-    centered = b.op("subtract", [x, mean])
-    var = b.op("square", [centered])
-    for d in axes:
-        var = b.op("reduce_avg", [var], dim=d)
-    rstd = b.op("reciprocal", [b.op("sqrt", [b.binary("add", var, eps, dt)])])
+    normalised, mean, var, _ = _moments(ctx, ctx.x(0, dt), [d for d in range(rank) if d != 1], eps, dt)
     per_channel = (1, channels) + (1,) * (rank - 2)
     scale, bias = (b.reshape(ctx.x(i, dt), per_channel) for i in (1, 2))
-    y = b.op("add", [b.op("multiply", [b.op("multiply", [centered, rstd]), scale]), bias])
+    y = b.op("add", [b.op("multiply", [normalised, scale]), bias])
     outs = [y]
     for k, batch in ((3, mean), (4, var)):
         if len(ctx.node.output) > len(outs) and ctx.node.output[len(outs)]:
@@ -293,8 +284,8 @@ def _normalize(ctx: NodeCtx, x: str, axes: List[int], eps: float, dt) -> str:
     return _moments(ctx, x, axes, eps, dt)[0]
 
 
-def _moments(ctx: NodeCtx, x: str, axes: List[int], eps: float, dt) -> Tuple[str, str, str]:
-    """(normalised x, mean, 1/sqrt(var + eps)) over ``axes`` (kept as size-1 dims)."""
+def _moments(ctx: NodeCtx, x: str, axes: List[int], eps: float, dt) -> Tuple[str, str, str, str]:
+    """(normalised x, mean, biased variance, 1/sqrt(var + eps)) over ``axes`` (kept as size-1 dims)."""
     b = ctx.b
     mean = x
     for d in axes:
@@ -304,7 +295,7 @@ def _moments(ctx: NodeCtx, x: str, axes: List[int], eps: float, dt) -> Tuple[str
     for d in axes:
         var = b.op("reduce_avg", [var], dim=d)
     rstd = b.op("reciprocal", [b.op("sqrt", [b.binary("add", var, eps, dt)])])
-    return b.op("multiply", [centered, rstd]), mean, rstd
+    return b.op("multiply", [centered, rstd]), mean, var, rstd
 
 
 @converts("LayerNormalization")
@@ -322,7 +313,7 @@ def _layer_norm(ctx: NodeCtx):
     stats = len([o for o in ctx.node.output if o]) > 1  # Mean / InvStdDev asked for too
     if not stats and axis == rank - 1 and ctx.shape(1) == (size,) and (not ctx.has(2) or ctx.shape(2) == (size,)):
         return b.op("layernorm", [x, w, bias], dim=-1, epsilon=eps)
-    out, mean, rstd = _moments(ctx, x, list(range(axis, rank)), eps, dt)
+    out, mean, _, rstd = _moments(ctx, x, list(range(axis, rank)), eps, dt)
     return [b.op("add", [b.op("multiply", [out, w]), bias]), mean, rstd]
 
 
