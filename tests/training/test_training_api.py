@@ -174,11 +174,12 @@ def test_gradient_accumulation_equals_one_bigger_batch():
         assert torch.allclose(accumulated[name], p.grad, rtol=RTOL, atol=ATOL), name
 
 
-def checkpoint_curves(setup, steps):
+def checkpoint_curves(setup, steps, data=None):
     """(losses of ``steps`` straight steps, losses of half the steps, then a fresh pipeline restored from
     their checkpoint with ``update_device_parameters`` running the other half). ``setup()`` builds the
-    pipeline and returns (the TTDevice, the device that takes the targets)."""
-    xs, ys = make_data(steps)
+    pipeline and returns (the TTDevice, the device that takes the targets); ``data``: (input, target) pairs,
+    by default :func:`make_data`'s."""
+    xs, ys = zip(*data) if data is not None else make_data(steps)
 
     def train(first, count, restore=None):
         pybuda.pybuda_reset()

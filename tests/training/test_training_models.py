@@ -13,6 +13,7 @@ import torch
 
 import pybuda
 from pybuda.runtime import training
+from test_training_api import checkpoint_curves
 
 STEPS = 50
 #: Float32 loss curves: relative difference per step against torch (the issue's 2 %).
@@ -26,9 +27,9 @@ def formats(df, fidelity):
                                      else pybuda.DataFormat.Float16_b)
 
 
-def train_on_chip(module, data, loss, optimizer, df=pybuda.DataFormat.Float32, fidelity=pybuda.MathFidelity.HiFi4):
-    """Train ``module`` on a TTDevice for len(data) steps; ``loss`` is a pybuda loss (on the device) or a torch
-    loss (on a CPUDevice after it). Returns the per-step losses and the device's program placements."""
+def place(module, loss, optimizer, df=pybuda.DataFormat.Float32, fidelity=pybuda.MathFidelity.HiFi4):
+    """``module`` on a TTDevice with ``optimizer``; ``loss`` is a pybuda loss (on the device) or a torch loss (on
+    a CPUDevice after it). Returns (the TTDevice, the device that takes the targets)."""
     formats(df, fidelity)
     tt0 = pybuda.TTDevice("tt0", module=module, optimizer=optimizer, arch=WORMHOLE,
                           fp32_fallback=pybuda.DataFormat.Float32 if df == pybuda.DataFormat.Float32 else df)
@@ -38,6 +39,13 @@ def train_on_chip(module, data, loss, optimizer, df=pybuda.DataFormat.Float32, f
     else:
         last = tt0
         tt0.place_loss_module(loss)
+    return tt0, last
+
+
+def train_on_chip(module, data, loss, optimizer, df=pybuda.DataFormat.Float32, fidelity=pybuda.MathFidelity.HiFi4):
+    """Train ``module`` on a TTDevice for len(data) steps (see :func:`place`). Returns the per-step losses and the
+    device's program placements."""
+    tt0, last = place(module, loss, optimizer, df, fidelity)
     for x, y in data:
         tt0.push_to_inputs(x)
         last.push_to_target_inputs(y)
@@ -449,3 +457,58 @@ def test_pybuda_bert_layer_still_learns_at_float16_b():
                            pybuda.optimizers.SGD(learning_rate=0.5), df=pybuda.DataFormat.Float16_b,
                            fidelity=pybuda.MathFidelity.HiFi3)
     assert_decreasing(got)
+
+
+# --- gradient accumulation and checkpoints, for the CNN and BERT-tiny of this file ------------------------------
+
+#: name -> (module factory, per-sample input shape, target of an input, torch loss on the host (else pybuda's
+#: MSELoss on the device), learning rate). Both losses add the microbatch's samples up, so the gradient of a
+#: microbatch of 4 is the sum of its samples' gradients.
+ACCUMULATION_MODELS = {
+    "pytorch_cnn": (lambda: pybuda.PyTorchModule("cnn", TorchCNN()), (3, 12, 12), _cnn_target, True, 0.2),
+    "pybuda_cnn": (lambda: PybudaCNN("cnn"), (3, 12, 12), _cnn_target, False, 0.2),
+    "pytorch_bert_tiny": (lambda: pybuda.PyTorchModule("bert", bert_tiny_encoder()), (32, 128), _bert_target, True,
+                          0.5),
+    "pybuda_bert_tiny": (lambda: PybudaBertTiny("bert"), (32, 128), _bert_target, False, 0.5),
+}
+
+
+def _placed(name):
+    factory, _, _, torch_loss, lr = ACCUMULATION_MODELS[name]
+    loss = torch.nn.MSELoss(reduction="sum") if torch_loss else pybuda.op.loss.MSELoss("mse")
+    return place(factory(), loss, pybuda.optimizers.SGD(learning_rate=lr))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ACCUMULATION_MODELS)
+def test_gradient_accumulation_over_4_steps_equals_one_step_on_a_4x_batch(name):
+    _, shape, target, _, _ = ACCUMULATION_MODELS[name]
+    (x, y), = regression_data(shape, target, steps=1, mb=4)
+
+    def one_step(mb):
+        """The change of every parameter by one optimizer step over 4 samples in microbatches of ``mb``."""
+        pybuda.pybuda_reset()
+        tt0, last = _placed(name)
+        for k in range(0, 4, mb):
+            tt0.push_to_inputs(x[k:k + mb])
+            last.push_to_target_inputs(y[k:k + mb])
+        pybuda.initialize_pipeline(training=True)
+        before = {k: v.value() for k, v in pybuda.get_parameter_checkpoint(tt0)[0].items()}
+        after = pybuda.run_training(steps=1, accumulation_steps=4 // mb).get()[0]
+        return {k: after[k].value() - before[k] for k in before}
+
+    accumulated, batch = one_step(1), one_step(4)
+    assert set(accumulated) == set(batch)
+    for k, step in batch.items():
+        assert float(step.abs().max()) > 0, k  # the step moved the parameter
+        # The same products, summed in another order (float32 accumulation on the device).
+        assert torch.allclose(accumulated[k], step, rtol=1e-3, atol=1e-3 * float(step.abs().max())), k
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ACCUMULATION_MODELS)
+def test_a_restored_checkpoint_continues_the_same_curve(name):
+    _, shape, target, _, _ = ACCUMULATION_MODELS[name]
+    straight, resumed = checkpoint_curves(lambda: _placed(name), steps=4,
+                                          data=regression_data(shape, target, steps=4, mb=1))
+    assert resumed == pytest.approx(straight, rel=1e-5)
