@@ -204,12 +204,12 @@ def test_pybuda_mlp_still_learns_at_low_precision(df, fidelity):
 
 
 class TorchCNN(torch.nn.Module):
-    def __init__(self):
+    def __init__(self, channels=16, outputs=5):
         super().__init__()
         torch.manual_seed(0)
         self.conv1 = torch.nn.Conv2d(3, 8, 3, padding=1)
-        self.conv2 = torch.nn.Conv2d(8, 16, 3, stride=2, padding=1)
-        self.fc = torch.nn.Linear(16, 5)
+        self.conv2 = torch.nn.Conv2d(8, channels, 3, stride=2, padding=1)
+        self.fc = torch.nn.Linear(channels, outputs)
 
     def forward(self, x):
         h = torch.relu(self.conv1(x))

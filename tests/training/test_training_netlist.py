@@ -17,6 +17,7 @@ from pybuda.netlist.model import Param, VarInst
 from pybuda.netlist.training import ZERO_GRAD_PARAM
 from pybuda.netlist.validate import validate
 from pybuda.runtime import training
+from test_training_models import TorchCNN
 
 #: Float32 on the chip multiplies in TF32: gradients and parameters within these of torch's.
 RTOL, ATOL = 2e-2, 2e-3
@@ -376,24 +377,11 @@ def test_model_training_compiles_merges_and_models_in_one_call():
     assert perf.samples_per_step == 8 and perf.epochs == len(tnl.netlist.graphs)
 
 
-class TorchTwoConvNet(torch.nn.Module):
-    def __init__(self):
-        super().__init__()
-        torch.manual_seed(0)
-        self.conv1 = torch.nn.Conv2d(3, 8, 3, padding=1)
-        self.conv2 = torch.nn.Conv2d(8, 6, 3, stride=2, padding=1)
-        self.fc = torch.nn.Linear(6, 4)
-
-    def forward(self, x):
-        h = torch.relu(self.conv2(torch.relu(self.conv1(x))))
-        return self.fc(h.mean(dim=(2, 3)))
-
-
 def test_channels_last_activations_stay_on_the_device():
     """A conv's output leaves the forward channels-last (the host would turn it to NCHW): the backward is
     compiled to read it in that layout and turn it on the device, so no saved activation crosses the host,
     and two steps over microbatches of 2 still follow torch."""
-    model = TorchTwoConvNet()
+    model = TorchCNN(channels=6, outputs=4)
     reference = copy.deepcopy(model)
     tt0, cpu = _float32_sgd_pipeline("convs", model)
     g = torch.Generator().manual_seed(5)
