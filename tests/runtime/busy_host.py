@@ -7,6 +7,7 @@ when it starts a forward pass that lasts minutes. The host then blocks in ``outp
 
 import multiprocessing
 import os
+import signal
 import time
 
 import torch
@@ -29,6 +30,12 @@ class Busy(torch.nn.Module):
 def main() -> None:
     """Start a one-device pipeline in a process, make the device busy, wait for its output."""
     from multiprocessing import resource_tracker
+
+    # Ctrl-C as a script started from a shell gets it. An ignored or blocked SIGINT survives exec, so a test
+    # process that inherited one (from whatever ran before it in the same worker) would pass it on, and
+    # Python then never raises KeyboardInterrupt: the host would rightly not exit.
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT, signal.SIGTERM})
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
     state = os.environ["BUSY_HOST_STATE"]
     cpu0 = pybuda.CPUDevice("cpu0", module=pybuda.PyTorchModule("busy", Busy()))

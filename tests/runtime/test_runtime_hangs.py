@@ -247,6 +247,15 @@ def _alive(pid):
         return False
 
 
+def _signal_state(pid):
+    """The blocked, ignored and caught signal masks of ``pid`` (from /proc), for a failure message."""
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            return ", ".join(line.strip() for line in f if line.startswith(("SigBlk", "SigIgn", "SigCgt")))
+    except OSError:
+        return "gone"
+
+
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
 @pytest.mark.parametrize("signame", ["SIGINT", "SIGTERM", "SIGKILL"])
 def test_signalled_host_exits_promptly_and_leaves_no_device_process(signame, tmp_path):
@@ -268,7 +277,8 @@ def test_signalled_host_exits_promptly_and_leaves_no_device_process(signame, tmp
         os.kill(host.pid, sig)
         exited = _wait_for(lambda: host.poll() is not None, 20)  # before: ~62 s after Ctrl-C
         took = time.monotonic() - t0
-        assert exited and took < 15, f"the host took {took:.1f} s to exit after {signame}:\n{log_path.read_text()}"
+        assert exited and took < 15, (f"the host took {took:.1f} s to exit after {signame} ({_signal_state(host.pid)}; "
+                                      f"the test process: {_signal_state(os.getpid())}):\n{log_path.read_text()}")
         assert host.returncode == -sig  # SIGTERM: the handler stops devices, then the default action
         assert _wait_for(lambda: not _alive(device_pid), DEADLINE_S), "the device process outlived its host"
         if tracker_pid:
