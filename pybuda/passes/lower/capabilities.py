@@ -26,7 +26,6 @@ the multiplier's 2**10, a sum beyond 2**24) stay on the host too.
 
 from __future__ import annotations
 
-import weakref
 from typing import Dict, FrozenSet, Optional
 
 import torch
@@ -58,29 +57,30 @@ def unsupported_reason(graph: Graph, node: Node) -> Optional[str]:
     if op_type not in device_op_types():
         return f"'{op_type}' has no device implementation"
     moves_data = registry.get(op_type).family == "tm"
+    memo: Dict = {}  # integer ranges of the producers, shared by this check (pybuda.ops.integer.integer_range)
     if op_type == "argmax":  # indices are integers whatever the result's dtype
-        why = _exact_reason(node, integer.integer_range(graph, node.name, _memo(graph)) or (0, float("inf")))
+        why = _exact_reason(node, integer.integer_range(graph, node.name, memo) or (0, float("inf")))
         if why is not None:
             return why
     if op_type == "cast":
         src = graph[node.operands[0]]
         if node.dtype.is_floating_point or node.dtype == torch.bool:  # to bool: x != 0, a mask
-            return _integer_operand_reason(graph, node)
-        r = integer.integer_range(graph, src.name, _memo(graph))
+            return _integer_operand_reason(graph, node, memo)
+        r = integer.integer_range(graph, src.name, memo)
         if r is None:
             return (f"cast from {src.dtype} to {node.dtype} truncates values not known to be integers; the device "
                     f"computes in float formats")
         return _exact_reason(node, r)
     integer_data = not node.dtype.is_floating_point and node.dtype != torch.bool
     if integer_data or (node.dtype == torch.bool and not (op_type in BOOL_OPS or moves_data)):
-        r = integer.integer_range(graph, node.name, _memo(graph)) if integer_data else None
+        r = integer.integer_range(graph, node.name, memo) if integer_data else None
         if r is None:
             return (f"'{op_type}' computes {str(node.dtype).replace('torch.', '')} data the device would not keep "
                     f"exact; the device computes in float formats")
         why = _exact_reason(node, r)
         if why is not None:
             return why
-    why = _integer_operand_reason(graph, node)
+    why = _integer_operand_reason(graph, node, memo)
     return why if why is not None else _movement_reason(graph, node)
 
 
@@ -94,7 +94,7 @@ def _exact_reason(node: Node, r) -> Optional[str]:
             f"'s accumulator)")
 
 
-def _integer_operand_reason(graph: Graph, node: Node) -> Optional[str]:
+def _integer_operand_reason(graph: Graph, node: Node, memo: Dict) -> Optional[str]:
     """Why ``node`` cannot read its integer operands on the device (None when it can): they must be
     integer-valued data within Float32's exact range (an op producing integers checked that through its rule);
     a float op may read them only as a cast to float (other float math on integer operands stays on the
@@ -114,29 +114,11 @@ def _integer_operand_reason(graph: Graph, node: Node) -> Optional[str]:
         if dtype == torch.bool and (op_type in BOOL_OPS or moves_data or integer_out):
             continue
         if integer_out:
-            r = integer.integer_range(graph, operand, _memo(graph))
+            r = integer.integer_range(graph, operand, memo)
             if r is not None and integer.magnitude(r) <= integer.exact_limit():
                 continue
         return f"'{op_type}' reads {str(dtype).replace('torch.', '')} operand '{operand}'"
     return None
-
-
-#: Integer ranges per graph, shared by the calls of one capability sweep (dropped when the graph changes).
-_MEMOS: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
-
-
-def _memo(graph: Graph) -> Dict:
-    try:
-        size, memo = _MEMOS.get(graph, (None, None))
-    except TypeError:  # a graph type that cannot be weakly referenced: no sharing
-        return {}
-    if size != len(graph.nodes):
-        memo = {}
-        try:
-            _MEMOS[graph] = (len(graph.nodes), memo)
-        except TypeError:
-            pass
-    return memo
 
 
 def _movement_reason(graph: Graph, node: Node) -> Optional[str]:
