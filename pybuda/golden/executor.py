@@ -18,6 +18,7 @@ import torch
 from pybuda.dtypes import DataFormat
 from pybuda.errors import InputError, RuntimeFailure
 from pybuda.golden.device import GoldenDevice
+from pybuda.golden.formats import exact_integer_bound
 from pybuda.netlist.host_io import HostIO, from_device_layout, to_device_layout, torch_dtype
 
 log = logging.getLogger(__name__)
@@ -115,7 +116,7 @@ _INTEGER_RANGES = {
     DataFormat.RawUInt16: (0, 2 ** 16 - 1), DataFormat.RawUInt32: (0, 2 ** 32 - 1),
 }
 #: The golden device carries values through float32 math, where integers are exact up to 2**24.
-_FLOAT32_EXACT = 2 ** 24
+_FLOAT32_EXACT = exact_integer_bound(DataFormat.Float32)
 
 
 def integer_output(name: str, value: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:

@@ -24,16 +24,19 @@ from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Tupl
 
 import torch
 
+from pybuda.dtypes import DataFormat
+from pybuda.golden.formats import exact_integer_bound
+
 IntRange = Tuple[float, float]
 IntRangeFn = Callable[[List[Optional[IntRange]], List[Tuple[int, ...]], Dict], Optional[IntRange]]
 
-#: Integers up to this magnitude are exact in Float32 (24-bit significand): the largest range integer data
-#: may have anywhere on the device, and the range the runtime enforces on integer inputs pushed to it.
-FLOAT32_EXACT_INT = 2 ** 24
+#: Integers up to this magnitude are exact in Float32 (24-bit significand, 2**24): the largest range integer
+#: data may have anywhere on the device, and the range the runtime enforces on integer inputs pushed to it.
+FLOAT32_EXACT_INT = exact_integer_bound(DataFormat.Float32)
 
-#: Integers up to this magnitude are exact in Float16_b, Grayskull's widest accumulator (Dest) format: every
-#: op result passes through Dest, so on Grayskull integer results are exact only this far.
-FLOAT16_B_EXACT_INT = 2 ** 8
+#: Integers up to this magnitude are exact in Float16_b (2**8), Grayskull's widest accumulator (Dest) format:
+#: every op result passes through Dest, so on Grayskull integer results are exact only this far.
+FLOAT16_B_EXACT_INT = exact_integer_bound(DataFormat.Float16_b)
 
 _EXACT_LIMIT: "contextvars.ContextVar[int]" = contextvars.ContextVar("pybuda_exact_integer_limit",
                                                                     default=FLOAT32_EXACT_INT)
