@@ -17,9 +17,13 @@ VARIANTS: Dict[str, Dict[str, Any]] = {
     # microsoft/resnet-50
     "resnet50": dict(embedding_size=64, hidden_sizes=[256, 512, 1024, 2048], depths=[3, 4, 6, 3],
                      layer_type="bottleneck", num_labels=1000),
+    # The original ResNet-50 (He et al. 2015, "v1", as in Keras' ``ResNet50``): each stage downsamples in its
+    # first 1x1 convolution, not in the 3x3 (torchvision's and microsoft/resnet-50's "v1.5").
+    "resnet50_v1": dict(embedding_size=64, hidden_sizes=[256, 512, 1024, 2048], depths=[3, 4, 6, 3],
+                        layer_type="bottleneck", num_labels=1000, downsample_in_bottleneck=True),
 }
 
-DEFAULT_IMAGE_SIZE = {"tiny": 64, "resnet50": 224}
+DEFAULT_IMAGE_SIZE = {"tiny": 64, "resnet50": 224, "resnet50_v1": 224}
 
 
 def build(variant: str, microbatch: int, image_size: Optional[int], task: Optional[str], seed: int,

@@ -25,6 +25,7 @@ FAST_CASES = {
     # encoder on [1, 128, 768] hidden states) and the ImageNet CNNs / Whisper-tiny of the benchmarks.
     ("bert", "base", "encoder", 1): (1, 128, 768),
     ("resnet", "resnet50", "image_classification", 1): (1, 1000),
+    ("resnet", "resnet50_v1", "image_classification", 1): (1, 1000),
     ("mobilenet_v1", "base", "image_classification", 1): (1, 1001),
     ("mobilenet_v2", "base", "image_classification", 1): (1, 1001),
     ("whisper", "tiny", "audio_encoder", 1): (1, 1500, 384),
@@ -115,7 +116,7 @@ def test_list_models():
     models = list_models()
     assert models["bert"] == ("tiny", "base", "large")
     assert models["gpt2"] == ("tiny", "small")
-    assert models["resnet"] == ("tiny", "resnet50")
+    assert models["resnet"] == ("tiny", "resnet50", "resnet50_v1")
     assert models["whisper"] == ("mini", "tiny", "base")
     assert {"vit", "mobilenet_v1", "mobilenet_v2", "minilm"} <= set(models)
     assert model_entry("bert").tasks == ("encoder", "text_classification")
@@ -286,3 +287,14 @@ def test_cnn_tiny_compiles_for_the_card(name):
     results, _ = _compile_only(get_model(name, "tiny"), CompilerConfig(device_config="wh_n150"), 2)
     report = estimate_compiled(results, microbatch=2)
     assert report.num_epochs >= 1 and report.samples_per_sec > 0
+
+
+def test_resnet50_v1_downsamples_in_the_first_1x1_conv():
+    # The original ResNet-50 (Keras' ResNet50) strides the bottleneck's 1x1 conv; "v1.5" strides the 3x3.
+    def strides(variant):
+        model = get_model("resnet", variant).module
+        return [(m.kernel_size, m.stride) for m in model.modules()
+                if isinstance(m, torch.nn.Conv2d) and m.stride != (1, 1)]
+
+    assert ((1, 1), (2, 2)) in strides("resnet50_v1") and ((3, 3), (2, 2)) not in strides("resnet50_v1")
+    assert ((3, 3), (2, 2)) in strides("resnet50")

@@ -12,6 +12,7 @@ from pybuda.passes.graph.channel_last import convert_convs_to_channel_last
 from pybuda.passes.graph.consteval import evaluate_constants
 from pybuda.passes.context import CompileContext
 from pybuda.passes.graph.decompose import decompose_high_level_ops
+from pybuda.passes.graph.fold_pads import fold_pads
 from pybuda.passes.lower.to_tiles import lower_to_buda
 from pybuda.passes.graph.microbatch import strip_microbatch
 from pybuda.passes.graph.optimize_tms import optimize_tms
@@ -37,7 +38,7 @@ def ir_passes(graph: Graph, ctx: CompileContext) -> Graph:
     """The IR stages of the pipeline (decompose .. microbatch strip), in pipeline order."""
     for node in graph.inputs + graph.outputs:
         node.tags.setdefault("framework_shape", tuple(node.shape))
-    for p in (decompose_high_level_ops, prestride_convs, convert_convs_to_channel_last, evaluate_constants, optimize_tms,
+    for p in (decompose_high_level_ops, fold_pads, prestride_convs, convert_convs_to_channel_last, evaluate_constants, optimize_tms,
               strip_microbatch):
         graph = p(graph, ctx)
     return graph

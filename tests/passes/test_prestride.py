@@ -84,3 +84,23 @@ def test_prestride_follows_the_config_flag():
     g = _conv_graph()
     assert prestride_convs(g, make_ctx(CompilerConfig(enable_conv_prestride=False))) is g
     assert prestride_convs(g, make_ctx()) is not g
+
+
+def test_prestride_reaches_an_input_through_host_tms():
+    # A TensorFlow model's NHWC input reaches its stem through a transpose to NCHW: the host applies the
+    # transpose and the space-to-depth together.
+    torch.manual_seed(0)
+    g = Graph("g")
+    g.add_input("x", (1, 32, 30, 3))
+    g.add_op("nchw_a", "transpose", ["x"], {"dim0": 1, "dim1": 3})
+    g.add_op("nchw", "transpose", ["nchw_a"], {"dim0": 2, "dim1": 3})
+    g.add_parameter("w", torch.randn(8, 3, 7, 7))
+    g.add_op("conv", "conv2d", ["nchw", "w"], {"stride": 2, "padding": 3})
+    g.add_output("out", "conv")
+    p = prestride_convs(g, make_ctx())
+    assert _conv(p).attrs["stride"] == (1, 1)
+    x = torch.randn(1, 32, 30, 3)
+    torch.testing.assert_close(run_graph_on_cpu(p, [x])[0], run_graph_on_cpu(g, [x])[0], atol=1e-4, rtol=1e-4)
+    bg = check_lowering(g.copy(), [x])
+    host_tms = [t for t, _ in bg.queues["x"].tags["host_tms"]]
+    assert host_tms[:2] == ["transpose", "transpose"] and "pad" in host_tms

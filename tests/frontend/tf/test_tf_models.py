@@ -295,3 +295,35 @@ def test_keras_same_padding_with_stride_two_runs_on_the_device():
     assert host_share(module, x) == 0.0
     want = [torch.from_numpy(model(x.numpy(), training=False).numpy())]
     assert_close(fp32_wormhole(module, x), want)
+
+
+# --- the same netlist as the PyTorch twin ----------------------------------------------------------------
+
+#: Largest relative difference of the Keras model's epochs and modelled samples/s from its PyTorch twin's.
+TWIN_TOLERANCE = 0.10
+
+
+def _modelled(graph, device="wh_n150"):
+    from pybuda.compile import compile_graph
+    from pybuda.config import CompilerConfig
+    from pybuda.perf.model import estimate_compiled
+
+    return estimate_compiled(compile_graph(graph, device, CompilerConfig(device_config=device), None, 1), microbatch=1)
+
+
+@pytest.mark.slow
+def test_keras_resnet50_compiles_like_its_pytorch_twin():
+    # Keras' ResNet50 is the original ResNet-50 ("v1": each stage downsamples in its first 1x1 conv), so
+    # its twin is the zoo's resnet50_v1. tf2onnx folds each batch norm into the conv before it and keeps
+    # Keras' ZeroPadding2D layers as pads; the torch frontend folds the norms, and the explicit pads
+    # merge into the stem pool (fold_pads), so both reach the same lowered graph.
+    from pybuda.models import get_model
+
+    spec = get_model("resnet", "resnet50_v1")
+    torch_perf = _modelled(spec.to_pybuda().to_graph(*[t[:1] for t in spec.example_inputs]).graph)
+    cap = pybuda.TFModule("keras_resnet50", _application("ResNet50")).to_graph(torch.rand(1, 224, 224, 3))
+    assert cap.host is None, str(cap.report)
+    keras_perf = _modelled(cap.graph)
+    for what in ("num_epochs", "samples_per_sec"):
+        got, want = getattr(keras_perf, what), getattr(torch_perf, what)
+        assert abs(got - want) <= TWIN_TOLERANCE * want, f"{what}: Keras {got}, PyTorch {want}"
