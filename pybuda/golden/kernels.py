@@ -123,6 +123,18 @@ def _cached(cache: Optional[Dict], key, fn):
     return cache[key]
 
 
+def _cached_with(cache: Optional[Dict], other: Optional[Dict], key, fn):
+    """``fn()`` for a value derived from two constants, memoised in the first one's ``cache`` beside the
+    second one's derived-values dict ``other``: a hit needs that very dict, so a rewritten second constant
+    (a new dict, possibly at a freed dict's address) is never served the old value."""
+    if cache is None:
+        return fn()
+    hit = cache.get(key)
+    if hit is None or hit[0] is not other:
+        hit = cache[key] = (other, fn())
+    return hit[1]
+
+
 def _pieces(x: torch.Tensor, role: str, fidelity: MathFidelity, cache: Optional[Dict], df=None):
     return _cached(cache, ("fidelity", role, fidelity, df), lambda: fidelity_pieces(x, role, fidelity, df))
 
@@ -211,20 +223,21 @@ def sparse_matmul(inputs: Sequence[torch.Tensor], attrs: Dict, out_shape: nl.Til
     count = int(attrs.get("indices_len", 0))
     out = torch.zeros(n, out_shape.t * out_shape.rt, TILE, cols, dtype=torch.float32)
     if count:
-        # Derived values depend on inputs 0 and 2: kept with input 0's cache, keyed by input 2's.
+        # Derived values depend on inputs 0 and 2: kept with input 0's cache, each beside a reference to
+        # input 2's cache, which must be the same dict (not one that merely reuses a freed one's id).
         both = len(caches) > 2 and caches[0] is not None and caches[2] is not None
         cache0 = caches[0] if both else None
-        tag = id(caches[2]) if both else None
-        qt, qr, qk, sparse_tiles = _cached(cache0, ("sparse", tag, count),
-                                           lambda: _decode_sparse(tiles_in, index, count))
+        tag = caches[2] if both else None
+        qt, qr, qk, sparse_tiles = _cached_with(cache0, tag, ("sparse", count),
+                                                lambda: _decode_sparse(tiles_in, index, count))
         act_tiles = act.reshape(n, t_in, k // TILE, TILE, cols)[:, qt if t_in > 1 else torch.zeros_like(qt), qk]
         if fidelity is None:
             contrib = torch.matmul(sparse_tiles.unsqueeze(0), act_tiles)  # [n, L, 32, C]
         else:
-            b_pieces = _cached(cache0, ("sparse_fidelity", tag, count, fidelity),
-                               lambda: fidelity_pieces(sparse_tiles.unsqueeze(0), "b", fidelity, dfs[0]))
+            b_pieces = _cached_with(cache0, tag, ("sparse_fidelity", count, fidelity),
+                                    lambda: fidelity_pieces(sparse_tiles.unsqueeze(0), "b", fidelity, dfs[0]))
             contrib = fidelity_combine(torch.matmul, b_pieces, fidelity_pieces(act_tiles, "a", fidelity, dfs[1]))
-        rows = _cached(cache0, ("sparse_rows", tag, count, out_shape.rt), lambda: qt * out_shape.rt + qr)
+        rows = _cached_with(cache0, tag, ("sparse_rows", count, out_shape.rt), lambda: qt * out_shape.rt + qr)
         out.index_add_(1, rows, contrib)
     return out.reshape(n, out_shape.t, out_shape.rt * TILE, cols)
 

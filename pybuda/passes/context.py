@@ -51,6 +51,15 @@ class CompileContext:
         """True when compiling for Grayskull (no Float32/Int32 accumulation, no binary transposes ...)."""
         return self.arch_name == "grayskull"
 
+    @property
+    def reproduces_tt_buda(self) -> bool:
+        """True under the Ribbon policy, which reproduces TT-Buda's compile for calibration against its
+        published figures: the passes that improve on TT-Buda's lowering (stacked im2col taps, folded
+        attention scales) keep TT-Buda's form there."""
+        from pybuda.balancer.policies import normalize_policy
+
+        return normalize_policy(self.config.balancer_policy) == "Ribbon"
+
     def error(self, message: str, op: Optional[str] = None) -> CompileError:
         """A CompileError naming the running stage (raise it)."""
         return CompileError(message, stage=self.stage or None, op=op)

@@ -69,9 +69,11 @@ def _post_initial_graph(s: _State) -> None:
     from pybuda.passes.graph.decompose import decompose_high_level_ops
     from pybuda.passes.graph.fold_batchnorm import fold_batchnorms
     from pybuda.passes.graph.fold_pads import fold_pads
+    from pybuda.passes.graph.fold_scales import fold_scales
     from pybuda.passes.graph.prestride import prestride_convs
 
     s.graph = fold_batchnorms(s.graph, s.ctx)  # before decompose, which would split the norm into scale and shift
+    s.graph = fold_scales(s.graph, s.ctx)
     s.graph = decompose_high_level_ops(s.graph, s.ctx)
     s.graph = fold_pads(s.graph, s.ctx)
     s.graph = prestride_convs(s.graph, s.ctx)

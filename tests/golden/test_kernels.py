@@ -172,6 +172,29 @@ def test_sparse_identity_matmul_matches_the_picker_reference(fidelity):
     assert torch.equal(again, got)
 
 
+
+def test_sparse_matmul_cache_follows_a_rewritten_index():
+    # The decoded index is kept with the sparse tiles' cache: an index rewritten into a new dict, even one
+    # at a freed dict's address, must be decoded again (an id()-keyed cache served the old quadruples).
+    rng = np.random.default_rng(1)
+    rows = 64
+    picker = build_sparse_picker(rng.integers(0, rows, 80), rng.integers(0, rows, 80), np.ones(80), rows // TILE,
+                                 rows // TILE)
+    act = formats.quantize(_rand(1, 1, rows, 32, seed=9), DataFormat.Float16_b)
+    attrs = {"identity": True, "indices_len": picker.indices_len, "num_sparse_tiles": picker.num_sparse_tiles,
+             "num_index_tiles": picker.num_index_tiles}
+    out_shape = nl.TileShape3(1, rows // TILE, 1)
+    flipped = picker.index.clone().reshape(-1)
+    quads = flipped[: 4 * picker.indices_len].reshape(-1, 4)
+    quads[:, 1] = rows // TILE - 1 - quads[:, 1]  # every output row tile moves: same size, other rows
+    flipped = flipped.reshape(picker.index.shape)
+    tiles_cache = {}
+    for index in (picker.index, flipped):
+        inputs = [picker.tiles[None, None], act, index.to(torch.float32)[None, None]]
+        got = golden_ops.matmul(inputs, attrs, None, out_shape, [tiles_cache, None, {}])  # a fresh index dict
+        want = picker_reference(picker.tiles, index, picker.indices_len, act[0], rows // TILE)
+        assert torch.allclose(got[0], want, atol=1e-4)
+
 # --- numerics shortcuts the golden relies on -------------------------------------------------------------
 
 @pytest.mark.parametrize("df", [DataFormat.Float16_b, DataFormat.Bfp8_b, DataFormat.Bfp4_b, DataFormat.Bfp2_b])

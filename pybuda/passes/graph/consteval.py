@@ -30,12 +30,21 @@ def compile_time_value(graph: Graph, name: str) -> bool:
     """True when ``name`` is known at compile time, so :func:`evaluate_constants` will compute it: a parameter no
     runtime updates, a constant, or an op computed only from such values (a shared initializer behind an ONNX
     Identity, weights with a batch norm folded in)."""
-    node = graph[name]
-    if node.kind == PARAMETER:
-        return not node.tags.get(RUNTIME_UPDATED)
-    if node.kind == CONSTANT:
-        return True
-    return node.kind == OP and bool(node.operands) and all(compile_time_value(graph, o) for o in node.operands)
+    seen, pending = set(), [name]
+    while pending:  # iterative: an activation's ancestry is as deep as the model
+        current = pending.pop()
+        if current in seen:
+            continue
+        seen.add(current)
+        node = graph[current]
+        if node.kind == PARAMETER:
+            if node.tags.get(RUNTIME_UPDATED):
+                return False
+        elif node.kind != CONSTANT:
+            if node.kind != OP or not node.operands:
+                return False
+            pending.extend(node.operands)
+    return True
 
 
 def evaluate_constants(graph: Graph, ctx: CompileContext) -> Graph:

@@ -109,7 +109,7 @@ class ConvPoolLowering:
         dev = self.ctx.device
         limit = band_limit_tiles(dev.l1_pybuda_budget_bytes)
         needed = row_bands(tiles(out_hw), dev.grid_rows, limit, out_hw)
-        if needed is not None or self.g[node.operands[0]].kind != "op" or self._reproduces_tt_buda():
+        if needed is not None or self.g[node.operands[0]].kind != "op" or self.ctx.reproduces_tt_buda:
             return needed
         return stacking_bands(tiles(out_hw), kk, dev.grid_rows, limit, out_hw)
 
@@ -130,13 +130,6 @@ class ConvPoolLowering:
         ho, wo = self.g[node.name].shape[1:3]
         return replace(self.join_rows(f"{node.name}.bands", parts), layout="flat", spatial=(ho, wo))
 
-    def _reproduces_tt_buda(self) -> bool:
-        """Ribbon reproduces TT-Buda's compile for calibration against its published figures, its
-        convolution lowering included: one im2col t slice per kernel position, no stacking bands."""
-        from pybuda.balancer.policies import normalize_policy
-
-        return normalize_policy(self.ctx.config.balancer_policy) == "Ribbon"
-
     def _tap_pick(self, src: DVal, name: str, taps, out_r: int, k_r: int, key, kk: int) -> DVal:
         """The im2col gather of a convolution or pool: ``[kk, out_r, C]``, slice ``pos`` holding the input
         pixel under every output pixel for kernel position ``pos``. ``taps``: (kernel position, output row,
@@ -147,12 +140,12 @@ class ConvPoolLowering:
         them in each of ``kk / per`` t slices (position ``pos`` at rows ``(pos % per) * out_rp`` of slice
         ``pos // per``, ``out_rp`` = ``out_r`` rounded up to a tile), and consumers read them back as kk
         slices with ``vslice``. TT-Buda kept one slice per position (Ribbon, which reproduces its compile for
-        calibration, still does: :meth:`_reproduces_tt_buda`). The grid rows then split the ``per`` times
+        calibration, still does: ``CompileContext.reproduces_tt_buda``). The grid rows then split the ``per`` times
         taller slices; ``per`` is the most positions whose stacked
         rows still fit one sparse matmul's L1 (see :func:`taps_per_slice`)."""
         pos, out_rows, in_rows = taps
         dev = self.ctx.device
-        per = 1 if self._reproduces_tt_buda() else \
+        per = 1 if self.ctx.reproduces_tt_buda else \
             taps_per_slice(kk, tiles(out_r), dev.grid_rows, band_limit_tiles(dev.l1_pybuda_budget_bytes))
         out_rp = tiles(out_r) * TILE
         num_t = kk // per
