@@ -5,7 +5,7 @@ wrong number without an error, never crash.
 Each seed builds a small ``torch.nn.Module`` (3-12 common ops, odd shapes, batch 1 or 2; data movement
 includes attention head splits/merges of any head size, window partitions, flatten/unflatten, stack, repeat
 and expand; ``--classic`` leaves those out and gives the first generator's seeds, ``--batch-mix`` adds ops
-that mix the samples of a batch) as Python source, runs it as a ``pybuda.PyTorchModule`` on a golden ``TTDevice`` at Float32 and compares the
+that mix the samples of a batch) as Python source, runs it as a ``pybuda.PyTorchModule`` on a golden Wormhole B0 ``TTDevice`` at Float32 and compares the
 result with torch eager. Outcomes:
 
     PASS       ran on the device, matches torch
@@ -24,7 +24,7 @@ Usage::
     python tools/random_graphs.py --seeds 0-499 --jobs 2     # the table of outcomes
     python tools/random_graphs.py --seed 17 -v              # one seed: module source, outcome, error
     python tools/random_graphs.py --seeds 0-499 --classic    # the first generator's seeds
-    python tools/random_graphs.py --seeds 0-499 --arch wormhole_b0   # a card that accumulates in Float32
+    python tools/random_graphs.py --seeds 0-499 --arch grayskull     # a card that accumulates in Float16_b
 """
 
 from __future__ import annotations
@@ -52,6 +52,8 @@ PCC_MIN = 0.99
 ATOL_REL = 0.02  # |got - want| <= ATOL_REL * max|want| + RTOL * |want|
 RTOL = 0.02
 SEED_TIMEOUT_S = 120.0
+#: The card the seeds run on: one with Float32 arithmetic, so "at Float32" means what it says.
+DEFAULT_ARCH = "wormhole_b0"
 
 OUTCOMES = ("PASS", "FALLBACK", "NUMERICS", "ERROR", "WRONG", "CRASH", "HANG")
 BAD = ("WRONG", "CRASH", "HANG")
@@ -631,9 +633,10 @@ def run_on_device(module, inputs, exact: bool = False):
     pybuda.set_configuration_options(default_df_override=DataFormat.Float32,
                                      default_math_fidelity=MathFidelity.HiFi4,
                                      golden_ignore_df_precision=exact)
-    # Without --arch: the simulated card's default (Grayskull, whose accumulator holds Float16_b at most).
-    arch = os.environ.get("RANDOM_GRAPHS_ARCH")
-    tt = pybuda.TTDevice("tt0", devtype=BackendType.Golden, arch=pybuda.BackendDevice.from_string(arch) if arch else None)
+    # Float32 arithmetic needs a card that has it: Wormhole B0 by default (--arch); Grayskull's accumulator
+    # holds Float16_b at most, so "Float32" there is Float32 storage with bfloat16 sums.
+    arch = os.environ.get("RANDOM_GRAPHS_ARCH", DEFAULT_ARCH)
+    tt = pybuda.TTDevice("tt0", devtype=BackendType.Golden, arch=pybuda.BackendDevice.from_string(arch))
     ptm = pybuda.PyTorchModule("random_graph", module)
     tt.place_module(ptm)
     tt.push_to_inputs(*[t.clone() for t in inputs])
@@ -833,8 +836,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                    "expand, flatten, head/window moves, batch mixing)")
     p.add_argument("--batch-mix", action="store_true", help="also ops that mix the samples of a batch (a concat "
                    "over dim 0, a reshape folding dim 0)")
-    p.add_argument("--arch", help="the simulated card's arch (grayskull, wormhole_b0, blackhole); default: "
-                   "the TTDevice default, Grayskull, which accumulates in Float16_b even at Float32")
+    p.add_argument("--arch", default=DEFAULT_ARCH, help="the simulated card's arch (grayskull, wormhole_b0, "
+                   f"blackhole); default {DEFAULT_ARCH}, which computes in Float32 (Grayskull accumulates in "
+                   "Float16_b even at Float32)")
     p.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     a = p.parse_args(argv)
     if a.arch:

@@ -65,7 +65,7 @@ def test_sparse_index_queues_stay_raw_and_pickers_keep_exact_fidelity():
     g = Graph("g")
     g.add_input("x", (1, 3, 40, 64))
     g.add_op("e", "exp", ["x"])
-    g.add_op("s", "reduce_sum", ["e"], {"dim": 0})
+    g.add_op("s", "reduce_sum", ["e"], {"dim": 1})
     g.add_output("out", "s")
     bg = set_data_formats(lower(g, ctx), ctx)
     index = [q for q in bg.queues.values() if q.tags.get("sparse_index")]

@@ -70,6 +70,25 @@ def test_layernorm_decomposes_to_tt_buda_ops():
     assert {"subtract", "multiply", "add", "sqrt", "reciprocal"} <= set(_types(d))
 
 
+
+@pytest.mark.parametrize("op,attrs", [("layernorm", {"dim": -1}), ("softmax", {"dim": 2}),
+                                      ("reduce_avg", {"dim": 1}), ("reduce_max", {"dim": 1})])
+def test_reductions_over_one_element_are_the_identity(op, attrs):
+    # On the chip a reduction is a multiply that rounds: over one element it must not run at all, or a layer
+    # norm sees x - mean(x) != 0 and divides that by sqrt(eps).
+    g = Graph("g")
+    g.add_input("x", (2, 1, 1))
+    operands = ["x"]
+    if op == "layernorm":
+        g.add_parameter("w", torch.full((1,), 2.0))
+        g.add_parameter("b", torch.full((1,), 0.5))
+        operands += ["w", "b"]
+    g.add_op("r", op, operands, attrs)
+    g.add_output("out", "r")
+    d = decompose_high_level_ops(g, make_ctx())
+    assert not any(t.startswith("reduce") for t in _types(d))
+    _same(g, d, [torch.randn(2, 1, 1)])
+
 def test_embedding_becomes_a_one_hot_matmul_with_a_checked_id_range():
     g = Graph("g")
     g.add_input("ids", (1, 8), torch.int64)

@@ -166,6 +166,26 @@ def _along(rw: Rewriter, node: Node, name: str, rank: int, dim: int, tag: str) -
     return rw.op(f"{node.name}.{tag}", "reshape", [name], {"shape": target})
 
 
+def _reduce(rw, name: str, op_type: str, x: str, dim: int) -> str:
+    """``op_type`` (a keep-dim reduction) of ``x`` along ``dim``; ``x`` itself when that dim has size 1,
+    where every reduction is the identity. On the chip a reduction is a multiply (by ones or 1/N) that
+    rounds its operands, so a layer norm or softmax over one element would no longer see ``x - mean(x)``
+    as exactly 0 (and a layer norm divides that rounding by ``sqrt(eps)``)."""
+    if rw.shape(x)[normalize_dim(dim, len(rw.shape(x)))] == 1:
+        return x
+    return rw.op(name, op_type, [x], {"dim": dim})
+
+
+def _size_one_reduction(rw, node, ops, ctx):
+    """A reduction over a dim of size 1 is its operand (see :func:`_reduce`)."""
+    shape = rw.shape(ops[0])
+    if not shape or shape[normalize_dim(node.attrs["dim"], len(shape))] != 1:
+        return None
+    if node.attrs.get("stride", -1) != -1 or rw.node(ops[0]).dtype != node.dtype:
+        return None  # a strided max keeps groups; a mean of integers changes the dtype
+    return ops[0]
+
+
 # --- rules ----------------------------------------------------------------------------------------------
 
 
@@ -174,10 +194,10 @@ def _softmax(rw, node, ops, ctx, log=False):
     dim = node.attrs["dim"]
     n = node.name
     if node.attrs.get("stable", True) and ctx.config.enable_stable_softmax:
-        m = rw.op(f"{n}.max", "reduce_max", [x], {"dim": dim})
+        m = _reduce(rw, f"{n}.max", "reduce_max", x, dim)
         x = rw.op(f"{n}.sub_max", "subtract", [x, m])
     e = rw.op(f"{n}.exp", "exp", [x])
-    s = rw.op(f"{n}.sum", "reduce_sum", [e], {"dim": dim})
+    s = _reduce(rw, f"{n}.sum", "reduce_sum", e, dim)
     if log:
         return rw.op(f"{n}.out", "subtract", [x, rw.op(f"{n}.log", "log", [s])])
     r = rw.op(f"{n}.recip", "reciprocal", [s])
@@ -190,10 +210,10 @@ def _layernorm(rw, node, ops, ctx):
     rank = len(rw.shape(x))
     dim = node.attrs["dim"]
     d = normalize_dim(dim, rank)
-    mean = rw.op(f"{n}.mean", "reduce_avg", [x], {"dim": dim})
+    mean = _reduce(rw, f"{n}.mean", "reduce_avg", x, dim)
     xm = rw.op(f"{n}.sub_mean", "subtract", [x, mean])
     sq = rw.op(f"{n}.square", "square", [xm])
-    var = rw.op(f"{n}.var", "reduce_avg", [sq], {"dim": dim})
+    var = _reduce(rw, f"{n}.var", "reduce_avg", sq, dim)
     ve = rw.op(f"{n}.add_eps", "add", [var, _scalar(rw, node, "eps", node.attrs["epsilon"])])
     sd = rw.op(f"{n}.sqrt", "sqrt", [ve])
     inv = rw.op(f"{n}.recip", "reciprocal", [sd])
@@ -675,6 +695,9 @@ _RULES = {
     "sparse_matmul": _sparse_matmul,
     "buda_requantize": _integer_only,
     "softmax": _softmax,
+    "reduce_sum": _size_one_reduction,
+    "reduce_avg": _size_one_reduction,
+    "reduce_max": _size_one_reduction,
     "log_softmax": lambda rw, node, ops, ctx: _softmax(rw, node, ops, ctx, log=True),
     "layernorm": _layernorm,
     "batchnorm": _batchnorm,
