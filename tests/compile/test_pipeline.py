@@ -34,6 +34,27 @@ def test_stages_are_tt_budas_compile_depths_in_order():
     assert [d for d, _ in STAGES] == [d for d in CompileDepth if d != CompileDepth.FULL]
 
 
+def test_compile_freezes_what_the_process_held_and_thaws_it(cfg):
+    # Full collections during a compile skip the objects that were there before it (gc.freeze), and
+    # they are collectable again afterwards, also after a failed compile.
+    import gc
+
+    import pybuda.passes.pipeline as pipeline
+
+    seen = []
+    first = pipeline.STAGES[0]
+    try:
+        pipeline.STAGES[0] = (first[0], lambda s: (seen.append(gc.get_freeze_count()), first[1](s)))
+        compile_graph(_graph(), "wh_n150", cfg)
+        assert seen[0] > 0 and gc.get_freeze_count() == 0
+        pipeline.STAGES[0] = (first[0], lambda s: 1 / 0)
+        with pytest.raises(CompileError):
+            compile_graph(_graph(), "wh_n150", cfg)
+        assert gc.get_freeze_count() == 0
+    finally:
+        pipeline.STAGES[0] = first
+
+
 @pytest.mark.parametrize("depth", list(CompileDepth))
 def test_compile_depth_stops_after_each_stage(depth, cfg):
     cfg.compile_depth = depth
