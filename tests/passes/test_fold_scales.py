@@ -53,6 +53,7 @@ def test_scale_moves_into_a_projection(scale_op, scale, scale_first):
     {"extra_reader": True},              # the unscaled scores are read elsewhere
     {"uniform": False},                  # a per-head factor is not one scalar
     {"scale_op": "divide", "scale_first": True},  # s / scores is not a scale
+    {"scale": float("inf")},             # inf * (q . k) and (inf * q) . k differ where q . k == 0
 ])
 def test_scale_stays_where_it_is_not_a_plain_factor(kwargs):
     g = _attention(**kwargs)

@@ -5,7 +5,7 @@ Frameworks without asymmetric or "same" padding per op write it as a separate pa
 exported with explicit ``Pad`` nodes. On the chip a pad on the device is a data-movement op of its own
 (a picker over the whole activation) and makes the window op read a larger, re-laid-out tensor; as the
 window op's own padding it costs nothing, because the im2col picker simply never picks the padded
-positions. TT-Buda's TVM path merged such pads the same way (``FoldExplicitPadding``).
+positions. TVM, which TT-Buda's frontends went through, has the same rewrite (``FoldExplicitPadding``).
 
 A fold is made only where it keeps every value exact:
 

@@ -18,6 +18,7 @@ original by one rounding.
 
 from __future__ import annotations
 
+import math
 from typing import Optional, Sequence, Tuple
 
 import torch
@@ -69,7 +70,8 @@ def _plan(graph: Graph, users, node: Node) -> Optional[Tuple[str, float, str]]:
     orders = ((0, 1), (1, 0)) if node.op_type == "multiply" else ((0, 1),)
     for m, c in orders:
         matmul, factor = graph[node.operands[m]], _scalar(graph, node.operands[c])
-        if factor is None or factor == 0.0 or matmul.kind != OP or matmul.op_type != "matmul":
+        if factor is None or factor == 0.0 or not math.isfinite(factor) or matmul.kind != OP or \
+                matmul.op_type != "matmul":
             continue
         if len(matmul.operands) != 2 or users.get(matmul.name) != [node.name] or matmul.shape != node.shape:
             continue
