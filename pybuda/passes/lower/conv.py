@@ -323,14 +323,13 @@ def band_limit_tiles(l1_budget_bytes: int) -> int:
     return max(1, l1_budget_bytes // (4 * tile_size_bytes(DataFormat.Float16_b)))
 
 
-def row_bands(rt: int, grid_rows: int, limit: int, rows: int, taps: int = 1):
-    """Bands ``[(r0, r1)]`` of ``rows`` output rows (``rt`` tiles) such that each band's picker output (its
-    tiles times ``taps``, the kernel positions stacked along rows, see ``ConvPoolLowering._tap_pick``) splits
-    over at most ``grid_rows`` grid rows into blocks of at most ``limit`` tiles; None when one band already
-    does (or no split into at most :data:`MAX_BANDS` bands does). Every band but the last is a multiple of
+def row_bands(rt: int, grid_rows: int, limit: int, rows: int):
+    """Bands ``[(r0, r1)]`` of ``rows`` output rows (``rt`` tiles) such that each band's tiles split over at
+    most ``grid_rows`` grid rows into blocks of at most ``limit`` tiles; None when one band already does (or
+    no split into at most :data:`MAX_BANDS` bands does). Every band but the last is a multiple of
     ``grid_rows`` tiles; the fewest bands win."""
     def fits(n: int) -> bool:
-        return _fits_one_matmul(n * taps, grid_rows, limit)
+        return _fits_one_matmul(n, grid_rows, limit)
 
     if fits(rt):
         return None
