@@ -73,3 +73,15 @@ def test_folded_pad_lowers_to_the_same_values():
     g = _padded_graph("max_pool2d", {"kernel_size": 3, "stride": 2}, (1, 1, 1, 1), source="relu")
     bg = check_lowering(g, [torch.randn(1, 4, 12, 10)])
     assert not any("pad" in name for name in bg.ops)
+
+
+def test_a_relu_that_lets_negatives_through_keeps_its_pad():
+    # relu(x, threshold=-0.5) passes values down to -0.5: a zero border could win the max, so the pad stays
+    # (the same non-negativity check as the pool's lowering, not "any relu").
+    g = Graph("g")
+    g.add_input("x", (1, 4, 12, 10))
+    g.add_op("src", "relu", ["x"], {"threshold": -0.5})
+    g.add_op("pad", "pad", ["src"], {"pad": (1, 1, 1, 1), "value": 0.0})
+    g.add_op("win", "max_pool2d", ["pad"], {"kernel_size": 3, "stride": 2})
+    g.add_output("out", "win")
+    assert fold_pads(g, make_ctx()) is g

@@ -12,8 +12,9 @@ A fold is made only where it keeps every value exact:
 - ``conv2d`` (not transposed): a zero pad is the convolution's own zero padding, added to it;
 - ``avg_pool2d`` counting padded positions (``count_include_pad``): a zero pad is its own padding;
 - ``max_pool2d``: a ``-inf`` pad never wins, like its own padding; a zero pad does neither only when the
-  input can never be negative (it comes from a ReLU, a sigmoid, ...) and every window still holds a real
-  element (padding at most half the kernel), so the maximum is the same.
+  input can never be negative (:func:`~pybuda.passes.lower.common.non_negative`, the same check the pool's
+  lowering makes: a ReLU clamping at 0, a sigmoid, ...) and every window still holds a real element
+  (padding at most half the kernel), so the maximum is the same.
 
 Pools fold only when they have no padding of their own and no ``ceil_mode`` (whose last-window rule
 depends on where the input ends), and the pad must be read by that op alone.
@@ -26,11 +27,8 @@ from typing import Optional, Sequence, Tuple
 
 from pybuda.ir.graph import OP, Graph, Node
 from pybuda.passes.context import CompileContext
+from pybuda.passes.lower.common import non_negative
 from pybuda.passes.graph.rewrite import Rewriter
-
-#: Ops whose outputs are never negative: a zero pad in front of a max pool over them changes no maximum.
-NON_NEGATIVE = frozenset({"relu", "sigmoid", "exp", "abs", "softmax", "sqrt", "square"})
-
 
 def fold_pads(graph: Graph, ctx: CompileContext) -> Graph:
     """Return a new graph in which every foldable pad is merged into its convolution or pool (see the
@@ -82,6 +80,4 @@ def _foldable(graph: Graph, users, node: Node) -> Optional[Tuple[int, int, int, 
     if tuple(node.attrs.get("dilation", (1, 1))) != (1, 1):
         return None
     within_half = max(pads[:2]) <= kw // 2 and max(pads[2:]) <= kh // 2
-    source = graph[pad.operands[0]]
-    non_negative = source.kind == OP and source.op_type in NON_NEGATIVE
-    return pads if value == 0.0 and non_negative and within_half else None
+    return pads if value == 0.0 and within_half and non_negative(graph, pad.operands[0]) else None

@@ -35,6 +35,8 @@ POLE_AT_ZERO = frozenset({"reciprocal", "log"}) & set(UNARY)
 #: Unary ops whose every output is >= 0, and softmax, which decomposes into such ops: zero padding
 #: cannot win a max over their values.
 NON_NEGATIVE = frozenset({name for name, op in UNARY.items() if device_op(op).non_negative} | {"softmax"})
+#: Ops that keep a value's sign: what reaches them non-negative leaves them non-negative.
+SIGN_PRESERVING = frozenset({"reshape", "transpose", "max_pool2d", "select", "narrow", "squeeze", "unsqueeze"})
 GATHER_OPS = {"reshape", "transpose", "hslice", "hstack", "vslice", "vstack", "index", "select", "narrow",
               "pad", "pad_tile", "concatenate", "broadcast", "repeat", "buda_pad", "buda_unpad",
               "interleave", "binary_stack", "pixel_shuffle"}
@@ -167,6 +169,20 @@ def _tm_candidates(start: Tuple[int, int, int], target: Tuple[int, int, int], ma
                 if s2[0] * s2[1] * s2[2] == z * rt * ct:
                     nxt.append((seq2, s2))
         frontier = nxt[:400]
+
+
+def non_negative(graph, name: str) -> bool:
+    """True when value ``name`` of the IR graph is >= 0 everywhere by construction (the output of a relu
+    that clamps at a threshold >= 0 or of a :data:`NON_NEGATIVE` op, seen through :data:`SIGN_PRESERVING`
+    ops), so zero padding cannot win a max over it."""
+    node = graph[name]
+    while node.kind == "op" and node.op_type in SIGN_PRESERVING:
+        node = graph[node.operands[0]]
+    if node.kind != "op":
+        return False
+    if node.op_type == "relu":  # mode 'min' with a threshold >= 0 keeps x >= threshold, else 0
+        return node.attrs.get("mode", "min") == "min" and node.attrs.get("threshold", 0.0) >= 0
+    return node.op_type in NON_NEGATIVE
 
 
 def _window(h, w, ho, wo, kh, kw, stride, dil, pads):

@@ -16,7 +16,7 @@ from pybuda.netlist.tms import TM, Broadcast, HStack, VSlice, VStack
 from pybuda.passes.lower import pickers
 from pybuda.netlist.host_io import tiles
 from pybuda.perf.cost import tile_size_bytes
-from pybuda.passes.lower.common import JUNK, NON_NEGATIVE, REP, TILE, ZERO, DVal, _window
+from pybuda.passes.lower.common import JUNK, REP, TILE, ZERO, DVal, _window, non_negative
 
 
 class ConvPoolLowering:
@@ -71,7 +71,7 @@ class ConvPoolLowering:
             kk_eff = kk
         if node.op_type == "max_pool2d":
             # Positions outside the image pick zeros, which a max of values >= 0 (after a relu) ignores.
-            if not valid.all() and not _non_negative(self.g, node.operands[0]):
+            if not valid.all() and not non_negative(self.g, node.operands[0]):
                 # Positions outside the image picked zeros; push them to -1e30 so the max ignores them.
                 mask_rows = np.zeros((kk, out_rp), np.float32)
                 mask_rows[pos[~valid], (oh * wo + ow)[~valid]] = pickers.NEG_LARGE
@@ -379,24 +379,3 @@ def stacking_bands(rt: int, kk: int, grid_rows: int, limit: int, rows: int):
 def _fits_one_matmul(rt: int, grid_rows: int, limit: int) -> bool:
     """``rt`` output row tiles split over at most ``grid_rows`` grid rows into blocks of at most ``limit``."""
     return any(rt % d == 0 and rt // d <= limit for d in range(1, min(grid_rows, rt) + 1))
-
-
-#: Ops whose every output value is >= 0 (from the device-op table, see ``common.NON_NEGATIVE``), and
-#: value-preserving ops that keep it so.
-_NON_NEGATIVE_OPS = NON_NEGATIVE
-_SIGN_PRESERVING_OPS = frozenset({"reshape", "transpose", "max_pool2d", "select", "narrow", "squeeze",
-                                  "unsqueeze"})
-
-
-def _non_negative(graph, name: str) -> bool:
-    """True when value ``name`` of the IR graph is >= 0 everywhere by construction (a relu's output, seen
-    through layout-only ops), so zero padding cannot win a max."""
-    node = graph[name]
-    while node.kind == "op" and node.op_type in _SIGN_PRESERVING_OPS:
-        node = graph[node.operands[0]]
-    if node.kind != "op":
-        return False
-    if node.op_type == "relu":  # mode 'min' with a threshold >= 0 keeps x >= threshold, else 0
-        return node.attrs.get("mode", "min") == "min" and node.attrs.get("threshold", 0.0) >= 0
-    return node.op_type in _NON_NEGATIVE_OPS
-
