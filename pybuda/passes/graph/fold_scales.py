@@ -26,7 +26,7 @@ import torch
 from pybuda.ir.graph import CONSTANT, OP, Graph, Node
 from pybuda.passes.context import CompileContext
 from pybuda.passes.graph.consteval import compile_time_value
-from pybuda.passes.graph.rewrite import Rewriter
+from pybuda.passes.graph.rewrite import Rewriter, source_through
 
 #: Ops that move data without changing values: a scalar factor commutes with them.
 DATA_MOVEMENT = frozenset({"reshape", "transpose", "squeeze", "unsqueeze"})
@@ -97,15 +97,8 @@ def _scalar(graph: Graph, name: str) -> Optional[float]:
 def _linear_behind(graph: Graph, users, name: str, reader: str) -> Optional[str]:
     """The linear layer (``matmul`` with compile-time weight and bias) that ``name`` is, or reaches through
     data-movement ops each read only by the next, else None."""
-    while users.get(name) == [reader]:
-        node = graph[name]
-        if node.kind != OP:
-            return None
-        if node.op_type in DATA_MOVEMENT and len(node.operands) == 1:
-            reader, name = name, node.operands[0]
-            continue
-        if node.op_type == "matmul" and len(node.operands) in (2, 3) and \
-                all(compile_time_value(graph, o) for o in node.operands[1:]):
-            return name
-        return None
+    node = source_through(graph, users, name, reader, DATA_MOVEMENT)
+    if node is not None and node.kind == OP and node.op_type == "matmul" and len(node.operands) in (2, 3) and \
+            all(compile_time_value(graph, o) for o in node.operands[1:]):
+        return node.name
     return None

@@ -28,7 +28,7 @@ from pybuda.ir.graph import INPUT, OP, Graph, Node
 from pybuda.passes.context import CompileContext
 from pybuda.passes.graph.consteval import compile_time_value
 from pybuda.passes.graph.optimize_tms import HOISTABLE
-from pybuda.passes.graph.rewrite import Rewriter
+from pybuda.passes.graph.rewrite import Rewriter, source_through
 
 TILE = 32
 
@@ -76,7 +76,9 @@ def _plan(graph: Graph, users, node: Node) -> Optional[Tuple[int, Tuple[int, int
     if sy != sx or sy < 2 or tuple(node.attrs["dilation"]) != (1, 1) or node.attrs["groups"] != 1:
         return None
     act, weight = graph[node.operands[0]], graph[node.operands[1]]
-    if not _host_fed(graph, users, act.name, node.name) or len(act.shape) != 4:
+    # The host applies the TMs between a graph input and the conv (optimize_tms hoists them), space-to-depth too.
+    source = source_through(graph, users, act.name, node.name, HOISTABLE)
+    if source is None or source.kind != INPUT or len(act.shape) != 4:
         return None
     if not compile_time_value(graph, weight.name):
         return None
@@ -97,20 +99,6 @@ def _plan(graph: Graph, users, node: Node) -> Optional[Tuple[int, Tuple[int, int
     if work_after >= work_before:
         return None
     return s, k_new, (after[0], after[1])
-
-
-def _host_fed(graph: Graph, users, name: str, reader: str) -> bool:
-    """True when ``name`` is a graph input, or a chain of host-hoistable TMs over one, and each link is
-    read only by the next: then :mod:`~pybuda.passes.graph.optimize_tms` moves the whole chain, space-to-depth
-    included, to the host."""
-    while users.get(name) == [reader]:
-        node = graph[name]
-        if node.kind == INPUT:
-            return True
-        if node.kind != OP or node.op_type not in HOISTABLE or len(node.operands) != 1:
-            return False
-        reader, name = name, node.operands[0]
-    return False
 
 
 def _space_to_depth(rw: Rewriter, name: str, value: str, s: int) -> str:

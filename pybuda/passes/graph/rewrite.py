@@ -7,7 +7,7 @@ validated by the registry (shapes, attributes) as it is added.
 
 from __future__ import annotations
 
-from typing import Any, Callable, Dict, Mapping, Optional, Sequence
+from typing import AbstractSet, Any, Callable, Dict, Mapping, Optional, Sequence
 
 import torch
 
@@ -116,3 +116,16 @@ class Rewriter:
 def is_leaf_value(graph: Graph, name: str) -> bool:
     """True for parameter and constant nodes (values known at compile time)."""
     return graph.nodes[name].kind in (PARAMETER, CONSTANT)
+
+
+def source_through(graph: Graph, users: Mapping[str, Sequence[str]], name: str, reader: str,
+                   through: AbstractSet[str]) -> Optional[Node]:
+    """The node ``name`` (read by ``reader``) comes from: walking back through single-operand ops whose type is
+    in ``through``, the first node that is not one; None when a link on the way (``name`` included) has a
+    reader besides the next one, so a pass that rewrites the source would change what another op reads."""
+    while list(users.get(name, ())) == [reader]:
+        node = graph[name]
+        if node.kind != OP or node.op_type not in through or len(node.operands) != 1:
+            return node
+        reader, name = name, node.operands[0]
+    return None
