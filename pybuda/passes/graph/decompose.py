@@ -171,15 +171,19 @@ def _reduce(rw, name: str, op_type: str, x: str, dim: int) -> str:
     where every reduction is the identity. On the chip a reduction is a multiply (by ones or 1/N) that
     rounds its operands, so a layer norm or softmax over one element would no longer see ``x - mean(x)``
     as exactly 0 (and a layer norm divides that rounding by ``sqrt(eps)``)."""
-    if rw.shape(x)[normalize_dim(dim, len(rw.shape(x)))] == 1:
+    if _size_one(rw.shape(x), dim):
         return x
     return rw.op(name, op_type, [x], {"dim": dim})
 
 
+def _size_one(shape, dim: int) -> bool:
+    """True when ``dim`` of ``shape`` holds one element (a reduction along it is the identity)."""
+    return bool(shape) and shape[normalize_dim(dim, len(shape))] == 1
+
+
 def _size_one_reduction(rw, node, ops, ctx):
     """A reduction over a dim of size 1 is its operand (see :func:`_reduce`)."""
-    shape = rw.shape(ops[0])
-    if not shape or shape[normalize_dim(node.attrs["dim"], len(shape))] != 1:
+    if not _size_one(rw.shape(ops[0]), node.attrs["dim"]):
         return None
     if node.attrs.get("stride", -1) != -1 or rw.node(ops[0]).dtype != node.dtype:
         return None  # a strided max keeps groups; a mean of integers changes the dtype
