@@ -231,13 +231,17 @@ def run_stages(graph: Graph, ctx: CompileContext, results: "CompileResults", ver
     (``gc.freeze``): a compile allocates hundreds of thousands of small objects, and every full
     collection they trigger would also walk everything already there (the model, torch), about a sixth
     of BERT-Large's compile time. The compile's own objects are still collected; afterwards everything
-    is collectable again.
+    is collectable again. When something is frozen already (a compile inside a compile, or the user's own
+    ``gc.freeze``) the freeze is left as it is, so this never thaws what it did not freeze.
     """
-    gc.freeze()
+    owner = gc.get_freeze_count() == 0
+    if owner:
+        gc.freeze()
     try:
         return _run_stages(graph, ctx, results, verify_cfg, inputs)
     finally:
-        gc.unfreeze()
+        if owner:
+            gc.unfreeze()
 
 
 def _run_stages(graph: Graph, ctx: CompileContext, results: "CompileResults", verify_cfg: Any = None,

@@ -51,7 +51,14 @@ def test_compile_freezes_what_the_process_held_and_thaws_it(cfg):
         with pytest.raises(CompileError):
             compile_graph(_graph(), "wh_n150", cfg)
         assert gc.get_freeze_count() == 0
+        # A freeze that was there before (the user's, or an outer compile's) is neither redone nor thawed.
+        pipeline.STAGES[0] = first
+        gc.freeze()
+        frozen = gc.get_freeze_count()
+        compile_graph(_graph(), "wh_n150", cfg)
+        assert gc.get_freeze_count() == frozen
     finally:
+        gc.unfreeze()
         pipeline.STAGES[0] = first
 
 
