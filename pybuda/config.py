@@ -215,6 +215,10 @@ class CompilerConfig:
     num_chips: int = 1
     # graph passes
     enable_consteval: bool = True
+    #: At LoFi, keep the multiplier unbiased where that is free: eltwise ops run at HiFi2 (they are
+    #: unpack-bound), and the host rounds weights that only LoFi matmuls read to the 4 mantissa bits those
+    #: read, instead of letting the multiplier truncate them (``pybuda.passes.lowered.lofi_weights``).
+    lofi_rounding: bool = True
     enable_auto_fusing: bool = True
     op_names_dont_fuse: List[str] = field(default_factory=list)
     #: ``insert_nop`` / ``insert_buffering_nop`` requests, in call order.
@@ -792,6 +796,7 @@ ENV_CONFIG_FIELDS: Dict[str, Tuple[str, Callable[[str], Any]]] = {
     "PYBUDA_COMPILE_DEPTH": ("compile_depth", CompileDepth.from_string),
     "PYBUDA_BALANCER_POLICY_TYPE": ("balancer_policy", str),
     "PYBUDA_DISABLE_OP_FUSING": ("enable_auto_fusing", _only_if_one(False)),
+    "PYBUDA_DISABLE_LOFI_ROUNDING": ("lofi_rounding", _only_if_one(False)),
     "PYBUDA_DEFAULT_DF": ("default_df_override", DataFormat.from_json),
     "PYBUDA_AMP_LEVEL": ("amp_level", int),
     "PYBUDA_OVERRIDE_NUM_CHIPS": ("num_chips", int),

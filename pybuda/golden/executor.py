@@ -47,7 +47,7 @@ class GoldenExecutor:
             if p.tensor in tensors or p.name not in self._transformed or p.tensor == p.name}
         for rec in host_io.ram_queues:
             value = _tensor(tensors, rec.tensor, f"queue '{rec.queue}'")
-            self.device.write_ram(rec.queue, to_device_layout(rec, value)[0])
+            self.device.write_ram(rec.queue, to_device_layout(rec, value, rounded=not fast)[0])
 
     def run(self, inputs: Sequence[torch.Tensor]) -> List[torch.Tensor]:
         """One push: framework inputs in graph-input order -> framework outputs in graph-output order."""
@@ -101,7 +101,8 @@ class GoldenExecutor:
                 raise InputError(f"parameter '{name}' has shape {list(self._params[name].shape)}, "
                                  f"got {list(value.shape)}")
         for name, value in params.items():
-            self.device.write_ram(name, to_device_layout(self.host_io.queue(name), value)[0])
+            self.device.write_ram(name, to_device_layout(self.host_io.queue(name), value,
+                                                         rounded=not self.device.fast)[0])
             self._params[name] = value.detach().clone()
 
     def close(self) -> None:

@@ -59,6 +59,8 @@ __all__ = [
     "fidelity_matmul",
     "fidelity_multiply",
     "accumulate",
+    "round_mantissa",
+    "LOFI_SRCA_FRACTION_BITS",
 ]
 
 _HEADER_BYTES = 16
@@ -836,6 +838,20 @@ def _round_nearest_even(x: torch.Tensor, man_bits: int) -> torch.Tensor:
     r = (b + ((1 << (drop - 1)) - 1) + lsb) & _i32(0xFFFFFFFF << drop)
     finite = (b & 0x7F800000) != 0x7F800000
     return torch.where(finite, r, b).view(torch.float32)
+
+
+#: Mantissa bits after the leading one that a LoFi multiply reads of its SrcA operand (phase 0, spec §4.6).
+LOFI_SRCA_FRACTION_BITS = 4
+
+
+def round_mantissa(x: torch.Tensor, fraction_bits: int) -> torch.Tensor:
+    """``x`` (as float32) with each mantissa rounded to ``fraction_bits`` bits after the leading one,
+    to nearest, ties to even; inf and NaN unchanged. A value rounded so is read exactly by a multiplier
+    that keeps that many bits (LoFi keeps :data:`LOFI_SRCA_FRACTION_BITS` of SrcA and truncates the rest)."""
+    if not 0 <= int(fraction_bits) <= 23:
+        raise InputError(f"fraction_bits must be in [0, 23], got {fraction_bits}")
+    x = _as_f32(x)
+    return x if fraction_bits == 23 else _round_nearest_even(x, int(fraction_bits))
 
 
 def accumulate(x: torch.Tensor, acc_df: DataFormat, *, rounding: str = "truncate") -> torch.Tensor:

@@ -146,9 +146,21 @@ class QueueIO:
     # Inputs: the values the compiled model is correct for (embedding ids: [0, vocab - 1]); a push outside
     # it is refused by the host, since the device would return a wrong value without an error.
     value_range: Optional[Tuple[float, float]] = None
+    # Parameter/constant queues: the host rounds the values to this many mantissa bits (nearest, ties to
+    # even) before writing them, because every reader multiplies them at a fidelity that reads only that
+    # many (pybuda.passes.lowered.lofi_weights).
+    mantissa_bits: Optional[int] = None
 
     def __post_init__(self) -> None:
         self.framework_shape = _shape(self.framework_shape) or ()
+        if self.mantissa_bits is not None:
+            bits = self.mantissa_bits
+            if isinstance(bits, bool) or not isinstance(bits, numbers.Integral) or not 0 <= bits <= 23:
+                raise ValueError(f"queue '{self.queue}': mantissa_bits must be an integer in [0, 23], got {bits!r}")
+            if self.kind not in ("parameter", "constant"):
+                raise ValueError(f"queue '{self.queue}': only parameter and constant queues are rounded, "
+                                 f"not a {self.kind} queue")
+            self.mantissa_bits = int(bits)
         if self.value_range is not None:
             low, high = self.value_range
             self.value_range = (float(low), float(high))
@@ -166,7 +178,8 @@ class QueueIO:
                 "framework_shape": list(self.framework_shape),
                 "device_shape": None if self.device_shape is None else list(self.device_shape),
                 "dtype": self.dtype, "batched": self.batched, "host_tms": [tm.to_dict() for tm in self.host_tms],
-                "tensor": self.tensor, "value_range": None if self.value_range is None else list(self.value_range)}
+                "tensor": self.tensor, "value_range": None if self.value_range is None else list(self.value_range),
+                "mantissa_bits": self.mantissa_bits}
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> "QueueIO":
@@ -175,7 +188,7 @@ class QueueIO:
                    framework_shape=d.get("framework_shape", ()), device_shape=d.get("device_shape"),
                    dtype=str(d.get("dtype", "float32")), batched=bool(d.get("batched", False)),
                    host_tms=[HostTM.from_dict(t) for t in d.get("host_tms", ())], tensor=d.get("tensor"),
-                   value_range=d.get("value_range"))
+                   value_range=d.get("value_range"), mantissa_bits=d.get("mantissa_bits"))
 
 
 @dataclass
@@ -299,7 +312,8 @@ def queue_io(queue: Any, name: Optional[str] = None, dtype: Optional[str] = None
     return QueueIO(queue=queue.name, kind=queue.kind, name=name or queue.name, framework_shape=framework_shape,
                    device_shape=device_shape, dtype=dtype or str(tags.get("dtype", "float32")),
                    batched=bool(tags.get("batched")), host_tms=[HostTM(t, a) for t, a in tags.get("host_tms") or ()],
-                   tensor=queue.name if ram else None, value_range=tags.get("value_range"))
+                   tensor=queue.name if ram else None, value_range=tags.get("value_range"),
+                   mantissa_bits=tags.get("mantissa_bits") if ram else None)
 
 
 def build_host_io(lowered: Any, framework: Any, consteval_trace: Mapping[str, Mapping[str, Any]],
@@ -353,12 +367,18 @@ def apply_host_tms(value: torch.Tensor, host_tms) -> torch.Tensor:
     return value
 
 
-def to_device_layout(rec: QueueIO, value: torch.Tensor) -> torch.Tensor:
+def to_device_layout(rec: QueueIO, value: torch.Tensor, *, rounded: bool = True) -> torch.Tensor:
     """The framework tensor pushed to the queue of ``rec`` as ``[entries, z, R, C]`` device data.
 
-    Inputs: host TMs first, then one entry per sample when batched. Parameters and constants: one entry.
+    Inputs: host TMs first, then one entry per sample when batched. Parameters and constants: one entry,
+    rounded to ``rec.mantissa_bits`` when set, unless ``rounded`` is False (a float32 run, which models no
+    multiplier to round for).
     """
     value = apply_host_tms(value, rec.host_tms)
+    if rounded and rec.mantissa_bits is not None:
+        from pybuda.golden.formats import round_mantissa  # the golden package imports this module
+
+        value = round_mantissa(value, rec.mantissa_bits)
     device_shape = tuple(rec.device_shape) if rec.device_shape is not None else tuple(value.shape)
     if rec.batched:
         samples = [value[i:i + 1].reshape(device_shape) for i in range(value.shape[0])]

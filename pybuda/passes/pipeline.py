@@ -117,6 +117,7 @@ def _buda_graph_pre_placer(s: _State) -> None:
     from pybuda.passes.lowered.data_formats import set_data_formats
     from pybuda.passes.lowered.fuse_matmul_epilogue import fuse_matmul_epilogues
     from pybuda.passes.lowered.fuse_ops import fuse_elementwise_ops
+    from pybuda.passes.lowered.lofi_weights import round_lofi_weights
     from pybuda.passes.lowered.overrides import apply_schedule_constraints, insert_nops, resolve_overrides
     from pybuda.passes.lower.to_tiles import lower_to_buda
 
@@ -129,6 +130,7 @@ def _buda_graph_pre_placer(s: _State) -> None:
     bg = fuse_matmul_epilogues(bg, s.ctx)
     bg = set_data_formats(bg, s.ctx)
     bg = fuse_elementwise_ops(bg, s.ctx)
+    bg = round_lofi_weights(bg, s.ctx)
     bg = apply_schedule_constraints(bg, s.ctx)
     s.bg = bg
     s.results.lowered_graph = bg

@@ -172,12 +172,14 @@ class _Lowering(ConvPoolLowering, ReductionLowering, DataMovementLowering):
         for key in ("consteval", "exact_df"):  # exact_df: values that must keep a format (index tables)
             if key in node.tags:
                 tags[key] = node.tags[key]
-        self.pending[node.name] = (kind, value, tags, node.requires_grad)
-        self.values[node.name] = value
-        z, r, c = canonical_zrc(value.shape)
         # A value the runtime rewrites (trained weights, optimizer state) cannot have derived copies made at
         # compile time: it is read like an activation (replicated on the device when broadcast).
         fixed = not node.tags.get(RUNTIME_UPDATED)
+        if not fixed:
+            tags[RUNTIME_UPDATED] = True
+        self.pending[node.name] = (kind, value, tags, node.requires_grad)
+        self.values[node.name] = value
+        z, r, c = canonical_zrc(value.shape)
         return DVal(node.name, (), z, r, c, is_queue_value=fixed)
 
     def _queue_value(self, base: DVal, purpose: str, value: torch.Tensor, extra_tags: Optional[dict] = None) -> DVal:

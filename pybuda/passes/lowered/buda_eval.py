@@ -33,7 +33,7 @@ def evaluate_buda_graph(bg: BudaGraph, inputs: Mapping[str, torch.Tensor]) -> Di
     entries = values[bg.input_order[0]].shape[0] if bg.input_order else 1
     for name, q in bg.queues.items():
         if q.kind in ("parameter", "constant"):
-            values[name] = to_device_layout(queue_io(q), bg.tensors[name]).to(torch.float32)
+            values[name] = to_device_layout(queue_io(q), bg.tensors[name], rounded=False).to(torch.float32)
     fused: Dict[int, FusedOpDef] = {}
     with torch.no_grad():
         for op in bg.ops.values():
