@@ -179,11 +179,15 @@ def test_tampered_contents_with_a_consistent_manifest(image_files, tmp_path):
     cases = {
         "device.json": lambda d: d.replace(b'"arch": "Grayskull"', b'"arch": "Quantum"'),
         "compile_and_runtime_config.json": lambda d: b"[1, 2",
+        # A host rounding no multiplier reads: refused, not applied to the weights.
+        "device.json (rounding)": lambda d: d.replace(b'"mantissa_bits": null', b'"mantissa_bits": 99', 1),
     }
     netlist = next(n for n in image_files if n.endswith("_netlist.yaml"))
     cases[netlist] = lambda d: b"!!python/object/apply:os.system ['echo pwned']\n"
-    for name, change in cases.items():
+    for case, change in cases.items():
+        name = case.split(" ")[0]
         files = dict(image_files)
+        assert change(files[name]) != files[name], case
         files[name] = change(files[name])
         with pytest.raises(ImageError):
             _load(_tar(tmp_path / "x.tti", files, _manifest(files)))
