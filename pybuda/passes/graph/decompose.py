@@ -33,7 +33,9 @@ combine (batchnorm statistics, layernorm weights) become constant-only subgraphs
 - ``resize2d``/``resize3d`` (nearest, linear, cubic) -> one matmul per resized spatial dim with a constant
   interpolation matrix; the modes are separable, and each matrix is the op's own reference applied to an
   identity, so align_corners and torch's rounding rules carry over exactly.
-- ``conv2d_transpose`` -> zero insertion (a constant 0/1 matmul per strided dim) and a stride-1 ``conv2d``
+- ``conv2d_transpose`` with stride == kernel (no padding, one group) -> one matmul of the pixels with the weights
+  as ``[Cin, kh*kw*Cout]`` and a depth-to-space (reshape, transpose, reshape); otherwise
+  zero insertion (a constant 0/1 matmul per strided dim) and a stride-1 ``conv2d``
   with the flipped, regrouped weights (folded by consteval) and padding ``d*(k-1) - p`` (+ output_padding);
   a negative padding becomes an ``index`` crop of the result.
 - ``max_pool1d``/``avg_pool1d`` -> the 2-D pool with a height-1 window on a reshaped input.
@@ -528,6 +530,48 @@ def _resize(nd: int):
     return rule
 
 
+def _patchwise(a, kh: int, kw: int) -> bool:
+    """Whether a transposed conv writes each input pixel's own kh x kw output patch, the patches tiling the
+    output without overlap: stride == kernel, no padding, dilation or output padding, one group."""
+    return (tuple(a["stride"]) == (kh, kw) and not any(a["padding"]) and tuple(a["dilation"]) == (1, 1)
+            and not any(a["output_padding"]) and a["groups"] == 1)
+
+
+def _conv2d_transpose_patches(rw, node, x, w, bias):
+    """A patchwise transposed conv (U-Net's 2x2 / stride-2 upsampling) as one matmul and a depth-to-space.
+
+    Pixel (i, j) contributes ``x[i, j] @ W[:, :, a, b]`` to output pixel (i*kh + a, j*kw + b) and nothing
+    else, so ``pixels x [Cin] @ [Cin, kh*kw*Cout]`` computes every output value once, and a reshape and
+    permute put the patches in place. The general form would insert zeros into an image kh*kw times larger
+    and convolve it, kh*kw times the work, all but 1/(kh*kw) of it on zeros.
+    """
+    a = node.attrs
+    n = node.name
+    rank = len(rw.shape(x))
+    cin, cout, kh, kw = rw.shape(w)
+    if not a["channel_last"]:
+        x = rw.op(f"{n}.to_nhwc_a", "transpose", [x], {"dim0": rank - 3, "dim1": rank - 2})
+        x = rw.op(f"{n}.to_nhwc", "transpose", [x], {"dim0": rank - 2, "dim1": rank - 1})
+    lead, (hh, ww, _) = tuple(rw.shape(x)[:-3]), tuple(rw.shape(x)[-3:])
+    # Weights [Cin, Cout, kh, kw] -> [Cin, kh * kw * Cout], column (a * kw + b) * Cout + co (consteval folds it).
+    wm = rw.op(f"{n}.w_patches", "transpose", [w], {"dim0": 1, "dim1": 3})  # [Cin, kw, kh, Cout]
+    wm = rw.op(f"{n}.w_patches_hw", "transpose", [wm], {"dim0": 1, "dim1": 2})  # [Cin, kh, kw, Cout]
+    wm = rw.op(f"{n}.w_matrix", "reshape", [wm], {"shape": (cin, kh * kw * cout)})
+    y = rw.op(f"{n}.patches", "matmul", [x, wm])  # [lead, H, W, kh*kw*Cout]
+    if bias is not None:
+        tiled = rw.op(f"{n}.bias_patches", "repeat", [bias], {"factors": (kh * kw,)})
+        y = rw.op(f"{n}.biased", "add", [y, tiled])
+    y = rw.op(f"{n}.patch_dims", "reshape", [y], {"shape": lead + (hh, ww, kh, kw, cout)})
+    at = len(lead)
+    y = rw.op(f"{n}.patch_rows", "transpose", [y], {"dim0": at + 1, "dim1": at + 2})  # [H, kh, W, kw, Cout]
+    out = lead + (hh * kh, ww * kw, cout)
+    if a["channel_last"]:
+        return rw.op(n, "reshape", [y], {"shape": out})
+    y = rw.op(f"{n}.image", "reshape", [y], {"shape": out})
+    y = rw.op(f"{n}.to_nchw_a", "transpose", [y], {"dim0": rank - 2, "dim1": rank - 1})
+    return rw.op(n, "transpose", [y], {"dim0": rank - 3, "dim1": rank - 2})
+
+
 def _conv2d_transpose(rw, node, ops, ctx):
     a = node.attrs
     x, w = ops[0], ops[1]
@@ -536,6 +580,8 @@ def _conv2d_transpose(rw, node, ops, ctx):
     channel_last = a["channel_last"]
     h_dim, w_dim = (rank - 3, rank - 2) if channel_last else (rank - 2, rank - 1)
     cin, cog, kh, kw = rw.shape(w)
+    if _patchwise(a, kh, kw):
+        return _conv2d_transpose_patches(rw, node, x, w, bias)
     g = a["groups"]
     n = node.name
     sh, sw = a["stride"]
