@@ -97,10 +97,10 @@ class ConvPoolLowering:
         convolution is sliced into bands, each its own picker and weight matmul (TT-Buda slices the
         activation the same way). Only for convolutions with compile-time weights (not depthwise).
 
-        A convolution that fits but can stack few of its kernel positions in one t slice (so its picker
-        re-reads the activation ``kk / per`` times, see :meth:`_tap_pick`) is also banded when smaller bands
-        stack more (:func:`stacking_bands`), if its input comes from an op: bands of a queue input would
-        each read the queue."""
+        A convolution that can stack few of its kernel positions in one t slice (so its picker re-reads the
+        activation ``kk / per`` times, see :meth:`_tap_pick`) is banded, or banded more finely than it has
+        to be, when smaller bands stack more (:func:`stacking_bands`), if its input comes from an op (bands
+        of a queue input would each read the queue) and the policy is not reproducing TT-Buda's."""
         wv = ops[1]
         if not wv.is_queue_value or (len(ops) == 3 and not ops[2].is_queue_value):
             return None
@@ -109,9 +109,15 @@ class ConvPoolLowering:
         dev = self.ctx.device
         limit = band_limit_tiles(dev.l1_pybuda_budget_bytes)
         needed = row_bands(tiles(out_hw), dev.grid_rows, limit, out_hw)
-        if needed is not None or self.g[node.operands[0]].kind != "op" or self.ctx.reproduces_tt_buda:
+        if self.g[node.operands[0]].kind != "op" or self.ctx.reproduces_tt_buda:
             return needed
-        return stacking_bands(tiles(out_hw), kk, dev.grid_rows, limit, out_hw)
+        stacked = stacking_bands(tiles(out_hw), kk, dev.grid_rows, limit, out_hw)
+        if needed is None or stacked is None:
+            return stacked if needed is None else needed
+        # Banded anyway: more, smaller bands are worth it when they stack more kernel positions per slice
+        # (each band's picker then re-reads its input fewer times; a full-resolution 3x3 conv is NoC-bound).
+        return stacked if _band_stacking(stacked, kk, dev.grid_rows, limit) > \
+            _band_stacking(needed, kk, dev.grid_rows, limit) else needed
 
     def _banded_conv(self, node: Node, ops: List[DVal], src: DVal, bands, taps, k_r: int, key, kernel, cin: int,
                      cout: int, x: DVal) -> DVal:
@@ -374,6 +380,11 @@ def stacking_bands(rt: int, kk: int, grid_rows: int, limit: int, rows: int):
     nb, size = best
     edges = [min(i * size * TILE, rows) for i in range(nb)] + [rows]
     return list(zip(edges[:-1], edges[1:]))
+
+
+def _band_stacking(bands, kk: int, grid_rows: int, limit: int) -> int:
+    """Kernel positions per t slice that every one of ``bands`` (pixel row ranges) stacks."""
+    return min(taps_per_slice(kk, tiles(r1 - r0), grid_rows, limit) for r0, r1 in bands)
 
 
 def _fits_one_matmul(rt: int, grid_rows: int, limit: int) -> bool:
