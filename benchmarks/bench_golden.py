@@ -69,7 +69,17 @@ def _compile(args, microbatch: int):
 
 
 def _peak_rss_mb() -> float:
-    """This process's peak resident set size in MiB (Linux reports ``ru_maxrss`` in KiB)."""
+    """This process's peak resident set size in MiB: ``VmHWM`` of /proc/self/status, the high-water mark of
+    this program's own memory. ``ru_maxrss`` survives exec on Linux, so a child started by a parent that held
+    2 GB would report the parent's peak (both sides then read the same number); it is the fallback elsewhere
+    (Linux reports it in KiB)."""
+    try:
+        with open("/proc/self/status") as status:
+            for line in status:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) / 1024.0
+    except OSError:
+        pass
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
 
 

@@ -136,7 +136,17 @@ def _cached_with(cache: Optional[Dict], other: Optional[Dict], key, fn):
 
 
 def _pieces(x: torch.Tensor, role: str, fidelity: MathFidelity, cache: Optional[Dict], df=None):
-    return _cached(cache, ("fidelity", role, fidelity, df), lambda: fidelity_pieces(x, role, fidelity, df))
+    if cache is None:
+        return fidelity_pieces(x, role, fidelity, df)
+    return _cached(cache, ("fidelity", role, fidelity, df), lambda: _unchanged_as_is(x, fidelity_pieces(x, role, fidelity, df)))
+
+
+def _unchanged_as_is(x: torch.Tensor, pieces: Tuple[torch.Tensor, ...]) -> Tuple[torch.Tensor, ...]:
+    """``pieces`` of a constant operand, each piece that equals ``x`` replaced by ``x`` itself, so that the cache
+    holds no copy of it: weights the host rounded for LoFi (``mantissa_bits``) lose nothing to its mask."""
+    if x.dtype != torch.float32:
+        return pieces
+    return tuple(x if p is not x and p.shape == x.shape and torch.equal(p, x) else p for p in pieces)
 
 
 def gemm(a: torch.Tensor, b: torch.Tensor, cache: Optional[Dict] = None) -> torch.Tensor:
