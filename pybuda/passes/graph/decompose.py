@@ -530,6 +530,20 @@ def _resize(nd: int):
     return rule
 
 
+def _channels_last(rw, n: str, x: str) -> str:
+    """``[.., C, H, W]`` -> ``[.., H, W, C]`` (two transposes, named after the transposed conv ``n``)."""
+    rank = len(rw.shape(x))
+    x = rw.op(f"{n}.to_nhwc_a", "transpose", [x], {"dim0": rank - 3, "dim1": rank - 2})
+    return rw.op(f"{n}.to_nhwc", "transpose", [x], {"dim0": rank - 2, "dim1": rank - 1})
+
+
+def _channels_first(rw, n: str, y: str) -> str:
+    """``[.., H, W, C]`` -> ``[.., C, H, W]``; the last op takes the transposed conv's own name ``n``."""
+    rank = len(rw.shape(y))
+    y = rw.op(f"{n}.to_nchw_a", "transpose", [y], {"dim0": rank - 2, "dim1": rank - 1})
+    return rw.op(n, "transpose", [y], {"dim0": rank - 3, "dim1": rank - 2})
+
+
 def _patchwise(a, kh: int, kw: int) -> bool:
     """Whether a transposed conv writes each input pixel's own kh x kw output patch, the patches tiling the
     output without overlap: stride == kernel, no padding, dilation or output padding, one group."""
@@ -547,11 +561,9 @@ def _conv2d_transpose_patches(rw, node, x, w, bias):
     """
     a = node.attrs
     n = node.name
-    rank = len(rw.shape(x))
     cin, cout, kh, kw = rw.shape(w)
     if not a["channel_last"]:
-        x = rw.op(f"{n}.to_nhwc_a", "transpose", [x], {"dim0": rank - 3, "dim1": rank - 2})
-        x = rw.op(f"{n}.to_nhwc", "transpose", [x], {"dim0": rank - 2, "dim1": rank - 1})
+        x = _channels_last(rw, n, x)
     lead, (hh, ww, _) = tuple(rw.shape(x)[:-3]), tuple(rw.shape(x)[-3:])
     # Weights [Cin, Cout, kh, kw] -> [Cin, kh * kw * Cout], column (a * kw + b) * Cout + co (consteval folds it).
     wm = rw.op(f"{n}.w_patches", "transpose", [w], {"dim0": 1, "dim1": 3})  # [Cin, kw, kh, Cout]
@@ -567,9 +579,7 @@ def _conv2d_transpose_patches(rw, node, x, w, bias):
     out = lead + (hh * kh, ww * kw, cout)
     if a["channel_last"]:
         return rw.op(n, "reshape", [y], {"shape": out})
-    y = rw.op(f"{n}.image", "reshape", [y], {"shape": out})
-    y = rw.op(f"{n}.to_nchw_a", "transpose", [y], {"dim0": rank - 2, "dim1": rank - 1})
-    return rw.op(n, "transpose", [y], {"dim0": rank - 3, "dim1": rank - 2})
+    return _channels_first(rw, n, rw.op(f"{n}.image", "reshape", [y], {"shape": out}))
 
 
 def _conv2d_transpose(rw, node, ops, ctx):
@@ -590,8 +600,7 @@ def _conv2d_transpose(rw, node, ops, ctx):
         # the conv's own im2col reads; an NCHW graph input reaches it by transposes the host applies):
         # input pixel (i, j) lands on (i * sh, j * sw) of a ((H - 1) * sh + 1, (W - 1) * sw + 1) image.
         if not channel_last:
-            x = rw.op(f"{n}.to_nhwc_a", "transpose", [x], {"dim0": rank - 3, "dim1": rank - 2})
-            x = rw.op(f"{n}.to_nhwc", "transpose", [x], {"dim0": rank - 2, "dim1": rank - 1})
+            x = _channels_last(rw, n, x)
         lead, (hh, ww, c) = tuple(rw.shape(x)[:-3]), tuple(rw.shape(x)[-3:])
         hs, ws = (hh - 1) * sh + 1, (ww - 1) * sw + 1
         flat = rw.op(f"{n}.pixels", "reshape", [x], {"shape": lead + (hh * ww, c)})
@@ -626,8 +635,7 @@ def _conv2d_transpose(rw, node, ops, ctx):
             y = rw.op(f"{n}.crop{dim}", "index", [y],
                       {"dim": dim, "start": max(-before, 0), "stop": size - max(-after, 0)})
     if conv_cl != channel_last:  # back to NCHW
-        y = rw.op(f"{n}.to_nchw_a", "transpose", [y], {"dim0": rank - 2, "dim1": rank - 1})
-        y = rw.op(n, "transpose", [y], {"dim0": rank - 3, "dim1": rank - 2})
+        y = _channels_first(rw, n, y)
     return y
 
 

@@ -113,7 +113,7 @@ class ConvPoolLowering:
             return needed
         stacked = stacking_bands(tiles(out_hw), kk, dev.grid_rows, limit, out_hw)
         if needed is None or stacked is None:
-            return stacked if needed is None else needed
+            return needed if stacked is None else stacked
         # Banded anyway: more, smaller bands are worth it when they stack more kernel positions per slice
         # (each band's picker then re-reads its input fewer times; a full-resolution 3x3 conv is NoC-bound).
         return stacked if _band_stacking(stacked, kk, dev.grid_rows, limit) > \

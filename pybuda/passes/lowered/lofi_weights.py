@@ -15,9 +15,6 @@ queues are never marked.
 
 from __future__ import annotations
 
-from collections import defaultdict
-from typing import Dict, List, Tuple
-
 from pybuda.dtypes import MathFidelity
 from pybuda.golden.formats import LOFI_SRCA_FRACTION_BITS
 from pybuda.ir.graph import RUNTIME_UPDATED
@@ -32,20 +29,19 @@ def round_lofi_weights(bg: BudaGraph, ctx: CompileContext) -> BudaGraph:
     """Mark the queues whose values the host rounds for LoFi matmuls (in place); returns ``bg``."""
     if not ctx.config.lofi_rounding:
         return bg
-    readers: Dict[str, List[Tuple[BudaOp, int]]] = defaultdict(list)
-    for op in bg.ops.values():
-        for index, name in enumerate(op.inputs):
-            readers[name].append((op, index))
+    readers = bg.reader_map()
     for name, q in bg.queues.items():
         if q.kind not in ("parameter", "constant") or q.tags.get(RUNTIME_UPDATED) or q.tags.get("exact_df"):
             continue
         if q.df.is_integer or q.tags.get("df") == "RawUInt32":
             continue
-        if readers[name] and all(_reads_as_lofi_srca(op, index) for op, index in readers[name]):
+        ops = [bg.ops[r] for r in readers.get(name, ())]
+        if ops and all(_reads_only_as_lofi_srca(op, name) for op in ops):
             q.tags[MANTISSA_BITS] = LOFI_SRCA_FRACTION_BITS
     return bg
 
 
-def _reads_as_lofi_srca(op: BudaOp, index: int) -> bool:
-    return (op.type == "matmul" and index == 1 and not op.attrs.get("identity")
-            and op.math_fidelity == MathFidelity.LoFi)
+def _reads_only_as_lofi_srca(op: BudaOp, name: str) -> bool:
+    """Whether ``op`` is a dense LoFi matmul that reads ``name`` as its input 1 and nowhere else."""
+    return (op.type == "matmul" and not op.attrs.get("identity") and op.math_fidelity == MathFidelity.LoFi
+            and [i for i, n in enumerate(op.inputs) if n == name] == [1])
