@@ -259,3 +259,48 @@ def test_a_move_without_a_plan_falls_back_to_the_cpu_with_a_reason(monkeypatch):
     assert report.has_fallback
     assert any("cannot express" in f.reason for f in report.fallback_ops), str(report)
     _assert_close(_run(model, x), want)
+
+
+def _single_input_map(shape, op, attrs):
+    """(canonical source, element map in canonical output form) of one move of ``shape``."""
+    emap = movement.index_map([shape], ((op, _hashable(attrs)),))
+    return canonical_zrc(shape), emap.reshape(canonical_zrc(tuple(emap.shape)))
+
+
+@pytest.mark.parametrize("max_parts", [1, 2, movement.MAX_PARTS])
+def test_the_capability_check_finds_a_plan_exactly_when_the_planners_do(max_parts, monkeypatch):
+    """The check only asks whether a plan exists (stopping at the first): it answers as plan_move and
+    plan_gather do, including where the part limit leaves no plan."""
+    monkeypatch.setattr(movement, "MAX_PARTS", max_parts)
+    rng = random.Random(77 + max_parts)
+    for _ in range(30):
+        shape = (1,) + tuple(_dim(rng) for _ in range(rng.choice([2, 3])))
+        move = _random_move(rng, shape)
+        if move is None:
+            continue
+        src, emap = _single_input_map(shape, *move)
+        assert movement.move_possible(src, emap) == (movement.plan_move(src, emap) is not None), move
+        assert movement.gather_possible(src, emap.numpy()) == (movement.plan_gather(src, emap.numpy()) is not None)
+
+
+@pytest.mark.parametrize("shape", [(1024, 1024), (7, 40), (1, 5, 7, 9), (2, 3, 33, 64), (1, 384, 16, 64)])
+def test_plain_tm_moves_are_accepted_without_an_element_map(shape):
+    """A transpose of the last two dims is the transpose TM and a reshape keeping the canonical (z, r, c)
+    form is no move at all, whatever the shape: the check accepts them without building the element map,
+    and the element map agrees (the TM sequence lowering finds is exactly that)."""
+    rank = len(shape)
+    moves = [("transpose", {"dim0": rank - 2, "dim1": rank - 1}), ("transpose", {"dim0": -1, "dim1": -2}),
+             ("reshape", {"shape": (1,) + tuple(shape)}), ("reshape", {"shape": canonical_zrc(shape)})]
+    for op, attrs in moves:
+        assert movement._plain_tm_move([shape], op, attrs), (op, attrs)
+        assert movement.unsupported_movement([shape], op, attrs) is None
+        src, emap = _single_input_map(shape, op, attrs)
+        assert movement._match_mapping(src, emap) == ([] if op == "reshape" else [movement.Transpose()])
+    # Other moves take the full check.
+    others = [("transpose", {"dim0": rank - 2, "dim1": rank - 2}), ("transpose", {"dim0": rank, "dim1": rank - 1}),
+              ("reshape", {"shape": tuple(shape[:-2]) + (shape[-2] * shape[-1],)}),
+              ("reshape", {"shape": (-1,) + tuple(shape[-2:])})]
+    if rank >= 3:
+        others.append(("transpose", {"dim0": 0, "dim1": rank - 1}))
+    assert not any(movement._plain_tm_move([shape], op, attrs) for op, attrs in others)
+    assert not movement._plain_tm_move([shape, shape], "transpose", {"dim0": -1, "dim1": -2})

@@ -4,6 +4,7 @@ matching, pooling windows). See :mod:`pybuda.passes.lower.to_tiles`."""
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
@@ -12,7 +13,7 @@ import torch
 
 from pybuda.netlist.device_ops import device_op, ops_of_class
 from pybuda.netlist.host_io import tiles
-from pybuda.netlist.tms import TM, HSlice, HStack, Transpose, VSlice, VStack, apply_tms, tms_shape
+from pybuda.netlist.tms import TM, HSlice, HStack, TileShape3, Transpose, VSlice, VStack, apply_tms
 from pybuda.ops import registry
 from pybuda.ops.registry import DeviceLowering
 
@@ -139,9 +140,11 @@ def _match_mapping(src: Tuple[int, int, int], expected: torch.Tensor) -> Optiona
         return None
     if (zi, ri, ci) == (zo, ro, co) and torch.equal(expected.reshape(-1), torch.arange(expected.numel())):
         return []
-    padded = torch.full((zi, tiles(ri) * TILE, tiles(ci) * TILE), -1, dtype=torch.int64)
-    padded[:, :ri, :ci] = torch.arange(zi * ri * ci).reshape(zi, ri, ci)
+    padded = None  # built for the first candidate: often there is none
     for seq in _tm_candidates((zi, tiles(ri), tiles(ci)), (zo, tiles(ro), tiles(co))):
+        if padded is None:
+            padded = torch.full((zi, tiles(ri) * TILE, tiles(ci) * TILE), -1, dtype=torch.int64)
+            padded[:, :ri, :ci] = torch.arange(zi * ri * ci).reshape(zi, ri, ci)
         if torch.equal(apply_tms(padded, seq)[:, :ro, :co], expected):
             return list(seq)
     return None
@@ -152,6 +155,8 @@ def _tm_candidates(start: Tuple[int, int, int], target: Tuple[int, int, int], ma
     frontier = [((), start)]
     if start == target:
         yield ()
+    if math.prod(start) != math.prod(target):
+        return  # every TM here keeps the number of tiles: no sequence can get there
     for _ in range(max_len):
         nxt = []
         for seq, shape in frontier:
@@ -162,7 +167,7 @@ def _tm_candidates(start: Tuple[int, int, int], target: Tuple[int, int, int], ma
             moves += [HStack(factor=f) for f in _divisors(z)]
             moves += [VStack(factor=f) for f in _divisors(z)]
             for m in moves:
-                s2 = tms_shape(shape, [m])
+                s2 = m.apply(TileShape3(*shape))  # tms_shape of the one TM, without reading a TM list
                 seq2 = seq + (m,)
                 if s2 == target:
                     yield seq2

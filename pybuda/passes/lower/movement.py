@@ -623,6 +623,10 @@ def _plan_cost(kind: str, src, dst, parts, src_t: bool, out_t: bool) -> float:
     return float(cost)
 
 
+#: (on the source transposed, producing the result transposed): the orientations a gather is planned in.
+_VARIANTS = ((False, False), (False, True), (True, False), (True, True))
+
+
 def plan_gather(src, expected) -> Optional[GatherPlan]:
     """The cheapest way :meth:`DataMovementLowering._gather_pickers` moves one input ``src`` (z, r, c) by
     ``expected`` (the source flat index of each output element, -1 = zero), or None when no plan stays
@@ -634,7 +638,7 @@ def plan_gather(src, expected) -> Optional[GatherPlan]:
     if found is not None and len(found[0]) == 1:
         return GatherPlan("columns", False, False, _plan_cost("columns", src, e.shape, found[0], False, False), 1)
     best: Optional[GatherPlan] = None
-    for src_t, out_t in ((False, False), (False, True), (True, False), (True, True)):
+    for src_t, out_t in _VARIANTS:
         if best is not None and best.parts == 1 and not best.src_t and not best.out_t:
             break  # one part without transposes: a transposed plan saves little and costs nops
         s2, e2 = _variant(src, e, src_t, out_t)
@@ -687,6 +691,34 @@ def plan_move(src, expected: torch.Tensor):
     return best
 
 
+def gather_possible(src, expected) -> bool:
+    """``plan_gather(src, expected) is not None``, without costing every plan: the capability check only
+    asks whether some orientation has column or block parts, so it stops at the first that does."""
+    e = np.asarray(expected, dtype=np.int64)
+    for src_t, out_t in _VARIANTS:
+        s2, e2 = _variant(src, e, src_t, out_t)
+        if _column_parts(s2, e2) is not None or _block_parts(s2, e2) is not None:
+            return True
+    return False
+
+
+def move_possible(src, expected: torch.Tensor) -> bool:
+    """``plan_move(src, expected) is not None``, stopping at the first plan found: a gather of the source
+    (which includes plan_move's single-source columns) or a rotation realised by TMs or single-source columns."""
+    if gather_possible(src, expected.numpy()):
+        return True
+    zi = src[0]
+    for group in [d for d in range(zi, 0, -1) if zi % d == 0]:
+        for kind in ("fwd", "inv"):
+            rshape, rmap = _rotated_map(src, expected, kind, group)
+            if _match_mapping(rshape, rmap) is not None:
+                return True
+            found = _column_parts(rshape, rmap.numpy())
+            if found is not None and found[1] <= 1:
+                return True
+    return False
+
+
 def _rotation_cost(src, kind: str, group: int) -> float:
     """Tile matmuls of the dense column picker of a rotation (see ``_rotate``)."""
     zi, ri, ci = src
@@ -699,10 +731,32 @@ def _rotation_cost(src, kind: str, group: int) -> float:
 _MOVE_CACHE: Dict[Any, Optional[str]] = {}
 
 
+def _plain_tm_move(in_shapes, op_type: str, attrs: dict) -> bool:
+    """True for the moves that are a netlist TM, or nothing, on the canonical (z, r, c) form whatever the
+    shape: a transpose of the last two dims (the ``transpose`` TM) and a reshape that keeps the canonical
+    form (it only regroups the leading dims). The full check builds an element map of the whole tensor to
+    find the same answer, which for large activations and weights costs tens of milliseconds each."""
+    if len(in_shapes) != 1:
+        return False
+    shape = tuple(int(d) for d in in_shapes[0])
+    if op_type == "transpose" and len(shape) >= 2:
+        if not all(-len(shape) <= attrs[d] < len(shape) for d in ("dim0", "dim1")):
+            return False
+        dims = {attrs["dim0"] % len(shape), attrs["dim1"] % len(shape)}
+        return dims == {len(shape) - 2, len(shape) - 1}
+    if op_type == "reshape":
+        out = tuple(int(d) for d in attrs["shape"])
+        return all(d > 0 for d in out) and math.prod(out) == math.prod(shape) \
+            and canonical_zrc(out) == canonical_zrc(shape)
+    return False
+
+
 def unsupported_movement(in_shapes, op_type: str, attrs: dict) -> Optional[str]:
     """None when lowering can move the data of one data-movement op (inputs of ``in_shapes``), else why not.
     Agrees with lowering: a single input is moved by TMs or :func:`plan_move`, each input of a multi-input
     op by :func:`plan_gather` (a chain of such ops that no single move realises is lowered op by op)."""
+    if _plain_tm_move(in_shapes, op_type, attrs):
+        return None
     attrs = dict(attrs)
     if op_type in ("pad", "buda_pad"):
         attrs["value"] = 0.0  # a non-zero value is a zero pad plus a constant (decompose)
@@ -725,14 +779,14 @@ def unsupported_movement(in_shapes, op_type: str, attrs: dict) -> Optional[str]:
             if reason is not None:
                 break
             src = canonical_zrc(s)
-            mine = (emap >= int(offsets[k])) & (emap < int(offsets[k + 1]))
-            if not bool(mine.any()):
-                continue
-            local = torch.where(mine, emap - int(offsets[k]), torch.full_like(emap, -1))
-            if len(in_shapes) == 1:  # TMs first: the usual answer, and cheaper to find than a picker plan
-                ok = _match_mapping(src, local) is not None or plan_move(src, local) is not None
+            if len(in_shapes) == 1:  # the map is the input's own; TMs first: the usual answer, and cheapest
+                ok = _match_mapping(src, emap) is not None or move_possible(src, emap)
             else:
-                ok = plan_gather(src, local.numpy()) is not None
+                mine = (emap >= int(offsets[k])) & (emap < int(offsets[k + 1]))
+                if not bool(mine.any()):
+                    continue
+                local = torch.where(mine, emap - int(offsets[k]), torch.full_like(emap, -1))
+                ok = gather_possible(src, local.numpy())
             if not ok:
                 reason = f"{op_type} from {list(s)} to {list(out_shape)}: {_no_plan()}"
     if len(_MOVE_CACHE) > 4096:
