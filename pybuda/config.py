@@ -219,6 +219,10 @@ class CompilerConfig:
     #: unpack-bound), and the host rounds weights that only LoFi matmuls read to the 4 mantissa bits those
     #: read, instead of letting the multiplier truncate them (``pybuda.passes.lowered.lofi_weights``).
     lofi_rounding: bool = True
+    #: Run exp and reciprocal in the SFPU's approximate mode (``approximate_mode: true``; TT-Buda's
+    #: ``PYBUDA_EXP_APPROX``, which its published BERT runs set): about half exp's cycles, results up to
+    #: 6 % (exp) and 4 % (reciprocal) off (``pybuda.passes.lowered.approximate_sfpu``).
+    exp_approx: bool = False
     enable_auto_fusing: bool = True
     op_names_dont_fuse: List[str] = field(default_factory=list)
     #: ``insert_nop`` / ``insert_buffering_nop`` requests, in call order.
@@ -797,6 +801,7 @@ ENV_CONFIG_FIELDS: Dict[str, Tuple[str, Callable[[str], Any]]] = {
     "PYBUDA_BALANCER_POLICY_TYPE": ("balancer_policy", str),
     "PYBUDA_DISABLE_OP_FUSING": ("enable_auto_fusing", _only_if_one(False)),
     "PYBUDA_DISABLE_LOFI_ROUNDING": ("lofi_rounding", _only_if_one(False)),
+    "PYBUDA_EXP_APPROX": ("exp_approx", lambda raw: raw != "0"),  # TT-Buda: set at all means on
     "PYBUDA_DEFAULT_DF": ("default_df_override", DataFormat.from_json),
     "PYBUDA_AMP_LEVEL": ("amp_level", int),
     "PYBUDA_OVERRIDE_NUM_CHIPS": ("num_chips", int),

@@ -222,6 +222,11 @@ class Legalizer:
         self.budget = int(device.l1_pybuda_budget_bytes)
         self.bandwidth = cost.device_bandwidth(device)
         self.allow_transpose = bool(getattr(config, "enable_auto_transposing_placement", False))
+        from pybuda.balancer.policies import normalize_policy
+
+        # TT-Buda's balancer priced a standalone op as exact even in approximate mode (its op-model
+        # description set approx_mode for fused ops only): Ribbon, which reproduces its placements, does too.
+        self.prices_approximate_mode = normalize_policy(getattr(config, "balancer_policy", None)) != "Ribbon"
         self._cache: Dict[Any, List[OpModel]] = {}
         self._facts: Dict[str, OpFacts] = {}
         self._output_queues: Dict[str, List[Any]] = {}
@@ -687,8 +692,11 @@ class Legalizer:
                 sources.append("dram")
         caps = tuple(None if kind == "op" else f.in_raw[i][1] for i, kind in enumerate(f.in_kinds))
         ctx = cost.BandwidthContext(tuple(sources), f.output_dest, caps)
-        br = cost.op_cycle_breakdown(op, model, self.device, ctx, fused_ops=getattr(self.graph, "fused_ops", None),
-                                     bandwidth=self.bandwidth)
+        priced = op
+        if op.attrs.get("approximate_mode") and op.type != "fused_op" and not self.prices_approximate_mode:
+            priced = dataclasses.replace(op, attrs={k: v for k, v in op.attrs.items() if k != "approximate_mode"})
+        br = cost.op_cycle_breakdown(priced, model, self.device, ctx,
+                                     fused_ops=getattr(self.graph, "fused_ops", None), bandwidth=self.bandwidth)
         return dataclasses.replace(model, cycles=br.cycles, kernel_cycles=br.kernel,
                                    dram_bytes=cost.dram_bytes_per_input(op, model, ctx))
 

@@ -462,7 +462,7 @@ def run_op(op_type: str, attrs: Mapping[str, Any], inputs: List[torch.Tensor], o
     elif cls == "fused":
         if fused is None:
             raise NetlistError(f"graphs.{name}.attributes.fused_op_id", "no such fused op")
-        out = _run_fused(fused, inputs, caches, numerics)
+        out = _run_fused(fused, inputs, caches, numerics, bool(attrs.get("approximate_mode")))
     else:
         raise NetlistError(f"graphs.{name}.type", f"golden backend does not implement op type '{op_type}'")
     if numerics is not None and numerics.acc_df != DataFormat.Float32 and cls in ("matmul", "binary", "fused") \
@@ -479,9 +479,11 @@ def run_op(op_type: str, attrs: Mapping[str, Any], inputs: List[torch.Tensor], o
 
 
 def _run_fused(fused: nl.FusedOpDef, inputs: List[torch.Tensor], caches: List[Optional[Dict]],
-               numerics: Optional[OpNumerics]) -> torch.Tensor:
+               numerics: Optional[OpNumerics], approximate: bool = False) -> torch.Tensor:
     """Interpret a fused op's schedules: sub-ops read ``inputK`` / ``intermedK`` / ``dest`` and write
-    ``intermedK`` / ``dest`` / ``output``. Sub-ops are elementwise, so they run on whole tensors."""
+    ``intermedK`` / ``dest`` / ``output``. Sub-ops are elementwise, so they run on whole tensors.
+    ``approximate``: the fused op's ``approximate_mode``, which its SFPU sub-ops run in (as in TT-Buda,
+    where the attribute sits on the fused op, not on a scheduled op)."""
     buffers: Dict[str, torch.Tensor] = {f"input{i}": x for i, x in enumerate(inputs)}
     fast = numerics is None
     fidelity = None if fast else numerics.fidelity
@@ -506,7 +508,8 @@ def _run_fused(fused: nl.FusedOpDef, inputs: List[torch.Tensor], caches: List[Op
             if kind == "binary":
                 y = golden_ops.binary(sub.type, xs[0], xs[1], fidelity, sub_caches, sub_dfs)
             elif kind == "unary":
-                y = golden_ops.UNARY[sub.type](xs[0], sub.attributes)
+                sub_attrs = {**sub.attributes, "approximate_mode": True} if approximate else sub.attributes
+                y = golden_ops.UNARY[sub.type](xs[0], sub_attrs)
             else:
                 raise NetlistError(f"fused_ops.{fused.id}.{sub.name}", f"golden supports elementwise sub-ops "
                                                                      f"in fused ops, not '{sub.type}'")

@@ -32,6 +32,8 @@ from typing import Any, Callable, Collection, Dict, FrozenSet, Iterable, List, M
 
 import torch
 
+from pybuda.netlist.sfpu_approx import approximate_exp, approximate_reciprocal
+
 #: Op classes, in the order of spec §3.1. ``copy`` and ``sfpu`` together are the unary ops.
 CLASSES = ("matmul", "depthwise", "binary", "copy", "sfpu", "reduce", "splice", "fused", "other")
 #: Classes whose golden semantics is a float kernel on whole tensors (and that fused ops may schedule).
@@ -279,11 +281,12 @@ _ROWS: Tuple[DeviceOp, ...] = (
     _eltwise("ethernet_datacopy", "copy", lambda x, a: x, _AS_NOP, fusible=False, zero_preserving=True,
              tensix=False, doc="Chip-to-chip copy over ethernet cores (no Tensix grid)."),
     # --- SFPU ------------------------------------------------------------------------------------------
-    _eltwise("exp", "sfpu", lambda x, a: torch.exp(x),
+    _eltwise("exp", "sfpu", lambda x, a: approximate_exp(x) if a.get("approximate_mode") else torch.exp(x),
              # vector r: 255 cycles per tile (spec §6.1), applied on every arch
              _archs(_unary(0.0, 2666.0, _GS, approx=668.0, vector={"r": 255.0}),
                     _unary(9.0, 1771.0, _WH, approx=812.8, vector={"r": 255.0})),
-             fusible=True, zero_preserving=False, non_negative=True, amp_sensitive=True, doc="e^x."),
+             fusible=True, zero_preserving=False, non_negative=True, amp_sensitive=True,
+             doc="e^x; approximate_mode: the SFPU's Schraudolph approximation (pybuda.netlist.sfpu_approx)."),
     _eltwise("log", "sfpu", lambda x, a: torch.log(x),
              _archs(_unary(0.0, 1413.0, _GS), _unary(8.0, 718.1, _WH)),
              fusible=True, zero_preserving=False, amp_sensitive=True, doc="Natural logarithm."),
@@ -295,10 +298,12 @@ _ROWS: Tuple[DeviceOp, ...] = (
              fusible=True, zero_preserving=True, doc="GeLU; approximate_mode: the tanh form."),
     _eltwise("gelu_derivative", "sfpu", lambda x, a: _gelu_derivative(x), _wh_unary(19.5, 2219.6, approx=383.8),
              fusible=False, zero_preserving=False, doc="d/dx GeLU (training)."),
-    _eltwise("reciprocal", "sfpu", lambda x, a: torch.reciprocal(x),
+    _eltwise("reciprocal", "sfpu",
+             lambda x, a: approximate_reciprocal(x) if a.get("approximate_mode") else torch.reciprocal(x),
              # GS v2 has no approximate row for reciprocal
              _archs(_unary(29.0, 915.0, _GS), _unary(7.9, 910.1, _WH, approx=780.8)),
-             fusible=True, zero_preserving=False, amp_sensitive=True, doc="1 / x."),
+             fusible=True, zero_preserving=False, amp_sensitive=True,
+             doc="1 / x; approximate_mode: one Newton step fewer (pybuda.netlist.sfpu_approx)."),
     _eltwise("sigmoid", "sfpu", lambda x, a: torch.sigmoid(x),
              _archs(_unary(84.2, 174.8, _GS), _unary(25.0, 266.5, _WH)),
              fusible=True, zero_preserving=False, non_negative=True, doc="1 / (1 + e^-x)."),

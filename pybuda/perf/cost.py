@@ -306,6 +306,8 @@ def _fused_cycles(arch: str, op: Any, b: _Blocking, fused_ops: Optional[Mapping[
                 for key in ("m_k", "u_kt", "vector", "dim", "type_reduce", "approximate_mode", "z"):
                     if key in sub and key not in sub_attrs:
                         sub_attrs[key] = sub[key]
+                if op.attrs.get("approximate_mode"):  # the fused op's flag holds for its SFPU sub-ops
+                    sub_attrs.setdefault("approximate_mode", True)
                 sb = b
                 if sub_type in _MATMUL_OPS or sub_type == "reduce":
                     sb = _Blocking(b.t, b.mblock_m, b.mblock_n, b.ublock_rt, b.ublock_ct,

@@ -88,7 +88,9 @@ def test_the_table_sits_below_the_stages_that_read_it():
     from tests.import_graph import import_graph
 
     graph = import_graph(str(Path(pybuda.__file__).parent))
-    assert graph["pybuda.netlist.device_ops"] == set()  # torch and the standard library only
+    # torch, the standard library and the SFPU's approximations (which import nothing of pybuda themselves)
+    assert graph["pybuda.netlist.device_ops"] <= {"pybuda.netlist.sfpu_approx"}
+    assert graph["pybuda.netlist.sfpu_approx"] == set()
     readers = {mod for mod, deps in graph.items() if "pybuda.netlist.device_ops" in deps}
     assert {"pybuda.netlist.model", "pybuda.golden.kernels", "pybuda.perf.cost", "pybuda.passes.lower.common",
             "pybuda.passes.lowered.fuse_ops", "pybuda.balancer.legalizer"} <= readers
