@@ -374,6 +374,7 @@ def to_device_layout(rec: QueueIO, value: torch.Tensor, *, rounded: bool = True)
     rounded to ``rec.mantissa_bits`` when set, unless ``rounded`` is False (a float32 run, which models no
     multiplier to round for).
     """
+    framework = value
     value = apply_host_tms(value, rec.host_tms)
     if rounded and rec.mantissa_bits is not None:
         from pybuda.golden.formats import round_mantissa  # the golden package imports this module
@@ -382,9 +383,13 @@ def to_device_layout(rec: QueueIO, value: torch.Tensor, *, rounded: bool = True)
     device_shape = tuple(rec.device_shape) if rec.device_shape is not None else tuple(value.shape)
     if rec.batched:
         samples = [value[i:i + 1].reshape(device_shape) for i in range(value.shape[0])]
-    else:
-        samples = [value.reshape(device_shape)]
-    return torch.stack([to_canonical(s) for s in samples])
+        return torch.stack([to_canonical(s) for s in samples])
+    # One entry (every parameter and constant): no stack, which would copy each weight once more. The result
+    # is still never a view of the framework tensor, which may change while the device holds the entry.
+    entry = to_canonical(value.reshape(device_shape)).unsqueeze(0)
+    if entry.untyped_storage().data_ptr() == framework.untyped_storage().data_ptr():
+        entry = entry.clone()
+    return entry
 
 
 def from_device_layout(rec: QueueIO, data: torch.Tensor) -> torch.Tensor:
