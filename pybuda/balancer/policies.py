@@ -448,45 +448,74 @@ SEGMENT_EPOCH_WEIGHTS = (0.0, 0.5, 1.0, 2.0, 4.0)
 SEGMENT_LADDER_SPAN = (8.0, 4.0)
 
 
+class _WindowMemo:
+    """:func:`_epoch_options` answers by the ops they read. The walks from op ``i`` read a prefix of the
+    window ``[i, stop)``: up to the op that no longer fits, or the whole window when some walk reaches its
+    end. An answer is kept under the signature of the ops it read (``reads`` holds the distinct
+    ``(ops read, reached the end)`` kinds), so windows that differ only beyond that prefix share it (the
+    last layers of a transformer, whose windows are cut short by the end of the graph)."""
+
+    def __init__(self) -> None:
+        self.reads: set = set()
+        self.options: Dict[Any, Dict[int, Tuple[float, int, int]]] = {}
+
+
+def _window_key(ctx: _Context, i: int, length: int, reached_end: bool) -> Tuple[Any, ...]:
+    """What decides the epochs starting at op ``i`` over ``length`` ops: their candidate lists, placement
+    overrides and which of their producers are inside the epoch (as offsets from ``i``)."""
+    ops = tuple((id(ctx.cands[k]), ctx.place_args[k], tuple(k - p if p >= i else -1 for p in ctx.producer_ops[k]))
+                for k in range(i, i + length))
+    return (length, reached_end) + ops
+
+
 def _epoch_options(ctx: _Context, targets: _Targets, i: int, ladder: Sequence[int],
-                   memo: Dict[Any, Dict[int, Tuple[float, int, int]]]) -> Dict[int, Tuple[float, int, int]]:
+                   memo: _WindowMemo) -> Dict[int, Tuple[float, int, int]]:
     """For epochs starting at op ``i``: end → (device cycles per microbatch, cores, target) of the
     cheapest target on ``ladder`` that packs ops ``[i, end)`` into one epoch.
 
-    The answer depends only on the ops that can join the epoch (their candidate lists, breaks,
-    placement overrides and which of their producers are inside it), so repeated blocks (a
-    transformer's layers) are computed once: ``memo`` is keyed by that window."""
+    The answer depends only on the ops the walks read (their candidate lists, breaks, placement overrides
+    and which of their producers are inside the epoch), so repeated blocks (a transformer's layers) are
+    computed once (see :class:`_WindowMemo`)."""
     n = len(ctx.ops)
     stop = min(n, i + ctx.rows * ctx.cols)
     for k in range(i + 1, stop):
         if ctx.breaks[k]:
             stop = k
             break
-    key = tuple((id(ctx.cands[k]), ctx.place_args[k], tuple(k - p if p >= i else -1 for p in ctx.producer_ops[k]))
-                for k in range(i, stop))
-    hit = memo.get(key)
-    if hit is None:
-        hit = memo[key] = {}
-        mb = ctx.microbatch
-        for target in ladder:
-            packer = GridPacker(ctx.rows, ctx.cols)
-            acc = wholecost.EpochAccumulator(ctx.switch)
-            j = i
-            while j < stop:
-                model = targets.pick(j, target)
-                start_pos, transpose = ctx.place_args[j]
-                if packer.place(model.grid_shape[0], model.grid_shape[1], start=start_pos,
-                                transpose=transpose) is None and j > i:
-                    break
-                acc.add(j, model, ctx.producer_ops[j], ctx.prologue(j, model))
-                j += 1
-                total = acc.device_cycles(mb)
-                prev = hit.get(j - i)
-                if prev is None or total < prev[0]:
-                    hit[j - i] = (total, acc.cores, target)
-            if j >= stop:
-                break  # the epoch reaches a hard break or the end: larger targets only slow it down
-    return {i + length: v for length, v in hit.items()}
+    for length, reached_end in memo.reads:
+        # An answer that reached its window's end needs a window of that length; one that stopped at an op
+        # that did not fit needs that op inside the window.
+        if (stop - i == length) if reached_end else (stop - i >= length):
+            hit = memo.options.get(_window_key(ctx, i, length, reached_end))
+            if hit is not None:
+                return {i + n_ops: v for n_ops, v in hit.items()}
+    hit = {}
+    mb = ctx.microbatch
+    read = 0  # ops the walks read, from i
+    j = i
+    for target in ladder:
+        packer = GridPacker(ctx.rows, ctx.cols)
+        acc = wholecost.EpochAccumulator(ctx.switch)
+        j = i
+        while j < stop:
+            model = targets.pick(j, target)
+            read = max(read, j - i + 1)
+            start_pos, transpose = ctx.place_args[j]
+            if packer.place(model.grid_shape[0], model.grid_shape[1], start=start_pos,
+                            transpose=transpose) is None and j > i:
+                break
+            acc.add(j, model, ctx.producer_ops[j], ctx.prologue(j, model))
+            j += 1
+            total = acc.device_cycles(mb)
+            prev = hit.get(j - i)
+            if prev is None or total < prev[0]:
+                hit[j - i] = (total, acc.cores, target)
+        if j >= stop:
+            break  # the epoch reaches a hard break or the end: larger targets only slow it down
+    reached_end = j >= stop
+    memo.reads.add((read, reached_end))
+    memo.options[_window_key(ctx, i, read, reached_end)] = hit
+    return {i + n_ops: v for n_ops, v in hit.items()}
 
 
 def segment(ctx: _Context, targets: _Targets, around: int) -> List[Tuple[List[OpModel], List[int], int]]:
@@ -511,7 +540,7 @@ def segment(ctx: _Context, targets: _Targets, around: int) -> List[Tuple[List[Op
     while t < hi * SEGMENT_LADDER_RATIO:
         ladder.append(int(t))
         t *= SEGMENT_LADDER_RATIO
-    memo: Dict[Any, Dict[int, Tuple[float, int, int]]] = {}
+    memo = _WindowMemo()
     options = [_epoch_options(ctx, targets, i, ladder, memo) for i in range(n)]
     results: List[Tuple[List[OpModel], List[int], int]] = []
     seen: set = set()
