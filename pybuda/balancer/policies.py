@@ -460,12 +460,11 @@ class _WindowMemo:
         self.options: Dict[Any, Dict[int, Tuple[float, int, int]]] = {}
 
 
-def _window_key(ctx: _Context, i: int, length: int, reached_end: bool) -> Tuple[Any, ...]:
+def _window_ops(ctx: _Context, i: int, length: int) -> Tuple[Any, ...]:
     """What decides the epochs starting at op ``i`` over ``length`` ops: their candidate lists, placement
     overrides and which of their producers are inside the epoch (as offsets from ``i``)."""
-    ops = tuple((id(ctx.cands[k]), ctx.place_args[k], tuple(k - p if p >= i else -1 for p in ctx.producer_ops[k]))
-                for k in range(i, i + length))
-    return (length, reached_end) + ops
+    return tuple((id(ctx.cands[k]), ctx.place_args[k], tuple([k - p if p >= i else -1 for p in ctx.producer_ops[k]]))
+                 for k in range(i, i + length))
 
 
 def _epoch_options(ctx: _Context, targets: _Targets, i: int, ladder: Sequence[int],
@@ -482,11 +481,13 @@ def _epoch_options(ctx: _Context, targets: _Targets, i: int, ladder: Sequence[in
         if ctx.breaks[k]:
             stop = k
             break
-    for length, reached_end in memo.reads:
-        # An answer that reached its window's end needs a window of that length; one that stopped at an op
-        # that did not fit needs that op inside the window.
-        if (stop - i == length) if reached_end else (stop - i >= length):
-            hit = memo.options.get(_window_key(ctx, i, length, reached_end))
+    # An answer that reached its window's end needs a window of that length; one that stopped at an op
+    # that did not fit needs that op inside the window.
+    kinds = [(length, end) for length, end in memo.reads if ((stop - i == length) if end else (stop - i >= length))]
+    if kinds:
+        ops = _window_ops(ctx, i, max(length for length, _ in kinds))
+        for length, reached_end in kinds:
+            hit = memo.options.get((length, reached_end, ops[:length]))
             if hit is not None:
                 return {i + n_ops: v for n_ops, v in hit.items()}
     hit = {}
@@ -514,7 +515,7 @@ def _epoch_options(ctx: _Context, targets: _Targets, i: int, ladder: Sequence[in
             break  # the epoch reaches a hard break or the end: larger targets only slow it down
     reached_end = j >= stop
     memo.reads.add((read, reached_end))
-    memo.options[_window_key(ctx, i, read, reached_end)] = hit
+    memo.options[(read, reached_end, _window_ops(ctx, i, read))] = hit
     return {i + n_ops: v for n_ops, v in hit.items()}
 
 
