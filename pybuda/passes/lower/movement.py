@@ -693,11 +693,13 @@ def plan_move(src, expected: torch.Tensor):
 
 def gather_possible(src, expected) -> bool:
     """``plan_gather(src, expected) is not None``, without costing every plan: the capability check only
-    asks whether some orientation has column or block parts, so it stops at the first that does."""
+    asks whether some orientation has column or block parts, so it stops at the first that does. Block
+    parts are tried first: they never build the table of sub-columns by output rows, which for a head
+    split of a large activation is millions of entries."""
     e = np.asarray(expected, dtype=np.int64)
     for src_t, out_t in _VARIANTS:
         s2, e2 = _variant(src, e, src_t, out_t)
-        if _column_parts(s2, e2) is not None or _block_parts(s2, e2) is not None:
+        if _block_parts(s2, e2) is not None or _column_parts(s2, e2) is not None:
             return True
     return False
 
