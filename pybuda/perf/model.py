@@ -93,10 +93,13 @@ Calibration mechanisms (perf_calibration §1; the same parameters for every mode
     cost.py's flat rate) leaves ResNet's max-pool im2col on 2 cores gathering a 112×112×64 activation.
     Turning it on needs the producer grid in cost.py's ``BandwidthContext`` so the balancer sees the
     same rate (cost.py is the single source of per-op cycles).
-* Not (yet) modelled: the balancer does not see the binary cache (a placement of ≤ 32 epochs per
-  chip would avoid the re-sends), the pipeline fill, nor the prologue re-reads of each epoch switch (a
-  whole-cost score was tried and picked worse placements at microbatch 1, where the switch's prologue
-  reads dominate); ``PYBUDA_EXP_APPROX``, which benchmarking set for BERT Bfp8_b, is not applied.
+* ``PYBUDA_EXP_APPROX``, which benchmarking set for BERT, is applied (``pybuda benchmark``'s BERT recipe):
+  exp and reciprocal run in ``approximate_mode`` and cost their ``approx_tile`` coefficients here. TT-Buda's
+  balancer priced standalone ops as exact all the same (its op-model description set the approximate flag
+  for fused ops only), so Ribbon does too and reproduces the same placements (BERT-Large: 72/74 epochs,
+  host-bound, unchanged); our own policy sees the real cost (n150 185.6 → 228.8 sen/s).
+* Placement (issue #16): the NLP policy's whole-cost score (:mod:`pybuda.balancer.wholecost`) sees the
+  binary cache, the pipeline fill and the prologue re-reads of each epoch switch.
 * **Calibration beyond the four points** (issue #16, tests/perf/test_calibration.py): MobileNetV2
   (e150 +0 %, e75 +12 %) and HRNet on Grayskull land without new parameters. The misses are
   compiler lowerings that differ from TT-Buda's, not model constants, so none was fitted to them:
