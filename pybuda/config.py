@@ -219,9 +219,9 @@ class CompilerConfig:
     #: unpack-bound), and the host rounds weights that only LoFi matmuls read to the 4 mantissa bits those
     #: read, instead of letting the multiplier truncate them (``pybuda.passes.lowered.lofi_weights``).
     lofi_rounding: bool = True
-    #: Run exp and reciprocal in the SFPU's approximate mode (``approximate_mode: true``; TT-Buda's
-    #: ``PYBUDA_EXP_APPROX``, which its published BERT runs set): about half exp's cycles, results up to
-    #: 6 % (exp) and 4 % (reciprocal) off (``pybuda.passes.lowered.approximate_sfpu``).
+    #: Run exp in the SFPU's approximate mode (``approximate_mode: true``; TT-Buda's ``PYBUDA_EXP_APPROX``,
+    #: which its published BERT runs set): under half exp's cycles, results up to 6 % high
+    #: (``pybuda.passes.lowered.approximate_sfpu``).
     exp_approx: bool = False
     enable_auto_fusing: bool = True
     op_names_dont_fuse: List[str] = field(default_factory=list)

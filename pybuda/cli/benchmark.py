@@ -20,7 +20,7 @@ compile default too); ``--balancer-policy Ribbon`` reproduces the placement poli
 the calibration against them uses. Besides benchmarking's models, ``vovnet_v2`` (``-c 39``),
 ``inception_v4``, ``hrnet`` (``-c v2_w64``) and ``unet`` (256x256 by default) are built from their papers.
 
-As in the published benchmark runs, BERT runs exp and reciprocal in the SFPU's approximate mode
+As in the published benchmark runs, BERT runs exp in the SFPU's approximate mode
 (``CompilerConfig.exp_approx``, TT-Buda's ``PYBUDA_EXP_APPROX``) and, in a ``Bfp8*`` format, keeps the
 outputs of add, subtract and reciprocal in Float16_b (``configure_mixed_precision``), which is what
 benchmarking's BERT did.
@@ -223,7 +223,7 @@ def _compiler_config(plan: _Plan, args: argparse.Namespace) -> Any:
     if getattr(args, "dump_intermediate", None):
         cfg.op_intermediates_to_save = [n.strip() for n in args.dump_intermediate.split(",") if n.strip()]
     if plan.model == "bert":
-        # benchmarking's BERT ran exp and reciprocal in the SFPU's approximate mode (PYBUDA_EXP_APPROX)
+        # benchmarking's BERT ran exp in the SFPU's approximate mode (PYBUDA_EXP_APPROX)
         cfg.exp_approx = True
     if plan.model == "bert" and plan.df.is_bfp:
         # benchmarking's BERT kept these outputs at 16 bits when running in block float

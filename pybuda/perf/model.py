@@ -94,7 +94,7 @@ Calibration mechanisms (perf_calibration §1; the same parameters for every mode
     Turning it on needs the producer grid in cost.py's ``BandwidthContext`` so the balancer sees the
     same rate (cost.py is the single source of per-op cycles).
 * ``PYBUDA_EXP_APPROX``, which benchmarking set for BERT, is applied (``pybuda benchmark``'s BERT recipe):
-  exp and reciprocal run in ``approximate_mode`` and cost their ``approx_tile`` coefficients here. TT-Buda's
+  exp runs in ``approximate_mode`` and costs its ``approx_tile`` coefficient here. TT-Buda's
   balancer priced standalone ops as exact all the same (its op-model description set the approximate flag
   for fused ops only), so Ribbon does too and reproduces the same placements (BERT-Large: 72/74 epochs,
   host-bound, unchanged); our own policy sees the real cost (n150 185.6 → 228.8 sen/s).

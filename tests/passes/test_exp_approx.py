@@ -1,5 +1,6 @@
-"""``exp_approx`` (TT-Buda's PYBUDA_EXP_APPROX): exp and reciprocal in the SFPU's approximate mode, in the
-netlist, the golden's numerics and the cycle model; Ribbon prices standalone ops exact, as TT-Buda did."""
+"""``exp_approx`` (TT-Buda's PYBUDA_EXP_APPROX): exp in the SFPU's approximate mode, in the netlist, the
+golden's numerics and the cycle model; Ribbon prices standalone ops exact, as TT-Buda did. The golden also
+computes an approximate reciprocal when a netlist asks for one."""
 
 import math
 
@@ -14,7 +15,7 @@ from pybuda.dtypes import DataFormat as DF
 from pybuda.ir.graph import Graph
 from pybuda.netlist.device_ops import find_device_op
 from pybuda.netlist.sfpu_approx import approximate_exp, approximate_reciprocal, newton_reciprocal
-from pybuda.passes.lowered.approximate_sfpu import approximate_exp_and_reciprocal
+from pybuda.passes.lowered.approximate_sfpu import mark_approximate_exp
 from pybuda.passes.lowered.data_formats import set_data_formats
 from pybuda.passes.lowered.fuse_ops import fuse_elementwise_ops
 
@@ -40,7 +41,8 @@ def test_newton_reciprocal_converges_as_the_sfpu_does():
     assert approximate_reciprocal(torch.tensor([2.0 ** 127])).item() == 0.0  # exponent underflow saturates to 0
 
 
-def _softmax_graph(with_gelu=False):
+def _exp_graph(then="reciprocal", with_gelu=False):
+    """exp of x (of gelu(x) with ``with_gelu``), followed by a ``then`` op."""
     g = Graph("g")
     g.add_input("x", (1, 64, 64))
     src = "x"
@@ -48,7 +50,7 @@ def _softmax_graph(with_gelu=False):
         g.add_op("act", "gelu", ["x"])
         src = "act"
     g.add_op("e", "exp", [src])
-    g.add_op("r", "reciprocal", ["e"])
+    g.add_op("r", then, ["e"])
     g.add_output("out", "r")
     return g
 
@@ -61,24 +63,24 @@ def _lowered(graph, approx=True, fusing=False, policy=None):
         cfg.balancer_policy = policy
     ctx = make_ctx(cfg)
     bg = fuse_elementwise_ops(set_data_formats(lower(graph, ctx), ctx), ctx)
-    return approximate_exp_and_reciprocal(bg, ctx), ctx
+    return mark_approximate_exp(bg, ctx), ctx
 
 
-def test_exp_and_reciprocal_get_approximate_mode_only_when_asked():
-    on, _ = _lowered(_softmax_graph())
+def test_exp_gets_approximate_mode_only_when_asked():
+    on, _ = _lowered(_exp_graph())
     marked = {op.type for op in on.ops.values() if op.attrs.get("approximate_mode")}
-    assert marked == {"exp", "reciprocal"}
-    off, _ = _lowered(_softmax_graph(), approx=False)
+    assert marked == {"exp"}  # a reciprocal stays exact: its error would scale every layer norm
+    off, _ = _lowered(_exp_graph(), approx=False)
     assert not any(op.attrs.get("approximate_mode") for op in off.ops.values())
 
 
-def test_a_fused_op_carries_the_flag_unless_it_holds_another_approximation():
-    fused, _ = _lowered(_softmax_graph(), fusing=True)
+@pytest.mark.parametrize("then, with_gelu, marked", [("sqrt", False, True), ("reciprocal", False, False),
+                                                      ("sqrt", True, False)])
+def test_a_fused_op_carries_the_flag_unless_it_holds_another_approximation(then, with_gelu, marked):
+    # The flag sits on the fused op and holds for all its SFPU sub-ops: it is set only where it changes exp alone.
+    fused, _ = _lowered(_exp_graph(then, with_gelu), fusing=True)
     ops = [op for op in fused.ops.values() if op.type == "fused_op"]
-    assert ops and all(op.attrs.get("approximate_mode") for op in ops)
-    with_gelu, _ = _lowered(_softmax_graph(with_gelu=True), fusing=True)
-    holder = [op for op in with_gelu.ops.values() if op.type == "fused_op"]
-    assert holder and not any(op.attrs.get("approximate_mode") for op in holder)  # gelu keeps it exact
+    assert ops and all(bool(op.attrs.get("approximate_mode")) == marked for op in ops)
 
 
 def test_the_environment_switch_is_ttbudas(monkeypatch):
@@ -92,13 +94,13 @@ def test_the_cycle_model_prices_approximate_mode():
     row = find_device_op("exp")
     wh = row.cycles["wormhole_b0"].coefficients
     assert wh["approx_tile"] < 0.5 * wh["tile"]
-    bg, ctx = _lowered(_softmax_graph(), policy="NLP")
+    bg, ctx = _lowered(_exp_graph(), policy="NLP")
     exp = next(op for op in bg.ops.values() if op.type == "exp")
     device = ctx.device
     nlp = Legalizer(bg, device, ctx.config).models(exp)
     ribbon_cfg = CompilerConfig(balancer_policy="Ribbon")
     ribbon = Legalizer(bg, device, ribbon_cfg).models(exp)
-    exact_bg, exact_ctx = _lowered(_softmax_graph(), approx=False, policy="NLP")
+    exact_bg, exact_ctx = _lowered(_exp_graph(), approx=False, policy="NLP")
     exact_op = next(op for op in exact_bg.ops.values() if op.type == "exp")
     exact = Legalizer(exact_bg, device, exact_ctx.config).models(exact_op)
     # NLP sees the cheaper kernel; Ribbon, like TT-Buda's balancer, prices the standalone op as exact
