@@ -177,12 +177,12 @@ class GoldenDevice:
         except KeyError:
             raise InputError(f"netlist has no queue '{name}'; queues: {sorted(self.queues)}") from None
 
-    def _to_device(self, q: QueueState, value: torch.Tensor) -> torch.Tensor:
+    def _to_device(self, q: QueueState, value: torch.Tensor, owned: bool = False) -> torch.Tensor:
         value = value.to(torch.float32)
         if tuple(value.shape[-3:]) != q.entry_shape:
             raise InputError(f"queue '{q.qdef.name}' holds entries of shape {list(q.entry_shape)} "
                              f"(t, rows, cols), got {list(value.shape)}")
-        return value if self.fast else formats.quantize(value, q.qdef.df)
+        return value if self.fast else formats.quantize(value, q.qdef.df, in_place=owned)
 
     def push(self, queue_name: str, values: torch.Tensor) -> None:
         """Push entries ``[n, t, R, C]`` into a HOST-fed streaming queue; InputError when it would overflow."""
@@ -198,12 +198,14 @@ class GoldenDevice:
         values = self._to_device(q, values)
         q.wr = q.write_batch(q.wr, values.clone() if values.data_ptr() == values_in.data_ptr() else values)
 
-    def write_ram(self, queue_name: str, value: torch.Tensor, entry: int = 0) -> None:
-        """Write one entry ``[t, R, C]`` of a parameter/constant queue (random access)."""
+    def write_ram(self, queue_name: str, value: torch.Tensor, entry: int = 0, owned: bool = False) -> None:
+        """Write one entry ``[t, R, C]`` of a parameter/constant queue (random access). ``owned``: the caller
+        hands ``value`` over (nobody else holds it), so it is quantised in place and kept, not copied: a
+        large model's weights are then allocated once, not twice."""
         q = self._queue(queue_name)
         value = value.reshape(q.entry_shape) if value.dim() != 3 else value
-        stored = self._to_device(q, value)
-        q.write(entry, stored.clone() if stored.data_ptr() == value.data_ptr() else stored)
+        stored = self._to_device(q, value, owned)
+        q.write(entry, stored.clone() if stored.data_ptr() == value.data_ptr() and not owned else stored)
 
     def read_ram(self, queue_name: str, entry: int = 0) -> torch.Tensor:
         return self._queue(queue_name).slot(entry).clone()

@@ -47,7 +47,8 @@ class GoldenExecutor:
             if p.tensor in tensors or p.name not in self._transformed or p.tensor == p.name}
         for rec in host_io.ram_queues:
             value = _tensor(tensors, rec.tensor, f"queue '{rec.queue}'")
-            self.device.write_ram(rec.queue, to_device_layout(rec, value, rounded=not fast)[0])
+            # to_device_layout returns a tensor of its own (never a view of the framework's): handed over
+            self.device.write_ram(rec.queue, to_device_layout(rec, value, rounded=not fast)[0], owned=True)
 
     def run(self, inputs: Sequence[torch.Tensor]) -> List[torch.Tensor]:
         """One push: framework inputs in graph-input order -> framework outputs in graph-output order."""
@@ -102,7 +103,7 @@ class GoldenExecutor:
                                  f"got {list(value.shape)}")
         for name, value in params.items():
             self.device.write_ram(name, to_device_layout(self.host_io.queue(name), value,
-                                                         rounded=not self.device.fast)[0])
+                                                         rounded=not self.device.fast)[0], owned=True)
             self._params[name] = value.detach().clone()
 
     def close(self) -> None:

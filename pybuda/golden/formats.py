@@ -543,7 +543,7 @@ def _quantize_bfp(x: torch.Tensor, info: FormatInfo, truncate: bool) -> torch.Te
 # quantize
 # --------------------------------------------------------------------------------------------------
 
-def quantize(x: torch.Tensor, df: DataFormat, *, truncate_bfp: bool = False) -> torch.Tensor:
+def quantize(x: torch.Tensor, df: DataFormat, *, truncate_bfp: bool = False, in_place: bool = False) -> torch.Tensor:
     """Round ``x`` to the values data format ``df`` stores, as the BBE host model encodes them.
 
     Takes a tensor of any shape and dtype, returns float32 of the same shape (for Float32 this may be
@@ -564,12 +564,18 @@ def quantize(x: torch.Tensor, df: DataFormat, *, truncate_bfp: bool = False) -> 
 
     BFP blocking is defined on the tile layout; ``x`` is treated as zero-padded to whole tiles, so any
     shape works (a 1-D tensor is one row).
+
+    ``in_place``: ``x`` may be overwritten (the caller owns it); Float16_b then clears the bits in ``x``
+    itself when it is contiguous float32, instead of allocating a copy. Other formats return a new tensor.
     """
     info = format_info(df)
     x = _as_f32(x)
     if info.df == DataFormat.Float32 or x.numel() == 0:
         return x
     if info.df == DataFormat.Float16_b:
+        if in_place and x.is_contiguous():
+            x.view(torch.int32).bitwise_and_(_i32(0xFFFF0000))
+            return x
         return _mask(x, 0xFFFF0000)
     if info.df in _SMALL:
         return _quantize_small_float(x, _SMALL[info.df])

@@ -616,3 +616,16 @@ def test_accumulate():
         F.accumulate(x, DF.Bfp8_b)
     with pytest.raises(InputError):
         F.accumulate(x, DF.Float16, rounding="up")
+
+
+def test_quantize_in_place_overwrites_only_what_it_may():
+    x = torch.randn(64, 64)
+    want = F.quantize(x, DF.Float16_b)
+    owned = x.clone()
+    got = F.quantize(owned, DF.Float16_b, in_place=True)
+    assert got.data_ptr() == owned.data_ptr() and same(owned, want)  # the caller's copy, cleared where it is
+    strided = x.clone().t()  # not contiguous: a new tensor, the input untouched
+    before = strided.clone()
+    assert same(F.quantize(strided, DF.Float16_b, in_place=True), want.t()) and same(strided, before)
+    bfp = x.clone()
+    assert same(F.quantize(bfp, DF.Bfp8_b, in_place=True), F.quantize(x, DF.Bfp8_b)) and same(bfp, x)

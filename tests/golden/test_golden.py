@@ -119,3 +119,17 @@ def test_queue_overflow_and_empty_reads_are_errors_not_hangs():
         _device(fast=True).push("act", torch.zeros(1, 1, 32, 128))
     with pytest.raises(InputError, match="needs parameter"):
         _device(fast=True).run_program("run_fwd", {})
+
+
+@pytest.mark.parametrize("fast", [False, True])
+def test_write_ram_keeps_an_owned_value_and_copies_a_borrowed_one(fast):
+    device = _device(fast=fast)
+    bias = torch.randn(1, 32, 256)  # a Float16_b queue: rounded by clearing bits, which can be done in place
+    original = bias.clone()
+    device.write_ram("bias", bias)  # borrowed: the caller's tensor is neither changed nor kept
+    kept = device.queues["bias"].slot(0)
+    assert kept.data_ptr() != bias.data_ptr() and torch.equal(bias, original)
+    mine = bias.clone()
+    device.write_ram("bias", mine, owned=True)  # handed over: stored as it is, no second allocation
+    stored = device.queues["bias"].slot(0)
+    assert stored.data_ptr() == mine.data_ptr() and torch.equal(stored, kept)
