@@ -118,6 +118,10 @@ class _Context:
         self.switch = wholecost.switch_costs(device, self.bandwidth)
         self.host_io = wholecost.host_io_cycles(graph, device, config, self.microbatch)
         self._prologue: Dict[int, float] = {}
+        # stream_compatible answers per (op, edge, producer model, model): the target searches ask the
+        # same pairs tens of thousands of times. The models are kept in the value, so an id reused by a
+        # new model after an old one was freed is never served the old answer.
+        self._compatible: Dict[Tuple[int, int, int, int], Tuple[OpModel, OpModel, bool]] = {}
         overrides = config.placer_op_overrides
         self.place_args: List[Tuple[Optional[Tuple[int, int]], Optional[bool]]] = []
         for op in self.ops:
@@ -131,9 +135,16 @@ class _Context:
         """Can ``model`` for op ``i`` connect to its already-chosen producers?"""
         chosen = self.chosen if chosen is None else chosen
         op = self.ops[i]
-        bias = bool(op.attrs.get("bias"))
-        for pi, k, tms in self.producers[i]:
-            if not stream_compatible(chosen[pi], model, op.type, k, tms, bias):
+        for e, (pi, k, tms) in enumerate(self.producers[i]):
+            producer = chosen[pi]
+            if producer is None or producer.stream_factor == 1:
+                continue  # an unstreamed producer (or a queue) always connects
+            key = (i, e, id(producer), id(model))
+            hit = self._compatible.get(key)
+            if hit is None or hit[0] is not producer or hit[1] is not model:
+                ok = stream_compatible(producer, model, op.type, k, tms, bool(op.attrs.get("bias")))
+                hit = self._compatible[key] = (producer, model, ok)
+            if not hit[2]:
                 return False
         return True
 
