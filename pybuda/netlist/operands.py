@@ -114,6 +114,10 @@ def _input_tiles(op: NetlistOp, index: int, prologue: bool) -> int:
         if index == 0:
             return 2 * (ub_r if single_ublock else mb_m * ub_r) * op.u_kt
         return 2 * op.u_kt * (ub_c if single_ublock else mb_n * ub_c)
+    if op.type in MATMUL_OPS and op.attr("identity") and index == 1 and prologue:
+        # a sparse matmul's resident activation: its K rows (m_k·u_kt) by this core's columns, for every t
+        # (not the output block: a picker may gather a 1-row tensor into many rows, as ViT's class token)
+        return matmul_input_t(op) * matmul_k(op) * mb_n * ub_c
     if op.type in MATMUL_OPS and index == 2 and op.attr("bias"):
         return (op.t if prologue else 1) * op.mblock_tiles
     if prologue:

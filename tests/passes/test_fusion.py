@@ -79,3 +79,22 @@ def test_identical_schedules_share_a_fused_op_id():
     bg = check_lowering(g, [torch.rand(1, 32, 64), torch.rand(1, 32, 64)], bg_transform=_all_passes)
     ids = {op.attrs["fused_op_id"] for op in bg.ops.values() if op.type == "fused_op"}
     assert len(ids) == 1 and len(bg.fused_ops) == 1
+
+
+def test_each_fusion_rewires_readers_and_output_queues():
+    # The bias add folds into mm; its two readers (gelu, and the nop feeding output out2) then read mm, so
+    # gelu, no longer mm's sole reader, stays an op of its own.
+    torch.manual_seed(0)
+    g = Graph("two_readers")
+    g.add_input("x", (1, 64, 96))
+    g.add_parameter("w", torch.randn(96, 128) * 0.1)
+    g.add_parameter("b", torch.randn(128))
+    g.add_op("mm", "matmul", ["x", "w"])
+    g.add_op("a", "add", ["mm", "b"])
+    g.add_op("gl", "gelu", ["a"])
+    g.add_output("out", "gl")
+    g.add_output("out2", "a")
+    bg = check_lowering(g, [torch.randn(1, 64, 96)], bg_transform=fuse_matmul_epilogues)
+    assert bg.ops["mm"].attrs["bias"] and "sfpu_op" not in bg.ops["mm"].attrs and "a" not in bg.ops
+    assert sorted(op.type for op in bg.ops.values() if "mm" in op.inputs) == ["gelu", "nop"]
+    assert sorted(bg.reader_map()["mm"]) == sorted(n for n, op in bg.ops.items() if "mm" in op.inputs)

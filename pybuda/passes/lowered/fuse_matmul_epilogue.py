@@ -14,6 +14,8 @@ Each fusion needs the intermediate value to have exactly one reader (no other op
 
 from __future__ import annotations
 
+from typing import Dict, List
+
 from pybuda.netlist.tms import Transpose, as_tms
 from pybuda.ir.lowered import BudaGraph, BudaOp
 from pybuda.passes.context import CompileContext
@@ -25,14 +27,13 @@ RELU_KEYS = ("relu_en", "relu_threshold", "relu_mode")
 def fuse_matmul_epilogues(bg: BudaGraph, ctx: CompileContext) -> BudaGraph:
     """Fold bias adds, gelu and relu into their producers (in place); returns ``bg``."""
     counts = {"bias": 0, "gelu": 0, "relu": 0}
+    readers = bg.reader_map()  # kept up to date by _absorb, fusion by fusion
     for kind, fn in (("bias", _try_bias), ("gelu", _try_gelu), ("relu", _try_relu)):
-        readers = bg.reader_map()
         for op in list(bg.ops.values()):
             if op.name not in bg.ops:
                 continue
             if fn(bg, op, readers, ctx):
                 counts[kind] += 1
-                readers = bg.reader_map()
     ctx.notes["fused_epilogues"] = counts
     return bg
 
@@ -53,14 +54,23 @@ def _can_absorb(keep: BudaOp, gone: BudaOp, ctx: CompileContext) -> bool:
     return not (gone.untilize_output and keep.type in ("matmul", "reduce"))
 
 
-def _absorb(bg: BudaGraph, keep: BudaOp, gone: BudaOp) -> None:
-    """Remove ``gone`` (which read ``keep``); its readers now read ``keep``."""
+def _absorb(bg: BudaGraph, keep: BudaOp, gone: BudaOp, readers: Dict[str, List[str]]) -> None:
+    """Remove ``gone`` (which read ``keep``, whose inputs may have grown by one of ``gone``'s); its readers
+    now read ``keep``. ``readers`` (``bg.reader_map()``) is updated to match, touching only these ops."""
     del bg.ops[gone.name]
-    for op in bg.ops.values():
-        op.inputs = [keep.name if i == gone.name else i for i in op.inputs]
-    for q in bg.queues.values():
-        if q.producer == gone.name:
+    users = readers.pop(gone.name, [])
+    for name in users:
+        if name in bg.ops:
+            bg.ops[name].inputs = [keep.name if i == gone.name else i for i in bg.ops[name].inputs]
+        q = bg.queues.get(name)
+        if q is not None and q.producer == gone.name:
             q.producer = keep.name
+    for name in set(gone.inputs):
+        readers[name] = [r for r in readers.get(name, []) if r != gone.name]
+    for name in set(keep.inputs):
+        if keep.name not in readers.setdefault(name, []):
+            readers[name].append(keep.name)
+    readers[keep.name] = [r for r in readers.get(keep.name, []) if r != gone.name] + users
     keep.untilize_output = keep.untilize_output or gone.untilize_output
     keep.tags.setdefault("fused_epilogue", []).append(gone.name)
     if gone.tags.get("output_nop"):
@@ -92,7 +102,7 @@ def _try_bias(bg: BudaGraph, op: BudaOp, readers, ctx) -> bool:
     if tms:
         op.input_tms[2] = tms
     op.attrs["bias"] = True
-    _absorb(bg, op, add)
+    _absorb(bg, op, add, readers)
     return True
 
 
@@ -108,7 +118,7 @@ def _try_gelu(bg: BudaGraph, op: BudaOp, readers, ctx) -> bool:
         return False
     op.attrs["sfpu_op"] = "gelu"
     op.attrs.update({k: v for k, v in g.attrs.items() if k in RELU_KEYS})
-    _absorb(bg, op, g)
+    _absorb(bg, op, g, readers)
     return True
 
 
@@ -121,5 +131,5 @@ def _try_relu(bg: BudaGraph, op: BudaOp, readers, ctx) -> bool:
     if any(k not in RELU_KEYS for k in r.attrs):
         return False
     op.attrs.update({k: r.attrs[k] for k in RELU_KEYS if k in r.attrs})
-    _absorb(bg, op, r)
+    _absorb(bg, op, r, readers)
     return True
