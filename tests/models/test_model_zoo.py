@@ -289,6 +289,19 @@ def test_cnn_tiny_compiles_for_the_card(name):
     assert report.num_epochs >= 1 and report.samples_per_sec > 0
 
 
+@pytest.mark.slow
+@pytest.mark.parametrize("name", sorted(list_models()))
+def test_the_largest_variant_compiles_for_an_n150(name):
+    """Every zoo model at full size compiles (compile-only) to a netlist that passes validation: ViT-base's
+    class-token concat once failed the netlist's L1 rule after the balancer had fitted it."""
+    from pybuda.cli.benchmark import _compile_only
+    from pybuda.config import CompilerConfig
+
+    spec = get_model(name, list_models()[name][-1])
+    results, _ = _compile_only(spec, CompilerConfig(device_config="wh_n150"), 1)
+    assert results.netlist is not None and results.netlist.graphs
+
+
 def test_resnet50_v1_downsamples_in_the_first_1x1_conv():
     # The original ResNet-50 (Keras' ResNet50) strides the bottleneck's 1x1 conv; "v1.5" strides the 3x3.
     def strides(variant):
