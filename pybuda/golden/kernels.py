@@ -276,11 +276,14 @@ def matmul(inputs: Sequence[torch.Tensor], attrs: Dict, fidelity: Optional[MathF
 
 def _add_tile_rows(out: torch.Tensor, bias: torch.Tensor, cache: Optional[Dict]) -> torch.Tensor:
     """``out + tile_broadcast_r(bias)`` (row 0 of each bias tile added to every row of that tile),
-    without materialising the broadcast: the sums are the same, and a constant bias stays a view."""
+    without materialising the broadcast: the sums are the same, and a constant bias stays a view.
+    Overwrites ``out``, which must be a fresh result."""
     n, t, r, c = out.shape
     nb, tb = bias.shape[:2]
     rows = _cached(cache, "tile_rows", lambda: bias.reshape(nb, tb, r // TILE, TILE, c)[:, :, :, :1])
-    return (out.reshape(n, t, r // TILE, TILE, c) + rows).reshape(n, t, r, c)
+    # In place: ``out`` is the matmul's own result (a view of it, or reshape's copy), nobody else's tensor.
+    tiled = out.reshape(n, t, r // TILE, TILE, c)
+    return tiled.add_(rows).reshape(n, t, r, c)
 
 
 def reduce(x: torch.Tensor, attrs: Dict) -> torch.Tensor:
