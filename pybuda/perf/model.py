@@ -97,7 +97,7 @@ Calibration mechanisms (perf_calibration §1; the same parameters for every mode
   exp runs in ``approximate_mode`` and costs its ``approx_tile`` coefficient here. TT-Buda's
   balancer priced standalone ops as exact all the same (its op-model description set the approximate flag
   for fused ops only), so Ribbon does too and reproduces the same placements (BERT-Large: 72/74 epochs,
-  host-bound, unchanged); our own policy sees the real cost (n150 185.6 → 228.8 sen/s).
+  host-bound, unchanged); our own policy sees the real cost (n150 185.6 → 228.4 sen/s).
 * Placement (issue #16): the NLP policy's whole-cost score (:mod:`pybuda.balancer.wholecost`) sees the
   binary cache, the pipeline fill and the prologue re-reads of each epoch switch.
 * **Calibration beyond the four points** (issue #16, tests/perf/test_calibration.py): MobileNetV2
