@@ -204,6 +204,12 @@ def _i32(v: int) -> int:
     return v - (1 << 32) if v & 0x80000000 else v
 
 
+def _dense_f32(x) -> bool:
+    """A float32 tensor that is contiguous, or the transpose of its last two dims is."""
+    return isinstance(x, torch.Tensor) and x.dtype == torch.float32 and x.dim() >= 2 and (
+        x.is_contiguous() or x.transpose(-1, -2).is_contiguous())
+
+
 def _as_f32(x) -> torch.Tensor:
     if not isinstance(x, torch.Tensor):
         x = torch.as_tensor(x)
@@ -566,16 +572,19 @@ def quantize(x: torch.Tensor, df: DataFormat, *, truncate_bfp: bool = False, in_
     shape works (a 1-D tensor is one row).
 
     ``in_place``: ``x`` may be overwritten (the caller owns it); Float16_b then clears the bits in ``x``
-    itself when it is contiguous float32, instead of allocating a copy. Other formats return a new tensor.
+    itself when it is dense float32 (contiguous, or a transpose of a contiguous tensor), instead of
+    allocating a copy. Other formats return a new tensor.
     """
     info = format_info(df)
+    if in_place and info.df in (DataFormat.Float32, DataFormat.Float16_b) and _dense_f32(x):
+        x = x.detach()  # kept in its layout: a transposed weight is not copied into another one
+        if info.df == DataFormat.Float16_b:
+            x.view(torch.int32).bitwise_and_(_i32(0xFFFF0000))
+        return x
     x = _as_f32(x)
     if info.df == DataFormat.Float32 or x.numel() == 0:
         return x
     if info.df == DataFormat.Float16_b:
-        if in_place and x.is_contiguous():
-            x.view(torch.int32).bitwise_and_(_i32(0xFFFF0000))
-            return x
         return _mask(x, 0xFFFF0000)
     if info.df in _SMALL:
         return _quantize_small_float(x, _SMALL[info.df])

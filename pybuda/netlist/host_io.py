@@ -57,8 +57,10 @@ def tiles(n: int) -> int:
     return -(-n // TILE)
 
 
-def to_canonical(t: torch.Tensor, pad_value: float = 0.0) -> torch.Tensor:
-    """A per-sample tensor as its padded canonical ``[z, R, C]`` form."""
+def to_canonical(t: torch.Tensor, pad_value: float = 0.0, keep_transposed: bool = False) -> torch.Tensor:
+    """A per-sample tensor as its padded canonical ``[z, R, C]`` form. ``keep_transposed``: a tile-aligned
+    2-D transposed view (a consteval'd weight transpose) comes back as that view, for a caller that copies
+    it in its own layout (the golden computes on it as it is: a GEMM reads a transposed operand directly)."""
     z, r, c = canonical_zrc(t.shape)
     rows, cols = tiles(r) * TILE, tiles(c) * TILE
     if (rows, cols) == (r, c):
@@ -66,6 +68,8 @@ def to_canonical(t: torch.Tensor, pad_value: float = 0.0) -> torch.Tensor:
         # takes torch's blocked transpose copy, several times faster than a strided 3-D copy. Callers never
         # write into the result, so an aligned contiguous tensor comes back as a view.
         flat = t.reshape(r, c) if z == 1 else t.reshape(z, r, c)
+        if keep_transposed and flat.dim() == 2 and flat.t().is_contiguous():
+            return flat.reshape(z, r, c)
         return flat.contiguous().reshape(z, r, c)
     out = torch.full((z, rows, cols), pad_value, dtype=t.dtype)
     out[:, :r, :c] = t.reshape(z, r, c)
@@ -386,9 +390,11 @@ def to_device_layout(rec: QueueIO, value: torch.Tensor, *, rounded: bool = True)
         return torch.stack([to_canonical(s) for s in samples])
     # One entry (every parameter and constant): no stack, which would copy each weight once more. The result
     # is still never a view of the framework tensor, which may change while the device holds the entry.
-    entry = to_canonical(value.reshape(device_shape)).unsqueeze(0)
+    # A transposed weight stays in its transposed layout: its copy (below) is then a plain memcpy, where a
+    # transposing copy of a large model's weights took most of the device setup.
+    entry = to_canonical(value.reshape(device_shape), keep_transposed=True).unsqueeze(0)
     if entry.untyped_storage().data_ptr() == framework.untyped_storage().data_ptr():
-        entry = entry.clone()
+        entry = entry.clone()  # keeps the layout (preserve_format)
     return entry
 
 

@@ -624,8 +624,11 @@ def test_quantize_in_place_overwrites_only_what_it_may():
     owned = x.clone()
     got = F.quantize(owned, DF.Float16_b, in_place=True)
     assert got.data_ptr() == owned.data_ptr() and same(owned, want)  # the caller's copy, cleared where it is
-    strided = x.clone().t()  # not contiguous: a new tensor, the input untouched
+    transposed = x.clone().t()  # a transposed weight: cleared where it is, in its own layout
+    got = F.quantize(transposed, DF.Float16_b, in_place=True)
+    assert got.data_ptr() == transposed.data_ptr() and same(transposed, want.t()) and got.stride() == (1, 64)
+    strided = x.clone()[:, ::2]  # not dense: a new tensor, the input untouched
     before = strided.clone()
-    assert same(F.quantize(strided, DF.Float16_b, in_place=True), want.t()) and same(strided, before)
+    assert same(F.quantize(strided, DF.Float16_b, in_place=True), want[:, ::2]) and same(strided, before)
     bfp = x.clone()
     assert same(F.quantize(bfp, DF.Bfp8_b, in_place=True), F.quantize(x, DF.Bfp8_b)) and same(bfp, x)
