@@ -41,6 +41,7 @@ from typing import Any, Dict, FrozenSet, List, Optional, Sequence, Tuple
 
 from pybuda.perf import cost
 from pybuda.balancer.types import OpModel
+from pybuda.ir.lowered import fused_spec, fused_sub_ops
 from pybuda.errors import CompileError
 from pybuda.netlist.tms import (
     HStack, InputUnpad, Pad, TileShape3, TMError, VStack, as_tms, effective_order, has_reshaping_tms, tms_shape,
@@ -189,24 +190,6 @@ def _freeze(value: Any) -> Any:
         return repr(value)
 
 
-def _fused_spec(op: Any, graph: Any) -> Optional[dict]:
-    fid = op.attrs.get("fused_op_id")
-    table = getattr(graph, "fused_ops", None) or {}
-    if fid is not None:
-        for key in (fid, str(fid), int(fid) if str(fid).isdigit() else None):
-            if key is not None and key in table:
-                return table[key]
-    return op.attrs.get("fused_op") or op.tags.get("fused_op")
-
-
-def _fused_sub_ops(spec: Optional[dict]) -> List[dict]:
-    subs: List[dict] = []
-    for schedule in (spec or {}).get("schedules", []) or []:
-        for entry in schedule:
-            subs.extend(entry.values())
-    return subs
-
-
 # --------------------------------------------------------------------------------------------------
 # The legalizer
 # --------------------------------------------------------------------------------------------------
@@ -284,8 +267,8 @@ class Legalizer:
             output_dest = "host" if getattr(cfg, "output_queues_on_host", True) and any(
                 q.kind == "output" for q in outs) else "dram"
         # Fused ops: reduces and matmuls inside need the contracted dimension on one core.
-        spec = _fused_spec(op, g) if op.type == "fused_op" else None
-        subs = _fused_sub_ops(spec)
+        spec = fused_spec(op, getattr(g, "fused_ops", None)) if op.type == "fused_op" else None
+        subs = fused_sub_ops(spec)
         limit_r = limit_c = 0
         max_mk = 1
         for sub in subs:
@@ -363,7 +346,7 @@ class Legalizer:
         """Cache key: everything the legal op models and their costs depend on."""
         f = self.facts(op)
         override = self.config.balancer_op_overrides.get(op.name)
-        fused = _freeze(_fused_spec(op, self.graph)) if op.type == "fused_op" else None
+        fused = _freeze(fused_spec(op, getattr(self.graph, "fused_ops", None))) if op.type == "fused_op" else None
         return (f, _freeze(op.attrs), _freeze(op.input_tms), op.math_fidelity, bool(op.untilize_output),
                 _freeze(dataclasses.asdict(override)) if override is not None else None, fused)
 

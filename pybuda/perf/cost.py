@@ -28,6 +28,7 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from pybuda.arch.tiles import tile_size_bytes as _arch_tile_size_bytes
 from pybuda.errors import NetlistError
+from pybuda.ir.lowered import fused_spec, fused_sub_ops
 from pybuda.netlist.device_ops import CycleModel, find_device_op, ops_of_class
 from pybuda.netlist.operands import sparse_table_tiles_per_core
 from pybuda.dtypes import DataFormat, MathFidelity
@@ -285,35 +286,24 @@ def _sparse_matmul_cycles(model: CycleModel, in_dfs: Sequence[DataFormat], acc_d
 def _fused_cycles(arch: str, op: Any, b: _Blocking, fused_ops: Optional[Mapping[Any, Any]]) -> float:
     """A fused op costs the sum of its sub-ops, each on the parent's per-core blocking (sub-ops inherit
     t and the output block from the parent op; spec §1.4). Sub-op m_k/u_kt attributes are honoured."""
-    fused_id = op.attrs.get("fused_op_id")
-    spec = None
-    if fused_ops is not None and fused_id is not None:
-        for key in (fused_id, str(fused_id), int(fused_id) if str(fused_id).isdigit() else None):
-            if key is not None and key in fused_ops:
-                spec = fused_ops[key]
-                break
-    if spec is None:
-        spec = op.attrs.get("fused_op") or getattr(op, "tags", {}).get("fused_op")
+    spec = fused_spec(op, fused_ops)
     if not spec:
         # Unknown schedule: charge one nop pass per input [D].
         return max(1, len(op.inputs)) * _unary_cycles(_cycle_model(arch, "nop").coefficients, {}, b)
     total = 0.0
-    for schedule in spec.get("schedules", []):
-        for entry in schedule:
-            for _name, sub in entry.items():
-                sub_type = str(sub.get("type", "nop"))
-                sub_attrs = dict(sub.get("attributes", {}) or {})
-                for key in ("m_k", "u_kt", "vector", "dim", "type_reduce", "approximate_mode", "z"):
-                    if key in sub and key not in sub_attrs:
-                        sub_attrs[key] = sub[key]
-                if op.attrs.get("approximate_mode"):  # the fused op's flag holds for its SFPU sub-ops
-                    sub_attrs.setdefault("approximate_mode", True)
-                sb = b
-                if sub_type in _MATMUL_OPS or sub_type == "reduce":
-                    sb = _Blocking(b.t, b.mblock_m, b.mblock_n, b.ublock_rt, b.ublock_ct,
-                                   int(sub_attrs.get("m_k", 1)), int(sub_attrs.get("u_kt", 1)), b.grid_r, b.grid_c)
-                total += _kernel(arch, sub_type, sub_attrs, [op.intermed_df] * 2, op.acc_df, op.math_fidelity,
-                                 sb, op, None)
+    for sub in fused_sub_ops(spec):
+        sub_type = str(sub.get("type", "nop"))
+        sub_attrs = dict(sub.get("attributes", {}) or {})
+        for key in ("m_k", "u_kt", "vector", "dim", "type_reduce", "approximate_mode", "z"):
+            if key in sub and key not in sub_attrs:
+                sub_attrs[key] = sub[key]
+        if op.attrs.get("approximate_mode"):  # the fused op's flag holds for its SFPU sub-ops
+            sub_attrs.setdefault("approximate_mode", True)
+        sb = b
+        if sub_type in _MATMUL_OPS or sub_type == "reduce":
+            sb = _Blocking(b.t, b.mblock_m, b.mblock_n, b.ublock_rt, b.ublock_ct,
+                           int(sub_attrs.get("m_k", 1)), int(sub_attrs.get("u_kt", 1)), b.grid_r, b.grid_c)
+        total += _kernel(arch, sub_type, sub_attrs, [op.intermed_df] * 2, op.acc_df, op.math_fidelity, sb, op, None)
     return total
 
 

@@ -14,7 +14,7 @@ layer norm's output by that error, where an approximate exp mostly cancels in so
 
 from __future__ import annotations
 
-from pybuda.ir.lowered import BudaGraph, BudaOp
+from pybuda.ir.lowered import BudaGraph, fused_spec, fused_sub_ops
 from pybuda.passes.context import CompileContext
 
 #: Op types whose approximate mode ``exp_approx`` selects.
@@ -29,13 +29,9 @@ def mark_approximate_exp(bg: BudaGraph, ctx: CompileContext) -> BudaGraph:
     if not ctx.config.exp_approx:
         return bg
     for op in bg.ops.values():
-        types = _sub_op_types(bg, op) if op.type == "fused_op" else {op.type}
+        types = ({str(sub.get("type")) for sub in fused_sub_ops(fused_spec(op, bg.fused_ops))}
+                 if op.type == "fused_op" else {op.type})
         if types & APPROXIMATED and not types & OTHER_APPROXIMATIONS:
             op.attrs["approximate_mode"] = True
     return bg
 
-
-def _sub_op_types(bg: BudaGraph, op: BudaOp) -> set:
-    spec = bg.fused_ops.get(op.attrs.get("fused_op_id"), {})
-    return {str(sub.get("type")) for schedule in spec.get("schedules", []) for entry in schedule
-            for sub in entry.values()}

@@ -65,12 +65,12 @@ def _absorb(bg: BudaGraph, keep: BudaOp, gone: BudaOp, readers: Dict[str, List[s
         q = bg.queues.get(name)
         if q is not None and q.producer == gone.name:
             q.producer = keep.name
-    for name in set(gone.inputs):
+    for name in set(gone.inputs):  # keep among them: gone read it
         readers[name] = [r for r in readers.get(name, []) if r != gone.name]
     for name in set(keep.inputs):
         if keep.name not in readers.setdefault(name, []):
             readers[name].append(keep.name)
-    readers[keep.name] = [r for r in readers.get(keep.name, []) if r != gone.name] + users
+    readers.setdefault(keep.name, []).extend(users)
     keep.untilize_output = keep.untilize_output or gone.untilize_output
     keep.tags.setdefault("fused_epilogue", []).append(gone.name)
     if gone.tags.get("output_nop"):
