@@ -41,7 +41,7 @@ from typing import Any, Dict, FrozenSet, List, Optional, Sequence, Tuple
 
 from pybuda.perf import cost
 from pybuda.balancer.types import OpModel
-from pybuda.ir.lowered import fused_spec, fused_sub_ops
+from pybuda.netlist.model import fused_spec, fused_sub_ops
 from pybuda.errors import CompileError
 from pybuda.netlist.tms import (
     HStack, InputUnpad, Pad, TileShape3, TMError, VStack, as_tms, effective_order, has_reshaping_tms, tms_shape,

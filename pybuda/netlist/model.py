@@ -500,6 +500,25 @@ class FusedSubOp:
         self.attributes = _normal_attributes(self.attributes)
 
 
+def fused_spec(op: Any, fused_ops: Optional[Mapping[Any, Any]]) -> Optional[dict]:
+    """The schedule dict (``{inputs, intermediates, schedules}``) of fused op ``op``, a lowered-graph op:
+    ``fused_ops[fused_op_id]`` (the table may key the id as int or str), else the ``fused_op`` attribute or
+    tag the op carries inline; None when it has none."""
+    fid = op.attrs.get("fused_op_id")
+    table = fused_ops or {}
+    if fid is not None:
+        for key in (fid, str(fid), int(fid) if str(fid).isdigit() else None):
+            if key is not None and key in table:
+                return table[key]
+    return op.attrs.get("fused_op") or getattr(op, "tags", {}).get("fused_op")
+
+
+def fused_sub_ops(spec: Optional[dict]) -> List[dict]:
+    """The scheduled ops of a fused-op schedule dict, in schedule order."""
+    return [sub for schedule in (spec or {}).get("schedules", []) or [] for entry in schedule
+            for sub in entry.values()]
+
+
 @dataclass(kw_only=True)
 class FusedOpDef:
     """``fused_ops: {id: {inputs, intermediates, schedules}}``."""

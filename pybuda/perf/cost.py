@@ -28,7 +28,7 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from pybuda.arch.tiles import tile_size_bytes as _arch_tile_size_bytes
 from pybuda.errors import NetlistError
-from pybuda.ir.lowered import fused_spec, fused_sub_ops
+from pybuda.netlist.model import fused_spec, fused_sub_ops
 from pybuda.netlist.device_ops import CycleModel, find_device_op, ops_of_class
 from pybuda.netlist.operands import sparse_table_tiles_per_core
 from pybuda.dtypes import DataFormat, MathFidelity

@@ -14,7 +14,8 @@ layer norm's output by that error, where an approximate exp mostly cancels in so
 
 from __future__ import annotations
 
-from pybuda.ir.lowered import BudaGraph, fused_spec, fused_sub_ops
+from pybuda.ir.lowered import BudaGraph
+from pybuda.netlist.model import fused_spec, fused_sub_ops
 from pybuda.passes.context import CompileContext
 
 #: Op types whose approximate mode ``exp_approx`` selects.
