@@ -19,6 +19,11 @@ reads) keep batch dimension 1 and are prepared once per queue write — TMs, fid
 sparse indices — and a constant right-hand matmul operand is never copied per input (one GEMM over the
 whole batch); a matmul bias is added by broadcasting its tiles' row 0, never materialised; Dest rounding
 is skipped where the output packing subsumes it. Peak memory is measured by the same benchmark.
+
+Memory: what the golden holds is what the chip would — an op's output lives until its last reader in
+the graph has run (or in the queue it feeds), an e2e queue's entries until its ``deallocate_queue``
+(the placer hands that DRAM to the next queue), and a broadcast constant whose rows are alike (a bias
+or a layer-norm weight) stays a stride-0 view of one row.
 """
 
 from __future__ import annotations
@@ -34,7 +39,7 @@ from pybuda.golden import kernels as golden_ops
 from pybuda.errors import InputError, NetlistError, quote
 from pybuda.netlist import model as nl
 from pybuda.netlist.limits import size_problems
-from pybuda.netlist.tms import apply_tms
+from pybuda.netlist.tms import Broadcast, TileBroadcast, apply_tms
 from pybuda.dtypes import DataFormat, MathFidelity
 
 log = logging.getLogger(__name__)
@@ -53,6 +58,7 @@ class QueueState:
         self.rd = 0
         self.wr = 0
         self.version = 0  # bumped on every write: the golden caches values derived from ram entries
+        self.released = False  # entries dropped by deallocate_queue (for the error of a read after it)
         shape = qdef.shape
         self.entry_shape = (shape.t, shape.rt * TILE, shape.ct * TILE)
 
@@ -66,9 +72,18 @@ class QueueState:
     def slot(self, position: int) -> torch.Tensor:
         value = self.slots[position % self.entries]
         if value is None:
-            raise NetlistError(f"queues.{self.qdef.name}", f"read of entry {position % self.entries}, which was "
-                                                           f"never written (the program reads an empty queue)")
+            why = ("freed by deallocate_queue and not written since (the program reads a queue outside its "
+                   "lifetime)") if self.released else "never written (the program reads an empty queue)"
+            raise NetlistError(f"queues.{self.qdef.name}", f"read of entry {position % self.entries}, which was {why}")
         return value
+
+    def release(self) -> None:
+        """End of the queue's lifetime (``deallocate_queue``): its DRAM may be handed to another queue, so
+        its entries are dropped; pointers are kept, and a later write starts a new lifetime."""
+        self.slots = [None] * self.entries
+        self._batch = [None] * self.entries
+        self.released = True
+        self.version += 1
 
     def write(self, position: int, value: torch.Tensor) -> None:
         self.slots[position % self.entries] = value
@@ -163,6 +178,8 @@ class GoldenDevice:
         self.static_vars: Dict[str, Dict[str, int]] = {}
         self._order = {name: _topological(graph) for name, graph in netlist.graphs.items()}
         self._queue_producers = {q.input: name for name, q in netlist.queues.items() if not q.is_host_fed}
+        self._last_reads = {name: _last_reads(graph, self._order[name], self._queue_producers)
+                            for name, graph in netlist.graphs.items()}
         self.stats = ExecuteStats()
         # Constant operands (ram entries and prologue reads) with their TMs and format already applied,
         # plus what ops derive from them (fidelity pieces, broadcast bias, decoded sparse indices):
@@ -262,7 +279,12 @@ class GoldenDevice:
                     loops.pop()
             elif isinstance(inst, nl.Execute):
                 self._execute(inst, env)
-            # allocate/deallocate only declare lifetimes: nothing to do functionally.
+            elif isinstance(inst, nl.DeallocateQueue):
+                # The chip hands the queue's DRAM to the next e2e queue: its values end here too, which
+                # keeps the golden's memory to the queues that are alive, as the placer's is.
+                for qname in inst.names:
+                    self._queue(qname).release()
+            # allocate_queue only declares where a lifetime starts: nothing to do functionally.
             pc += 1
         return self.stats
 
@@ -296,6 +318,7 @@ class GoldenDevice:
                 q.rd = nl.resolve_operand(s.rd_ptr_global, env) % (2 * q.entries)
         values: Dict[str, torch.Tensor] = {}
         consumed: Dict[str, int] = {}
+        last_reads = self._last_reads[inst.graph_name]
         for op_name in self._order[inst.graph_name]:
             op = graph.ops[op_name]
             inputs, caches = [], []
@@ -305,6 +328,11 @@ class GoldenDevice:
                 caches.append(cache)
             values[op_name] = self._run_op(op, inputs, caches, n)
             self.stats.op_runs += 1
+            del inputs, caches
+            # An output no queue keeps is freed once its last reader has run, as the chip's
+            # buffers are: a graph's peak is then its live values, not all of its ops' outputs.
+            for done in last_reads.get(op_name, ()):
+                del values[done]
         for op_name, value in values.items():
             qname = self._queue_producers.get(op_name)
             if qname is not None:
@@ -339,7 +367,8 @@ class GoldenDevice:
             cache_key = (graph.name, op.name, index)
             hit = self._const_cache.get(cache_key)
             if hit is None or hit[0] != key:
-                value = self._transform(op, index, q.slot(base).unsqueeze(0), q.qdef.df)
+                value = _alike_as_broadcast(q.slot(base).unsqueeze(0), op.tms_of(index))
+                value = self._transform(op, index, value, q.qdef.df)
                 hit = self._const_cache[cache_key] = (key, value, {})
             return hit[1], hit[2]
         local = nl.resolve_operand(s.rd_ptr_local, env) if s.rd_ptr_local is not None else q.rd
@@ -524,6 +553,33 @@ def _run_fused(fused: nl.FusedOpDef, inputs: List[torch.Tensor], caches: List[Op
     if result is None:
         raise NetlistError(f"fused_ops.{fused.id}", "no sub-op writes 'output'")
     return result
+
+
+def _alike_as_broadcast(x: torch.Tensor, tms: Sequence[Any]) -> torch.Tensor:
+    """A constant operand whose TMs only broadcast, as a stride-0 view along each broadcast r/c axis whose
+    rows (columns) are all alike — a bias or a layer-norm weight the host stored with its row repeated —
+    so that its broadcast stays a view and the cached operand costs one row, not the whole block."""
+    if not tms or not all(isinstance(tm, (Broadcast, TileBroadcast)) for tm in tms):
+        return x
+    for dim in {-2 if tm.dim == "r" else -1 for tm in tms if tm.dim in ("r", "c")}:
+        first = x.narrow(dim, 0, 1)
+        if x.shape[dim] > 1 and x.stride(dim) != 0 and torch.equal(x, first.expand(x.shape)):
+            x = first.expand(x.shape)
+    return x
+
+
+def _last_reads(graph: nl.GraphDef, order: Sequence[str], kept: Mapping[str, str]) -> Dict[str, List[str]]:
+    """``{op: [values it is the last reader of]}`` over the ops of ``graph`` run in ``order``, for the
+    values that may be dropped then: the outputs of ops that feed no queue (``kept``: op -> queue)."""
+    last: Dict[str, str] = {}
+    for reader in order:
+        for name in graph.ops[reader].inputs:
+            if name in graph.ops and name not in kept:
+                last[name] = reader
+    dropped: Dict[str, List[str]] = {}
+    for name, reader in last.items():
+        dropped.setdefault(reader, []).append(name)
+    return dropped
 
 
 def _topological(graph: nl.GraphDef) -> List[str]:

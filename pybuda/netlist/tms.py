@@ -418,6 +418,9 @@ def _broadcast(x: torch.Tensor, tm: Broadcast, lead: tuple, z: int, r: int, c: i
     f = tm.factor
     if tm.dim == "z":
         return x.expand(*lead, f, r, c)  # stride 0: see apply_tm
+    dim = -2 if tm.dim == "r" else -1
+    if x.stride(dim) == 0:  # rows (columns) all alike, e.g. a tile-broadcast bias: stays a stride-0 view
+        return x.narrow(dim, 0, 1).expand(lead + ((z, r * f, c) if dim == -2 else (z, r, c * f)))
     ones = (1,) * (len(lead) + 1)
     return x.repeat(*ones, f, 1) if tm.dim == "r" else x.repeat(*ones, 1, f)
 
@@ -445,6 +448,9 @@ def _transpose(x: torch.Tensor, tm: Transpose, lead: tuple, z: int, r: int, c: i
 
 
 def _tile_broadcast(x: torch.Tensor, tm: TileBroadcast, lead: tuple, z: int, r: int, c: int) -> torch.Tensor:
+    dim = -2 if tm.dim == "r" else -1
+    if x.shape[dim] == TILE:  # one tile deep: every row (column) is the first one, as a stride-0 view
+        return x.narrow(dim, 0, 1).expand(x.shape)
     tiles = x.reshape(lead + (z, r // TILE, TILE, c // TILE, TILE))
     tiles = tiles[..., 0:1, :, :] if tm.dim == "r" else tiles[..., 0:1]
     return tiles.expand(lead + (z, r // TILE, TILE, c // TILE, TILE)).reshape(x.shape)
@@ -475,7 +481,9 @@ def _apply(x: torch.Tensor, tm: TM) -> torch.Tensor:
 def apply_tm(x: torch.Tensor, tm: Any) -> torch.Tensor:
     """One TM (object or YAML form) on a device tensor ``[..., z, R, C]``; raises :class:`TMError` where
     :func:`tm_shape` does. A z broadcast returns a stride-0 view (``expand``): the golden's GEMM and
-    fidelity masks rely on it to run a shared operand once."""
+    fidelity masks rely on it to run a shared operand once. A tile broadcast of a one-tile-deep operand,
+    and an r/c broadcast of rows/columns that are already alike, are stride-0 views too, so that a
+    broadcast bias or layer-norm weight is never materialised."""
     return _apply(x, as_tm(tm))
 
 
