@@ -16,7 +16,7 @@ import torch
 
 from timing import best_time, best_times
 
-from pybuda.golden import formats
+from pybuda.golden import formats, packing
 from pybuda.golden.tiles import pad_to_tiles, tilize
 from pybuda.dtypes import DataFormat
 
@@ -77,9 +77,9 @@ def main() -> None:
         tiles = tilize(pad_to_tiles(x[: max(1, (1 << 20) // cols)]))
         m = tiles.numel()
         for df in (DataFormat.Float16_b, DataFormat.Bfp8_b, DataFormat.Bfp4_b):
-            tp = best_time(lambda: formats.pack_tensor(tiles, df), max(1, args.repeat // 2))
-            data = formats.pack_tensor(tiles, df)
-            tu = best_time(lambda: formats.unpack_tensor(data, df), max(1, args.repeat // 2))
+            tp = best_time(lambda: packing.pack_tensor(tiles, df), max(1, args.repeat // 2))
+            data = packing.pack_tensor(tiles, df)
+            tu = best_time(lambda: packing.unpack_tensor(data, df), max(1, args.repeat // 2))
             print(f"{'pack ' + df.name:<28}{m / tp / 1e6:>12.0f}{'':>10}{'':>12}   unpack {m / tu / 1e6:.0f} M/s")
 
 

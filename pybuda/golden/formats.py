@@ -8,10 +8,9 @@ Values
     BBE host model encodes them (truncating Float16_b, fp16 "A" without inf/denormals, BFP with one
     shared exponent per face row and round-half-up). It equals ``unpack(pack(x))`` bit for bit.
 
-Bytes
-    ``pack_tile``/``unpack_tile`` (one 32×32 tile) and ``pack_tensor``/``unpack_tensor`` (many) give the
-    exact packed layout: a 16-byte header whose dword 0 is the size in 16-byte units, the BFP exponent
-    section, the datums in face order packed LSB-first, zero padding to a 32-byte multiple.
+Codes
+    ``encode_datums``/``decode_datums``: the codes each format stores (BFP shared exponents and datum
+    codes); :mod:`pybuda.golden.packing` lays them out in the chip's bytes.
 
 Math fidelity
     ``fidelity_matmul`` / ``fidelity_multiply`` emulate the multiplier phases (5 bits of SrcA × 7 bits
@@ -23,18 +22,14 @@ All arithmetic is vectorised torch on float32/int32 (never torch.bfloat16, which
 from __future__ import annotations
 
 import dataclasses
-from typing import Dict, Optional, Sequence, Tuple
+from typing import Dict, Optional, Tuple
 
-import numpy as np
 import torch
 
 from pybuda.golden.tiles import (
     BLOCK_DATUMS,
     BLOCKS_PER_TILE,
     TILE_DATUMS,
-    TILE_DIM,
-    from_face_order,
-    to_face_order,
 )
 from pybuda.errors import InputError
 from pybuda.dtypes import DataFormat, MathFidelity
@@ -49,10 +44,9 @@ __all__ = [
     "exact_integer_bound",
     "quantize",
     "quantize_tf32",
-    "pack_tile",
-    "unpack_tile",
-    "pack_tensor",
-    "unpack_tensor",
+    "TILE_HEADER_BYTES",
+    "encode_datums",
+    "decode_datums",
     "fidelity_phases",
     "srca_parts",
     "srcb_parts",
@@ -63,7 +57,7 @@ __all__ = [
     "LOFI_SRCA_FRACTION_BITS",
 ]
 
-_HEADER_BYTES = 16
+TILE_HEADER_BYTES = 16  # a packed tile's header (dword 0: the tile's size in 16-byte units)
 _ALIGN_BYTES = 32
 _TAIL_PAD_BYTES = 16
 _INT32_MIN = -(1 << 31)  # 0x80000000 as a signed int32: the float sign bit
@@ -147,7 +141,7 @@ def tile_size_bytes(df: DataFormat) -> int:
     Float32/Int32 4128, Float16/Float16_b/UInt16 2080, Bfp8 1120, Bfp4 608, Bfp2 352, 8-bit formats 1056.
     """
     info = format_info(df)
-    size = _HEADER_BYTES + (BLOCKS_PER_TILE if info.is_bfp else 0) + TILE_DATUMS * info.datum_bits // 8
+    size = TILE_HEADER_BYTES + (BLOCKS_PER_TILE if info.is_bfp else 0) + TILE_DATUMS * info.datum_bits // 8
     # The host model always appends 16 zero bytes (pack_data); for 32x32 tiles that lands exactly on
     # the 32-byte alignment that get_tile_size_in_bytes rounds up to.
     size += _TAIL_PAD_BYTES
@@ -594,54 +588,14 @@ def quantize(x: torch.Tensor, df: DataFormat, *, truncate_bfp: bool = False, in_
 
 
 # --------------------------------------------------------------------------------------------------
-# Packing
+# Datum codes (the packed form of each format's values)
 # --------------------------------------------------------------------------------------------------
 
-def _datum_order(tiles: torch.Tensor, info: FormatInfo) -> torch.Tensor:
-    """``[T, 32, 32]`` → ``[T, 1024]`` in stored order (face order; row-major for Raw formats)."""
-    return tiles.reshape(-1, TILE_DATUMS).contiguous() if info.row_major else to_face_order(tiles)
-
-
-def _from_datum_order(flat: torch.Tensor, info: FormatInfo) -> torch.Tensor:
-    return flat.reshape(-1, TILE_DIM, TILE_DIM) if info.row_major else from_face_order(flat)
-
-
-def _bitpack(codes: np.ndarray, nbits: int) -> np.ndarray:
-    """``[T, k]`` codes (each < 2**nbits) → ``[T, k*nbits/8]`` bytes, packed LSB-first in LE dwords."""
-    t = codes.shape[0]
-    if nbits == 32:
-        return codes.astype("<u4").view(np.uint8).reshape(t, -1)
-    if nbits == 16:
-        return codes.astype("<u2").view(np.uint8).reshape(t, -1)
-    c = codes.astype(np.uint8)
-    if nbits == 8:
-        return c
-    per = 8 // nbits
-    c = c.reshape(t, -1, per)
-    out = np.zeros(c.shape[:2], dtype=np.uint8)
-    for j in range(per):  # loop over the 2 or 4 sub-byte positions, not over datums
-        out |= (c[:, :, j] << (j * nbits)).astype(np.uint8)
-    return out
-
-
-def _bitunpack(data: np.ndarray, nbits: int) -> np.ndarray:
-    """Inverse of ``_bitpack``: ``[T, nbytes]`` uint8 → ``[T, k]`` int64 codes."""
-    t = data.shape[0]
-    if nbits == 32:
-        return np.ascontiguousarray(data).view("<u4").reshape(t, -1).astype(np.int64)
-    if nbits == 16:
-        return np.ascontiguousarray(data).view("<u2").reshape(t, -1).astype(np.int64)
-    if nbits == 8:
-        return data.astype(np.int64)
-    per = 8 // nbits
-    mask = (1 << nbits) - 1
-    parts = [(data >> (j * nbits)) & mask for j in range(per)]
-    return np.stack(parts, axis=-1).reshape(t, -1).astype(np.int64)
-
-
-def _encode_datums(flat: torch.Tensor, info: FormatInfo, truncate: bool
+def encode_datums(flat: torch.Tensor, info: FormatInfo, truncate: bool
                    ) -> Tuple[Optional[torch.Tensor], torch.Tensor]:
-    """``[T, 1024]`` float32 in stored order → (exponents ``[T, 64]`` or None, codes ``[T, 1024]``)."""
+    """The codes format ``info`` stores for ``flat`` (``[T, 1024]`` float32, datums in stored order): (shared
+    exponents ``[T, 64]`` for BFP formats, else None; datum codes ``[T, 1024]`` int64). ``truncate``: BFP
+    mantissas are truncated instead of rounded. :mod:`pybuda.golden.packing` lays them out in bytes."""
     df = info.df
     if info.is_bfp:
         shared, codes = _bfp_encode_blocks(flat.reshape(-1, BLOCK_DATUMS), info, truncate)
@@ -655,7 +609,8 @@ def _encode_datums(flat: torch.Tensor, info: FormatInfo, truncate: bool
     return None, _encode_int(flat, df)
 
 
-def _decode_datums(shared: Optional[torch.Tensor], codes: torch.Tensor, info: FormatInfo) -> torch.Tensor:
+def decode_datums(shared: Optional[torch.Tensor], codes: torch.Tensor, info: FormatInfo) -> torch.Tensor:
+    """Inverse of :func:`encode_datums`: the float32 values of the codes."""
     df = info.df
     if info.is_bfp:
         vals = _bfp_decode_blocks(shared.reshape(-1), codes.reshape(-1, BLOCK_DATUMS), info)
@@ -668,94 +623,6 @@ def _decode_datums(shared: Optional[torch.Tensor], codes: torch.Tensor, info: Fo
         return _decode_small_float(codes, _SMALL[df])
     return _decode_int(codes, df)
 
-
-def _pack_tiles(tiles: torch.Tensor, df: DataFormat, truncate_bfp: bool) -> np.ndarray:
-    info = format_info(df)
-    tiles = _as_f32(tiles)
-    if tiles.dim() < 2 or tuple(tiles.shape[-2:]) != (TILE_DIM, TILE_DIM):
-        raise InputError(f"packing expects [..., 32, 32] tiles, got shape {tuple(tiles.shape)}")
-    tiles = tiles.reshape(-1, TILE_DIM, TILE_DIM)
-    t = tiles.shape[0]
-    size = tile_size_bytes(df)
-    if t == 0:
-        return np.zeros((0, size), dtype=np.uint8)
-    shared, codes = _encode_datums(_datum_order(tiles, info), info, truncate_bfp)
-    out = np.zeros((t, size), dtype=np.uint8)
-    out[:, 0:4] = np.frombuffer(np.uint32(size // 16).astype("<u4").tobytes(), dtype=np.uint8)
-    pos = _HEADER_BYTES
-    if shared is not None:
-        # One exponent byte per block, 4 per dword LSB-first == byte order in memory.
-        out[:, pos:pos + BLOCKS_PER_TILE] = shared.numpy().astype(np.uint8)
-        pos += BLOCKS_PER_TILE
-    data = _bitpack(codes.numpy(), info.datum_bits)
-    out[:, pos:pos + data.shape[1]] = data
-    return out
-
-
-def _unpack_tiles(raw: np.ndarray, df: DataFormat) -> torch.Tensor:
-    info = format_info(df)
-    size = tile_size_bytes(df)
-    if raw.shape[0] == 0:
-        return torch.zeros(0, TILE_DIM, TILE_DIM)
-    header = np.ascontiguousarray(raw[:, 0:4]).view("<u4").reshape(-1)
-    if not np.all(header == size // 16):
-        bad = int(np.flatnonzero(header != size // 16)[0])
-        raise InputError(f"tile {bad}: header says {int(header[bad]) * 16} bytes, "
-                         f"but a {info.df.name} tile is {size} bytes")
-    pos = _HEADER_BYTES
-    shared = None
-    if info.is_bfp:
-        shared = torch.from_numpy(raw[:, pos:pos + BLOCKS_PER_TILE].astype(np.int64))
-        pos += BLOCKS_PER_TILE
-    nbytes = TILE_DATUMS * info.datum_bits // 8
-    codes = torch.from_numpy(_bitunpack(raw[:, pos:pos + nbytes], info.datum_bits))
-    return _from_datum_order(_decode_datums(shared, codes, info), info)
-
-
-def pack_tile(tile: torch.Tensor, df: DataFormat, *, truncate_bfp: bool = False) -> bytes:
-    """Pack one 32×32 tile into the exact device byte layout of format ``df`` (spec §2.1, §4.2).
-
-    Layout: 16-byte header (dword 0 = tile size / 16, dwords 1-3 zero); for BFP formats 64 shared
-    exponent bytes (block order = face 0 rows 0-15, face 1, face 2, face 3); the datums in face order
-    (row-major for Raw formats) packed LSB-first in little-endian dwords (Bfp8: sign in bit 7, Bfp4: bit
-    3, Bfp2: bit 1; Int8/Int32 sign-magnitude; Float16 = fp16a bits); zero padding to ``tile_size_bytes``.
-    """
-    tile = torch.as_tensor(tile)
-    if tuple(tile.shape) != (TILE_DIM, TILE_DIM):
-        raise InputError(f"pack_tile expects a 32x32 tile, got shape {tuple(tile.shape)}")
-    return _pack_tiles(tile, df, truncate_bfp).tobytes()
-
-
-def unpack_tile(data: bytes, df: DataFormat) -> torch.Tensor:
-    """Decode one packed tile (``pack_tile``'s layout) into a float32 32×32 tensor."""
-    size = tile_size_bytes(df)
-    if len(data) != size:
-        raise InputError(f"a packed {format_info(df).df.name} tile is {size} bytes, got {len(data)}")
-    raw = np.frombuffer(bytes(data), dtype=np.uint8).reshape(1, size)
-    return _unpack_tiles(raw, df)[0]
-
-
-def pack_tensor(tiles: torch.Tensor, df: DataFormat, *, truncate_bfp: bool = False) -> bytes:
-    """Pack a tilized tensor ``[..., 32, 32]`` (e.g. ``tiles.tilize`` output) tile after tile, in the
-    order of its leading dimensions; ``len(result) == num_tiles * tile_size_bytes(df)``."""
-    return _pack_tiles(torch.as_tensor(tiles), df, truncate_bfp).tobytes()
-
-
-def unpack_tensor(data: bytes, df: DataFormat, shape: Optional[Sequence[int]] = None) -> torch.Tensor:
-    """Inverse of ``pack_tensor``. ``shape`` is the tilized shape ``[..., 32, 32]`` to return (default
-    ``[num_tiles, 32, 32]``)."""
-    size = tile_size_bytes(df)
-    if len(data) % size:
-        raise InputError(f"{len(data)} bytes is not a whole number of {size}-byte "
-                         f"{format_info(df).df.name} tiles")
-    raw = np.frombuffer(bytes(data), dtype=np.uint8).reshape(-1, size)
-    out = _unpack_tiles(raw, df)
-    if shape is None:
-        return out
-    shape = tuple(int(d) for d in shape)
-    if len(shape) < 2 or shape[-2:] != (TILE_DIM, TILE_DIM) or int(np.prod(shape)) != out.numel():
-        raise InputError(f"cannot view {out.shape[0]} tiles as shape {shape}")
-    return out.reshape(shape)
 
 
 # --------------------------------------------------------------------------------------------------

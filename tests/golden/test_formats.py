@@ -11,6 +11,7 @@ import pytest
 import torch
 
 from pybuda.golden import formats as F
+from pybuda.golden import packing
 from pybuda.golden.tiles import face_rows, from_face_order, pad_to_tiles, tilize, unpad, untilize
 from pybuda.errors import InputError
 from pybuda.dtypes import DataFormat as DF
@@ -139,7 +140,7 @@ def same(a: torch.Tensor, b: torch.Tensor) -> bool:
 ])
 def test_tile_sizes(df, size):
     assert F.tile_size_bytes(df) == size
-    assert len(F.pack_tile(torch.zeros(32, 32), df)) == size
+    assert len(packing.pack_tile(torch.zeros(32, 32), df)) == size
 
 
 def test_families_and_flags():
@@ -251,7 +252,7 @@ def test_bfp_zero_magnitude_clears_sign():
     x = block_row([1.0, -2.0 ** -9, -0.0, -1e-30])
     q = F.quantize(x, DF.Bfp8_b)
     assert bits(q)[0, 1:4].tolist() == [0, 0, 0]  # +0.0, not -0.0
-    data = F.pack_tile(torch.nn.functional.pad(x, (0, 16, 0, 31)), DF.Bfp8_b)
+    data = packing.pack_tile(torch.nn.functional.pad(x, (0, 16, 0, 31)), DF.Bfp8_b)
     assert data[80 + 1] == 0x00 and data[80 + 2] == 0x00
 
 
@@ -398,7 +399,7 @@ def dword(data: bytes, i: int) -> int:
 def test_pack_bfp8_b_exact_bytes():
     t = torch.zeros(32, 32)
     t[0, 0], t[0, 17], t[16, 0], t[31, 31] = 1.0, -0.5, 0.75, -1.5
-    data = F.pack_tile(t, DF.Bfp8_b)
+    data = packing.pack_tile(t, DF.Bfp8_b)
     assert len(data) == 1120
     assert dword(data, 0) == 70 and data[4:16] == bytes(12)  # size in 16-byte units, then zeros
     exps = data[16:80]
@@ -413,26 +414,26 @@ def test_pack_bfp8_b_exact_bytes():
     assert sum(1 for b in body if b) == 4
     assert data[1104:] == bytes(16)
     assert dword(data, 4) == 127  # exponent dword 0: blocks 0-3, block 0 in the low byte
-    assert torch.equal(F.unpack_tile(data, DF.Bfp8_b), t)
+    assert torch.equal(packing.unpack_tile(data, DF.Bfp8_b), t)
 
 
 def test_pack_bfp4_b_and_bfp2_b_nibbles():
     t = torch.zeros(32, 32)
     t[0, 0], t[0, 1] = 1.0, -0.5
-    data = F.pack_tile(t, DF.Bfp4_b)
+    data = packing.pack_tile(t, DF.Bfp4_b)
     assert dword(data, 0) == 608 // 16
     assert data[80] == 0xA4  # datum 0 (m=4) in the low nibble, datum 1 (sign|2 = 0xA) high
     t[0, 1], t[0, 2], t[0, 3] = -1.0, 0.2, -0.75
-    data = F.pack_tile(t, DF.Bfp2_b)
+    data = packing.pack_tile(t, DF.Bfp2_b)
     assert dword(data, 0) == 352 // 16
     assert data[80] == 0b11_00_11_01  # 01, 11 (sign bit 1), 00, 11 from the LSB up
-    assert F.unpack_tile(data, DF.Bfp2_b)[0, :4].tolist() == [1.0, -1.0, 0.0, -1.0]
+    assert packing.unpack_tile(data, DF.Bfp2_b)[0, :4].tolist() == [1.0, -1.0, 0.0, -1.0]
 
 
 def test_pack_a_format_exponent_bytes():
     t = torch.zeros(32, 32)
     t[0, 0], t[1, 0] = 1.0, 2.0 ** 20
-    data = F.pack_tile(t, DF.Bfp8)
+    data = packing.pack_tile(t, DF.Bfp8)
     assert data[16] == 15 and data[17] == 31
     assert data[80] == 0x40 and data[80 + 16] == 0x7F
 
@@ -440,28 +441,28 @@ def test_pack_a_format_exponent_bytes():
 def test_pack_scalar_formats_exact_bytes():
     t = torch.zeros(32, 32)
     t[0, 0], t[0, 1], t[1, 0] = 1.0, -2.0, -5.0
-    d = F.pack_tile(t, DF.Float32)
+    d = packing.pack_tile(t, DF.Float32)
     assert dword(d, 0) == 258 and d[16:20] == struct.pack("<f", 1.0) and d[20:24] == struct.pack("<f", -2.0)
     assert d[16 + 4 * 16:16 + 4 * 17] == struct.pack("<f", -5.0)  # (1,0) is face order index 16
-    d = F.pack_tile(t, DF.Float16_b)
+    d = packing.pack_tile(t, DF.Float16_b)
     assert dword(d, 0) == 130 and d[16:20] == bytes([0x80, 0x3F, 0x00, 0xC0])
-    d = F.pack_tile(t, DF.Float16)
+    d = packing.pack_tile(t, DF.Float16)
     assert d[16:20] == bytes([0x00, 0x3C, 0x00, 0xC0])
-    d = F.pack_tile(t, DF.Int8)
+    d = packing.pack_tile(t, DF.Int8)
     assert dword(d, 0) == 66 and d[16:18] == bytes([1, 0x82]) and d[16 + 16] == 0x85
-    d = F.pack_tile(t, DF.Int32)
+    d = packing.pack_tile(t, DF.Int32)
     assert struct.unpack_from("<I", d, 16 + 4 * 16)[0] == 0x80000005
     t[0, 0], t[0, 1], t[0, 2] = 1.0, 1.5, -1.75
-    d = F.pack_tile(t, DF.Lf8)
+    d = packing.pack_tile(t, DF.Lf8)
     assert d[16:19] == bytes([0x3C, 0x3E, 0xBF])  # s|eeeee|mm: 1.5 has mantissa 0b10
-    assert F.pack_tile(t, DF.Fp8_e4m3)[16] == 0x38
+    assert packing.pack_tile(t, DF.Fp8_e4m3)[16] == 0x38
 
 
 def test_pack_raw_formats_are_row_major():
     t = torch.zeros(32, 32)
     t[1, 0] = 9.0
-    assert F.pack_tile(t, DF.RawUInt8)[16 + 32] == 9  # row-major index 32
-    assert F.pack_tile(t, DF.UInt8)[16 + 16] == 9     # face order index 16
+    assert packing.pack_tile(t, DF.RawUInt8)[16 + 32] == 9  # row-major index 32
+    assert packing.pack_tile(t, DF.UInt8)[16 + 16] == 9     # face order index 16
 
 
 @pytest.mark.parametrize("df", ALL_FORMATS)
@@ -470,30 +471,30 @@ def test_unpack_pack_equals_quantize(df):
     if df in (DF.UInt8, DF.UInt16, DF.RawUInt8, DF.RawUInt16, DF.RawUInt32):
         x = x.abs()
     tiles = tilize(pad_to_tiles(x))
-    data = F.pack_tensor(tiles, df)
+    data = packing.pack_tensor(tiles, df)
     assert len(data) == tiles.shape[2] * tiles.shape[3] * F.tile_size_bytes(df)
-    back = unpad(untilize(F.unpack_tensor(data, df, tiles.shape)), x.shape)
+    back = unpad(untilize(packing.unpack_tensor(data, df, tiles.shape)), x.shape)
     assert same(back, F.quantize(x, df))
 
 
 def test_empty_tensors():
     for df in ALL_FORMATS:
         assert F.quantize(torch.zeros(0, 5), df).shape == (0, 5)
-        assert F.pack_tensor(torch.zeros(0, 32, 32), df) == b""
-        assert F.unpack_tensor(b"", df).shape == (0, 32, 32)
+        assert packing.pack_tensor(torch.zeros(0, 32, 32), df) == b""
+        assert packing.unpack_tensor(b"", df).shape == (0, 32, 32)
 
 
 def test_unpack_rejects_bad_bytes():
-    data = bytearray(F.pack_tile(torch.ones(32, 32), DF.Bfp8_b))
+    data = bytearray(packing.pack_tile(torch.ones(32, 32), DF.Bfp8_b))
     with pytest.raises(InputError):
-        F.unpack_tile(bytes(data[:-1]), DF.Bfp8_b)
+        packing.unpack_tile(bytes(data[:-1]), DF.Bfp8_b)
     data[0] = 71
     with pytest.raises(InputError, match="header"):
-        F.unpack_tile(bytes(data), DF.Bfp8_b)
+        packing.unpack_tile(bytes(data), DF.Bfp8_b)
     with pytest.raises(InputError):
-        F.unpack_tensor(bytes(100), DF.Float16)
+        packing.unpack_tensor(bytes(100), DF.Float16)
     with pytest.raises(InputError):
-        F.pack_tile(torch.zeros(16, 32), DF.Float16)
+        packing.pack_tile(torch.zeros(16, 32), DF.Float16)
 
 
 # ------------------------------------------------------------------------------------------------
