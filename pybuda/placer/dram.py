@@ -394,7 +394,9 @@ def place_queues(graph: Any, solution: Any, result: PlacerSolution, device: Any,
     num_chips = len(result.chip_order)
     specs = _specs(graph, solution, result, config, device, io_queue_multiplier)
     if any(sp.kind == "input" and sp.loc == "dram" for sp in specs) and config.input_queues_on_host:
-        log.warning("Grayskull cannot read host memory fast: input queues are placed in device DRAM")
+        # input_queues_on_host is on by default, and a Grayskull compile cannot honour it: that is the
+        # card, not a mistake of the user's, so it is said at info level (TT-Buda's placer did the same move).
+        log.info("Grayskull cannot read host memory fast: input queues are placed in device DRAM")
     lifetimes = {sp.name: sp.lifetime for sp in specs}
     if not reuse_e2e_dram:
         for sp in specs:
