@@ -26,7 +26,7 @@ import torch
 
 import pybuda
 from pybuda.errors import InputError, NoMoreOutputs, PybudaError, RuntimeFailure
-from pybuda.runtime import context
+from pybuda.runtime import context, worker
 
 DEADLINE_S = 20.0  # a call that can answer at once gets this long before it counts as hung (the old hangs
 # were forever or ~60 s; 20 s leaves room for process start-up on a loaded 2-core CI machine)
@@ -387,9 +387,9 @@ def test_killed_device_process_is_reported_as_killed(processes_mode, quiet_logs)
 
 
 def test_process_exit_descriptions():
-    assert "killed by SIGTERM" in context.describe_process_exit(-signal.SIGTERM, started=True)
-    assert "lost its host" in context.describe_process_exit(context.EXIT_HOST_DIED, started=True)
-    after_start = context.describe_process_exit(1, started=True)
+    assert "killed by SIGTERM" in worker.describe_process_exit(-signal.SIGTERM, started=True)
+    assert "lost its host" in worker.describe_process_exit(worker.EXIT_HOST_DIED, started=True)
+    after_start = worker.describe_process_exit(1, started=True)
     assert "exit code 1" in after_start and "__main__" not in after_start
     # Dying before the first answer with an ordinary exit code is what a missing guard looks like.
-    assert "__main__" in context.describe_process_exit(1, started=False)
+    assert "__main__" in worker.describe_process_exit(1, started=False)
