@@ -26,7 +26,8 @@ import torch
 
 from pybuda.errors import CompileError
 from pybuda.frontend.onnx import model as onnx_model
-from pybuda.frontend.onnx.importer import OnnxCapture, finite_standins, import_model, restore_infinities
+from pybuda.frontend.onnx.converter import finite_standins, restore_infinities
+from pybuda.frontend.onnx.importer import OnnxCapture, import_model
 from pybuda.frontend.fallback import FallbackOp, FallbackReport
 from pybuda.frontend.onnx.model import helper, onnx
 from pybuda.frontend.onnx.stages import OnnxStage
@@ -161,7 +162,7 @@ class PybudaBackendRep(BackendRep):
             return self._run_on_host(list(inputs))
         arrays = [np.asarray(a) for a in inputs]
         if any(a.dtype == np.float16 and np.isinf(a).any() for a in arrays):
-            # float16's stand-in for infinity (importer.INF_STANDIN_FP16) is a value float16 data can hold, so
+            # float16's stand-in for infinity (converter.INF_STANDIN_FP16) is a value float16 data can hold, so
             # an infinite float16 input would come back as a finite number: ONNX Runtime runs this call.
             return self._run_on_host(list(inputs), "a float16 input holds an infinity")
         compiled = self.compile(arrays)
@@ -173,7 +174,7 @@ class PybudaBackendRep(BackendRep):
                 values = list(cap.host(*flat))
             else:
                 values = list(cap.pre(*flat)) if cap.pre is not None else flat
-                # infinities cross into the device as its stand-in, as infinite constants do (importer.INF_STANDIN)
+                # infinities cross into the device as its stand-in, as infinite constants do (converter.INF_STANDIN)
                 finite = [finite_standins(v) if isinstance(v, torch.Tensor) else v for v in values]
                 # Large outputs are infinities again only where a stand-in entered the device: a model without
                 # infinities keeps its genuine large values.

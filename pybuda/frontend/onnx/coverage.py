@@ -41,7 +41,8 @@ def device_mappable(model: "onnx_model.onnx.ModelProto", inputs: Sequence[Any], 
     from pybuda.frontend.onnx import ops  # noqa: F401  (registers the converters)
     from pybuda.frontend.onnx.backend import float32_config, host_only_reason, specialised_inputs
     from pybuda.frontend.onnx.functions import expand_functions
-    from pybuda.frontend.onnx.importer import CONVERTERS, _Importer
+    from pybuda.frontend.onnx.converter import CONVERTERS
+    from pybuda.frontend.onnx.importer import _Importer
 
     why = host_only_reason(model)
     if why is not None:

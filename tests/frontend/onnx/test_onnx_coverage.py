@@ -11,7 +11,7 @@ from onnx_helpers import assert_close, load_node_cases, ort_run, run_node_case, 
 from pybuda.frontend.onnx.backend import PybudaBackend
 from pybuda.frontend.onnx.coverage import device_mappable
 from pybuda.frontend.onnx.functions import expand_functions
-from pybuda.frontend.onnx.importer import CONVERTERS, mapped_op_types
+from pybuda.frontend.onnx.converter import CONVERTERS, mapped_op_types
 
 
 def _rng():

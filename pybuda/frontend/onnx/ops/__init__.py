@@ -3,7 +3,7 @@
 Converters reuse the torch frontend's builder helpers (matmul, convolution, permutations, reductions,
 index ranges ...) so a decomposition lives in one place. A converter raises
 :class:`~pybuda.frontend.aten_builder.Unsupported` for a call it cannot express (the node then falls back
-to the CPU) and :class:`~pybuda.frontend.onnx.importer.OnnxAttributeError` (via ``ctx.bad``) for an
+to the CPU) and :class:`~pybuda.frontend.onnx.converter.OnnxAttributeError` (via ``ctx.bad``) for an
 attribute value the ONNX op itself does not accept.
 """
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 
 from pybuda.frontend.aten_builder import Unsupported
-from pybuda.frontend.onnx.importer import NodeCtx
+from pybuda.frontend.onnx.converter import NodeCtx
 
 _F32 = torch.float32
 

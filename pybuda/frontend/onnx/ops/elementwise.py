@@ -9,7 +9,8 @@ import torch
 
 from pybuda.frontend.aten_builder import Const, Unsupported, _as_bool
 from pybuda.frontend.aten_eltwise import _hardsigmoid_of, _softplus_of
-from pybuda.frontend.onnx.importer import NodeCtx, converts, onnx_model
+from pybuda.frontend.onnx.converter import NodeCtx, converts
+from pybuda.frontend.onnx import model as onnx_model
 from pybuda.frontend.onnx.ops.common import _float_out
 
 

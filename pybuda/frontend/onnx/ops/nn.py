@@ -11,7 +11,7 @@ import torch
 from pybuda.frontend.aten_builder import Missing, Unsupported, _reduce_max_or_min
 from pybuda.frontend.aten_nn import _conv2d, _matmul, _reduce
 from pybuda.frontend.aten_shape import _index_range
-from pybuda.frontend.onnx.importer import NodeCtx, converts
+from pybuda.frontend.onnx.converter import NodeCtx, converts
 from pybuda.frontend.onnx.ops.common import _float_out
 from pybuda.frontend.onnx.ops.tensor import _pad_by_concat
 

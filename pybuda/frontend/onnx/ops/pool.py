@@ -19,7 +19,7 @@ import torch
 
 from pybuda.frontend.aten_builder import Unsupported
 from pybuda.frontend.aten_shape import _index_range
-from pybuda.frontend.onnx.importer import NodeCtx, converts, inf_standin
+from pybuda.frontend.onnx.converter import NodeCtx, converts, inf_standin
 from pybuda.frontend.onnx.ops.common import _float_out
 from pybuda.frontend.onnx.ops.nn import _spatial_attrs
 from pybuda.frontend.onnx.ops.tensor import _pad_by_concat

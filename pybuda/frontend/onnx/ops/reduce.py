@@ -6,7 +6,7 @@ import torch
 
 from pybuda.frontend.aten_builder import Unsupported, _reduce_max_or_min
 from pybuda.frontend.aten_nn import _reduce
-from pybuda.frontend.onnx.importer import NodeCtx, converts
+from pybuda.frontend.onnx.converter import NodeCtx, converts
 from pybuda.frontend.onnx.ops.common import _F32, _float_out
 
 
