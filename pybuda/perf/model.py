@@ -112,6 +112,24 @@ Calibration mechanisms (perf_calibration §1; the same parameters for every mode
   concatenation is a ``splice`` (costed by the n-ary formula, each input charged its share of the
   tiles), as in TT-Buda; with it, Inception-v4 and VoVNet on n150 model faster than published, a miss
   not explained yet.
+* **Probed for issue #16 and left off** (Ribbon netlists of the 18 points re-estimated, modelled/published):
+  no single mechanism moves a family into ±15 % without pushing another out, so none was adopted.
+
+  - *Gather pipes on* (``gather_pipes``): U-Net n150 0.63 → 0.91, VoVNet n150 1.28 → 1.06, MobileNetV2
+    e150 1.14 → 1.01, but ResNet-50 n150 1.02 → 0.84, e150 0.73 → 0.60 and VoVNet e150 0.99 → 0.81: the
+    ResNet max-pool im2col that bounds both ResNet points gathers from 7 producer cores. Rates per cycle
+    instead of per GB/s on Grayskull (0.66 / 0.90 for ResNet / VoVNet e150) do not rescue it.
+  - *A sparse matmul streaming its activation once per input* instead of once per output t slice
+    (``act_t`` 1): ResNet-50 n150 1.97, Inception-v4 2.0–2.1, U-Net n150 1.45 — every stem gets far too fast.
+  - *U-Net is the im2col netlist, not a model constant*: halving the activation traffic of the four
+    full-resolution im2col matmuls alone gives n150 1.04, e150 0.86, e75 0.87; trimming each row band's K
+    to its own input rows (plus halo; today every band re-streams the whole 256x256 activation once per tap)
+    gives 1.30 / 1.00 / 1.01. Ribbon also packs 46 ops of the first two levels into one n150 epoch, where
+    its weight matmuls alone take about 0.4M cycles/image.
+  - The CNNs' modelled n150/e150 ratio exceeds the published one by the same factor for every model
+    (ResNet-50 1.39, VoVNet 1.29, Inception-v4 1.28, HRNet 1.28; BERT 1.06, U-Net 1.07), which points at
+    something Wormhole-wide in the convolution path (LoFi Bfp8 kernels leave data movement and per-tile
+    overheads exposed), not at the per-model structure.
 """
 
 from __future__ import annotations

@@ -56,7 +56,8 @@ _FULL_RES = ("since ConvTranspose2d with stride == kernel is one matmul and a de
              "picker on one core: 0.02-0.03x), the model is pessimistic: the 3x3 convolutions at 256x256 are "
              "NoC-bound im2col row bands on 2-core grids (1.29M cycles per image each), where TT-Buda's must have "
              "run about twice as fast (our default policy cuts them into more bands that stack 3 kernel positions "
-             "each: 510.5/s on n150)")
+             "each: 510.5/s on n150); halving the activation traffic of the four full-resolution im2col matmuls "
+             "alone models n150 1.04x, e150 0.86x, e75 0.87x (see pybuda.perf.model, 'Probed for issue #16')")
 _UPSAMPLE = ("bound by nearest-upsample lowerings (dense row/column pickers, DRAM-bound) TT-Buda does not have; "
              "needs a direct upsample lowering before the model can be judged")
 #: Ratios measured with inference batch norms folded into their convolutions (passes/graph/fold_batchnorm, as
