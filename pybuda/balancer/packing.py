@@ -3,24 +3,45 @@ epoch estimates, so both agree on what fits in an epoch).
 
 Placement is first-fit in row-major order: an op goes to the top-most, then left-most, free position
 where its rectangle fits — left to right along a row, wrapping to the next rows, and back-filling holes
-left by taller or wider ops. Each grid row is a bitmask, so a fit test is a few integer operations.
+left by taller or wider ops.
+
+The occupancy is one integer, bit ``row * cols + col`` per core, so row-major order is bit order: the
+first fit of an ``h × w`` rectangle is the lowest set bit of "rectangle of free cores starting here",
+which a handful of whole-grid shifts compute (:meth:`GridPacker.find`) instead of a scan over rows and
+columns. The balancer packs tens of thousands of candidate epochs per compile, so this is hot.
 """
 
 from __future__ import annotations
 
+from functools import lru_cache
 from typing import List, Optional, Tuple
+
+
+@lru_cache(maxsize=None)
+def _shape_masks(rows: int, cols: int, h: int, w: int) -> Tuple[int, int]:
+    """(rectangle, starts) bit masks of an ``h × w`` rectangle on a ``rows × cols`` grid: the rectangle's
+    cores when its top-left core is core 0, and the top-left cores where it lies inside the grid."""
+    row_span = (1 << w) - 1
+    rect = 0
+    for r in range(h):
+        rect |= row_span << (r * cols)
+    row_starts = (1 << (cols - w + 1)) - 1
+    starts = 0
+    for r in range(rows - h + 1):
+        starts |= row_starts << (r * cols)
+    return rect, starts
 
 
 class GridPacker:
     """Occupancy of one epoch's ``rows × cols`` worker grid."""
 
-    __slots__ = ("rows", "cols", "_masks", "_full", "free")
+    __slots__ = ("rows", "cols", "occupied", "free")
 
     def __init__(self, rows: int, cols: int):
         self.rows = rows
         self.cols = cols
-        self._masks = [0] * rows
-        self._full = (1 << cols) - 1
+        #: bit ``row * cols + col`` is set when that core is taken
+        self.occupied = 0
         self.free = rows * cols
 
     @property
@@ -32,36 +53,38 @@ class GridPacker:
         """True if an ``h × w`` rectangle at (row, col) is inside the grid and free."""
         if row < 0 or col < 0 or row + h > self.rows or col + w > self.cols:
             return False
-        span = ((1 << w) - 1) << col
-        return not any(self._masks[r] & span for r in range(row, row + h))
+        rect = _shape_masks(self.rows, self.cols, h, w)[0]
+        return not (self.occupied >> (row * self.cols + col)) & rect
 
     def find(self, h: int, w: int) -> Optional[Tuple[int, int]]:
         """The first (row-major) position where an ``h × w`` rectangle fits, or None."""
         if h > self.rows or w > self.cols or h * w > self.free:
             return None
-        full = self._full
-        masks = self._masks
-        for row in range(self.rows - h + 1):
-            combined = 0
-            for r in range(row, row + h):
-                combined |= masks[r]
-            if combined == full:
-                continue
-            free = ~combined & full
-            run = free
-            for i in range(1, w):
-                run &= free >> i
-                if not run:
-                    break
-            if run:
-                return row, (run & -run).bit_length() - 1
-        return None
+        cols = self.cols
+        # blocked: bit b set when a core in the h rows from b's row down (same column) is taken.
+        # Each step doubles the rows folded in (at most h), so this is O(log h) shifts.
+        blocked = self.occupied
+        span = 1
+        while span < h:
+            step = min(span, h - span)
+            blocked |= blocked >> (step * cols)
+            span += step
+        # run: bit b set when the w columns from b on are free in all those rows (O(log w) shifts);
+        # the infinite ones of ~blocked above the grid are cut off by the starts mask.
+        run = ~blocked
+        span = 1
+        while span < w:
+            step = min(span, w - span)
+            run &= run >> step
+            span += step
+        run &= _shape_masks(self.rows, cols, h, w)[1]
+        if not run:
+            return None
+        return divmod((run & -run).bit_length() - 1, cols)
 
     def occupy(self, row: int, col: int, h: int, w: int) -> None:
         """Mark an ``h × w`` rectangle at (row, col) used (the caller checked it is free)."""
-        span = ((1 << w) - 1) << col
-        for r in range(row, row + h):
-            self._masks[r] |= span
+        self.occupied |= _shape_masks(self.rows, self.cols, h, w)[0] << (row * self.cols + col)
         self.free -= h * w
 
     def place(self, h: int, w: int, *, start: Optional[Tuple[int, int]] = None, transpose: Optional[bool] = False
@@ -70,6 +93,12 @@ class GridPacker:
 
         ``transpose``: False = as is; True = rotated (occupies ``w × h``); None = whichever orientation
         fits earlier in row-major order (as is on a tie). ``start`` pins the top-left core."""
+        if transpose is False and start is None:  # the balancer's case: one orientation, first fit
+            pos = self.find(h, w)
+            if pos is None:
+                return None
+            self.occupy(pos[0], pos[1], h, w)
+            return pos[0], pos[1], False
         options = [False] if transpose is False else [True] if transpose is True else [False, True]
         best: Optional[Tuple[int, int, bool]] = None
         for tr in options:

@@ -180,6 +180,40 @@ def test_packer_and_epoch_counter():
     assert tp.place(1, 3, transpose=None) == (0, 0, True)
 
 
+
+def _first_fit_by_scan(taken, rows, cols, h, w):
+    """The first row-major position of an ``h × w`` rectangle among the free cells, by trying every one."""
+    for r in range(rows - h + 1):
+        for c in range(cols - w + 1):
+            if not any((r + i, c + j) in taken for i in range(h) for j in range(w)):
+                return r, c
+    return None
+
+
+@pytest.mark.parametrize("rows,cols", [(10, 12), (8, 8), (1, 5), (7, 1), (3, 13)])
+def test_packer_first_fit_matches_a_cell_by_cell_scan(rows, cols):
+    """GridPacker's bit-parallel first fit places every rectangle where scanning the free cells in row-major
+    order would, including back-filled holes and rectangles that no longer fit; and fits_at agrees."""
+    import random
+
+    rng = random.Random(rows * 100 + cols)
+    for _ in range(40):
+        packer, taken = GridPacker(rows, cols), set()
+        for _ in range(rng.randrange(1, 30)):
+            h, w = rng.randint(1, rows), rng.randint(1, cols)
+            if rng.random() < 0.6:  # mostly small ops, so grids fill up and holes appear
+                h, w = rng.randint(1, max(1, rows // 3)), rng.randint(1, max(1, cols // 3))
+            expected = _first_fit_by_scan(taken, rows, cols, h, w)
+            r0, c0 = rng.randrange(rows), rng.randrange(cols)
+            assert packer.fits_at(r0, c0, h, w) == (
+                r0 + h <= rows and c0 + w <= cols and
+                not any((r0 + i, c0 + j) in taken for i in range(h) for j in range(w)))
+            got = packer.place(h, w)
+            assert (got[:2] if got else None) == expected
+            if expected is not None:
+                taken |= {(expected[0] + i, expected[1] + j) for i in range(h) for j in range(w)}
+            assert packer.free == rows * cols - len(taken)
+
 def test_bert_placement_is_valid_on_every_device():
     g = bert_encoder_graph(layers=2, seq_tiles=4, hidden_tiles=8, heads=4, microbatch=4)
     for device in (GS, WH):
