@@ -553,17 +553,22 @@ def segment(ctx: _Context, targets: _Targets, around: int) -> List[Tuple[List[Op
         ladder.append(int(t))
         t *= SEGMENT_LADDER_RATIO
     memo = _WindowMemo()
-    options = [_epoch_options(ctx, targets, i, ladder, memo) for i in range(n)]
+    # Per start: (end, device cycles, binary re-write cycles, target) of each epoch option. The re-write
+    # time does not depend on the weight, so it is priced once for all the weights below.
+    options = [[(end, total, ctx.switch.host_binary_cycles(cores), target)
+                for end, (total, cores, target) in _epoch_options(ctx, targets, i, ladder, memo).items()]
+               for i in range(n)]
     results: List[Tuple[List[OpModel], List[int], int]] = []
     seen: set = set()
     for weight in SEGMENT_EPOCH_WEIGHTS:
         best: List[float] = [0.0] + [float("inf")] * n
         back: List[Tuple[int, int]] = [(0, 0)] * (n + 1)
         for i in range(n):
-            if best[i] == float("inf"):
+            here = best[i]
+            if here == float("inf"):
                 continue
-            for end, (total, cores, target) in options[i].items():
-                value = best[i] + total + weight * ctx.switch.host_binary_cycles(cores)
+            for end, total, binary, target in options[i]:
+                value = here + total + weight * binary
                 if value < best[end]:
                     best[end], back[end] = value, (i, target)
         cut: List[Tuple[int, int, int]] = []
