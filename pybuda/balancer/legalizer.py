@@ -546,14 +546,21 @@ class Legalizer:
         if force_dram is None:
             force_dram = bool(self.config.default_dram_parameters)
         tile_out = cost.tile_size_bytes(f.out_df)
-        in_tiles = [cost.tile_size_bytes(f.in_dfs[i] if i < len(f.in_dfs) else f.out_df) for i in range(f.n_inputs)]
+        n_in = f.n_inputs
+        in_tiles = [cost.tile_size_bytes(f.in_dfs[i] if i < len(f.in_dfs) else f.out_df) for i in range(n_in)]
+        interm_tile = cost.tile_size_bytes(f.intermed_df)
+        # an intermediate (partial-sum) buffer: matmuls spilling over K blocks or with a bias, reduces over
+        # several K blocks, gradient accumulation
+        interm_always = f.gradient_op or (f.type in _MATMUL and f.has_bias)
+        interm_if_mk = f.type in _MATMUL or f.type == "reduce"
+        min_buf = min(bufs)
         t_in = t  # t of the operands (matmul accumulate is not streamed; its z is folded into K blocking)
         for ur, uc in ublock_candidates(rows, cols, dest, f.type != "reduce" or f.reduce_dim != "c"):
             mb = (rows // ur, cols // uc)
             mb_tiles = mb[0] * mb[1] * ur * uc
             fixed = 0
             if f.fused_intermediates:
-                fixed += f.fused_intermediates * ur * uc * f.fused_max_m_k * cost.tile_size_bytes(f.intermed_df)
+                fixed += f.fused_intermediates * ur * uc * f.fused_max_m_k * interm_tile
             # Prologue footprint of each parameter: its per-core slice for every t (as the netlist
             # validator sizes a resident buffer).
             prologue_bytes = {i: self._prologue_tiles(f, i, t_in, mb[0] * ur, mb[1] * uc, gr) * in_tiles[i]
@@ -565,21 +572,33 @@ class Legalizer:
                     prologue_sets.append(tuple(current))
                     current = sorted(sorted(current, key=lambda i: prologue_bytes[i])[:-1])
             prologue_sets.append(())
+            out_bytes = mb_tiles * tile_out
             for pset in prologue_sets:
-                p_bytes = sum(prologue_bytes[i] for i in pset)
+                streamed = [(i, in_mult.get(i, 1) * in_tiles[i]) for i in range(n_in) if i not in pset]
+                base = sum(prologue_bytes[i] for i in pset) + fixed
+
+                def inputs_l1(u_kt: int) -> int:
+                    """L1 bytes of this blocking with ``u_kt`` but the output buffers: prologue, streamed
+                    input buffers, intermediates."""
+                    in_bytes = base
+                    for i, scale in streamed:
+                        in_bytes += self._stream_buffer_tiles(f, i, ur, uc, mb, u_kt) * scale
+                    if interm_always or (interm_if_mk and has_k and f.k // u_kt > 1):
+                        in_bytes += mb_tiles * interm_tile
+                    return in_bytes
+
+                # Every input buffer grows with u_kt, and the intermediate buffer is there for every
+                # u_kt < K: the least L1 of this blocking is at u_kt = K or at the smallest u_kt, with
+                # the fewest output buffers. When that does not fit, nothing below does.
+                least = min(inputs_l1(u_kts[0]), inputs_l1(u_kts[-1])) + min_buf * out_bytes
+                if least > self.budget:
+                    diag.saw(least)
+                    continue
                 for u_kt in u_kts:
                     m_k = f.k // u_kt if has_k else 1
-                    in_bytes = p_bytes
-                    for i in range(f.n_inputs):
-                        if i not in pset:
-                            tiles = self._stream_buffer_tiles(f, i, ur, uc, mb, u_kt) * in_mult.get(i, 1)
-                            in_bytes += tiles * in_tiles[i]
-                    interm = 0
-                    if (f.type in _MATMUL and (m_k > 1 or f.has_bias)) or f.gradient_op or \
-                            (f.type == "reduce" and m_k > 1):
-                        interm = mb_tiles * cost.tile_size_bytes(f.intermed_df)
+                    in_bytes = inputs_l1(u_kt)
                     for buf in bufs:
-                        l1 = buf * mb_tiles * tile_out + in_bytes + interm + fixed
+                        l1 = buf * out_bytes + in_bytes
                         if l1 > self.budget:
                             diag.saw(l1)
                             continue

@@ -398,3 +398,30 @@ def test_sparse_matmul_l1_counts_picker_tiles_not_a_dense_in0():
         assert leg._prologue_tiles(f, 2, m.t, rows, cols, m.grid_shape[0]) == -(-4 // m.grid_shape[0])
         # nothing like rows x K tiles of in0 is charged
         assert m.l1_bytes < rows * k * tile_size_bytes(DF.Float16_b) or rows * k < 64
+
+
+def _u_kt_graphs():
+    """Ops with a K blocking: a matmul (with and without bias), a sparse matmul, r and c reduces."""
+    yield _graph("matmul", (1, 8, 8), [(1, 8, 24), (1, 24, 8)], ["op", "parameter"])
+    yield _graph("matmul", (1, 8, 8), [(1, 8, 24), (1, 24, 8), (1, 1, 8)], ["op", "parameter", "parameter"],
+                 attrs={"bias": True})
+    yield _graph("matmul", (1, 16, 2), [(1, 12, 1), (1, 48, 2), (1, 4, 1)], ["constant", "op", "constant"],
+                 attrs={"identity": True, "num_sparse_tiles": 12, "num_index_tiles": 4, "indices_len": 300},
+                 dfs=[DF.Float16_b, DF.Float16_b, DF.RawUInt32])
+    yield _graph("reduce", (1, 1, 8), [(1, 24, 8)], ["op"], attrs={"dim": "r", "type": "sum"})
+    yield _graph("reduce", (1, 8, 1), [(1, 8, 24)], ["op"], attrs={"dim": "c", "type": "sum"})
+
+
+@pytest.mark.parametrize("g", list(_u_kt_graphs()), ids=["matmul", "bias", "sparse", "reduce_r", "reduce_c"])
+def test_input_buffers_grow_with_u_kt(g):
+    """The legalizer skips a blocking whose least L1 does not fit, taking that least at u_kt = K or at the
+    smallest u_kt: every streamed input buffer must be non-decreasing in u_kt for that to hold."""
+    leg = Legalizer(g, GS, CompilerConfig())
+    f = leg.facts(g.ops["x"])
+    assert f.k > 1
+    for ur in divisors(8):
+        for uc in divisors(8):
+            for mb in ((1, 1), (2, 1), (1, 4), (3, 2)):
+                for i in range(f.n_inputs):
+                    sizes = [leg._stream_buffer_tiles(f, i, ur, uc, mb, u_kt) for u_kt in divisors(f.k)]
+                    assert sizes == sorted(sizes), (i, ur, uc, mb, sizes)
