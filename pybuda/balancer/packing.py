@@ -14,7 +14,10 @@ columns. The balancer packs tens of thousands of candidate epochs per compile, s
 from __future__ import annotations
 
 from functools import lru_cache
-from typing import List, Optional, Tuple
+from typing import Any, Dict, List, Optional, Tuple
+
+#: GridPacker's placement memo: (occupancy, h, w, start, transpose) -> (spot, occupancy after)
+PlacementMemo = Dict[Tuple[Any, ...], Tuple[Optional[Tuple[int, int, bool]], int]]
 
 
 @lru_cache(maxsize=None)
@@ -33,16 +36,23 @@ def _shape_masks(rows: int, cols: int, h: int, w: int) -> Tuple[int, int]:
 
 
 class GridPacker:
-    """Occupancy of one epoch's ``rows × cols`` worker grid."""
+    """Occupancy of one epoch's ``rows × cols`` worker grid.
 
-    __slots__ = ("rows", "cols", "occupied", "free")
+    ``memo``: a dict shared by packers of the same grid size that remembers each placement by the
+    occupancy it was asked on. The balancer packs the same op sequences into its candidate epochs again
+    and again (every target starts from an empty grid, and a transformer's layers repeat), so nine in ten
+    placements are answered from it.
+    """
 
-    def __init__(self, rows: int, cols: int):
+    __slots__ = ("rows", "cols", "occupied", "free", "memo")
+
+    def __init__(self, rows: int, cols: int, memo: Optional[PlacementMemo] = None):
         self.rows = rows
         self.cols = cols
         #: bit ``row * cols + col`` is set when that core is taken
         self.occupied = 0
         self.free = rows * cols
+        self.memo = memo
 
     @property
     def used(self) -> int:
@@ -93,6 +103,23 @@ class GridPacker:
 
         ``transpose``: False = as is; True = rotated (occupies ``w × h``); None = whichever orientation
         fits earlier in row-major order (as is on a tie). ``start`` pins the top-left core."""
+        memo = self.memo
+        if memo is None:
+            return self._place(h, w, start, transpose)
+        key = (self.occupied, h, w, start, transpose)
+        hit = memo.get(key)
+        if hit is None:
+            spot = self._place(h, w, start, transpose)
+            memo[key] = (spot, self.occupied)
+            return spot
+        spot, occupied = hit
+        if spot is not None:
+            self.occupied = occupied
+            self.free -= h * w
+        return spot
+
+    def _place(self, h: int, w: int, start: Optional[Tuple[int, int]], transpose: Optional[bool]
+               ) -> Optional[Tuple[int, int, bool]]:
         if transpose is False and start is None:  # the balancer's case: one orientation, first fit
             pos = self.find(h, w)
             if pos is None:
@@ -127,20 +154,21 @@ def fits_empty(rows: int, cols: int, h: int, w: int, transpose: Optional[bool]) 
 
 
 def count_epochs(shapes: List[Tuple[int, int]], breaks: List[bool], rows: int, cols: int,
-                 allow_transpose: bool = False) -> List[int]:
+                 allow_transpose: bool = False, memo: Optional[PlacementMemo] = None) -> List[int]:
     """Epoch index of each op when ``shapes`` (grid (h, w) per op, in schedule order) are packed
-    greedily, opening a new epoch when an op does not fit or ``breaks[i]`` is set."""
+    greedily, opening a new epoch when an op does not fit or ``breaks[i]`` is set (``memo``: see
+    :class:`GridPacker`)."""
     epochs: List[int] = []
-    packer = GridPacker(rows, cols)
+    packer = GridPacker(rows, cols, memo)
     epoch = 0
     transpose = None if allow_transpose else False
     for i, (h, w) in enumerate(shapes):
         if breaks[i] and packer.used:
             epoch += 1
-            packer = GridPacker(rows, cols)
+            packer = GridPacker(rows, cols, memo)
         if packer.place(h, w, transpose=transpose) is None:
             epoch += 1
-            packer = GridPacker(rows, cols)
+            packer = GridPacker(rows, cols, memo)
             packer.place(h, w, transpose=transpose)
         epochs.append(epoch)
     return epochs

@@ -46,7 +46,7 @@ from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Tupl
 from pybuda.perf import cost
 from pybuda.balancer.legalizer import Legalizer, stream_compatible
 from pybuda.balancer.types import BalancerSolution, OpModel
-from pybuda.balancer.packing import GridPacker, count_epochs
+from pybuda.balancer.packing import GridPacker, PlacementMemo, count_epochs
 from pybuda.balancer import wholecost
 
 log = logging.getLogger(__name__)
@@ -122,6 +122,8 @@ class _Context:
         # same pairs tens of thousands of times. The models are kept in the value, so an id reused by a
         # new model after an old one was freed is never served the old answer.
         self._compatible: Dict[Tuple[int, int, int, int], Tuple[OpModel, OpModel, bool]] = {}
+        #: every packer of the candidate epochs shares one placement memo (see GridPacker)
+        self.placements: PlacementMemo = {}
         overrides = config.placer_op_overrides
         self.place_args: List[Tuple[Optional[Tuple[int, int]], Optional[bool]]] = []
         for op in self.ops:
@@ -343,7 +345,7 @@ def _score(ctx: _Context, models: Sequence[OpModel]) -> Tuple[float, int]:
     """Estimated cycles per input of a whole solution: Σ over epochs of the slowest op plus the
     amortised epoch overhead, epochs from the placer's packer. Returns (score, epochs)."""
     shapes = [m.grid_shape for m in models]
-    epochs = count_epochs(shapes, ctx.breaks, ctx.rows, ctx.cols, ctx.allow_transpose)
+    epochs = count_epochs(shapes, ctx.breaks, ctx.rows, ctx.cols, ctx.allow_transpose, ctx.placements)
     n_epochs = (epochs[-1] + 1) if epochs else 0
     members: List[List[OpModel]] = [[] for _ in range(n_epochs)]
     for e, m in zip(epochs, models):
@@ -359,7 +361,7 @@ def _whole_score(ctx: _Context, models: Sequence[OpModel], breaks: Optional[List
     ``breaks`` (default: the user's and epoch-type breaks). Returns (cycles per input, epochs)."""
     shapes = [m.grid_shape for m in models]
     epochs = count_epochs(shapes, ctx.breaks if breaks is None else breaks, ctx.rows, ctx.cols,
-                          ctx.allow_transpose)
+                          ctx.allow_transpose, ctx.placements)
     return wholecost.score_solution(ctx.ops, models, epochs, ctx.producer_ops, ctx.switch, ctx.microbatch,
                                     [ctx.prologue(i, m) for i, m in enumerate(models)], ctx.host_io)
 
@@ -506,7 +508,7 @@ def _epoch_options(ctx: _Context, targets: _Targets, i: int, ladder: Sequence[in
     read = 0  # ops the walks read, from i
     j = i
     for target in ladder:
-        packer = GridPacker(ctx.rows, ctx.cols)
+        packer = GridPacker(ctx.rows, ctx.cols, ctx.placements)
         acc = wholecost.EpochAccumulator(ctx.switch)
         j = i
         while j < stop:
@@ -657,7 +659,7 @@ def _ribbon_epoch(ctx: _Context, targets: _Targets, start: int, ribbon: Optional
     """Fill one epoch from op ``start``: each op's smallest model on the ribbon meeting the target
     (``ribbon=None``: the smallest meeting it, any rows), placed with the placer's packer until one
     does not fit or an epoch break comes."""
-    packer = GridPacker(ctx.rows, ctx.cols)
+    packer = GridPacker(ctx.rows, ctx.cols, ctx.placements)
     chosen = ctx.chosen  # committed epochs' models stay visible for compatibility checks
     i = start
     n = len(ctx.ops)
@@ -688,7 +690,7 @@ def _ribbon_epoch(ctx: _Context, targets: _Targets, start: int, ribbon: Optional
 
 
 def _repack(ctx: _Context, start: int, models: List[OpModel]) -> bool:
-    packer = GridPacker(ctx.rows, ctx.cols)
+    packer = GridPacker(ctx.rows, ctx.cols, ctx.placements)
     for k, m in enumerate(models):
         start_pos, transpose = ctx.place_args[start + k]
         if packer.place(m.grid_shape[0], m.grid_shape[1], start=start_pos, transpose=transpose) is None:

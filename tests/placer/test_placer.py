@@ -214,6 +214,28 @@ def test_packer_first_fit_matches_a_cell_by_cell_scan(rows, cols):
                 taken |= {(expected[0] + i, expected[1] + j) for i in range(h) for j in range(w)}
             assert packer.free == rows * cols - len(taken)
 
+
+def test_packers_sharing_a_placement_memo_place_as_packers_without_one():
+    """GridPacker's memo answers a placement it has seen on the same occupancy: every spot, the free count
+    and count_epochs stay what a packer without a memo computes, with pinned starts and transposes too."""
+    import random
+
+    rng = random.Random(7)
+    memo = {}
+    for _ in range(200):
+        plain, shared = GridPacker(4, 5), GridPacker(4, 5, memo)
+        for _ in range(rng.randrange(1, 12)):
+            h, w = rng.randint(1, 4), rng.randint(1, 3)
+            start = (rng.randrange(4), rng.randrange(5)) if rng.random() < 0.2 else None
+            transpose = rng.choice([False, False, None, True])
+            assert shared.place(h, w, start=start, transpose=transpose) == \
+                plain.place(h, w, start=start, transpose=transpose)
+            assert (shared.free, shared.occupied) == (plain.free, plain.occupied)
+        shapes = [(rng.randint(1, 4), rng.randint(1, 5)) for _ in range(10)]
+        breaks = [rng.random() < 0.1 for _ in shapes]
+        assert count_epochs(shapes, breaks, 4, 5, memo=memo) == count_epochs(shapes, breaks, 4, 5)
+    assert memo  # the memo was used
+
 def test_bert_placement_is_valid_on_every_device():
     g = bert_encoder_graph(layers=2, seq_tiles=4, hidden_tiles=8, heads=4, microbatch=4)
     for device in (GS, WH):
