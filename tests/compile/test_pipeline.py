@@ -62,6 +62,33 @@ def test_compile_freezes_what_the_process_held_and_thaws_it(cfg):
         pipeline.STAGES[0] = first
 
 
+def test_bookkeeping_stages_run_torch_on_one_thread_and_restore_the_callers_count(cfg):
+    # The stages that only compute on the compiler's small tensors use one intra-op thread; the ones that
+    # may run the whole model keep the caller's threads; the caller's count is back afterwards, also after
+    # a failed stage.
+    import pybuda.passes.pipeline as pipeline
+
+    saved_stages, saved_threads = list(pipeline.STAGES), torch.get_num_threads()
+    seen = {}
+
+    def spy(depth, fn):
+        return lambda s: (seen.__setitem__(depth, torch.get_num_threads()), fn(s))
+
+    try:
+        torch.set_num_threads(2)
+        pipeline.STAGES[:] = [(d, spy(d, fn)) for d, fn in saved_stages]
+        compile_graph(_graph(), "wh_n150", cfg)
+        assert seen[CompileDepth.CONSTEVAL_GRAPH] == seen[CompileDepth.BUDA_GRAPH_PRE_PLACER] == 1
+        assert seen[CompileDepth.GENERATE_INITIAL_GRAPH] == seen[CompileDepth.BACKEND_GOLDEN_VERIFY] == 2
+        assert torch.get_num_threads() == 2
+        pipeline.STAGES[3] = (saved_stages[3][0], lambda s: 1 / 0)
+        with pytest.raises(CompileError):
+            compile_graph(_graph(), "wh_n150", cfg)
+        assert torch.get_num_threads() == 2
+    finally:
+        pipeline.STAGES[:] = saved_stages
+        torch.set_num_threads(saved_threads)
+
 @pytest.mark.parametrize("depth", list(CompileDepth))
 def test_compile_depth_stops_after_each_stage(depth, cfg):
     cfg.compile_depth = depth
