@@ -67,6 +67,15 @@ def _float(value: float) -> str:
 
 def _flow(value: Any) -> str:
     """One value in YAML flow style."""
+    # Most values are plain ints, strings and lists: those are told by their exact type first. A bool, a
+    # Hex, an enum or a TM (subclasses of int, str or tuple, or not plain) takes the checks below.
+    kind = type(value)
+    if kind is int:
+        return str(value)
+    if kind is str:
+        return _str(value)
+    if kind is list or kind is tuple:
+        return "[" + ", ".join(_flow(v) for v in value) + "]"
     if isinstance(value, bool):
         return "true" if value else "false"
     if isinstance(value, Hex):
