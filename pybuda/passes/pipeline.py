@@ -14,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import gc
 import logging
+import threading
 import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable, Iterator, List, Optional, Sequence, Tuple
@@ -238,9 +239,12 @@ def _one_torch_thread(active: bool = True) -> Iterator[None]:
     of 0.1 ms, and BERT-Large's consteval and lowering 0.75 s with torch's 2 threads against 0.2 s with one
     on a loaded 2-core machine. One thread also makes what the compile computes independent of the
     caller's thread count (netlists and folded tensors of the zoo models are the same either way).
+    A compile outside the main thread leaves the count alone (it is process-wide).
     """
     threads = torch.get_num_threads()
-    if not active or threads == 1:
+    # The count is process-wide: only the main thread changes it, so that devices compiling in worker
+    # threads (PYBUDA_FORCE_THREADS) never restore each other's 1 and leave the process on one thread.
+    if not active or threads == 1 or threading.current_thread() is not threading.main_thread():
         yield
         return
     torch.set_num_threads(1)

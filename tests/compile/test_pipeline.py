@@ -274,3 +274,25 @@ def test_pybuda_compile_with_a_ttdevice(cfg):
     dev.place_module(module)
     r = pybuda_compile(dev, "mlp", *inputs_for(module), compiler_cfg=cfg)
     assert r.netlist.arch == "wormhole_b0" and r.compile_depth == CompileDepth.FULL
+
+
+def test_a_compile_outside_the_main_thread_leaves_torchs_thread_count_alone(cfg):
+    # torch's intra-op thread count is process-wide: a device compiling in a worker thread must not change
+    # it under another thread (two of them could restore each other's 1 and leave the process on one).
+    import threading
+
+    import pybuda.passes.pipeline as pipeline
+
+    saved_stages, saved_threads = list(pipeline.STAGES), torch.get_num_threads()
+    seen = []
+    try:
+        torch.set_num_threads(2)
+        pipeline.STAGES[:] = [(d, (lambda fn: lambda s: (seen.append(torch.get_num_threads()), fn(s)))(fn))
+                              for d, fn in saved_stages]
+        worker = threading.Thread(target=lambda: compile_graph(_graph(), "wh_n150", cfg))
+        worker.start()
+        worker.join()
+        assert seen and set(seen) == {2}
+    finally:
+        pipeline.STAGES[:] = saved_stages
+        torch.set_num_threads(saved_threads)
