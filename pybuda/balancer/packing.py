@@ -120,12 +120,6 @@ class GridPacker:
 
     def _place(self, h: int, w: int, start: Optional[Tuple[int, int]], transpose: Optional[bool]
                ) -> Optional[Tuple[int, int, bool]]:
-        if transpose is False and start is None:  # the balancer's case: one orientation, first fit
-            pos = self.find(h, w)
-            if pos is None:
-                return None
-            self.occupy(pos[0], pos[1], h, w)
-            return pos[0], pos[1], False
         options = [False] if transpose is False else [True] if transpose is True else [False, True]
         best: Optional[Tuple[int, int, bool]] = None
         for tr in options:
