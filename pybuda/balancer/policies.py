@@ -19,7 +19,9 @@
   Then per-epoch targets (:func:`segment`): dynamic programming cuts the schedule into epochs, each
   with its own target (an epoch holding attention's softmax and one holding only the feed-forward
   matmuls need not run at the same cycle count), for several weights on the binary cache's re-write
-  cost; the cut becomes epoch breaks when its whole cost beats the global target's.
+  cost; the cut becomes epoch breaks when its whole cost beats the global target's. Last, the fill
+  pass (:mod:`pybuda.balancer.fill_streaming`) t-streams each epoch's chains on their grids, so the
+  first input pipelines through a layer norm's nine small ops instead of waiting on each in turn.
 * **Ribbon** — epoch by epoch: for each ribbon size R (the grid row count the epoch's ops share), and
   for "no ribbon", build the epoch from the current op on (each op: its smallest model on the ribbon
   meeting the global target, placed until the next one does not fit), then repeatedly bump the slowest op to its next faster model
@@ -44,10 +46,12 @@ import random
 from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Tuple
 
 from pybuda.perf import cost
-from pybuda.balancer.legalizer import Legalizer, stream_compatible
+from pybuda.perf.fill import slices_needed
+from pybuda.balancer.legalizer import Legalizer, stream_compatible, stream_edge_tms
 from pybuda.balancer.types import BalancerSolution, OpModel
 from pybuda.balancer.packing import GridPacker, PlacementMemo, count_epochs
 from pybuda.balancer import wholecost
+from pybuda.balancer.fill_streaming import stream_for_fill
 
 log = logging.getLogger(__name__)
 
@@ -122,6 +126,7 @@ class _Context:
         # same pairs tens of thousands of times. The models are kept in the value, so an id reused by a
         # new model after an old one was freed is never served the old answer.
         self._compatible: Dict[Tuple[int, int, int, int], Tuple[OpModel, OpModel, bool]] = {}
+        self._slices: Dict[Tuple[int, int, int, int], Tuple[OpModel, OpModel, int]] = {}  # the same for the fill
         #: every packer of the candidate epochs shares one placement memo (see GridPacker)
         self.placements: PlacementMemo = {}
         overrides = config.placer_op_overrides
@@ -187,6 +192,40 @@ class _Context:
                 continue
             chosen[pi] = repl
         return ok
+
+    def fill_edges(self, i: int, model: OpModel, model_of: Callable[[int], Optional[OpModel]],
+                   restream: bool = False) -> List[Tuple[int, int]]:
+        """Op ``i``'s producers as the fill counts them (:meth:`wholecost.EpochAccumulator.add`): each
+        producer index with how many of its slices ``model``'s first slice reads.
+
+        With ``restream`` the count follows the edge's TMs as the performance model does (the
+        producers' models from ``model_of``; an unknown one, None, counts as read whole; a producer
+        feeding several inputs counts with its most-read edge); this is what the fill pass
+        (:func:`stream_for_fill`) weighs. Without it every producer is read from its first slice: the
+        fill a chain would have if it pipelined all through. The policies choose targets and epoch
+        cuts with that bound, because their choices turn on the steady state, where the balancer
+        counts less DRAM traffic than the performance model (per-row weight fetches, epoch-to-epoch
+        queues); with the exact fill there, BERT-Large on gs_e150 moved to a 32-epoch placement of
+        DRAM-streamed weights that the performance model puts 25 % slower."""
+        if not restream:
+            return [(pi, 1) for pi in self.producer_ops[i]]
+        edges: Dict[int, int] = {}
+        for e, (pi, k, tms) in enumerate(self.producers[i]):
+            producer = model_of(pi)
+            if producer is None:
+                needed = 1 << 30
+            elif producer.t == 1:
+                needed = 1
+            else:
+                key = (i, e, id(producer), id(model))
+                hit = self._slices.get(key)
+                if hit is None or hit[0] is not producer or hit[1] is not model:
+                    netlist_tms = stream_edge_tms(producer, model, self.ops[i].type, k, tms)
+                    shape = (producer.t, producer.out_rt, producer.out_ct)
+                    hit = self._slices[key] = (producer, model, slices_needed(shape, netlist_tms))
+                needed = hit[2]
+            edges[pi] = max(edges.get(pi, 1), needed)
+        return list(edges.items())
 
     def prologue(self, i: int, model: OpModel) -> float:
         """Prologue bytes of op ``i`` with ``model`` (cached per model object)."""
@@ -362,7 +401,8 @@ def _whole_score(ctx: _Context, models: Sequence[OpModel], breaks: Optional[List
     shapes = [m.grid_shape for m in models]
     epochs = count_epochs(shapes, ctx.breaks if breaks is None else breaks, ctx.rows, ctx.cols,
                           ctx.allow_transpose, ctx.placements)
-    return wholecost.score_solution(ctx.ops, models, epochs, ctx.producer_ops, ctx.switch, ctx.microbatch,
+    producers = [ctx.fill_edges(i, m, models.__getitem__) for i, m in enumerate(models)]
+    return wholecost.score_solution(ctx.ops, models, epochs, producers, ctx.switch, ctx.microbatch,
                                     [ctx.prologue(i, m) for i, m in enumerate(models)], ctx.host_io)
 
 
@@ -429,7 +469,8 @@ def global_target(ctx: _Context, targets: _Targets,
 # --------------------------------------------------------------------------------------------------
 
 def _nlp(ctx: _Context) -> Tuple[int, List[str]]:
-    """The better, by the whole cost, of one global target and per-epoch targets (:func:`segment`).
+    """The better, by the whole cost, of one global target and per-epoch targets (:func:`segment`), its
+    epochs' chains then t-streamed for a shorter fill (:func:`stream_for_fill`: grids and epochs stay).
     Returns the target (with per-epoch targets, the largest) and the epoch breaks to honour."""
     targets = _Targets(ctx)
     target, prefer_rows = global_target(ctx, targets, _whole_score)
@@ -440,7 +481,9 @@ def _nlp(ctx: _Context) -> Tuple[int, List[str]]:
         if total < best[0] * (1 - 1e-9):
             best = (total, cand_models, cand_breaks, cand_target)
     _, models, starts, target = best
-    for i, model in enumerate(models):
+    epoch_of = count_epochs([m.grid_shape for m in models], _merge_breaks(ctx, starts), ctx.rows, ctx.cols,
+                            ctx.allow_transpose, ctx.placements)
+    for i, model in enumerate(stream_for_fill(ctx, models, epoch_of)):
         ctx.chosen[i] = model
     return target, [ctx.ops[i].name for i in starts if i > 0 and not ctx.breaks[i]]
 
@@ -518,7 +561,7 @@ def _epoch_options(ctx: _Context, targets: _Targets, i: int, ladder: Sequence[in
             if packer.place(model.grid_shape[0], model.grid_shape[1], start=start_pos,
                             transpose=transpose) is None and j > i:
                 break
-            acc.add(j, model, ctx.producer_ops[j], ctx.prologue(j, model))
+            acc.add(j, model, ctx.fill_edges(j, model, lambda _: None), ctx.prologue(j, model))
             j += 1
             total = acc.device_cycles(mb)
             prev = hit.get(j - i)

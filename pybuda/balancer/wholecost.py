@@ -5,8 +5,8 @@ pipeline fill from the same numbers as :mod:`pybuda.perf`).
 Per epoch (cycles per microbatch, as :class:`pybuda.perf.estimator._Estimator` charges them):
 
 * **run**: ``fill + (microbatch - 1) · steady``; ``steady`` is the slowest op or the epoch's DRAM traffic
-  over the chip's channels (all ops share them), ``fill`` the longest producer→consumer chain of first
-  t-slices (what a microbatch of 1 pays instead of the slowest op);
+  over the chip's channels (all ops share them), ``fill`` the first input's way through the epoch
+  (:mod:`pybuda.perf.fill`) (what a microbatch of 1 pays instead of the slowest op);
 * **switch**: the launch constant, every used core's kernel binaries and overlay blob, and the epoch's
   prologue parameters, read from DRAM at the chip's total bandwidth.
 
@@ -25,6 +25,7 @@ from typing import Any, List, Optional, Sequence, Tuple
 
 from pybuda.perf import cost
 from pybuda.perf.config import PerfConfig
+from pybuda.perf.fill import op_fill
 
 _PERF = PerfConfig()
 
@@ -106,8 +107,9 @@ class EpochAccumulator:
         self.fill = 0.0
         self._path: dict = {}
 
-    def add(self, index: int, model: Any, producers: Sequence[int], prologue: float) -> None:
-        """Op ``index`` joins with ``model``; ``producers`` are its producer op indices (any epoch)."""
+    def add(self, index: int, model: Any, producers: Sequence[Tuple[int, int]], prologue: float) -> None:
+        """Op ``index`` joins with ``model``; ``producers`` are its producer op indices (any epoch), each
+        with how many of that producer's slices its first slice reads (:func:`pybuda.perf.fill.slices_needed`)."""
         if model.cycles > self.steady:
             self.steady = float(model.cycles)
         self.dram += model.dram_bytes
@@ -116,15 +118,19 @@ class EpochAccumulator:
         path = self._path
         costs = self.costs
         start = costs.dram_latency if model.dram_inputs else 0.0
-        for p in producers:
+        span = 0.0
+        for p, needed in producers:
             at = path.get(p)
-            edge = costs.noc_latency + at if at is not None else costs.dram_latency
-            if edge > start:
-                start = edge
-        end = start + model.cycles / (model.t or 1)
-        path[index] = end
-        if end > self.fill:
-            self.fill = end
+            if at is None:  # a queue written by an earlier epoch
+                ready = costs.dram_latency
+            else:
+                ready = costs.noc_latency + at.ready(needed)
+                span = max(span, at.span)
+            if ready > start:
+                start = ready
+        times = path[index] = op_fill(start, span, model.cycles, model.t or 1)
+        if times.last > self.fill:
+            self.fill = times.last
 
     def device_cycles(self, microbatch: int) -> float:
         """Cycles of this epoch per microbatch: switch, fill and the steady state."""
@@ -144,10 +150,11 @@ def placement_cycles(epochs: Sequence[EpochAccumulator], microbatch: int, host_i
 
 
 def score_solution(ops: Sequence[Any], models: Sequence[Any], epoch_of: Sequence[int],
-                   producers: Sequence[Sequence[int]], costs: SwitchCosts, microbatch: int,
+                   producers: Sequence[Sequence[Tuple[int, int]]], costs: SwitchCosts, microbatch: int,
                    prologue: Optional[List[float]] = None, host_io: float = 0.0) -> Tuple[float, int]:
     """(cycles per input, epochs) of ``models`` (one per op, schedule order) placed in ``epoch_of``, the
-    host spending ``host_io`` cycles per microbatch on inputs and outputs."""
+    host spending ``host_io`` cycles per microbatch on inputs and outputs; ``producers`` as
+    :meth:`EpochAccumulator.add` takes them."""
     n_epochs = (max(epoch_of) + 1) if epoch_of else 0
     epochs = [EpochAccumulator(costs) for _ in range(n_epochs)]
     for i, (op, m, e) in enumerate(zip(ops, models, epoch_of)):

@@ -501,9 +501,28 @@ def apply_tms(x: torch.Tensor, tms: Iterable[Any] = (), unpad: Optional[InputUnp
     return x
 
 
+def apply_tile_tms(x: torch.Tensor, tms: Iterable[Any] = (), unpad: Optional[InputUnpad] = None,
+                   pad_value: int = -1) -> torch.Tensor:
+    """The input transforms on a tensor with one entry per tile, ``[z, rt, ct]``: where each tile of
+    the operand comes from (the performance model tracks which producer t-slice feeds which consumer
+    slice with it). A tile broadcast stays inside its tile; padded tiles hold ``pad_value``."""
+    if unpad is not None:
+        x = x[..., : x.shape[-2] - unpad.rt, : x.shape[-1] - unpad.ct]
+    for tm in effective_order(tms):
+        z, r, c = x.shape[-3:]
+        tm.apply(TileShape3(z, r, c))  # the shape rules, as for values
+        if isinstance(tm, TileBroadcast):
+            continue
+        if isinstance(tm, Pad):
+            x = torch.nn.functional.pad(x, (0, tm.ct, 0, tm.rt), value=pad_value)
+            continue
+        x = _VALUE[type(tm)](x, tm, tuple(x.shape[:-3]), z, r, c)
+    return x
+
+
 __all__ = [
     "TILE", "TileShape3", "TMError", "TM", "Broadcast", "HSlice", "VSlice", "HStack", "VStack", "Transpose",
     "TileBroadcast", "Pad", "TM_TYPES", "InputPad", "InputUnpad", "as_tm", "as_tms", "to_obj",
     "tms_to_obj", "tm_names", "has_reshaping_tms", "effective_order", "tm_shape", "tms_shape", "apply_tm",
-    "apply_tms",
+    "apply_tms", "apply_tile_tms",
 ]

@@ -10,6 +10,7 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 from pybuda.backend_build.routing import Pipe, graph_pipes, input_tile_caps
 from pybuda.perf import cost
 from pybuda.perf.config import BOUNDS, PerfConfig
+from pybuda.perf.fill import SliceTimes, op_fill, slices_needed
 from pybuda.perf.pipes import fork_join, gather_sources, pipe_rate, topo
 from pybuda.perf.program import (
     _UNIT_MATMUL, _UNIT_MODEL, _chip_of, _CostModel, _CostOp, _Exec, _flatten, _fused_table, _group_temporal,
@@ -360,10 +361,12 @@ class _Estimator:
         return topo(info, succ)
 
     def _fill(self, info: Dict[str, Dict[str, Any]], rows: Dict[str, OpPerf]) -> int:
-        """Latency of the first input through the epoch's pipeline: the longest producer→consumer path,
-        each op adding the time to produce its first t-slice (one macro-block per core) and each edge
-        its transport latency (NoC hops, DRAM read, PCIe, Ethernet)."""
-        memo: Dict[str, float] = {}
+        """Latency of the first input through the epoch's pipeline (:mod:`pybuda.perf.fill`): the latest
+        time an op puts out the input's last t-slice. An op's first slice starts once each producer
+        has put out the slices it reads (:func:`~pybuda.perf.fill.slices_needed`), plus each edge's
+        transport latency (NoC hops, DRAM read, PCIe, Ethernet). An op's ``latency_cycles`` is its
+        first slice out."""
+        memo: Dict[str, SliceTimes] = {}
         visiting: set = set()
 
         def hops(a: Optional[Tuple[int, int]], b: Optional[Tuple[int, int]]) -> int:
@@ -371,15 +374,15 @@ class _Estimator:
                 return 0
             return abs(a[0] - b[0]) + abs(a[1] - b[1])
 
-        def latency(name: str) -> float:
+        def latency(name: str) -> SliceTimes:
             if name in memo:
                 return memo[name]
-            if name in visiting:  # a cycle cannot happen in a valid netlist; do not recurse forever
-                return 0.0
-            visiting.add(name)
             d = info[name]
             op: NetlistOp = d["op"]
-            start = 0.0
+            if name in visiting:  # a cycle cannot happen in a valid netlist; do not recurse forever
+                return SliceTimes(0.0, 0.0, 1)
+            visiting.add(name)
+            start = span = 0.0
             for i, inp in enumerate(op.inputs):
                 src = d["sources"][i] if i < len(d["sources"]) else "op"
                 if inp in info:
@@ -388,19 +391,20 @@ class _Estimator:
                         p.grid_loc, op.grid_loc)
                     if _chip_of(info[inp]["ex"].graph.target_device) != _chip_of(d["ex"].graph.target_device):
                         edge += self.eth_latency
-                    start = max(start, latency(inp) + edge)
+                    times = latency(inp)
+                    n = slices_needed(p.shape, op.input_tms.get(i, ()), op.input_unpad.get(i))
+                    start = max(start, times.ready(n) + edge)
+                    span = max(span, times.span)
                 elif src == "dram":
                     start = max(start, float(self.cfg.dram_latency_cycles))
                 elif src == "host":
                     start = max(start, self.pcie_latency)
-            row = rows[name]
-            own = row.cycles / max(1, op.t)
             visiting.discard(name)
-            memo[name] = start + own
-            row.latency_cycles = int(math.ceil(start + own))
+            memo[name] = op_fill(start, span, rows[name].cycles, op.t)
+            rows[name].latency_cycles = int(math.ceil(memo[name].first))
             return memo[name]
 
-        return int(math.ceil(max((latency(n) for n in info), default=0.0)))
+        return int(math.ceil(max((latency(n).last for n in info), default=0.0)))
 
     def _switch_parts(self, ex: _Exec, rows: Dict[str, OpPerf]) -> Tuple[Dict[str, float], int, int]:
         """Cycles to load one graph on its chip (launch, binaries, prologue parameters), the prologue

@@ -18,7 +18,9 @@ The model is mechanistic: the same parameters (:class:`PerfConfig`) for every mo
    PCIe is shared by all host-queue traffic of the card, Ethernet by all traffic between a pair of chips.
 3. **Epoch** (one ``execute``; chips of one temporal epoch run concurrently as one pipeline): steady
    state = the slowest op (or link); one execution takes ``fill + (input_count − 1) · steady`` where
-   ``fill`` is the pipeline latency of the first input along the longest producer→consumer path.
+   ``fill`` is when the first input's last t-slice leaves the epoch (:mod:`pybuda.perf.fill`): an op
+   starts on the producer slices its first slice reads (one when both stream alike, all of them when
+   its edge stacks them back), paced by the slowest of itself and its producers.
 4. **Epoch switch**, paid before an execute whenever the chip ran a different graph just before:
    launch constant + every used core's kernel binaries and overlay blob + the prologue parameters of
    the epoch, all read from DRAM (per channel and per chip). Running the same graph again back to back

@@ -28,7 +28,7 @@ def _model(cycles, cores=1, t=1, dram_bytes=0.0, dram_inputs=()):
 def _epoch(costs, models, chain=True):
     acc = EpochAccumulator(costs)
     for i, m in enumerate(models):
-        acc.add(i, m, [i - 1] if chain and i else [], 0.0)
+        acc.add(i, m, [(i - 1, 1)] if chain and i else [], 0.0)
     return acc
 
 
