@@ -26,7 +26,7 @@ __all__ = ["stream_for_fill", "FILL_STREAM_ROUNDS"]
 
 #: Trials per epoch: the first may re-stream every op, later ones only the ops still unstreamed (so
 #: chains that cannot share one factor each get theirs).
-FILL_STREAM_ROUNDS = 3
+FILL_STREAM_ROUNDS = 2
 
 
 def stream_for_fill(ctx: Any, models: List[OpModel], epoch_of: Sequence[int]) -> List[OpModel]:

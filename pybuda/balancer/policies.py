@@ -114,6 +114,8 @@ class _Context:
             self.producers.append(edges)
         self.chosen: List[Optional[OpModel]] = [None] * len(self.ops)
         self.producer_ops: List[List[int]] = [sorted({pi for pi, _, _ in edges}) for edges in self.producers]
+        #: the producers as the policies' fill counts them (see fill_edges)
+        self.first_slice_edges: List[List[Tuple[int, int]]] = [[(pi, 1) for pi in ops] for ops in self.producer_ops]
         self.breaks = epoch_break_flags(graph, config)
         self.rows, self.cols = device.grid_rows, device.grid_cols
         self.allow_transpose = bool(config.enable_auto_transposing_placement)
@@ -208,7 +210,7 @@ class _Context:
         queues); with the exact fill there, BERT-Large on gs_e150 moved to a 32-epoch placement of
         DRAM-streamed weights that the performance model puts 25 % slower."""
         if not restream:
-            return [(pi, 1) for pi in self.producer_ops[i]]
+            return self.first_slice_edges[i]
         edges: Dict[int, int] = {}
         for e, (pi, k, tms) in enumerate(self.producers[i]):
             producer = model_of(pi)
@@ -401,8 +403,7 @@ def _whole_score(ctx: _Context, models: Sequence[OpModel], breaks: Optional[List
     shapes = [m.grid_shape for m in models]
     epochs = count_epochs(shapes, ctx.breaks if breaks is None else breaks, ctx.rows, ctx.cols,
                           ctx.allow_transpose, ctx.placements)
-    producers = [ctx.fill_edges(i, m, models.__getitem__) for i, m in enumerate(models)]
-    return wholecost.score_solution(ctx.ops, models, epochs, producers, ctx.switch, ctx.microbatch,
+    return wholecost.score_solution(ctx.ops, models, epochs, ctx.first_slice_edges, ctx.switch, ctx.microbatch,
                                     [ctx.prologue(i, m) for i, m in enumerate(models)], ctx.host_io)
 
 
@@ -561,7 +562,7 @@ def _epoch_options(ctx: _Context, targets: _Targets, i: int, ladder: Sequence[in
             if packer.place(model.grid_shape[0], model.grid_shape[1], start=start_pos,
                             transpose=transpose) is None and j > i:
                 break
-            acc.add(j, model, ctx.fill_edges(j, model, lambda _: None), ctx.prologue(j, model))
+            acc.add(j, model, ctx.first_slice_edges[j], ctx.prologue(j, model))
             j += 1
             total = acc.device_cycles(mb)
             prev = hit.get(j - i)

@@ -124,13 +124,14 @@ class EpochAccumulator:
             if at is None:  # a queue written by an earlier epoch
                 ready = costs.dram_latency
             else:
-                ready = costs.noc_latency + at.ready(needed)
-                span = max(span, at.span)
+                ready = costs.noc_latency + (at[0] if needed == 1 else at.ready(needed))
+                if at[1] * at[2] > span:
+                    span = at[1] * at[2]
             if ready > start:
                 start = ready
         times = path[index] = op_fill(start, span, model.cycles, model.t or 1)
-        if times.last > self.fill:
-            self.fill = times.last
+        if times[3] > self.fill:  # its last slice
+            self.fill = times[3]
 
     def device_cycles(self, microbatch: int) -> float:
         """Cycles of this epoch per microbatch: switch, fill and the steady state."""

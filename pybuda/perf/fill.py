@@ -31,11 +31,7 @@ class SliceTimes(NamedTuple):
     first: float  #: the first slice
     period: float  #: cycles between slices: the op's own time per slice, or its inputs' pace if slower
     t: int  #: slices per input
-
-    @property
-    def last(self) -> float:
-        """When the last slice is out."""
-        return self.first + (self.t - 1) * self.period
+    last: float  #: the last slice: ``first + (t - 1) · period``
 
     @property
     def span(self) -> float:
@@ -75,6 +71,11 @@ def op_fill(start: float, input_span: float, cycles: float, t: int) -> SliceTime
     """The slice times of an op whose first slice can start at ``start``, whose producers take
     ``input_span`` cycles to put out a whole input (their slowest :attr:`SliceTimes.span`; 0 for
     queues) and which takes ``cycles`` per input in ``t`` slices."""
-    t = max(1, int(t))
-    period = max(cycles, input_span) / t
-    return SliceTimes(start + cycles / t, period, t)
+    if t < 1:
+        t = 1
+    first = start + cycles / t
+    period = (cycles if cycles > input_span else input_span) / t
+    return _new_times(SliceTimes, (first, period, t, first + (t - 1) * period))
+
+
+_new_times = tuple.__new__  # SliceTimes without the NamedTuple constructor: the balancer calls op_fill ~10^5 times
