@@ -153,5 +153,5 @@ def _epoch_cost(ctx: Any, ops: Sequence[int], models: _Overlay) -> float:
     acc = wholecost.EpochAccumulator(ctx.switch)
     for i in ops:
         m = models[i]
-        acc.add(i, m, ctx.fill_edges(i, m, models.__getitem__, restream=True), ctx.prologue(i, m))
+        acc.add(i, m, ctx.fill_edges(i, m, models.__getitem__), ctx.prologue(i, m))
     return acc.device_cycles(ctx.microbatch)

@@ -114,7 +114,9 @@ class _Context:
             self.producers.append(edges)
         self.chosen: List[Optional[OpModel]] = [None] * len(self.ops)
         self.producer_ops: List[List[int]] = [sorted({pi for pi, _, _ in edges}) for edges in self.producers]
-        #: the producers as the policies' fill counts them (see fill_edges)
+        #: every producer read from its first slice: the fill bound the searches for targets and epoch cuts
+        #: score with (~10^5 epochs). The exact count (fill_edges) chose the same BERT-Large placements on
+        #: n150 and e150 at a third more balancer time; the fill pass, which keeps grids, uses it.
         self.first_slice_edges: List[List[Tuple[int, int]]] = [[(pi, 1) for pi in ops] for ops in self.producer_ops]
         self.breaks = epoch_break_flags(graph, config)
         self.rows, self.cols = device.grid_rows, device.grid_cols
@@ -195,22 +197,13 @@ class _Context:
             chosen[pi] = repl
         return ok
 
-    def fill_edges(self, i: int, model: OpModel, model_of: Callable[[int], Optional[OpModel]],
-                   restream: bool = False) -> List[Tuple[int, int]]:
+    def fill_edges(self, i: int, model: OpModel, model_of: Callable[[int], Optional[OpModel]]
+                   ) -> List[Tuple[int, int]]:
         """Op ``i``'s producers as the fill counts them (:meth:`wholecost.EpochAccumulator.add`): each
-        producer index with how many of its slices ``model``'s first slice reads.
-
-        With ``restream`` the count follows the edge's TMs as the performance model does (the
-        producers' models from ``model_of``; an unknown one, None, counts as read whole; a producer
-        feeding several inputs counts with its most-read edge); this is what the fill pass
-        (:func:`stream_for_fill`) weighs. Without it every producer is read from its first slice: the
-        fill a chain would have if it pipelined all through. The policies choose targets and epoch
-        cuts with that bound, because their choices turn on the steady state, where the balancer
-        counts less DRAM traffic than the performance model (per-row weight fetches, epoch-to-epoch
-        queues); with the exact fill there, BERT-Large on gs_e150 moved to a 32-epoch placement of
-        DRAM-streamed weights that the performance model puts 25 % slower."""
-        if not restream:
-            return self.first_slice_edges[i]
+        producer index with how many of its slices ``model``'s first slice reads, following the edge's
+        TMs as the performance model does (:func:`~pybuda.perf.fill.slices_needed`). The producers'
+        models come from ``model_of``; an unknown one (None) counts as read whole, and a producer
+        feeding several inputs counts with its most-read edge."""
         edges: Dict[int, int] = {}
         for e, (pi, k, tms) in enumerate(self.producers[i]):
             producer = model_of(pi)

@@ -5,8 +5,9 @@ pipeline fill from the same numbers as :mod:`pybuda.perf`).
 Per epoch (cycles per microbatch, as :class:`pybuda.perf.estimator._Estimator` charges them):
 
 * **run**: ``fill + (microbatch - 1) · steady``; ``steady`` is the slowest op or the epoch's DRAM traffic
-  over the chip's channels (all ops share them), ``fill`` the first input's way through the epoch
-  (:mod:`pybuda.perf.fill`) (what a microbatch of 1 pays instead of the slowest op);
+  over the chip's channels (all ops share them; an edge between epochs adds its queue's write and
+  reads), ``fill`` the first input's way through the epoch (:mod:`pybuda.perf.fill`; what a
+  microbatch of 1 pays instead of the slowest op);
 * **switch**: the launch constant, every used core's kernel binaries and overlay blob, and the epoch's
   prologue parameters, read from DRAM at the chip's total bandwidth.
 
@@ -155,14 +156,30 @@ def score_solution(ops: Sequence[Any], models: Sequence[Any], epoch_of: Sequence
                    prologue: Optional[List[float]] = None, host_io: float = 0.0) -> Tuple[float, int]:
     """(cycles per input, epochs) of ``models`` (one per op, schedule order) placed in ``epoch_of``, the
     host spending ``host_io`` cycles per microbatch on inputs and outputs; ``producers`` as
-    :meth:`EpochAccumulator.add` takes them."""
+    :meth:`EpochAccumulator.add` takes them. An edge between two epochs goes through an epoch-to-epoch
+    queue in DRAM: the producer's epoch writes it once and every consuming op of a later epoch reads
+    it, on the channels the epochs' other DRAM traffic shares."""
     n_epochs = (max(epoch_of) + 1) if epoch_of else 0
     epochs = [EpochAccumulator(costs) for _ in range(n_epochs)]
+    written = set()
     for i, (op, m, e) in enumerate(zip(ops, models, epoch_of)):
         pro = prologue[i] if prologue is not None else prologue_bytes(op, m)
         epochs[e].add(i, m, producers[i], pro)
+        for p, _ in producers[i]:
+            if epoch_of[p] != e:
+                nbytes = e2e_bytes(ops[p], models[p])
+                epochs[e].dram += nbytes
+                if p not in written:
+                    written.add(p)
+                    epochs[epoch_of[p]].dram += nbytes
     return placement_cycles(epochs, microbatch, host_io), n_epochs
 
 
+def e2e_bytes(op: Any, model: Any) -> float:
+    """Bytes per input of ``op``'s output in an epoch-to-epoch queue."""
+    return float(model.t * model.out_rt * model.out_ct * cost.tile_size_bytes(op.out_df))
+
+
 __all__ = ["SwitchCosts", "switch_costs", "host_io_cycles", "prologue_bytes", "EpochAccumulator", "placement_cycles",
+           "e2e_bytes",
            "score_solution"]

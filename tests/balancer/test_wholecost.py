@@ -109,3 +109,27 @@ def test_nlp_fits_bert_large_in_the_binary_cache_on_e150():
     chosen_cost = policies._whole_score(ctx, chosen, policies._merge_breaks(
         ctx, [ctx.index[name] for name in sol.epoch_breaks]))[0]
     assert chosen_cost <= global_cost
+
+
+def test_an_edge_between_epochs_costs_dram_traffic_in_both():
+    """The producer's epoch writes the epoch-to-epoch queue once; every consuming op of a later epoch reads it."""
+    from pybuda.balancer.wholecost import e2e_bytes, score_solution
+    from pybuda.dtypes import DataFormat
+
+    costs = switch_costs(N150)
+    ops = [SimpleNamespace(out_df=DataFormat.Float16_b, name=n) for n in ("a", "b", "c")]
+    m = SimpleNamespace(cycles=100, cores=1, t=2, out_rt=4, out_ct=8, dram_bytes=0.0, dram_inputs=(), prologue_inputs=())
+    producers = [[], [(0, 1)], [(0, 1)]]
+    nbytes = e2e_bytes(ops[0], m)
+    assert nbytes == 2 * 4 * 8 * cost.tile_size_bytes(DataFormat.Float16_b)
+    split, _ = score_solution(ops, [m, m, m], [0, 1, 1], producers, costs, 1000, prologue=[0.0] * 3)
+    first, second = EpochAccumulator(costs), EpochAccumulator(costs)
+    first.add(0, m, [], 0.0)
+    second.add(1, m, [(0, 1)], 0.0)
+    second.add(2, m, [(0, 1)], 0.0)
+    without_queue = placement_cycles([first, second], 1000)
+    first.dram += nbytes  # written once
+    second.dram += 2 * nbytes  # read by b and by c
+    assert split == pytest.approx(placement_cycles([first, second], 1000))
+    assert 2 * nbytes / costs.dram_total > m.cycles  # here the queue, not the ops, bounds the second epoch
+    assert split > without_queue
