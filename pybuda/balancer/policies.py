@@ -126,6 +126,9 @@ class _Context:
         self.switch = wholecost.switch_costs(device, self.bandwidth)
         self.host_io = wholecost.host_io_cycles(graph, device, config, self.microbatch)
         self._prologue: Dict[int, float] = {}
+        self._reads: Dict[Tuple[int, int], Tuple[OpModel, float]] = {}
+        #: each op's (producer op, input index) edges
+        self.input_edges: List[List[Tuple[int, int]]] = [[(pi, k) for pi, k, _ in edges] for edges in self.producers]
         # stream_compatible answers per (op, edge, producer model, model): the target searches ask the
         # same pairs tens of thousands of times. The models are kept in the value, so an id reused by a
         # new model after an old one was freed is never served the old answer.
@@ -221,6 +224,17 @@ class _Context:
                 needed = hit[2]
             edges[pi] = max(edges.get(pi, 1), needed)
         return list(edges.items())
+
+    def read_bytes(self, i: int, k: int, model: OpModel) -> float:
+        """Bytes one input makes op ``i`` with ``model`` fetch of its operand ``k``: its cores' slices,
+        once per distinct fetch (:func:`~pybuda.perf.cost.operand_fetches`; cached per model object)."""
+        key = (id(model), k)
+        hit = self._reads.get(key)
+        if hit is None or hit[0] is not model:
+            fetches = cost.operand_fetches(self.ops[i], model)
+            nbytes, fetchers = fetches[k] if k < len(fetches) else (0.0, 0)
+            hit = self._reads[key] = (model, float(nbytes * fetchers))
+        return hit[1]
 
     def prologue(self, i: int, model: OpModel) -> float:
         """Prologue bytes of op ``i`` with ``model`` (cached per model object)."""
@@ -397,7 +411,8 @@ def _whole_score(ctx: _Context, models: Sequence[OpModel], breaks: Optional[List
     epochs = count_epochs(shapes, ctx.breaks if breaks is None else breaks, ctx.rows, ctx.cols,
                           ctx.allow_transpose, ctx.placements)
     return wholecost.score_solution(ctx.ops, models, epochs, ctx.first_slice_edges, ctx.switch, ctx.microbatch,
-                                    [ctx.prologue(i, m) for i, m in enumerate(models)], ctx.host_io)
+                                    [ctx.prologue(i, m) for i, m in enumerate(models)], ctx.host_io,
+                                    inputs=ctx.input_edges, read_bytes=lambda i, k: ctx.read_bytes(i, k, models[i]))
 
 
 def assign_for_target(ctx: _Context, targets: _Targets, target: int, prefer_rows: bool) -> List[OpModel]:

@@ -22,7 +22,7 @@ DRAM: :func:`host_io_cycles`). The host works while the device runs, so the micr
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, List, Optional, Sequence, Tuple
+from typing import Any, Callable, List, Optional, Sequence, Tuple
 
 from pybuda.perf import cost
 from pybuda.perf.config import PerfConfig
@@ -42,6 +42,15 @@ class SwitchCosts:
     cache_slots: int  #: distinct epochs whose binaries stay in device DRAM
     noc_latency: float  #: cycles an op→op edge adds to the fill
     dram_latency: float  #: cycles a DRAM read adds to the fill
+    dram_per_channel: float = 0.0  #: one DRAM channel's bytes per cycle
+    dram_channels: int = 1  #: the chip's DRAM channels
+
+    def queue_cycles(self, nbytes: float, buffers: int) -> float:
+        """Cycles per input to move ``nbytes`` through a DRAM queue of ``buffers`` buffers: the placer
+        puts them on the channels round robin, so the queue has at most that many channels."""
+        channels = max(1, min(int(buffers), self.dram_channels))
+        per_channel = self.dram_per_channel or self.dram_total / self.dram_channels
+        return nbytes / (channels * per_channel)
 
     def switch_cycles(self, cores: int, prologue_bytes: float) -> float:
         """Cycles to switch to an epoch using ``cores`` cores with ``prologue_bytes`` of parameters."""
@@ -61,7 +70,8 @@ def switch_costs(device: Any, bandwidth: Optional[cost.DeviceBandwidth] = None) 
         binary_bytes_per_core=float(_PERF.kernel_binary_bytes_per_core + _PERF.overlay_blob_bytes_per_core),
         dram_total=bw.dram_total, host_binary_rate=_PERF.host_binary_write_bytes_per_s / clock,
         cache_slots=int(_PERF.binary_cache_slots), noc_latency=float(_PERF.noc_latency_base_cycles),
-        dram_latency=float(_PERF.dram_latency_cycles))
+        dram_latency=float(_PERF.dram_latency_cycles), dram_per_channel=bw.dram_per_channel,
+        dram_channels=int(bw.dram_channels))
 
 
 def host_io_cycles(graph: Any, device: Any, config: Any, microbatch: int) -> float:
@@ -97,12 +107,13 @@ def prologue_bytes(op: Any, model: Any) -> float:
 class EpochAccumulator:
     """Running totals of one epoch as ops join it in schedule order (the fill needs producers)."""
 
-    __slots__ = ("costs", "steady", "dram", "cores", "prologue", "fill", "_path")
+    __slots__ = ("costs", "steady", "dram", "queues", "cores", "prologue", "fill", "_path")
 
     def __init__(self, costs: SwitchCosts):
         self.costs = costs
         self.steady = 0.0
         self.dram = 0.0
+        self.queues = 0.0  #: cycles per input of the busiest epoch-to-epoch queue (its own channels)
         self.cores = 0
         self.prologue = 0.0
         self.fill = 0.0
@@ -136,7 +147,7 @@ class EpochAccumulator:
 
     def device_cycles(self, microbatch: int) -> float:
         """Cycles of this epoch per microbatch: switch, fill and the steady state."""
-        steady = max(self.steady, self.dram / self.costs.dram_total)
+        steady = max(self.steady, self.dram / self.costs.dram_total, self.queues)
         run = max(self.fill, steady) + (microbatch - 1) * steady
         return run + self.costs.switch_cycles(self.cores, self.prologue)
 
@@ -153,25 +164,40 @@ def placement_cycles(epochs: Sequence[EpochAccumulator], microbatch: int, host_i
 
 def score_solution(ops: Sequence[Any], models: Sequence[Any], epoch_of: Sequence[int],
                    producers: Sequence[Sequence[Tuple[int, int]]], costs: SwitchCosts, microbatch: int,
-                   prologue: Optional[List[float]] = None, host_io: float = 0.0) -> Tuple[float, int]:
+                   prologue: Optional[List[float]] = None, host_io: float = 0.0,
+                   inputs: Optional[Sequence[Sequence[Tuple[int, int]]]] = None,
+                   read_bytes: Optional[Callable[[int, int], float]] = None) -> Tuple[float, int]:
     """(cycles per input, epochs) of ``models`` (one per op, schedule order) placed in ``epoch_of``, the
     host spending ``host_io`` cycles per microbatch on inputs and outputs; ``producers`` as
-    :meth:`EpochAccumulator.add` takes them. An edge between two epochs goes through an epoch-to-epoch
-    queue in DRAM: the producer's epoch writes it once and every consuming op of a later epoch reads
-    it, on the channels the epochs' other DRAM traffic shares."""
+    :meth:`EpochAccumulator.add` takes them.
+
+    An edge between two epochs goes through an epoch-to-epoch queue in DRAM, on the channels the
+    epochs' other DRAM traffic shares: the producer's epoch writes it once (:func:`e2e_bytes`) and
+    the consumer's epoch reads it as the consumer's cores fetch that operand. The queue's own
+    channels bound each epoch too (:meth:`SwitchCosts.queue_cycles`): many readers of a queue on few
+    channels (a small producer grid) wait on those channels, whatever the others do. ``inputs`` lists each
+    op's (producer, input index) edges and ``read_bytes(op, input index)`` the bytes one input makes
+    the op read there (default: the queue once)."""
     n_epochs = (max(epoch_of) + 1) if epoch_of else 0
     epochs = [EpochAccumulator(costs) for _ in range(n_epochs)]
-    written = set()
+    traffic: dict = {}  # (epoch, producer) -> bytes per input through that producer's queue
+    edges = inputs if inputs is not None else [[(p, -1) for p, _ in ps] for ps in producers]
     for i, (op, m, e) in enumerate(zip(ops, models, epoch_of)):
         pro = prologue[i] if prologue is not None else prologue_bytes(op, m)
         epochs[e].add(i, m, producers[i], pro)
-        for p, _ in producers[i]:
-            if epoch_of[p] != e:
-                nbytes = e2e_bytes(ops[p], models[p])
-                epochs[e].dram += nbytes
-                if p not in written:
-                    written.add(p)
-                    epochs[epoch_of[p]].dram += nbytes
+        for p, k in edges[i]:
+            if epoch_of[p] == e:
+                continue
+            nbytes = e2e_bytes(ops[p], models[p])
+            read = read_bytes(i, k) if (read_bytes is not None and k >= 0) else nbytes
+            traffic[(e, p)] = traffic.get((e, p), 0.0) + read
+            if (epoch_of[p], p) not in traffic:
+                traffic[(epoch_of[p], p)] = 0.0
+                traffic[(epoch_of[p], p)] += nbytes  # written once
+    for (e, p), nbytes in traffic.items():
+        acc = epochs[e]
+        acc.dram += nbytes
+        acc.queues = max(acc.queues, costs.queue_cycles(nbytes, models[p].cores))
     return placement_cycles(epochs, microbatch, host_io), n_epochs
 
 

@@ -130,6 +130,30 @@ def test_an_edge_between_epochs_costs_dram_traffic_in_both():
     without_queue = placement_cycles([first, second], 1000)
     first.dram += nbytes  # written once
     second.dram += 2 * nbytes  # read by b and by c
+    first.queues = costs.queue_cycles(nbytes, m.cores)  # the queue's own channels: one buffer, one channel
+    second.queues = costs.queue_cycles(2 * nbytes, m.cores)
     assert split == pytest.approx(placement_cycles([first, second], 1000))
     assert 2 * nbytes / costs.dram_total > m.cycles  # here the queue, not the ops, bounds the second epoch
     assert split > without_queue
+
+
+def test_a_queue_on_few_channels_bounds_its_epochs():
+    """A small producer grid writes a queue of few buffers, so few channels: its readers wait on those."""
+    from pybuda.balancer.wholecost import e2e_bytes, score_solution
+    from pybuda.dtypes import DataFormat
+
+    costs = switch_costs(N150)
+    assert costs.dram_channels > 1
+    assert costs.queue_cycles(1000.0, 1) == pytest.approx(1000.0 / costs.dram_per_channel)
+    assert costs.queue_cycles(1000.0, 100) == pytest.approx(1000.0 / (costs.dram_channels * costs.dram_per_channel))
+    ops = [SimpleNamespace(out_df=DataFormat.Float16_b, name=n) for n in ("a", "b")]
+
+    def model(cores):
+        return SimpleNamespace(cycles=10, cores=cores, t=1, out_rt=16, out_ct=16, dram_bytes=0.0, dram_inputs=(),
+                               prologue_inputs=(), grid_shape=(1, cores))
+    one_core, wide = model(1), model(costs.dram_channels)
+    narrow, _ = score_solution(ops, [one_core, one_core], [0, 1], [[], [(0, 1)]], costs, 1000, prologue=[0.0, 0.0])
+    spread, _ = score_solution(ops, [wide, one_core], [0, 1], [[], [(0, 1)]], costs, 1000, prologue=[0.0, 0.0])
+    nbytes = e2e_bytes(ops[0], one_core)
+    assert costs.queue_cycles(nbytes, 1) > 10  # the one-channel queue, not the ops, sets the pace
+    assert narrow > spread
