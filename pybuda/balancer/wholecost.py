@@ -137,8 +137,8 @@ class EpochAccumulator:
                 ready = costs.dram_latency
             else:
                 ready = costs.noc_latency + (at[0] if needed == 1 else at.ready(needed))
-                if at[1] * at[2] > span:
-                    span = at[1] * at[2]
+                if at[4] > span:  # its span
+                    span = at[4]
             if ready > start:
                 start = ready
         times = path[index] = op_fill(start, span, model.cycles, model.t or 1)
@@ -147,8 +147,12 @@ class EpochAccumulator:
 
     def device_cycles(self, microbatch: int) -> float:
         """Cycles of this epoch per microbatch: switch, fill and the steady state."""
-        steady = max(self.steady, self.dram / self.costs.dram_total, self.queues)
-        run = max(self.fill, steady) + (microbatch - 1) * steady
+        steady = self.dram / self.costs.dram_total  # conditionals, not max(): ~10^5 calls per compile
+        if self.steady > steady:
+            steady = self.steady
+        if self.queues > steady:
+            steady = self.queues
+        run = (self.fill if self.fill > steady else steady) + (microbatch - 1) * steady
         return run + self.costs.switch_cycles(self.cores, self.prologue)
 
 

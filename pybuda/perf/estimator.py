@@ -380,7 +380,7 @@ class _Estimator:
             d = info[name]
             op: NetlistOp = d["op"]
             if name in visiting:  # a cycle cannot happen in a valid netlist; do not recurse forever
-                return SliceTimes(0.0, 0.0, 1, 0.0)
+                return SliceTimes(0.0, 0.0, 1, 0.0, 0.0)
             visiting.add(name)
             start = span = 0.0
             for i, inp in enumerate(op.inputs):

@@ -32,11 +32,7 @@ class SliceTimes(NamedTuple):
     period: float  #: cycles between slices: the op's own time per slice, or its inputs' pace if slower
     t: int  #: slices per input
     last: float  #: the last slice: ``first + (t - 1) · period``
-
-    @property
-    def span(self) -> float:
-        """Cycles the op takes to put out all its slices at its pace."""
-        return self.t * self.period
+    span: float  #: cycles the op takes to put out all its slices at its pace: ``t · period``
 
     def ready(self, n: int) -> float:
         """When the first ``n`` slices are out."""
@@ -74,8 +70,9 @@ def op_fill(start: float, input_span: float, cycles: float, t: int) -> SliceTime
     if t < 1:
         t = 1
     first = start + cycles / t
-    period = (cycles if cycles > input_span else input_span) / t
-    return _new_times(SliceTimes, (first, period, t, first + (t - 1) * period))
+    span = cycles if cycles > input_span else input_span
+    period = span / t
+    return _new_times(SliceTimes, (first, period, t, first + (t - 1) * period, span))
 
 
 _new_times = tuple.__new__  # SliceTimes without the NamedTuple constructor: the balancer calls op_fill ~10^5 times

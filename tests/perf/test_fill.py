@@ -35,7 +35,7 @@ def test_slices_needed_drops_unpadded_tiles_first():
 
 def test_op_fill_paces_slices_by_the_slowest_of_op_and_inputs():
     alone = op_fill(100.0, 0.0, 800.0, 8)
-    assert alone == SliceTimes(200.0, 100.0, 8, 900.0) and alone.span == 800.0
+    assert alone == SliceTimes(200.0, 100.0, 8, 900.0, 800.0)
     assert alone.ready(3) == 400.0 and alone.ready(99) == alone.last
     fed_slowly = op_fill(100.0, 1600.0, 800.0, 8)  # its producer needs 1600 cycles for the input
     assert fed_slowly.first == 200.0 and fed_slowly.period == 200.0 and fed_slowly.last == 1600.0
