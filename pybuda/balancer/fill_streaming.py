@@ -151,7 +151,11 @@ def _streamed(ctx: Any, ops: Sequence[int], models: _Overlay, factor: Tuple[int,
 def _epoch_cost(ctx: Any, ops: Sequence[int], models: _Overlay) -> float:
     """Device cycles per microbatch of the epoch holding ``ops`` with ``models``."""
     acc = wholecost.EpochAccumulator(ctx.switch)
+    first = ops[0]
     for i in ops:
         m = models[i]
         acc.add(i, m, ctx.fill_edges(i, m, models.__getitem__), ctx.prologue(i, m))
+        for p, k in ctx.input_edges[i]:
+            if p < first:  # an epoch-to-epoch queue: a streamed reader may fetch it more often
+                acc.dram += ctx.read_bytes(i, k, m)
     return acc.device_cycles(ctx.microbatch)

@@ -127,6 +127,10 @@ class _Context:
         self.host_io = wholecost.host_io_cycles(graph, device, config, self.microbatch)
         self._prologue: Dict[int, float] = {}
         self._reads: Dict[Tuple[int, int], Tuple[OpModel, float]] = {}
+        #: per op: the last consumer's index (-1: none) and the bytes per input of its output in an
+        #: epoch-to-epoch queue, for the per-epoch search (segment), which knows no final models
+        self.last_consumer: List[int] = [max((c for c, _ in cs), default=-1) for cs in self.consumers]
+        self.queue_write: List[float] = [float(op.shape.tiles * cost.tile_size_bytes(op.out_df)) for op in self.ops]
         #: each op's (producer op, input index) edges
         self.input_edges: List[List[Tuple[int, int]]] = [[(pi, k) for pi, k, _ in edges] for edges in self.producers]
         # stream_compatible answers per (op, edge, producer model, model): the target searches ask the
@@ -489,10 +493,15 @@ def _nlp(ctx: _Context) -> Tuple[int, List[str]]:
         total = _whole_score(ctx, cand_models, _merge_breaks(ctx, cand_breaks))[0]
         if total < best[0] * (1 - 1e-9):
             best = (total, cand_models, cand_breaks, cand_target)
-    _, models, starts, target = best
-    epoch_of = count_epochs([m.grid_shape for m in models], _merge_breaks(ctx, starts), ctx.rows, ctx.cols,
-                            ctx.allow_transpose, ctx.placements)
-    for i, model in enumerate(stream_for_fill(ctx, models, epoch_of)):
+    total, models, starts, target = best
+    flags = _merge_breaks(ctx, starts)
+    epoch_of = count_epochs([m.grid_shape for m in models], flags, ctx.rows, ctx.cols, ctx.allow_transpose,
+                            ctx.placements)
+    streamed = stream_for_fill(ctx, models, epoch_of)
+    # The pass weighs each epoch alone; keep it only if the whole placement agrees (the queues' channels).
+    if _whole_score(ctx, streamed, flags)[0] <= total:
+        models = streamed
+    for i, model in enumerate(models):
         ctx.chosen[i] = model
     return target, [ctx.ops[i].name for i in starts if i > 0 and not ctx.breaks[i]]
 
@@ -528,7 +537,8 @@ class _WindowMemo:
 def _window_ops(ctx: _Context, i: int, length: int) -> Tuple[Any, ...]:
     """What decides the epochs starting at op ``i`` over ``length`` ops: their candidate lists, placement
     overrides and which of their producers are inside the epoch (as offsets from ``i``)."""
-    return tuple((id(ctx.cands[k]), ctx.place_args[k], tuple([k - p if p >= i else -1 for p in ctx.producer_ops[k]]))
+    return tuple((id(ctx.cands[k]), ctx.place_args[k], tuple([(k - p if p >= i else -1, e) for p, e in ctx.input_edges[k]]),
+                  ctx.last_consumer[k] - k if ctx.last_consumer[k] >= 0 else -1)
                  for k in range(i, i + length))
 
 
@@ -562,6 +572,9 @@ def _epoch_options(ctx: _Context, targets: _Targets, i: int, ladder: Sequence[in
     for target in ladder:
         packer = GridPacker(ctx.rows, ctx.cols, ctx.placements)
         acc = wholecost.EpochAccumulator(ctx.switch)
+        # epoch-to-epoch queues: reads of producers before i, writes of ops with consumers past the end
+        pending = 0.0
+        expiring: Dict[int, float] = {}
         j = i
         while j < stop:
             model = targets.pick(j, target)
@@ -571,8 +584,18 @@ def _epoch_options(ctx: _Context, targets: _Targets, i: int, ladder: Sequence[in
                             transpose=transpose) is None and j > i:
                 break
             acc.add(j, model, ctx.first_slice_edges[j], ctx.prologue(j, model))
+            for p, k in ctx.input_edges[j]:
+                if p < i:
+                    acc.dram += ctx.read_bytes(j, k, model)
+            last = ctx.last_consumer[j]
+            if last > j:
+                pending += ctx.queue_write[j]
+                expiring[last + 1] = expiring.get(last + 1, 0.0) + ctx.queue_write[j]
             j += 1
+            pending -= expiring.pop(j, 0.0)
+            acc.dram += pending
             total = acc.device_cycles(mb)
+            acc.dram -= pending
             prev = hit.get(j - i)
             if prev is None or total < prev[0]:
                 hit[j - i] = (total, acc.cores, target)
@@ -589,7 +612,8 @@ def segment(ctx: _Context, targets: _Targets, around: int) -> List[Tuple[List[Op
 
     An epoch ``[i, j)`` with target ``T`` gives every op its preferred model meeting ``T`` and holds the
     ops the placer's packer fits from ``i`` on; its cost is :class:`wholecost.EpochAccumulator`'s (run,
-    fill and switch). The cheapest cut is found for each weight of :data:`SEGMENT_EPOCH_WEIGHTS` on
+    fill and switch), with the epoch-to-epoch queues the cut makes on its DRAM channels: reads of the
+    producers before ``i`` and writes of the ops read after ``j``. The cheapest cut is found for each weight of :data:`SEGMENT_EPOCH_WEIGHTS` on
     every epoch's binary re-write time (the binary cache makes the cost of an extra epoch depend on
     how many there are, which a sum cannot say), and the final models are chosen in schedule order
     with producer compatibility. The targets tried lie within :data:`SEGMENT_LADDER_SPAN` of ``around``
