@@ -406,15 +406,17 @@ def _score(ctx: _Context, models: Sequence[OpModel]) -> Tuple[float, int]:
             + sum(ctx.epoch_overhead(sum(m.cores for m in ms)) for ms in members)), n_epochs
 
 
-def _whole_score(ctx: _Context, models: Sequence[OpModel], breaks: Optional[List[bool]] = None
-                 ) -> Tuple[float, int]:
+def _whole_score(ctx: _Context, models: Sequence[OpModel], breaks: Optional[List[bool]] = None,
+                 exact_fill: bool = False) -> Tuple[float, int]:
     """The whole cost of a solution (:mod:`pybuda.balancer.wholecost`: switches with binaries and
     prologue, fill, DRAM sharing, binary-cache overflow), epochs from the placer's packer and
     ``breaks`` (default: the user's and epoch-type breaks). Returns (cycles per input, epochs)."""
     shapes = [m.grid_shape for m in models]
     epochs = count_epochs(shapes, ctx.breaks if breaks is None else breaks, ctx.rows, ctx.cols,
                           ctx.allow_transpose, ctx.placements)
-    return wholecost.score_solution(ctx.ops, models, epochs, ctx.first_slice_edges, ctx.switch, ctx.microbatch,
+    edges = [ctx.fill_edges(i, m, models.__getitem__) for i, m in enumerate(models)] if exact_fill \
+        else ctx.first_slice_edges
+    return wholecost.score_solution(ctx.ops, models, epochs, edges, ctx.switch, ctx.microbatch,
                                     [ctx.prologue(i, m) for i, m in enumerate(models)], ctx.host_io,
                                     inputs=ctx.input_edges, read_bytes=lambda i, k: ctx.read_bytes(i, k, models[i]))
 
@@ -493,13 +495,14 @@ def _nlp(ctx: _Context) -> Tuple[int, List[str]]:
         total = _whole_score(ctx, cand_models, _merge_breaks(ctx, cand_breaks))[0]
         if total < best[0] * (1 - 1e-9):
             best = (total, cand_models, cand_breaks, cand_target)
-    total, models, starts, target = best
+    _, models, starts, target = best
     flags = _merge_breaks(ctx, starts)
     epoch_of = count_epochs([m.grid_shape for m in models], flags, ctx.rows, ctx.cols, ctx.allow_transpose,
                             ctx.placements)
     streamed = stream_for_fill(ctx, models, epoch_of)
-    # The pass weighs each epoch alone; keep it only if the whole placement agrees (the queues' channels).
-    if _whole_score(ctx, streamed, flags)[0] <= total:
+    # The pass weighs each epoch alone; keep it only if the whole placement agrees (the queues' channels),
+    # both counted with the exact fill (the first-slice bound cannot see what streaming saves).
+    if _whole_score(ctx, streamed, flags, exact_fill=True)[0] <= _whole_score(ctx, models, flags, exact_fill=True)[0]:
         models = streamed
     for i, model in enumerate(models):
         ctx.chosen[i] = model
