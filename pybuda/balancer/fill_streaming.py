@@ -9,9 +9,10 @@ After a policy has chosen every op's model, :func:`stream_for_fill` tries, epoch
 t-stream factor its ops can take: every op of the epoch that has a legal model with that factor on
 the *same grid* takes the fastest one compatible with its (possibly new) producers and its consumers.
 The epoch keeps the trial that costs the least by the whole cost
-(:class:`~pybuda.balancer.wholecost.EpochAccumulator`: steady state, fill and switch). Grids do not
-change, so the placement, the epochs and the binary cache stay as they were; an epoch gets slower
-never, since its current models are one of the trials.
+(:class:`~pybuda.balancer.wholecost.EpochAccumulator`: steady state, fill with the exact rule, switch,
+and the epoch's reads of earlier epochs' queues). Grids do not change, so the placement, the epochs and
+the binary cache stay as they were; an epoch never gets slower by this measure, since its current
+models are one of the trials. NLP keeps the result only if the whole placement's cost agrees.
 """
 
 from __future__ import annotations
