@@ -52,6 +52,7 @@ from pybuda.balancer.types import BalancerSolution, OpModel
 from pybuda.balancer.packing import GridPacker, PlacementMemo, count_epochs
 from pybuda.balancer import wholecost
 from pybuda.balancer.fill_streaming import stream_for_fill
+from pybuda.balancer.segment import segment
 
 log = logging.getLogger(__name__)
 
@@ -409,8 +410,10 @@ def _score(ctx: _Context, models: Sequence[OpModel]) -> Tuple[float, int]:
 def _whole_score(ctx: _Context, models: Sequence[OpModel], breaks: Optional[List[bool]] = None,
                  exact_fill: bool = False) -> Tuple[float, int]:
     """The whole cost of a solution (:mod:`pybuda.balancer.wholecost`: switches with binaries and
-    prologue, fill, DRAM sharing, binary-cache overflow), epochs from the placer's packer and
-    ``breaks`` (default: the user's and epoch-type breaks). Returns (cycles per input, epochs)."""
+    prologue, fill, DRAM sharing, epoch-to-epoch queues, binary-cache overflow), epochs from the placer's
+    packer and ``breaks`` (default: the user's and epoch-type breaks). The fill reads every producer
+    from its first slice (``first_slice_edges``) unless ``exact_fill`` follows the edges' TMs
+    (:meth:`_Context.fill_edges`). Returns (cycles per input, epochs)."""
     shapes = [m.grid_shape for m in models]
     epochs = count_epochs(shapes, ctx.breaks if breaks is None else breaks, ctx.rows, ctx.cols,
                           ctx.allow_transpose, ctx.placements)
@@ -514,161 +517,6 @@ def _merge_breaks(ctx: _Context, starts: Sequence[int]) -> List[bool]:
     for i in starts:
         flags[i] = True
     return flags
-
-
-#: Per-epoch targets: the geometric ladder's ratio and the Lagrange weights (× the host's binary
-#: re-write time) that trade epochs against the binary cache.
-SEGMENT_LADDER_RATIO = 1.15
-SEGMENT_EPOCH_WEIGHTS = (0.0, 0.5, 1.0, 2.0, 4.0)
-#: Per-epoch targets are searched from the best global target divided by the first number to it times
-#: the second.
-SEGMENT_LADDER_SPAN = (8.0, 4.0)
-
-
-class _WindowMemo:
-    """:func:`_epoch_options` answers by the ops they read. The walks from op ``i`` read a prefix of the
-    window ``[i, stop)``: up to the op that no longer fits, or the whole window when some walk reaches its
-    end. An answer is kept under the signature of the ops it read (``reads`` holds the distinct
-    ``(ops read, reached the end)`` kinds), so windows that differ only beyond that prefix share it (the
-    last layers of a transformer, whose windows are cut short by the end of the graph)."""
-
-    def __init__(self) -> None:
-        self.reads: set = set()
-        self.options: Dict[Any, Dict[int, Tuple[float, int, int]]] = {}
-
-
-def _window_ops(ctx: _Context, i: int, length: int) -> Tuple[Any, ...]:
-    """What decides the epochs starting at op ``i`` over ``length`` ops: their candidate lists, placement
-    overrides and which of their producers are inside the epoch (as offsets from ``i``)."""
-    return tuple((id(ctx.cands[k]), ctx.place_args[k], tuple([(k - p if p >= i else -1, e) for p, e in ctx.input_edges[k]]),
-                  ctx.last_consumer[k] - k if ctx.last_consumer[k] >= 0 else -1)
-                 for k in range(i, i + length))
-
-
-def _epoch_options(ctx: _Context, targets: _Targets, i: int, ladder: Sequence[int],
-                   memo: _WindowMemo) -> Dict[int, Tuple[float, int, int]]:
-    """For epochs starting at op ``i``: end → (device cycles per microbatch, cores, target) of the
-    cheapest target on ``ladder`` that packs ops ``[i, end)`` into one epoch.
-
-    The answer depends only on the ops the walks read (their candidate lists, breaks, placement overrides
-    and which of their producers are inside the epoch), so repeated blocks (a transformer's layers) are
-    computed once (see :class:`_WindowMemo`)."""
-    n = len(ctx.ops)
-    stop = min(n, i + ctx.rows * ctx.cols)
-    for k in range(i + 1, stop):
-        if ctx.breaks[k]:
-            stop = k
-            break
-    # An answer that reached its window's end needs a window of that length; one that stopped at an op
-    # that did not fit needs that op inside the window.
-    kinds = [(length, end) for length, end in memo.reads if ((stop - i == length) if end else (stop - i >= length))]
-    if kinds:
-        ops = _window_ops(ctx, i, max(length for length, _ in kinds))
-        for length, reached_end in kinds:
-            hit = memo.options.get((length, reached_end, ops[:length]))
-            if hit is not None:
-                return {i + n_ops: v for n_ops, v in hit.items()}
-    hit = {}
-    mb = ctx.microbatch
-    read = 0  # ops the walks read, from i
-    j = i
-    for target in ladder:
-        packer = GridPacker(ctx.rows, ctx.cols, ctx.placements)
-        acc = wholecost.EpochAccumulator(ctx.switch)
-        # epoch-to-epoch queues: reads of producers before i, writes of ops with consumers past the end
-        pending = 0.0
-        expiring: Dict[int, float] = {}
-        j = i
-        while j < stop:
-            model = targets.pick(j, target)
-            read = max(read, j - i + 1)
-            start_pos, transpose = ctx.place_args[j]
-            if packer.place(model.grid_shape[0], model.grid_shape[1], start=start_pos,
-                            transpose=transpose) is None and j > i:
-                break
-            acc.add(j, model, ctx.first_slice_edges[j], ctx.prologue(j, model))
-            for p, k in ctx.input_edges[j]:
-                if p < i:
-                    acc.dram += ctx.read_bytes(j, k, model)
-            last = ctx.last_consumer[j]
-            if last > j:
-                pending += ctx.queue_write[j]
-                expiring[last + 1] = expiring.get(last + 1, 0.0) + ctx.queue_write[j]
-            j += 1
-            pending -= expiring.pop(j, 0.0)
-            acc.dram += pending
-            total = acc.device_cycles(mb)
-            acc.dram -= pending
-            prev = hit.get(j - i)
-            if prev is None or total < prev[0]:
-                hit[j - i] = (total, acc.cores, target)
-        if j >= stop:
-            break  # the epoch reaches a hard break or the end: larger targets only slow it down
-    reached_end = j >= stop
-    memo.reads.add((read, reached_end))
-    memo.options[(read, reached_end, _window_ops(ctx, i, read))] = hit
-    return {i + n_ops: v for n_ops, v in hit.items()}
-
-
-def segment(ctx: _Context, targets: _Targets, around: int) -> List[Tuple[List[OpModel], List[int], int]]:
-    """Per-epoch targets: cut the schedule into epochs by dynamic programming over the whole cost.
-
-    An epoch ``[i, j)`` with target ``T`` gives every op its preferred model meeting ``T`` and holds the
-    ops the placer's packer fits from ``i`` on; its cost is :class:`wholecost.EpochAccumulator`'s (run,
-    fill and switch), with the epoch-to-epoch queues the cut makes on its DRAM channels: reads of the
-    producers before ``i`` and writes of the ops read after ``j``. The cheapest cut is found for each weight of :data:`SEGMENT_EPOCH_WEIGHTS` on
-    every epoch's binary re-write time (the binary cache makes the cost of an extra epoch depend on
-    how many there are, which a sum cannot say), and the final models are chosen in schedule order
-    with producer compatibility. The targets tried lie within :data:`SEGMENT_LADDER_SPAN` of ``around``
-    (the best global target): an epoch much slower than that costs more than it saves in switches, and
-    a much faster one has no room left. Returns (models, epoch start indices, largest target) per
-    distinct cut."""
-    n = len(ctx.ops)
-    if n == 0:
-        return []
-    lo = max(1.0, around / SEGMENT_LADDER_SPAN[0])
-    hi = max(around * SEGMENT_LADDER_SPAN[1], lo)
-    ladder: List[int] = []
-    t = lo
-    while t < hi * SEGMENT_LADDER_RATIO:
-        ladder.append(int(t))
-        t *= SEGMENT_LADDER_RATIO
-    memo = _WindowMemo()
-    # Per start: (end, device cycles, binary re-write cycles, target) of each epoch option. The re-write
-    # time does not depend on the weight, so it is priced once for all the weights below.
-    options = [[(end, total, ctx.switch.host_binary_cycles(cores), target)
-                for end, (total, cores, target) in _epoch_options(ctx, targets, i, ladder, memo).items()]
-               for i in range(n)]
-    results: List[Tuple[List[OpModel], List[int], int]] = []
-    seen: set = set()
-    for weight in SEGMENT_EPOCH_WEIGHTS:
-        best: List[float] = [0.0] + [float("inf")] * n
-        back: List[Tuple[int, int]] = [(0, 0)] * (n + 1)
-        for i in range(n):
-            here = best[i]
-            if here == float("inf"):
-                continue
-            for end, total, binary, target in options[i]:
-                value = here + total + weight * binary
-                if value < best[end]:
-                    best[end], back[end] = value, (i, target)
-        cut: List[Tuple[int, int, int]] = []
-        end = n
-        while end > 0:
-            i, target = back[end]
-            cut.append((i, end, target))
-            end = i
-        cut.reverse()
-        key = tuple(cut)
-        if key in seen:
-            continue
-        seen.add(key)
-        chosen: List[Optional[OpModel]] = [None] * n
-        for i, end, target in cut:
-            for j in range(i, end):
-                chosen[j] = ctx.select(j, targets.ranked(j, target, None), chosen)
-        results.append((chosen, [i for i, _, _ in cut], max(t for _, _, t in cut)))  # type: ignore[arg-type]
-    return results
 
 
 # --------------------------------------------------------------------------------------------------

@@ -195,9 +195,7 @@ def score_solution(ops: Sequence[Any], models: Sequence[Any], epoch_of: Sequence
             nbytes = e2e_bytes(ops[p], models[p])
             read = read_bytes(i, k) if (read_bytes is not None and k >= 0) else nbytes
             traffic[(e, p)] = traffic.get((e, p), 0.0) + read
-            if (epoch_of[p], p) not in traffic:
-                traffic[(epoch_of[p], p)] = 0.0
-                traffic[(epoch_of[p], p)] += nbytes  # written once
+            traffic.setdefault((epoch_of[p], p), nbytes)  # written once, by the producer's epoch
     for (e, p), nbytes in traffic.items():
         acc = epochs[e]
         acc.dram += nbytes

@@ -1,9 +1,9 @@
-"""NLP's per-epoch options are shared between windows that read the same ops (policies._WindowMemo)."""
+"""NLP's per-epoch options are shared between windows that read the same ops (segment._WindowMemo)."""
 
 import pytest
 
 from pybuda.arch import get_device_descriptor
-from pybuda.balancer import policies
+from pybuda.balancer import policies, segment
 from pybuda.balancer.legalizer import Legalizer
 from pybuda.balancer.synthetic import bert_encoder_graph
 from pybuda.config import CompilerConfig
@@ -23,9 +23,9 @@ def test_shared_epoch_options_equal_options_computed_alone(layers, break_every):
         ctx.breaks = [i > 0 and i % break_every == 0 for i in range(len(ctx.ops))]
     targets = policies._Targets(ctx)
     ladder = [int(1000 * 1.15 ** k) for k in range(30)]
-    alone = [policies._epoch_options(ctx, targets, i, ladder, policies._WindowMemo()) for i in range(len(ctx.ops))]
+    alone = [segment._epoch_options(ctx, targets, i, ladder, segment._WindowMemo()) for i in range(len(ctx.ops))]
     for order in (range(len(ctx.ops)), range(len(ctx.ops) - 1, -1, -1)):  # the short windows first, too
-        memo = policies._WindowMemo()
-        shared = {i: policies._epoch_options(ctx, targets, i, ladder, memo) for i in order}
+        memo = segment._WindowMemo()
+        shared = {i: segment._epoch_options(ctx, targets, i, ladder, memo) for i in order}
         assert [shared[i] for i in range(len(ctx.ops))] == alone
         assert len(memo.options) < len(ctx.ops)  # some answers were shared

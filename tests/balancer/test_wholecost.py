@@ -6,7 +6,7 @@ import pytest
 
 from pybuda.arch import get_device_descriptor
 from pybuda.balancer import balance
-from pybuda.balancer import policies
+from pybuda.balancer import policies, segment
 from pybuda.balancer.legalizer import Legalizer
 from pybuda.balancer.synthetic import bert_encoder_graph
 from pybuda.balancer.synthetic import chain_graph
@@ -110,7 +110,7 @@ def test_nlp_on_bert_large_e150_pays_for_the_binary_cache_it_overflows():
         ctx, [ctx.index[name] for name in sol.epoch_breaks]))[0]
     assert chosen_cost <= global_cost
     slots = PerfConfig().binary_cache_slots
-    for models, breaks, _ in policies.segment(ctx, targets, target):
+    for models, breaks, _ in segment.segment(ctx, targets, target):
         cost_, epochs = policies._whole_score(ctx, models, policies._merge_breaks(ctx, breaks))
         if epochs <= slots:
             assert chosen_cost <= cost_ * (1 + 1e-9)
@@ -171,7 +171,7 @@ def test_the_per_epoch_search_counts_the_queues_its_cut_makes():
     ctx = policies._Context(g, N150, cfg, Legalizer(g, N150, cfg))
     targets = policies._Targets(ctx)
     ladder = [targets.fastest(1)[0].cycles]
-    options = policies._epoch_options(ctx, targets, 1, ladder, policies._WindowMemo())
+    options = segment._epoch_options(ctx, targets, 1, ladder, segment._WindowMemo())
     model = targets.pick(1, ladder[0])
     queue = ctx.queue_write[0]
     assert queue == 32 * 32 * cost.tile_size_bytes(g.ops["op0"].out_df)
