@@ -506,7 +506,17 @@ def run_op(op_type: str, attrs: Mapping[str, Any], inputs: List[torch.Tensor], o
                                              f"op's declared (t, rows, cols) {list(expected)}")
     if out.shape[0] != n:  # every operand was a constant (batch dimension 1)
         out = out.expand(n, *expected)
-    return out if numerics is None else formats.quantize(out, numerics.out_df)
+    if numerics is None:
+        return out
+    return formats.quantize(out, numerics.out_df, in_place=_fresh(out, inputs))
+
+
+def _fresh(out: torch.Tensor, inputs: List[torch.Tensor]) -> bool:
+    """True when ``out`` shares memory with none of the op's operands: the kernel computed it into a
+    tensor of its own (the usual case), so packing may round it where it is. An op that hands an operand
+    through (a copy op, a fused op whose output is an input) must not round its producer's value."""
+    storage = out.untyped_storage().data_ptr()
+    return all(x.untyped_storage().data_ptr() != storage for x in inputs)
 
 
 def _run_fused(fused: nl.FusedOpDef, inputs: List[torch.Tensor], caches: List[Optional[Dict]],

@@ -26,6 +26,7 @@ from typing import Dict, Optional, Tuple
 
 import torch
 
+from pybuda.golden import native
 from pybuda.golden.tiles import (
     BLOCK_DATUMS,
     BLOCKS_PER_TILE,
@@ -515,7 +516,7 @@ def _bfp_truncate_values(xc: torch.Tensor, oc: torch.Tensor, lsb_bits: torch.Ten
     oc.add_(_F_ZERO)  # a zero magnitude is stored with its sign cleared
 
 
-def _quantize_bfp(x: torch.Tensor, info: FormatInfo, truncate: bool) -> torch.Tensor:
+def _quantize_bfp(x: torch.Tensor, info: FormatInfo, truncate: bool, in_place: bool = False) -> torch.Tensor:
     # A BFP block is one face row: 16 consecutive columns of one row, starting at a multiple of 16
     # (tiles.py). Padding to tiles adds zero rows (irrelevant: blocks never span rows) and zero
     # columns (zeros never raise a block maximum), so the blocks of the tilized tensor are exactly the
@@ -527,10 +528,11 @@ def _quantize_bfp(x: torch.Tensor, info: FormatInfo, truncate: bool) -> torch.Te
     if pad:
         x2 = torch.nn.functional.pad(x2, (0, pad))
     blocks = x2.reshape(-1, BLOCK_DATUMS)
-    out = torch.empty_like(blocks)
-    if blocks.shape[0] <= _CHUNK_BLOCKS:
-        _bfp_fast_chunk(blocks, out, info, truncate)
+    if native.available():  # one pass in C, which may write over its input (the padded copy is ours)
+        out = blocks if in_place or pad else torch.empty_like(blocks)
+        native.bfp_round(blocks, out, info.man_bits, info.family == "a", truncate)
     else:
+        out = torch.empty_like(blocks)
         for s in range(0, blocks.shape[0], _CHUNK_BLOCKS):
             _bfp_fast_chunk(blocks[s:s + _CHUNK_BLOCKS], out[s:s + _CHUNK_BLOCKS], info, truncate)
     out = out.reshape(x2.shape)
@@ -567,7 +569,8 @@ def quantize(x: torch.Tensor, df: DataFormat, *, truncate_bfp: bool = False, in_
 
     ``in_place``: ``x`` may be overwritten (the caller owns it); Float16_b then clears the bits in ``x``
     itself when it is dense float32 (contiguous, or a transpose of a contiguous tensor), instead of
-    allocating a copy. Other formats return a new tensor.
+    allocating a copy, and the BFP formats round a contiguous float32 ``x`` in place when the native
+    kernel (:mod:`pybuda.golden.native`) is available. Other formats return a new tensor.
     """
     info = format_info(df)
     if in_place and info.df in (DataFormat.Float32, DataFormat.Float16_b) and _dense_f32(x):
@@ -583,7 +586,7 @@ def quantize(x: torch.Tensor, df: DataFormat, *, truncate_bfp: bool = False, in_
     if info.df in _SMALL:
         return _quantize_small_float(x, _SMALL[info.df])
     if info.is_bfp:
-        return _quantize_bfp(x, info, truncate_bfp)
+        return _quantize_bfp(x, info, truncate_bfp, in_place)
     return _quantize_int(x, info.df)
 
 

@@ -4,6 +4,7 @@ Expected values are hand-computed from the spec, or come from the scalar referen
 transcribe spec §4.3-4.4 datum by datum in plain Python (independent of the vectorised code).
 """
 
+import shutil
 import struct
 
 import numpy as np
@@ -11,7 +12,7 @@ import pytest
 import torch
 
 from pybuda.golden import formats as F
-from pybuda.golden import packing
+from pybuda.golden import native, packing
 from pybuda.golden.tiles import face_rows, from_face_order, pad_to_tiles, tilize, unpad, untilize
 from pybuda.errors import InputError
 from pybuda.dtypes import DataFormat as DF
@@ -22,6 +23,18 @@ ALL_FORMATS = [DF.Float32, DF.Float16, DF.Float16_b, DF.Lf8, DF.Fp8_e4m3, DF.Bfp
                DF.RawUInt8, DF.RawUInt16, DF.RawUInt32]
 BFP = [DF.Bfp8, DF.Bfp4, DF.Bfp2, DF.Bfp8_b, DF.Bfp4_b, DF.Bfp2_b]
 BFP_BITS = {DF.Bfp8: 7, DF.Bfp4: 3, DF.Bfp2: 1, DF.Bfp8_b: 7, DF.Bfp4_b: 3, DF.Bfp2_b: 1}
+
+
+@pytest.fixture(autouse=True, params=["native", "torch"])
+def bfp_path(request, monkeypatch):
+    """Every test runs on both BFP rounding paths: the C kernel (pybuda.golden.native) and torch's."""
+    if request.param == "torch":
+        monkeypatch.setenv("PYBUDA_GOLDEN_NATIVE", "0")
+    elif shutil.which("cc") is None and shutil.which("gcc") is None:
+        pytest.skip("no C compiler: the native BFP kernel cannot be built here")
+    else:
+        assert native.available(), "a C compiler is here but the native BFP kernel did not build"
+    return request.param
 
 
 # ------------------------------------------------------------------------------------------------
@@ -619,7 +632,7 @@ def test_accumulate():
         F.accumulate(x, DF.Float16, rounding="up")
 
 
-def test_quantize_in_place_overwrites_only_what_it_may():
+def test_quantize_in_place_overwrites_only_what_it_may(bfp_path):
     x = torch.randn(64, 64)
     want = F.quantize(x, DF.Float16_b)
     owned = x.clone()
@@ -632,4 +645,43 @@ def test_quantize_in_place_overwrites_only_what_it_may():
     before = strided.clone()
     assert same(F.quantize(strided, DF.Float16_b, in_place=True), want[:, ::2]) and same(strided, before)
     bfp = x.clone()
-    assert same(F.quantize(bfp, DF.Bfp8_b, in_place=True), F.quantize(x, DF.Bfp8_b)) and same(bfp, x)
+    got = F.quantize(bfp, DF.Bfp8_b, in_place=True)
+    assert same(got, F.quantize(x, DF.Bfp8_b))
+    if bfp_path == "native":  # the kernel rounds the caller's tensor where it is
+        assert got.data_ptr() == bfp.data_ptr()
+    else:
+        assert same(bfp, x)
+    odd = x[:, :40].contiguous()  # 40 columns: padded to whole blocks, so rounded in a new tensor either way
+    want = F.quantize(odd.clone(), DF.Bfp8_b)
+    assert same(F.quantize(odd, DF.Bfp8_b, in_place=True), want) and same(odd, x[:, :40])
+
+
+@pytest.mark.parametrize("df", BFP)
+def test_native_bfp_split_across_threads_equals_one_thread(df, bfp_path, monkeypatch):
+    # Large tensors are split into per-thread block ranges; the seams must not move a single bit.
+    if bfp_path != "native":
+        pytest.skip("the split is the native kernel's")
+    x = torch.cat([mixed_tensor(seed=s, rows=64, cols=256) for s in range(5)]) * 1.0
+    one = F.quantize(x, df)
+    monkeypatch.setattr(native, "PARALLEL_MIN_BLOCKS", 7)
+    monkeypatch.setattr(torch, "get_num_threads", lambda: 3)
+    assert same(F.quantize(x, df), one)
+    assert same(F.quantize(x, df, truncate_bfp=True), F._bfp_exact(x.reshape(-1, 16), F.format_info(df), True).reshape(x.shape))
+
+
+def _bfp8_b_in_child(x):
+    return F.quantize(x, DF.Bfp8_b).numpy()  # not a tensor: torch would send it through shared memory
+
+
+def test_native_bfp_threads_work_in_a_forked_child(bfp_path, monkeypatch):
+    # A forked child inherits the thread pool's object but not its threads; it must start its own.
+    if bfp_path != "native":
+        pytest.skip("the thread pool is the native kernel's")
+    import multiprocessing
+
+    monkeypatch.setattr(native, "PARALLEL_MIN_BLOCKS", 7)
+    monkeypatch.setattr(torch, "get_num_threads", lambda: 2)
+    x = mixed_tensor(seed=3, rows=64, cols=256)
+    want = F.quantize(x, DF.Bfp8_b)  # the parent's pool is running now
+    with multiprocessing.get_context("fork").Pool(1) as pool:
+        assert same(torch.from_numpy(pool.apply_async(_bfp8_b_in_child, (x,)).get(timeout=60)), want)
