@@ -545,6 +545,28 @@ def _quantize_bfp(x: torch.Tensor, info: FormatInfo, truncate: bool, in_place: b
 # quantize
 # --------------------------------------------------------------------------------------------------
 
+def _repeats(x: torch.Tensor) -> bool:
+    """``x`` is a broadcast view: some dimension longer than 1 has stride 0 (all its entries alike)."""
+    return any(st == 0 and sz > 1 for st, sz in zip(x.stride(), x.shape))
+
+
+def _quantize_repeated(x: torch.Tensor, info: FormatInfo, truncate: bool) -> torch.Tensor:
+    """A broadcast view rounds as the narrower tensor it repeats, and stays a broadcast view (a reduction's
+    column expanded across a tile, say, is never materialised). Every format rounds datums alone except
+    BFP, whose blocks are 16 datums of one row: along a repeated last dimension a block holds 16 equal
+    values, so one such block is rounded per row."""
+    base = x
+    for d, (st, sz) in enumerate(zip(x.stride(), x.shape)):
+        if st == 0 and sz > 1:
+            base = base.narrow(d, 0, 1)
+    if info.is_bfp and x.shape[-1] > 1 and x.stride(-1) == 0:
+        block = base.expand(*base.shape[:-1], BLOCK_DATUMS).contiguous()
+        rounded = quantize(block, info.df, truncate_bfp=truncate)[..., :1]
+    else:
+        rounded = quantize(base, info.df, truncate_bfp=truncate)
+    return rounded.expand(x.shape)
+
+
 def quantize(x: torch.Tensor, df: DataFormat, *, truncate_bfp: bool = False, in_place: bool = False) -> torch.Tensor:
     """Round ``x`` to the values data format ``df`` stores, as the BBE host model encodes them.
 
@@ -565,7 +587,8 @@ def quantize(x: torch.Tensor, df: DataFormat, *, truncate_bfp: bool = False, in_
       away from zero and clamped; NaN → 0.
 
     BFP blocking is defined on the tile layout; ``x`` is treated as zero-padded to whole tiles, so any
-    shape works (a 1-D tensor is one row).
+    shape works (a 1-D tensor is one row). A broadcast view (a stride-0 dimension) is rounded once per
+    distinct value and returned as a broadcast view of the same shape.
 
     ``in_place``: ``x`` may be overwritten (the caller owns it); Float16_b then clears the bits in ``x``
     itself when it is dense float32 (contiguous, or a transpose of a contiguous tensor), instead of
@@ -573,6 +596,8 @@ def quantize(x: torch.Tensor, df: DataFormat, *, truncate_bfp: bool = False, in_
     kernel (:mod:`pybuda.golden.native`) is available. Other formats return a new tensor.
     """
     info = format_info(df)
+    if isinstance(x, torch.Tensor) and _repeats(x):
+        return _quantize_repeated(x, info, truncate_bfp)
     if in_place and info.df in (DataFormat.Float32, DataFormat.Float16_b) and _dense_f32(x):
         x = x.detach()  # kept in its layout: a transposed weight is not copied into another one
         if info.df == DataFormat.Float16_b:

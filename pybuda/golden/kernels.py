@@ -149,16 +149,33 @@ def _unchanged_as_is(x: torch.Tensor, pieces: Tuple[torch.Tensor, ...]) -> Tuple
     return tuple(x if p is not x and p.shape == x.shape and torch.equal(p, x) else p for p in pieces)
 
 
+def _alike_columns(b: torch.Tensor, cache: Optional[Dict]) -> bool:
+    """Whether the constant ``b`` (one with a derived-values ``cache``) has all its columns bit for bit
+    alike, as the compiler's reduce constants do (a column of 1/N in every column of a tile). Its
+    product then has alike columns too: the golden computes one and broadcasts it (the chip computes
+    each column the same way), which the column broadcast after a reduction keeps as a view."""
+    if cache is None:
+        return False
+    hit = cache.get(("alike_columns", id(b)))
+    if hit is None or hit[0] is not b:
+        bits = b.view(torch.int32)
+        hit = cache[("alike_columns", id(b))] = (b, bool((bits == bits[..., :1]).all()))
+    return hit[1]
+
+
 def gemm(a: torch.Tensor, b: torch.Tensor, cache: Optional[Dict] = None) -> torch.Tensor:
     """``a @ b`` on device tensors ``[N, t, R, K] @ [Nb, tb, K, C]``. A constant ``b`` (Nb = 1) is never
-    copied per input: with tb = 1 the whole batch is one GEMM of ``(N·t·R) x K``; when ``a`` is one
+    copied per input: with tb = 1, or one matrix broadcast over t (a ``broadcast: {z: t}`` TM, stride 0),
+    the whole batch is one GEMM of ``(N·t·R) x K``; when ``a`` is one
     slice broadcast over t (a ``broadcast: {z: t}`` TM, stride 0) and ``b`` has t slices, the t GEMMs
     share their left operand and run as one against ``b``'s slices side by side (kept in ``cache``,
     the constant's derived-values dict)."""
     if b.shape[0] == 1:
         n, t, r, k = a.shape
         tb, c = b.shape[1], b.shape[-1]
-        if tb == 1:
+        if c > 1 and _alike_columns(b, cache):  # a reduction's constant: one column, broadcast
+            return gemm(a, b[..., :1]).expand(n, t, r, c)
+        if tb == 1 or b.stride(1) == 0:  # one matrix (perhaps broadcast over t): one GEMM of all rows
             return torch.matmul(a.reshape(n * t * r, k), b[0, 0]).reshape(n, t, r, c)
         if t == tb and a.stride(1) == 0:
             def side_by_side():
@@ -263,6 +280,8 @@ def matmul(inputs: Sequence[torch.Tensor], attrs: Dict, fidelity: Optional[MathF
     if attrs.get("identity"):
         return sparse_matmul(inputs, attrs, out_shape, fidelity, caches)
     out = _matmul(inputs[0], inputs[1], fidelity, caches[:2])
+    if attrs.get("bias") and any(st == 0 and sz > 1 for st, sz in zip(out.stride(), out.shape)):
+        out = out.contiguous()  # a broadcast product (alike columns) takes the bias in place below
     if attrs.get("accumulate"):
         z = int(attrs.get("z", out.shape[1]))
         n, t, r, c = out.shape

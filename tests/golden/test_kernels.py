@@ -120,6 +120,37 @@ def test_gemm_batch_paths_match_torch():
     assert torch.allclose(golden_ops.gemm(z, b, {}), torch.matmul(z.contiguous(), b), rtol=1e-5, atol=1e-5)
 
 
+def test_gemm_broadcast_weight_and_alike_columns():
+    a = _rand(2, 4, 64, 96, seed=8)
+    w = _rand(1, 1, 96, 64, seed=9)
+    # One weight broadcast over t (stride 0): one GEMM of all rows, the same numbers as per slice.
+    assert torch.allclose(golden_ops.gemm(a, w.expand(1, 4, 96, 64), {}), torch.matmul(a, w), rtol=1e-5, atol=1e-5)
+    # A reduce constant (every column alike): one column computed, the others a stride-0 view of it.
+    ones = torch.full((1, 1, 96, 32), 1.0 / 96)
+    cache = {}
+    for _ in range(2):  # the second call reads the cached column check
+        out = golden_ops.gemm(a, ones, cache)
+        assert out.stride(-1) == 0 and out.shape == (2, 4, 64, 32)
+        assert torch.allclose(out, torch.matmul(a, ones), rtol=1e-5, atol=1e-6)
+    assert golden_ops.gemm(a, w, {}).stride(-1) == 1  # columns that differ: a plain GEMM
+    # With a bias the broadcast product is made dense first (the bias is added in place).
+    bias = _rand(1, 1, 64, 32, seed=10)
+    out = golden_ops.matmul([a, ones, bias], {"bias": True}, None, caches=[None, {}, {}])
+    assert torch.allclose(out, torch.matmul(a, ones) + tms.apply_tm(bias, nl.TileBroadcast("r")), atol=1e-6)
+
+
+@pytest.mark.parametrize("df", [DataFormat.Bfp8_b, DataFormat.Bfp4, DataFormat.Float16_b, DataFormat.Float16,
+                                DataFormat.Int8])
+def test_quantize_keeps_a_broadcast_a_broadcast(df):
+    # A stride-0 view rounds as its materialised copy does (BFP blocks of one repeated value included) and
+    # comes back as a view of the same shape.
+    col = _rand(2, 3, 64, 1, seed=11) * 37
+    for view in (col.expand(2, 3, 64, 96), col[:, :1].expand(2, 3, 64, 40), _rand(1, 1, 1, 48, seed=12).expand(2, 3, 64, 48)):
+        got = formats.quantize(view, df)
+        assert torch.equal(got, formats.quantize(view.contiguous(), df))
+        assert got.shape == view.shape and 0 in got.stride()
+
+
 def test_matmul_accumulate_z_bias_and_gelu():
     a, b = _rand(1, 4, 32, 64, seed=5), _rand(1, 4, 64, 32, seed=6)
     bias = _rand(1, 1, 32, 32, seed=7)
