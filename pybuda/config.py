@@ -860,6 +860,11 @@ class EnvSettings:
     n300_data_parallel: bool = False
     #: ``PYBUDA_EMULATE_SILICON_DEVICE``: detect_available_devices reports a (simulated) card.
     emulate_silicon_device: bool = False
+    #: ``PYBUDA_GOLDEN_NATIVE``: ``0`` keeps the golden backend off its native kernels (torch only).
+    golden_native: bool = True
+    #: Where built native kernels are kept: ``PYBUDA_CACHE_DIR``, else ``$XDG_CACHE_HOME/pybuda``, else
+    #: ``~/.cache/pybuda``.
+    cache_dir: str = ""
 
 
 def _env_flag(env: Mapping[str, str], name: str) -> bool:
@@ -895,6 +900,9 @@ def read_env() -> EnvSettings:
         amp_light=env.get("PYBUDA_AMP_LIGHT"),
         n300_data_parallel=_env_set(env, "PYBUDA_N300_DATA_PARALLEL"),
         emulate_silicon_device=_env_set(env, "PYBUDA_EMULATE_SILICON_DEVICE"),
+        golden_native=env.get("PYBUDA_GOLDEN_NATIVE", "1").strip().lower() not in ("0", "false", "no", "off"),
+        cache_dir=env.get("PYBUDA_CACHE_DIR") or os.path.join(
+            env.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache"), "pybuda"),
     )
 
 

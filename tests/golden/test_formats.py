@@ -29,10 +29,11 @@ BFP_BITS = {DF.Bfp8: 7, DF.Bfp4: 3, DF.Bfp2: 1, DF.Bfp8_b: 7, DF.Bfp4_b: 3, DF.B
 def bfp_path(request, monkeypatch):
     """Every test runs on both BFP rounding paths: the C kernel (pybuda.golden.native) and torch's."""
     if request.param == "torch":
-        monkeypatch.setenv("PYBUDA_GOLDEN_NATIVE", "0")
+        monkeypatch.setattr(native, "enabled", False)
     elif shutil.which("cc") is None and shutil.which("gcc") is None:
         pytest.skip("no C compiler: the native BFP kernel cannot be built here")
     else:
+        monkeypatch.setattr(native, "enabled", True)
         assert native.available(), "a C compiler is here but the native BFP kernel did not build"
     return request.param
 

@@ -3,8 +3,8 @@ execution costs more than the math (BFP rounding walks a tensor eight times in t
 
 Each kernel is plain C (beside this file), built on first use with the system C compiler into a
 per-user cache, and loaded with ctypes. Everything here is optional: without a compiler, when the
-build fails, or with ``PYBUDA_GOLDEN_NATIVE=0``, :func:`bfp_round` returns False and the caller
-runs the torch path, which computes the same numbers (``tests/golden`` checks both, bit for bit).
+build fails, or with ``PYBUDA_GOLDEN_NATIVE=0`` (read once, at the first use), :func:`bfp_round`
+returns False and the caller runs the torch path, which computes the same numbers (``tests/golden`` checks both, bit for bit).
 
 The call releases the GIL (ctypes does), so a large tensor is split across a few Python threads,
 one per torch intra-op thread: the work is the same, the wall time is shared.
@@ -27,6 +27,8 @@ from typing import Optional
 
 import torch
 
+from pybuda.config import read_env
+
 log = logging.getLogger(__name__)
 
 _SOURCE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "bfp.c")
@@ -47,14 +49,16 @@ _tried = False
 _pool: Optional[ThreadPoolExecutor] = None
 
 
+#: Whether the native kernels are used: None until the first use reads ``PYBUDA_GOLDEN_NATIVE`` (once per
+#: process); tests set it to compare both paths.
+enabled: Optional[bool] = None
+
+
 def _enabled() -> bool:
-    return os.environ.get("PYBUDA_GOLDEN_NATIVE", "1").strip().lower() not in ("0", "false", "no", "off")
-
-
-def _cache_dir() -> str:
-    root = os.environ.get("PYBUDA_CACHE_DIR") or os.path.join(
-        os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache"), "pybuda")
-    return os.path.join(root, "native")
+    global enabled
+    if enabled is None:
+        enabled = read_env().golden_native
+    return enabled
 
 
 def _build(path: str, compiler: str) -> None:
@@ -98,13 +102,13 @@ def _load() -> Optional[ctypes.CDLL]:
         if _tried:
             return _lib
         _tried = True
-        compiler = os.environ.get("CC") or shutil.which("cc") or shutil.which("gcc")
+        compiler = shutil.which("cc") or shutil.which("gcc")
         if compiler is None or sys.byteorder != "little":
             log.debug("golden native kernels: no C compiler; using torch")
             return None
         with open(_SOURCE, "rb") as f:
             key = hashlib.sha256(f.read() + compiler.encode() + _machine_key()).hexdigest()[:16]
-        path = os.path.join(_cache_dir(), f"bfp-{key}.so")
+        path = os.path.join(read_env().cache_dir, "native", f"bfp-{key}.so")
         try:
             if not os.path.exists(path):
                 _build(path, compiler)
@@ -137,7 +141,7 @@ if hasattr(os, "register_at_fork"):
 def _workers() -> ThreadPoolExecutor:
     global _pool
     if _pool is None:
-        _pool = ThreadPoolExecutor(max_workers=max(1, torch.get_num_threads()), thread_name_prefix="pybuda-golden")
+        _pool = ThreadPoolExecutor(max_workers=max(1, torch.get_num_threads()), thread_name_prefix="golden-native")
     return _pool
 
 
