@@ -17,11 +17,15 @@ import torch
 
 from pybuda.dtypes import DataFormat
 from pybuda.errors import InputError, RuntimeFailure
+from pybuda.golden import native
 from pybuda.golden.device import GoldenDevice
 from pybuda.golden.formats import exact_integer_bound
 from pybuda.netlist.host_io import HostIO, from_device_layout, to_device_layout, torch_dtype
 
 log = logging.getLogger(__name__)
+
+#: Bytes of weights written between two trims of the C heap while a device is built.
+TRIM_EVERY_BYTES = 64 << 20
 
 
 class GoldenExecutor:
@@ -45,10 +49,18 @@ class GoldenExecutor:
         self._params: Dict[str, torch.Tensor] = {
             p.name: _tensor(tensors, p.tensor, f"parameter '{p.name}'") for p in host_io.parameters
             if p.tensor in tensors or p.name not in self._transformed or p.tensor == p.name}
+        written = 0
         for rec in host_io.ram_queues:
             value = _tensor(tensors, rec.tensor, f"queue '{rec.queue}'")
             # to_device_layout returns a tensor of its own (never a view of the framework's): handed over
-            self.device.write_ram(rec.queue, to_device_layout(rec, value, rounded=not fast)[0], owned=True)
+            entry = to_device_layout(rec, value, rounded=not fast)[0]
+            written += entry.numel() * entry.element_size()
+            self.device.write_ram(rec.queue, entry, owned=True)
+            del entry
+            if written >= TRIM_EVERY_BYTES:  # the weights' temporaries: see native.release_free_memory
+                native.release_free_memory()
+                written = 0
+        native.release_free_memory()
 
     def run(self, inputs: Sequence[torch.Tensor]) -> List[torch.Tensor]:
         """One push: framework inputs in graph-input order -> framework outputs in graph-output order."""
