@@ -125,6 +125,8 @@ def _load() -> Optional[ctypes.CDLL]:
 
 def available() -> bool:
     """True when the native kernels are enabled and built."""
+    if enabled and _lib is not None:
+        return True
     return _enabled() and _load() is not None
 
 
@@ -149,11 +151,10 @@ def bfp_round(x: torch.Tensor, out: torch.Tensor, man_bits: int, family_a: bool,
     """Round the blocks of contiguous float32 ``x`` (a multiple of 16 datums) into contiguous float32
     ``out`` (which may be ``x``), as ``formats.quantize`` does for a BFP format. False, with nothing
     written, when the native kernel is not available."""
-    if not _enabled():
+    lib = _lib if enabled else None
+    if lib is None and not available():
         return False
-    lib = _load()
-    if lib is None:
-        return False
+    lib = _lib
     nblocks = x.numel() // _BLOCK
     xp, op = x.data_ptr(), out.data_ptr()
     args = (man_bits, int(family_a), int(truncate))
