@@ -139,6 +139,14 @@ def _closure(start: torch.fx.Node, compute: Set[torch.fx.Node], up: bool) -> Set
     return seen
 
 
+def downstream_of(starts: Iterable[torch.fx.Node], compute: Set[torch.fx.Node]) -> Set[torch.fx.Node]:
+    """The compute nodes that depend on any of ``starts`` (the model's inputs, say)."""
+    seen: Set[torch.fx.Node] = set()
+    for start in starts:
+        seen |= _closure(start, compute, up=False)
+    return seen
+
+
 @dataclass
 class Partition:
     """Stage of every compute node, and the fallback decisions that produced it."""

@@ -268,6 +268,11 @@ def _map_program(prog: FxProgram, config: Any, for_device: bool = False) -> Capt
     env = _initial_env(prog, graph, prog.user_inputs)
     unsupported: Dict[torch.fx.Node, str] = {}
     host: Dict[torch.fx.Node, str] = {}
+    # A cpu_fallback_ops op that reads no model input (a positional embedding looked up with constant
+    # positions, say) computes the same value for every sample: it stays in the device graph, where
+    # constant evaluation folds it at compile time. On the host it would become a device input with no
+    # batch dimension, which a microbatch cannot carry.
+    reads_inputs = fallback.downstream_of(prog.user_inputs, set(prog.compute))
     for node in prog.compute:
         before = len(graph.nodes)
         try:
@@ -281,7 +286,7 @@ def _map_program(prog: FxProgram, config: Any, for_device: bool = False) -> Capt
             if reason is not None:
                 unsupported[node] = reason
                 continue
-        if enabled and fallback_names:
+        if enabled and fallback_names and node in reads_inputs:
             hit = op_name(node.target) if op_name(node.target) in fallback_names else \
                 next((t for t in b.op_types if t in fallback_names), None)
             if hit is not None:

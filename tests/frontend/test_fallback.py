@@ -9,7 +9,7 @@ from torch import nn
 from pybuda.config import CompilerConfig
 from pybuda.errors import CompileError, UnsupportedOpError
 from pybuda.frontend.torch import capture, split_for_devices
-from pybuda.verify import run_graph_on_cpu
+from pybuda.verify import calculate_pcc, run_graph_on_cpu
 
 THIS_FILE = pathlib.Path(__file__).resolve()
 
@@ -189,3 +189,36 @@ def test_data_dependent_control_flow_is_a_clear_compile_error():
     assert "model 'branchy' has data-dependent control flow" in message
     assert f"line {line_of('branch')}" in message and "if x.sum() > 0" in message
     assert info.value.stage == "GENERATE_INITIAL_GRAPH"
+
+
+def test_a_fallback_op_that_reads_no_input_is_folded_and_the_model_runs_batched(tmp_path):
+    # A positional embedding looked up with constant positions (as Whisper's encoder does) computes the same
+    # table for every sample. It stays in the device graph, where consteval folds it, instead of becoming a
+    # CPU-pre output that the device would take as an unbatched input (which microbatch 2 cannot carry).
+    import pybuda
+    from pybuda.compile import pybuda_compile
+    from pybuda.golden.executor import create_executor
+
+    class Positional(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.pos = nn.Embedding(32, 32)
+            self.proj = nn.Linear(32, 32)
+
+        def forward(self, x):
+            return self.proj(x + self.pos(torch.arange(32)))
+
+    model = Positional().eval()
+    x = torch.randn(2, 32, 32, generator=torch.Generator().manual_seed(1))
+    result = capture(model, (x,))
+    assert not result.report.fallback_ops and result.pre is None
+    cfg = CompilerConfig()
+    cfg.backend_output_dir = str(tmp_path)
+    results = pybuda_compile(pybuda.PyTorchModule("positional", model), "positional", x, compiler_cfg=cfg,
+                             microbatch_size=2)
+    # The device has no embedding op: the compile succeeding means consteval folded the lookup.
+    (got,) = create_executor(results).run([x])
+    with torch.no_grad():
+        want = model(x)
+    assert got.shape == want.shape and calculate_pcc(got, want) >= 0.999  # Float16_b activations: PCC, not 1e-5
+    assert torch.allclose(got, want, rtol=0.02, atol=0.05)

@@ -61,8 +61,6 @@ def evaluate_constants(graph: Graph, ctx: CompileContext) -> Graph:
     for node in graph:
         if node.kind != OP or not all(o in known for o in node.operands) or not node.operands:
             continue
-        if node.op_type in ("embedding",):
-            continue
         biggest = max(known[o].numel() for o in node.operands)
         out_numel = 1
         for d in node.shape:
