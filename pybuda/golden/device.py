@@ -485,7 +485,7 @@ def run_op(op_type: str, attrs: Mapping[str, Any], inputs: List[torch.Tensor], o
     elif cls == "binary":
         out = golden_ops.binary(op_type, inputs[0], inputs[1], fidelity, caches, in_dfs)
     elif cls == "unary":
-        out = golden_ops.UNARY[op_type](inputs[0], attrs)
+        out = golden_ops.unary(op_type, inputs[0], attrs)
     elif cls == "reduce":
         out = golden_ops.reduce(inputs[0], attrs)
     elif cls == "splice":
@@ -550,7 +550,7 @@ def _run_fused(fused: nl.FusedOpDef, inputs: List[torch.Tensor], caches: List[Op
                 y = golden_ops.binary(sub.type, xs[0], xs[1], fidelity, sub_caches, sub_dfs)
             elif kind == "unary":
                 sub_attrs = {**sub.attributes, "approximate_mode": True} if approximate else sub.attributes
-                y = golden_ops.UNARY[sub.type](xs[0], sub_attrs)
+                y = golden_ops.unary(sub.type, xs[0], sub_attrs)
             else:
                 raise NetlistError(f"fused_ops.{fused.id}.{sub.name}", f"golden supports elementwise sub-ops "
                                                                      f"in fused ops, not '{sub.type}'")

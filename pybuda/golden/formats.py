@@ -551,20 +551,23 @@ def _native_ready(x) -> bool:
             and not x.requires_grad and x.is_contiguous() and native.available())
 
 
-def _repeats(x: torch.Tensor) -> bool:
-    """``x`` is a broadcast view: some dimension longer than 1 has stride 0 (all its entries alike)."""
-    return any(st == 0 and sz > 1 for st, sz in zip(x.stride(), x.shape))
-
-
-def _quantize_repeated(x: torch.Tensor, info: FormatInfo, truncate: bool) -> torch.Tensor:
-    """A broadcast view rounds as the narrower tensor it repeats, and stays a broadcast view (a reduction's
-    column expanded across a tile, say, is never materialised). Every format rounds datums alone except
-    BFP, whose blocks are 16 datums of one row: along a repeated last dimension a block holds 16 equal
-    values, so one such block is rounded per row."""
+def broadcast_base(x: torch.Tensor) -> torch.Tensor:
+    """The narrower tensor a broadcast view repeats: every dimension longer than 1 with stride 0 (all its
+    entries alike) cut to length 1; ``x`` itself when it repeats nothing. An elementwise function of
+    ``x`` is that function of the base, expanded back (``f(base).expand(x.shape)``), which computes each
+    distinct value once and keeps the result a broadcast view."""
     base = x
     for d, (st, sz) in enumerate(zip(x.stride(), x.shape)):
         if st == 0 and sz > 1:
             base = base.narrow(d, 0, 1)
+    return base
+
+
+def _quantize_repeated(x: torch.Tensor, base: torch.Tensor, info: FormatInfo, truncate: bool) -> torch.Tensor:
+    """A broadcast view rounds as its base (:func:`broadcast_base`) and stays a broadcast view (a reduction's
+    column expanded across a tile, say, is never materialised). Every format rounds datums alone except
+    BFP, whose blocks are 16 datums of one row: along a repeated last dimension a block holds 16 equal
+    values, so one such block is rounded per row."""
     if info.is_bfp and x.shape[-1] > 1 and x.stride(-1) == 0:
         block = base.expand(*base.shape[:-1], BLOCK_DATUMS).contiguous()
         rounded = quantize(block, info.df, truncate_bfp=truncate)[..., :1]
@@ -606,8 +609,9 @@ def quantize(x: torch.Tensor, df: DataFormat, *, truncate_bfp: bool = False, in_
         out = x if in_place else torch.empty_like(x)
         native.bfp_round(x, out, info.man_bits, info.family == "a", truncate_bfp)
         return out
-    if isinstance(x, torch.Tensor) and _repeats(x):
-        return _quantize_repeated(x, info, truncate_bfp)
+    base = broadcast_base(x) if isinstance(x, torch.Tensor) else x
+    if base is not x:
+        return _quantize_repeated(x, base, info, truncate_bfp)
     if in_place and info.df in (DataFormat.Float32, DataFormat.Float16_b) and _dense_f32(x):
         x = x.detach()  # kept in its layout: a transposed weight is not copied into another one
         if info.df == DataFormat.Float16_b:
@@ -784,6 +788,9 @@ def accumulate(x: torch.Tensor, acc_df: DataFormat, *, rounding: str = "truncate
     df = DataFormat.from_json(acc_df)
     if rounding not in ("truncate", "nearest"):
         raise InputError(f"rounding must be 'truncate' or 'nearest', got {rounding!r}")
+    base = broadcast_base(x) if isinstance(x, torch.Tensor) else x
+    if base is not x:  # elementwise: once per distinct value, still a broadcast view
+        return accumulate(base, df, rounding=rounding).expand(x.shape)
     x = _as_f32(x)
     if df == DataFormat.Float32:
         return x

@@ -58,11 +58,8 @@ def _bitmask(x: torch.Tensor, mask: int) -> torch.Tensor:
     matmul then runs its shared left operand as one GEMM)."""
     if x.dtype != torch.float32:
         x = x.to(torch.float32)
-    if any(st == 0 and sz > 1 for st, sz in zip(x.stride(), x.shape)):
-        base = x
-        for d, (st, sz) in enumerate(zip(x.stride(), x.shape)):
-            if st == 0 and sz > 1:
-                base = base.narrow(d, 0, 1)
+    base = formats.broadcast_base(x)
+    if base is not x:
         return _bitmask(base, mask).expand(x.shape)
     const = _MASK_CONSTS.get(mask)
     if const is None:  # a 0-dim int32 operand: no per-call conversion of a Python int
@@ -216,6 +213,18 @@ def _matmul(a: torch.Tensor, b: torch.Tensor, fidelity: Optional[MathFidelity],
 UNARY: Dict[str, Callable[[torch.Tensor, Dict], torch.Tensor]] = {
     name: row.golden for name, row in DEVICE_OPS.items() if row.is_unary and callable(row.golden)}
 
+#: Unary ops whose datums are not a function of the input datum alone (dropout draws one number per datum).
+_NOT_PER_DATUM = frozenset({"dropout"})
+
+
+def unary(op_type: str, x: torch.Tensor, attrs: Dict) -> torch.Tensor:
+    """A unary op's kernel. A broadcast input (a reduction's column expanded across its tile, say) is
+    computed once per distinct value and the result stays a broadcast view."""
+    base = formats.broadcast_base(x)
+    if base is not x and op_type not in _NOT_PER_DATUM:
+        return UNARY[op_type](base, attrs).expand(x.shape)
+    return UNARY[op_type](x, attrs)
+
 
 def binary(op_type: str, a: torch.Tensor, b: torch.Tensor, fidelity: Optional[MathFidelity],
            caches: Sequence[Optional[Dict]] = (None, None), dfs: Sequence = (None, None),
@@ -280,17 +289,26 @@ def matmul(inputs: Sequence[torch.Tensor], attrs: Dict, fidelity: Optional[MathF
     if attrs.get("identity"):
         return sparse_matmul(inputs, attrs, out_shape, fidelity, caches)
     out = _matmul(inputs[0], inputs[1], fidelity, caches[:2])
-    if attrs.get("bias") and any(st == 0 and sz > 1 for st, sz in zip(out.stride(), out.shape)):
-        out = out.contiguous()  # a broadcast product (alike columns) takes the bias in place below
     if attrs.get("accumulate"):
         z = int(attrs.get("z", out.shape[1]))
         n, t, r, c = out.shape
         out = out.reshape(n, t // z, z, r, c).sum(dim=2)
     if attrs.get("bias"):
-        out = _add_tile_rows(out, inputs[2], caches[2])
+        out = _add_bias(out, inputs[2], caches[2])
     if attrs.get("sfpu_op") == "gelu":
-        out = UNARY["gelu"](out, {})
+        out = unary("gelu", out, {})
     return out
+
+
+def _add_bias(out: torch.Tensor, bias: torch.Tensor, cache: Optional[Dict]) -> torch.Tensor:
+    """The bias added to a product. A product with alike columns (a broadcast view, see :func:`gemm`) plus
+    a constant bias with alike columns (a layer norm's epsilon) keeps them alike: one column is added.
+    Any other bias needs the product dense."""
+    if formats.broadcast_base(out) is out:
+        return _add_tile_rows(out, bias, cache)
+    if out.stride(-1) == 0 and bias.shape[0] == 1 and _alike_columns(bias, cache):
+        return _add_tile_rows(out[..., :1].contiguous(), bias[..., :1], None).expand(out.shape)
+    return _add_tile_rows(out.contiguous(), bias, cache)
 
 
 def _add_tile_rows(out: torch.Tensor, bias: torch.Tensor, cache: Optional[Dict]) -> torch.Tensor:

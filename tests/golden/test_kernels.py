@@ -139,6 +139,24 @@ def test_gemm_broadcast_weight_and_alike_columns():
     assert torch.allclose(out, torch.matmul(a, ones) + tms.apply_tm(bias, nl.TileBroadcast("r")), atol=1e-6)
 
 
+def test_broadcast_inputs_stay_broadcast_through_unary_ops_bias_and_dest():
+    # A reduction's column expanded across its tile: the reciprocal, the Dest rounding and an alike-columns
+    # bias compute each distinct value once and return a view; the values are those of the dense inputs.
+    col = _rand(2, 3, 64, 1, seed=13).abs() + 0.5
+    wide = col.expand(2, 3, 64, 32)
+    got = golden_ops.unary("reciprocal", wide, {})
+    assert got.stride(-1) == 0 and torch.equal(got, golden_ops.UNARY["reciprocal"](wide.contiguous(), {}))
+    rounded = formats.accumulate(wide, DataFormat.Float16_b)
+    assert rounded.stride(-1) == 0 and torch.equal(rounded, formats.accumulate(wide.contiguous(), DataFormat.Float16_b))
+    dropped = golden_ops.unary("dropout", wide, {"p": 0.5, "seed": 3})  # one draw per datum: made dense
+    assert dropped.stride(-1) != 0
+    a = _rand(2, 3, 64, 96, seed=14)
+    ones, eps = torch.full((1, 1, 96, 32), 1.0 / 96), torch.full((1, 1, 64, 32), 1e-5)
+    out = golden_ops.matmul([a, ones, eps], {"bias": True}, None, caches=[None, {}, {}])
+    dense = golden_ops.matmul([a, ones.clone(), eps], {"bias": True}, None)  # no caches: a plain GEMM
+    assert out.stride(-1) == 0 and torch.allclose(out, dense, rtol=1e-6, atol=1e-7)
+
+
 @pytest.mark.parametrize("df", [DataFormat.Bfp8_b, DataFormat.Bfp4, DataFormat.Float16_b, DataFormat.Float16,
                                 DataFormat.Int8])
 def test_quantize_keeps_a_broadcast_a_broadcast(df):
