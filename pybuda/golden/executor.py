@@ -56,7 +56,6 @@ class GoldenExecutor:
             entry = to_device_layout(rec, value, rounded=not fast)[0]
             written += entry.numel() * entry.element_size()
             self.device.write_ram(rec.queue, entry, owned=True)
-            del entry
             if written >= TRIM_EVERY_BYTES:  # the weights' temporaries: see native.release_free_memory
                 native.release_free_memory()
                 written = 0

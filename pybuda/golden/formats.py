@@ -22,7 +22,7 @@ All arithmetic is vectorised torch on float32/int32 (never torch.bfloat16, which
 from __future__ import annotations
 
 import dataclasses
-from typing import Dict, Optional, Tuple
+from typing import Any, Dict, Optional, Tuple
 
 import torch
 
@@ -551,11 +551,13 @@ def _native_ready(x) -> bool:
             and not x.requires_grad and x.is_contiguous() and native.available())
 
 
-def broadcast_base(x: torch.Tensor) -> torch.Tensor:
+def broadcast_base(x: Any) -> Any:
     """The narrower tensor a broadcast view repeats: every dimension longer than 1 with stride 0 (all its
-    entries alike) cut to length 1; ``x`` itself when it repeats nothing. An elementwise function of
-    ``x`` is that function of the base, expanded back (``f(base).expand(x.shape)``), which computes each
-    distinct value once and keeps the result a broadcast view."""
+    entries alike) cut to length 1; ``x`` itself when it repeats nothing (or is not a tensor). An
+    elementwise function of ``x`` is that function of the base, expanded back (``f(base).expand(x.shape)``),
+    which computes each distinct value once and keeps the result a broadcast view."""
+    if not isinstance(x, torch.Tensor):
+        return x
     base = x
     for d, (st, sz) in enumerate(zip(x.stride(), x.shape)):
         if st == 0 and sz > 1:
@@ -609,7 +611,7 @@ def quantize(x: torch.Tensor, df: DataFormat, *, truncate_bfp: bool = False, in_
         out = x if in_place else torch.empty_like(x)
         native.bfp_round(x, out, info.man_bits, info.family == "a", truncate_bfp)
         return out
-    base = broadcast_base(x) if isinstance(x, torch.Tensor) else x
+    base = broadcast_base(x)
     if base is not x:
         return _quantize_repeated(x, base, info, truncate_bfp)
     if in_place and info.df in (DataFormat.Float32, DataFormat.Float16_b) and _dense_f32(x):
@@ -788,7 +790,7 @@ def accumulate(x: torch.Tensor, acc_df: DataFormat, *, rounding: str = "truncate
     df = DataFormat.from_json(acc_df)
     if rounding not in ("truncate", "nearest"):
         raise InputError(f"rounding must be 'truncate' or 'nearest', got {rounding!r}")
-    base = broadcast_base(x) if isinstance(x, torch.Tensor) else x
+    base = broadcast_base(x)
     if base is not x:  # elementwise: once per distinct value, still a broadcast view
         return accumulate(base, df, rounding=rounding).expand(x.shape)
     x = _as_f32(x)

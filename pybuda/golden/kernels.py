@@ -9,7 +9,7 @@ result before packing, except that multiplies go through the fidelity model when
 
 from __future__ import annotations
 
-from typing import Callable, Dict, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, Optional, Sequence, Tuple
 
 import torch
 
@@ -120,10 +120,11 @@ def _cached(cache: Optional[Dict], key, fn):
     return cache[key]
 
 
-def _cached_with(cache: Optional[Dict], other: Optional[Dict], key, fn):
-    """``fn()`` for a value derived from two constants, memoised in the first one's ``cache`` beside the
-    second one's derived-values dict ``other``: a hit needs that very dict, so a rewritten second constant
-    (a new dict, possibly at a freed dict's address) is never served the old value."""
+def _cached_with(cache: Optional[Dict], other: Any, key, fn):
+    """``fn()`` for a value that also depends on ``other``, memoised in a constant's ``cache`` beside
+    ``other`` itself: a hit needs that very object, so a value derived from a rewritten second constant
+    (a new derived-values dict) or from another tensor (one at a freed tensor's address) is never served
+    in its place."""
     if cache is None:
         return fn()
     hit = cache.get(key)
@@ -153,20 +154,20 @@ def _alike_columns(b: torch.Tensor, cache: Optional[Dict]) -> bool:
     each column the same way), which the column broadcast after a reduction keeps as a view."""
     if cache is None:
         return False
-    hit = cache.get(("alike_columns", id(b)))
-    if hit is None or hit[0] is not b:
+
+    def alike() -> bool:
         bits = b.view(torch.int32)
-        hit = cache[("alike_columns", id(b))] = (b, bool((bits == bits[..., :1]).all()))
-    return hit[1]
+        return bool((bits == bits[..., :1]).all())
+    return _cached_with(cache, b, ("alike_columns", id(b)), alike)
 
 
 def gemm(a: torch.Tensor, b: torch.Tensor, cache: Optional[Dict] = None) -> torch.Tensor:
     """``a @ b`` on device tensors ``[N, t, R, K] @ [Nb, tb, K, C]``. A constant ``b`` (Nb = 1) is never
     copied per input: with tb = 1, or one matrix broadcast over t (a ``broadcast: {z: t}`` TM, stride 0),
-    the whole batch is one GEMM of ``(N·t·R) x K``; when ``a`` is one
-    slice broadcast over t (a ``broadcast: {z: t}`` TM, stride 0) and ``b`` has t slices, the t GEMMs
-    share their left operand and run as one against ``b``'s slices side by side (kept in ``cache``,
-    the constant's derived-values dict)."""
+    the whole batch is one GEMM of ``(N·t·R) x K``; when ``a`` is one slice broadcast over t and ``b``
+    has t slices, the t GEMMs share their left operand and run as one against ``b``'s slices side by
+    side; a ``b`` whose columns are all alike (:func:`_alike_columns`) is one column, broadcast. What is
+    derived from ``b`` is kept in ``cache``, the constant's derived-values dict."""
     if b.shape[0] == 1:
         n, t, r, k = a.shape
         tb, c = b.shape[1], b.shape[-1]
@@ -175,10 +176,7 @@ def gemm(a: torch.Tensor, b: torch.Tensor, cache: Optional[Dict] = None) -> torc
         if tb == 1 or b.stride(1) == 0:  # one matrix (perhaps broadcast over t): one GEMM of all rows
             return torch.matmul(a.reshape(n * t * r, k), b[0, 0]).reshape(n, t, r, c)
         if t == tb and a.stride(1) == 0:
-            def side_by_side():
-                return b, b[0].permute(1, 0, 2).reshape(k, t * c)
-            hit = _cached(cache, ("side_by_side", id(b)), side_by_side)
-            wide = hit[1] if hit[0] is b else side_by_side()[1]
+            wide = _cached_with(cache, b, ("side_by_side", id(b)), lambda: b[0].permute(1, 0, 2).reshape(k, t * c))
             out = torch.matmul(a[:, 0].reshape(n * r, k), wide)
             return out.reshape(n, r, t, c).permute(0, 2, 1, 3)
         if n > 1 and tb == t:

@@ -3,8 +3,8 @@ execution costs more than the math (BFP rounding walks a tensor eight times in t
 
 Each kernel is plain C (beside this file), built on first use with the system C compiler into a
 per-user cache, and loaded with ctypes. Everything here is optional: without a compiler, when the
-build fails, or with ``PYBUDA_GOLDEN_NATIVE=0`` (read once, at the first use), :func:`bfp_round`
-returns False and the caller runs the torch path, which computes the same numbers (``tests/golden`` checks both, bit for bit).
+build fails, or with ``PYBUDA_GOLDEN_NATIVE=0`` (read once, at the first use), :func:`available`
+is False and the caller runs the torch path, which computes the same numbers (``tests/golden`` checks both, bit for bit).
 
 The call releases the GIL (ctypes does), so a large tensor is split across a few Python threads,
 one per torch intra-op thread: the work is the same, the wall time is shared.
@@ -124,9 +124,7 @@ def _load() -> Optional[ctypes.CDLL]:
 
 
 def available() -> bool:
-    """True when the native kernels are enabled and built."""
-    if enabled and _lib is not None:
-        return True
+    """True when the native kernels are enabled and built (the build runs once, at the first call)."""
     return _enabled() and _load() is not None
 
 
@@ -147,13 +145,10 @@ def _workers() -> ThreadPoolExecutor:
     return _pool
 
 
-def bfp_round(x: torch.Tensor, out: torch.Tensor, man_bits: int, family_a: bool, truncate: bool) -> bool:
+def bfp_round(x: torch.Tensor, out: torch.Tensor, man_bits: int, family_a: bool, truncate: bool) -> None:
     """Round the blocks of contiguous float32 ``x`` (a multiple of 16 datums) into contiguous float32
-    ``out`` (which may be ``x``), as ``formats.quantize`` does for a BFP format. False, with nothing
-    written, when the native kernel is not available."""
-    lib = _lib if enabled else None
-    if lib is None and not available():
-        return False
+    ``out`` (which may be ``x``), as ``formats.quantize`` does for a BFP format. Only when
+    :func:`available`: the caller asks first (and takes the torch path otherwise)."""
     lib = _lib
     nblocks = x.numel() // _BLOCK
     xp, op = x.data_ptr(), out.data_ptr()
@@ -161,7 +156,7 @@ def bfp_round(x: torch.Tensor, out: torch.Tensor, man_bits: int, family_a: bool,
     threads = max(1, torch.get_num_threads())
     if threads == 1 or nblocks < PARALLEL_MIN_BLOCKS:
         lib.bfp_round(xp, op, nblocks, *args)
-        return True
+        return
     step = -(-nblocks // threads)
     # The first share runs here, the others on the pool's threads.
     jobs = [_workers().submit(lib.bfp_round, xp + s * _BLOCK * 4, op + s * _BLOCK * 4, min(step, nblocks - s), *args)
@@ -169,7 +164,6 @@ def bfp_round(x: torch.Tensor, out: torch.Tensor, man_bits: int, family_a: bool,
     lib.bfp_round(xp, op, min(step, nblocks), *args)
     for job in jobs:
         job.result()
-    return True
 
 
 _libc: Optional[ctypes.CDLL] = None
