@@ -211,15 +211,12 @@ def _matmul(a: torch.Tensor, b: torch.Tensor, fidelity: Optional[MathFidelity],
 UNARY: Dict[str, Callable[[torch.Tensor, Dict], torch.Tensor]] = {
     name: row.golden for name, row in DEVICE_OPS.items() if row.is_unary and callable(row.golden)}
 
-#: Unary ops whose datums are not a function of the input datum alone (dropout draws one number per datum).
-_NOT_PER_DATUM = frozenset({"dropout"})
-
-
 def unary(op_type: str, x: torch.Tensor, attrs: Dict) -> torch.Tensor:
     """A unary op's kernel. A broadcast input (a reduction's column expanded across its tile, say) is
-    computed once per distinct value and the result stays a broadcast view."""
+    computed once per distinct value and the result stays a broadcast view, unless the op is ``random``
+    (dropout draws a number per datum)."""
     base = formats.broadcast_base(x)
-    if base is not x and op_type not in _NOT_PER_DATUM:
+    if base is not x and not DEVICE_OPS[op_type].random:
         return UNARY[op_type](base, attrs).expand(x.shape)
     return UNARY[op_type](x, attrs)
 

@@ -15,7 +15,8 @@ type, marked ``extension``):
 - flags the compiler reads: ``fusible`` (auto-fusion may schedule it in a fused op), ``zero_preserving``
   (f(0, …, 0) == 0: zero tile padding stays zero), ``zero_absorbing`` (binary: a zero in either input
   gives 0), ``non_negative`` (every output >= 0), ``commutative`` (binary inputs may be swapped),
-  ``amp_sensitive`` (mixed precision keeps its output in Float16_b) and ``tensix`` (runs on Tensix cores).
+  ``amp_sensitive`` (mixed precision keeps its output in Float16_b), ``tensix`` (runs on Tensix cores) and
+  ``random`` (draws a number per datum: equal inputs need not give equal outputs).
 
 Lowering (through the op registry's ``lower`` slot), fusion, the validator, the attribute schema, the
 legalizer, the golden device and the cost model read these rows; :func:`coverage_problems` reports a row
@@ -92,7 +93,7 @@ FORMULAS: Mapping[str, Tuple[FrozenSet[str], FrozenSet[str]]] = MappingProxyType
 
 #: Flags every row must set (None = not given, which :func:`coverage_problems` reports).
 FLAGS = ("fusible", "zero_preserving", "zero_absorbing", "non_negative", "commutative", "amp_sensitive", "tensix",
-         "extension")
+         "extension", "random")
 
 
 @dataclass(frozen=True)
@@ -112,6 +113,7 @@ class DeviceOp:
     tensix: Optional[bool] = None
     #: Not a type of spec §3.1: the simulated chip (golden device, cost model) implements it; BBE does not.
     extension: Optional[bool] = None
+    random: Optional[bool] = None
     doc: str = ""
 
     @property
@@ -226,16 +228,17 @@ def _structural(name: str, cls: str, golden: Union[str, NoGolden], cycles: Mappi
     """A row of a non-elementwise class: its elementwise flags (fusible, padding, sign, commutative) are False."""
     return DeviceOp(name, cls, golden, cycles, fusible=False, zero_preserving=False, zero_absorbing=False,
                     non_negative=False, commutative=False, amp_sensitive=amp_sensitive, tensix=tensix,
-                    extension=False, doc=doc)
+                    extension=False, random=False, doc=doc)
 
 
 def _eltwise(name: str, cls: str, golden: Union[UnaryKernel, BinaryKernel, NoGolden],
              cycles: Mapping[str, CycleModel], *, fusible: bool, zero_preserving: bool,
              zero_absorbing: bool = False, non_negative: bool = False, commutative: bool = False,
-             amp_sensitive: bool = False, tensix: bool = True, extension: bool = False, doc: str = "") -> DeviceOp:
+             amp_sensitive: bool = False, tensix: bool = True, extension: bool = False, random: bool = False,
+             doc: str = "") -> DeviceOp:
     return DeviceOp(name, cls, golden, cycles, fusible=fusible, zero_preserving=zero_preserving,
                     zero_absorbing=zero_absorbing, non_negative=non_negative, commutative=commutative,
-                    amp_sensitive=amp_sensitive, tensix=tensix, extension=extension, doc=doc)
+                    amp_sensitive=amp_sensitive, tensix=tensix, extension=extension, random=random, doc=doc)
 
 
 _QUANT_GOLDEN = NoGolden("the golden device does not emulate Int8/Int32 quantisation")
@@ -308,7 +311,8 @@ _ROWS: Tuple[DeviceOp, ...] = (
              _archs(_unary(84.2, 174.8, _GS), _unary(25.0, 266.5, _WH)),
              fusible=True, zero_preserving=False, non_negative=True, doc="1 / (1 + e^-x)."),
     _eltwise("dropout", "sfpu", _dropout, _wh_unary(19.5, 574.2),
-             fusible=False, zero_preserving=True, doc="Zero with probability p (seeded), scale the rest by 1/(1-p)."),
+             fusible=False, zero_preserving=True, random=True,
+             doc="Zero with probability p (seeded), scale the rest by 1/(1-p)."),
     _eltwise("tanh", "sfpu", lambda x, a: torch.tanh(x), _wh_unary(20.2, 204.1),
              fusible=True, zero_preserving=True, doc="tanh(x)."),
     _eltwise("square", "sfpu", lambda x, a: x * x, _wh_unary(20.1, 204.2),
