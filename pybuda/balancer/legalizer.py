@@ -15,10 +15,12 @@ For each op the legalizer enumerates
 * an **L1 check** per core with the buffer sizes of spec §5.3 in each operand's data format against
   ``DeviceDescriptor.l1_pybuda_budget_bytes`` (op-buffer space minus PyBuda's 100 KiB DRAM-IO reserve);
 * the **cost** from :mod:`pybuda.perf.cost`;
-* only when none of the above fits (an awkward tile count: a prime number of tiles no grid divides, too
-  large for one core), **padded** layouts (``OpModel.padding``): a dimension the op neither contracts
-  nor reduces is rounded up to a multiple of each grid side; its operands get a ``pad`` TM and its
-  readers drop the padding (host outputs crop it; ops read it through ``input_N_unpad``, see
+* when none of the above fits (an awkward tile count: a prime number of tiles no grid divides, too
+  large for one core), or when every exact layout leaves at least 3/4 of the grid idle (Whisper's 47-tile
+  attention would run on one core; not under Ribbon, which reproduces TT-Buda), **padded** layouts
+  (``OpModel.padding``): a dimension the op neither contracts nor reduces is rounded up to a multiple of
+  each grid side (beside exact layouts, only by at most 1/8 more tiles); its operands get a ``pad`` TM
+  and its readers drop the padding (host outputs crop it; ops read it through ``input_N_unpad``, see
   :func:`edge_unpad`). Not enough: a single tile row longer than a grid row of cores can hold, which
   only t-streaming splits (ops writing queues do not stream).
 
@@ -58,6 +60,10 @@ _MATMUL = ops_of_class("matmul", "depthwise")
 _ELTWISE = ops_of_class("binary", "copy", "sfpu")
 _NO_STREAM_TYPES = frozenset({"splice", "embedding", "tilizer", "topk", "ethernet_datacopy", "drainer", "buffer"})
 _PARAM_KINDS = frozenset({"parameter", "constant"})
+#: Padded layouts are also offered when the exact ones use at most 1/NARROW_FRACTION of the worker grid ...
+NARROW_FRACTION = 4
+#: ... and then only paddings that add at most 1/PAD_WASTE of the op's tiles.
+PAD_WASTE = 8
 #: Op types that may compute a padded tensor (see OpModel): the padded tiles of their operands only reach
 #: padded output tiles. Not: depthwise (its weights are laid out per output column), dropout (its random
 #: pattern follows the tensor's shape), splice/embedding/tilizer/topk and the other data-movement ops.
@@ -210,6 +216,8 @@ class Legalizer:
         # TT-Buda's balancer priced a standalone op as exact even in approximate mode (its op-model
         # description set approx_mode for fused ops only): Ribbon, which reproduces its placements, does too.
         self.prices_approximate_mode = normalize_policy(getattr(config, "balancer_policy", None)) != "Ribbon"
+        # TT-Buda padded an op only when no layout fitted; Ribbon, which reproduces its placements, does too.
+        self.pads_narrow_ops = self.prices_approximate_mode
         self._cache: Dict[Any, List[OpModel]] = {}
         self._facts: Dict[str, OpFacts] = {}
         self._output_queues: Dict[str, List[Any]] = {}
@@ -452,17 +460,27 @@ class Legalizer:
                     m = self._fit(op, f, override, t, (fr, fc), gr, gc, dest, diag)
                     if m is not None:
                         models.append(m)
-        if not models and grid_override is None and (1, 1) in streams:
-            models = self._padded_models(op, f, override, dest, diag)
+        if grid_override is None and (1, 1) in streams and (not models or self._narrow(models)):
+            models = models + self._padded_models(op, f, override, dest, diag,
+                                                  exact_cores=max((m.cores for m in models), default=0))
         if not models:
             raise CompileError(self._no_model_reason(op, f, grid_override, diag), stage=STAGE, op=op.name)
         models.sort(key=lambda m: (m.cores, m.stream_factor, m.cycles, m.grid_shape))
         return models
 
-    def _padded_models(self, op: Any, f: OpFacts, override: Any, dest: int, diag: "_Diag") -> List[OpModel]:
-        """Layouts of a padded output (OpModel.padding), tried only when no exact layout fits: for each grid
-        side ``g`` the dimension is padded up to the next multiple of ``g`` (spec §2.2: the grid, mblock and
-        ublock must divide the tensor exactly, and padding is the netlist's only way to change it)."""
+    def _narrow(self, models: List[OpModel]) -> bool:
+        """Whether the exact layouts leave most of the grid idle (at most 1/:data:`NARROW_FRACTION` of its
+        cores): an awkward tile count, such as Whisper's 1500 positions (47 tiles, a prime), whose attention
+        softmax would otherwise run on one core. Ribbon keeps TT-Buda's rule: padding only when nothing fits."""
+        return self.pads_narrow_ops and max(m.cores for m in models) * NARROW_FRACTION <= self.rows * self.cols
+
+    def _padded_models(self, op: Any, f: OpFacts, override: Any, dest: int, diag: "_Diag",
+                       exact_cores: int = 0) -> List[OpModel]:
+        """Layouts of a padded output (OpModel.padding), tried when no exact layout fits, or beside exact
+        ones that are narrow (:meth:`_narrow`, the widest on ``exact_cores`` cores; then only grids wider than
+        that, with paddings adding at most 1/:data:`PAD_WASTE` of the tiles): for each grid side ``g`` the dimension is padded up to the next multiple of ``g``
+        (spec §2.2: the grid, mblock and ublock must divide the tensor exactly, and padding is the netlist's
+        only way to change it)."""
         if not any(f.pad_dims):
             return []
         max_r = max(self.rows, self.cols) if self.allow_transpose else self.rows
@@ -472,6 +490,8 @@ class Legalizer:
             for gc, ct in _padded_sides(f.ct, max_c, f.pad_dims[1]):
                 if (rt, ct) == (f.rt, f.ct) or not self._grid_fits(gr, gc):
                     continue
+                if exact_cores and (gr * gc <= exact_cores or (rt * ct - f.rt * f.ct) * PAD_WASTE > f.rt * f.ct):
+                    continue  # beside exact layouts, only a wider grid for a padding that adds little work
                 padded = dataclasses.replace(f, rt=rt, ct=ct)
                 m = self._fit(op, padded, override, f.z, (1, 1), gr, gc, dest, diag)
                 if m is not None:

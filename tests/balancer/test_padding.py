@@ -1,5 +1,6 @@
 """Padded op models: an op whose awkward tile count (a prime, a huge single row) has no exact layout that fits
-L1 computes a padded tensor instead (OpModel.padding), never a CompileError for lack of L1."""
+L1 computes a padded tensor instead (OpModel.padding), never a CompileError for lack of L1; one whose exact
+layouts leave most of the grid idle is offered padded layouts beside them."""
 
 import pytest
 
@@ -65,10 +66,34 @@ def test_a_prime_single_row_eltwise_gets_a_padded_layout(ct):
 
 
 def test_ops_that_fit_exactly_keep_their_layouts():
-    # A padded layout is only a fallback: an op with an exact fit is enumerated exactly as before.
+    # An op with an exact layout keeps every exact layout it had; a padded one is only added beside them when
+    # the exact ones leave most of the grid idle, and then only a small padding (see the next test).
     for shape, df in (((1, 313), DF.Float16_b), ((4, 64), DF.Float32), ((1, 16), DF.Float32)):
+        _, exact = _models(_graph("tanh", shape, [shape], df=df), balancer_policy="Ribbon")
         _, models = _models(_graph("tanh", shape, [shape], df=df))
-        assert models and not any(m.padded for m in models)
+        assert exact and not any(m.padded for m in exact)
+        assert [m for m in models if not m.padded] == exact
+        if shape != (1, 313):  # 16 and 64 columns already spread over a grid row: nothing to gain
+            assert not any(m.padded for m in models)
+
+
+@pytest.mark.parametrize("op_type", ["exp", "matmul"])
+def test_a_narrow_op_also_gets_padded_layouts_that_use_more_cores(op_type):
+    # 47 x 47 tiles (Whisper's 1500 positions): no grid side of the worker grid divides 47, so every exact layout
+    # runs on one core; padding to 48 x 48 (4 % more tiles) lets a grid of up to 8 x 8 share the work.
+    shapes = [(47, 47)] if op_type == "exp" else [(47, 2), (2, 47)]
+    g = _graph(op_type, (47, 47), shapes, df=DF.Float16_b, read_by_op=True)  # read by an op: it may t-stream
+    leg, models = _models(g)
+    exact = [m for m in models if not m.padded]
+    padded = [m for m in models if m.padded]
+    assert exact and max(m.cores for m in exact) == 1
+    assert padded and max(m.cores for m in padded) >= 16
+    _check_padded(leg, g, padded, WH)
+    for m in padded:  # beside exact layouts only a padding of at most 1/8 of the tiles
+        assert (m.out_rt * m.out_ct - 47 * 47) * 8 <= 47 * 47
+    assert min(m.cycles for m in padded) * 8 < min(m.cycles for m in exact)
+    _, ribbon = _models(g, balancer_policy="Ribbon")  # TT-Buda padded only ops that did not fit at all
+    assert ribbon == exact
 
 
 def test_a_pad_already_on_the_edge_is_merged():
