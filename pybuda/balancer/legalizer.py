@@ -41,7 +41,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any, Dict, FrozenSet, List, Optional, Sequence, Tuple
 
-from pybuda.perf import cost
+from pybuda.perf import cost, sparse
 from pybuda.balancer.types import OpModel
 from pybuda.netlist.model import fused_spec, fused_sub_ops
 from pybuda.errors import CompileError
@@ -356,7 +356,8 @@ class Legalizer:
         override = self.config.balancer_op_overrides.get(op.name)
         fused = _freeze(fused_spec(op, getattr(self.graph, "fused_ops", None))) if op.type == "fused_op" else None
         return (f, _freeze(op.attrs), _freeze(op.input_tms), op.math_fidelity, bool(op.untilize_output),
-                _freeze(dataclasses.asdict(override)) if override is not None else None, fused)
+                _freeze(dataclasses.asdict(override)) if override is not None else None, fused,
+                getattr(op, "tags", {}).get(sparse.DIGEST_TAG))  # a sparse matmul's cost reads its index
 
     # -- enumeration -------------------------------------------------------------------------------
     def models(self, op: Any) -> List[OpModel]:

@@ -77,17 +77,18 @@ class CycleModel:
 #:   when ``df_scaled``, else 1.
 #: - ``reduce``: ``r``/``c`` (ublock, tile) over the reduced K blocks; ``z`` (ublock, tile, z_weight).
 #: - ``nary``: ``t·(ub·ublock + tiles·tile)`` (splice).
-#: - ``matmul_v1``: the GS dense formula with ``m_k``/``ublock``/``tile`` weights (sparse: the same weights).
+#: - ``matmul_v1``: the GS dense formula with ``m_k``/``ublock``/``tile`` weights; ``sparse``: the weights of
+#:   BBE's sparse V1 formula (math, reload, pack and decode terms; see ``pybuda.perf.cost``).
 #: - ``matmul_v2``: the WH dense formula; one (math_tiles, dest_spill, unpack_ublocks, unpack_tiles) set
-#:   per input family.
+#:   per input family; ``sparse``: BBE's sparse V2 decode weights and its measured per-stage cycles.
 #: - ``fused``: the sum of the scheduled sub-ops' cycles.
 FORMULAS: Mapping[str, Tuple[FrozenSet[str], FrozenSet[str]]] = MappingProxyType({
     "unary": (frozenset({"ublock", "tile"}), frozenset({"approx_tile", "vector_tile"})),
     "binary": (frozenset({"ublock", "tile", "df_scaled"}), frozenset()),
     "reduce": (frozenset({"r", "c", "z"}), frozenset()),
     "nary": (frozenset({"ublock", "tile"}), frozenset()),
-    "matmul_v1": (frozenset({"m_k", "ublock", "tile"}), frozenset()),
-    "matmul_v2": (frozenset({"fp16", "bfp", "int32", "l1_acc_fp16", "l1_acc_bfp"}), frozenset()),
+    "matmul_v1": (frozenset({"m_k", "ublock", "tile", "sparse"}), frozenset()),
+    "matmul_v2": (frozenset({"fp16", "bfp", "int32", "l1_acc_fp16", "l1_acc_bfp", "sparse"}), frozenset()),
     "fused": (frozenset(), frozenset()),
 })
 
@@ -198,15 +199,53 @@ _AS_NOP = _archs(_unary(305.0, 56.0, "[D] nop's row (spec §6.1 unary fallback)"
                  _unary(305.0, 56.0, "[D] nop's row (spec §6.1 unary fallback)"))
 # The quantisation ops run add's unpack/pack path [D].
 _AS_ADD = _archs(_binary(294.0, 50.4, "[D] add's GS v2 row"), _binary(234.3, 49.6, "[D] add's WH B0 v3 row"))
+# BBE's sparse matmul V2 stage cycles on WH B0 (perf_lib/op_model/params/wormhole_b0_sparse_v2_formula_params,
+# measured per output ublock shape): {(ublock_rt, ublock_ct, u_kt): (math with tile decode, reload, pack)},
+# one table for LoFi and one for HiFi2 (HiFi3/HiFi4 scale its math by 1.2/1.7). A shape between the measured
+# ones uses the next smaller measured value on each axis, as BBE does.
+_SPARSE_V2_LOFI = MappingProxyType({
+    (1, 1, 1): (335, 140, 150), (1, 1, 4): (100, 136, 117), (1, 1, 8): (55, 140, 115),
+    (1, 2, 1): (125, 110, 100), (1, 2, 4): (50, 110, 90), (1, 2, 8): (26, 110, 80),
+    (1, 4, 1): (26, 50, 50), (1, 4, 4): (26, 50, 50), (1, 4, 8): (26, 50, 50),
+    (1, 8, 1): (26, 45, 40), (1, 8, 4): (26, 45, 36), (1, 8, 8): (26, 45, 35),
+    (2, 1, 1): (125, 110, 100), (2, 1, 4): (55, 110, 90), (2, 1, 8): (55, 110, 80),
+    (2, 2, 1): (26, 50, 50), (2, 2, 4): (26, 50, 50), (2, 2, 8): (26, 50, 50),
+    (2, 4, 1): (26, 45, 40), (2, 4, 4): (26, 45, 36), (2, 4, 8): (26, 45, 35),
+    (4, 1, 1): (55, 45, 35), (4, 1, 4): (55, 45, 35), (4, 1, 8): (55, 45, 35),
+    (4, 2, 1): (26, 45, 40), (4, 2, 4): (26, 45, 36), (4, 2, 8): (26, 45, 35),
+    (8, 1, 1): (55, 45, 35), (8, 1, 4): (55, 45, 35), (8, 1, 8): (55, 45, 35),
+})
+_SPARSE_V2_HIFI2 = MappingProxyType({
+    (1, 1, 1): (335, 142, 150), (1, 1, 4): (100, 140, 123), (1, 1, 8): (55, 140, 120),
+    (1, 2, 1): (125, 110, 100), (1, 2, 4): (50, 110, 90), (1, 2, 8): (38, 110, 80),
+    (1, 4, 1): (38, 50, 50), (1, 4, 4): (38, 50, 50), (1, 4, 8): (38, 50, 50),
+    (1, 8, 1): (38, 45, 42), (1, 8, 4): (37, 45, 40), (1, 8, 8): (38, 45, 40),
+    (2, 1, 1): (125, 110, 100), (2, 1, 4): (55, 110, 90), (2, 1, 8): (55, 110, 80),
+    (2, 2, 1): (38, 50, 50), (2, 2, 4): (38, 50, 50), (2, 2, 8): (38, 50, 50),
+    (2, 4, 1): (38, 45, 42), (2, 4, 4): (37, 45, 40), (2, 4, 8): (38, 45, 40),
+    (4, 1, 1): (55, 45, 40), (4, 1, 4): (55, 45, 40), (4, 1, 8): (55, 45, 40),
+    (4, 2, 1): (38, 45, 42), (4, 2, 4): (37, 45, 40), (4, 2, 8): (38, 45, 40),
+    (8, 1, 1): (55, 45, 35), (8, 1, 4): (55, 45, 35), (8, 1, 8): (55, 45, 35),
+})
 _MATMUL_CYCLES = _archs(
-    CycleModel("matmul_v1", MappingProxyType({"m_k": 1321.0, "ublock": 56.0, "tile": 36.0}), "spec §6.1 GS dense V1"),
+    CycleModel("matmul_v1", MappingProxyType({
+        "m_k": 1321.0, "ublock": 56.0, "tile": 36.0,
+        # BBE perf_lib/op_model/params/grayskull/params_v2.yaml, matmul_sparse
+        "sparse": MappingProxyType({"tile": 36.0, "reload": 20.0, "reload_config": 20.0, "reload_wait_pop": 20.0,
+                                    "pack_wait_push": 25.0, "pack": 25.0, "ublock_decode": 8.0,
+                                    "nz_ublock_decode": 8.0, "nz_tile_decode": 12.0}),
+    }), "spec §6.1 GS dense V1; sparse V1: BBE params_v2.yaml"),
     CycleModel("matmul_v2", MappingProxyType({
         "fp16": (15.52, 47.70, 93.20, 3.33),
         "bfp": (14.16, 22.11, 192.76, 3.97),
         "int32": (17.00, 160.82, 152.67, 0.0),
         "l1_acc_fp16": (15.74, 0.0, 20.92, 3.39),
         "l1_acc_bfp": (14.04, 26.62, 70.01, 4.66),
-    }), "spec §6.1 WH B0 v3 params_v3.yaml"))
+        # BBE params_v3.yaml matmul_sparse (V2 decode weights) and the V2 stage tables above
+        "sparse": MappingProxyType({"ublock_decode": 80.0, "nz_ublock_decode": 80.0, "nz_strip_decode": 100.0,
+                                    "lofi": _SPARSE_V2_LOFI, "hifi2": _SPARSE_V2_HIFI2,
+                                    "fidelity": MappingProxyType({1: 1.0, 2: 1.0, 3: 1.2, 4: 1.7})}),
+    }), "spec §6.1 WH B0 v3 params_v3.yaml; sparse V2: BBE params_v3.yaml and sparse_v2_formula_params"))
 _REDUCE_CYCLES = _archs(
     # one GS row for r and c
     CycleModel("reduce", MappingProxyType({"r": (76.0, 59.0), "c": (76.0, 59.0), "z": (0.0, 287.0, 268.0)}), _GS),

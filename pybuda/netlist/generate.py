@@ -34,6 +34,7 @@ from pybuda.netlist.model import (AllocateQueue, DeallocateQueue, EndLoop, Execu
                                   Var, VarInst)
 from pybuda.ir.lowered import BudaGraph
 from pybuda.netlist.tms import TM, InputUnpad, as_tms
+from pybuda.perf import sparse
 
 if TYPE_CHECKING:  # the compile context is only read, never built, here
     from pybuda.passes.context import CompileContext
@@ -116,6 +117,11 @@ def _op(bg: BudaGraph, name: str, bs: Any, ps: Any, netlist: Netlist, fused_ids:
     if op.type in _BLOCKED_ATTR_TYPES and not (op.type == "reduce" and attrs.get("dim") == "z"):
         attrs["m_k"] = int(model.m_k)
         attrs["u_kt"] = int(model.u_kt)
+    if attrs.get("identity"):  # a sparse matmul: its non-zero strips per core, for this layout
+        strips = sparse.strips_for_layout(op.tags, int(model.grid_shape[0]), int(model.grid_shape[1]),
+                                          int(model.mblock[0]) * int(model.ublock[0]), int(model.u_kt))
+        if strips:
+            attrs["num_nz_strips"] = list(strips)
     if op.type == "fused_op":
         attrs["fused_op_id"] = _fused_id(bg, op.attrs["fused_op_id"], model, netlist, fused_ids)
     return NetlistOp(

@@ -31,6 +31,7 @@ from pybuda.errors import NetlistError
 from pybuda.netlist.model import fused_spec, fused_sub_ops
 from pybuda.netlist.device_ops import CycleModel, find_device_op, ops_of_class
 from pybuda.netlist.operands import sparse_table_tiles_per_core
+from pybuda.perf import sparse
 from pybuda.dtypes import DataFormat, MathFidelity
 
 __all__ = [
@@ -238,49 +239,63 @@ def _matmul_cycles(model: CycleModel, in_dfs: Sequence[DataFormat], acc_df: Data
 
 
 def _sparse_products_per_core(attrs: Mapping[str, Any], b: _Blocking) -> int:
-    """Tile rows of in0·in1 products one core of a sparse matmul performs per input, for each of its
-    output tile columns: ``ceil(indices_len / grid_r)``.
-
-    The index holds one entry per non-zero (output row tile, K row tile) pair over every t, sorted by
-    output row, so the grid rows split it evenly. Zero blocks of ``m_k`` cost nothing: the kernel walks
-    the index, not K (a convolution's im2col picker has ``m_k`` = the whole activation height while
-    each output row touches only kernel-size rows). Without ``indices_len`` (hand-written netlists)
-    every unique sparse tile is assumed used once per core row [D]."""
-    indices = int(attrs.get("indices_len", 0) or 0)
-    if indices <= 0:
-        indices = int(attrs.get("num_sparse_tiles", 0) or 0)
-    return max(1, math.ceil(indices / max(1, b.grid_r)))
+    """Index entries one core of a sparse matmul multiplies per input, for each of its output tile columns
+    (``nz_tiles`` of :func:`pybuda.perf.sparse.sparse_work`). Zero blocks of ``m_k`` cost nothing: the
+    kernel walks the index, not K (a convolution's im2col picker has ``m_k`` = the whole activation height
+    while each output row touches only kernel-size rows)."""
+    return sparse.sparse_work(attrs, b.t, b.mblock_m, b.m_k, b.grid_r).nz_tiles
 
 
-#: Sparse matmul fidelity scaling (spec §6.1: the V2 formula reads LoFi and HiFi2 tables, "HiFi3
-#: scales by 1.2 and HiFi4 by 1.7", relative to HiFi2).
-_SPARSE_FIDELITY = {1: 1.0, 2: 2.0, 3: 2.4, 4: 3.4}
+def _sparse_matmul_cycles(model: CycleModel, fidelity: MathFidelity, attrs: Mapping[str, Any],
+                          b: _Blocking) -> float:
+    """Sparse ("identity") matmul: BBE's own sparse formulas (perf_lib/op_model), with its parameters
+    (the op row's ``sparse`` coefficients) and the busiest core's counts (:mod:`pybuda.perf.sparse`).
 
+    - **GS (V1)**: math per non-zero tile and output tile column (``tile·F``); reload of in1 per strip
+      ublock and per non-zero ublock (plus once per output ublock with ``m_k > 1``); pack of every output
+      tile twice and a wait per empty ublock; decode per non-zero tile, per strip ublock and per non-zero
+      ublock. The strip ublocks are every (t, K block, output ublock).
+    - **WH / BH (V2)**: decode per strip ublock (non-zero strips × ``mblock_m``), per non-zero ublock and per
+      non-zero strip; math with tile decode per non-zero tile and output tile column, reload per
+      non-zero ublock's output tiles when ``m_k > 1``, pack per output tile — the three measured per output
+      ublock shape and ``u_kt`` (LoFi, or HiFi2 scaled 1.2 / 1.7 for HiFi3 / HiFi4).
 
-def _sparse_matmul_cycles(model: CycleModel, in_dfs: Sequence[DataFormat], acc_df: DataFormat,
-                          fidelity: MathFidelity, attrs: Mapping[str, Any], b: _Blocking) -> float:
-    """Sparse ("identity") matmul: the dense formula (GS V1 / WH V2) applied to the work the core
-    really does, one tile product per index entry and output tile column.
-
-    The spec names BBE's sparse formulas but gives no parameters. The per-core work is
-    ``P = ceil(indices_len / grid_r)`` products for each of the ``mblock_n·ublock_ct`` output columns
-    — exactly a dense matmul producing one row of ublocks with ``u_kt = P`` (one K step per product),
-    so the dense parameters cost it [D]: math per product, unpack of one sparse tile plus the
-    activation ublock row per product, and the per-ublock overhead once per output ublock column
-    (one K block, so no Dest spill). Fidelity uses the sparse V2 scaling (HiFi3 ×1.2, HiFi4 ×1.7 of
-    HiFi2; spec §6.1)."""
-    products = _sparse_products_per_core(attrs, b)
-    cols_ub = b.mblock_n
-    uc = b.ublock_ct
-    f_sparse = _SPARSE_FIDELITY.get(fidelity_phases(fidelity), float(fidelity_phases(fidelity)))
-    c = model.coefficients
+    Small, narrow ublocks are expensive (one column: 335 cycles per product at ublock 1x1, against 26 for
+    four or more columns), and so is a long K split into many strips."""
+    w = sparse.sparse_work(attrs, b.t, b.mblock_m, b.m_k, b.grid_r)
+    t, mm, mn, ur, uc = b.t, b.mblock_m, b.mblock_n, b.ublock_rt, b.ublock_ct
+    c = model.coefficients["sparse"]
     if model.formula == "matmul_v1":
-        ub_w, tile_w = c["ublock"], c["tile"]
-        return cols_ub * ub_w + cols_ub * products * uc * tile_w * f_sparse
-    math_w, _, unpack_ub_w, unpack_tile_w = c[_wh_matmul_set(in_dfs, acc_df, attrs)]
-    return (cols_ub * products * uc * f_sparse * math_w
-            + cols_ub * unpack_ub_w
-            + cols_ub * products * (1 + uc) * unpack_tile_w)
+        strip_ublocks = t * b.m_k * mm
+        nz_ublocks = w.nz_tiles // (t * ur * uc)  # BBE's V1 count: non-zero tiles in whole ublocks
+        strip_ublocks = max(strip_ublocks, nz_ublocks)
+        reload_ub = c["reload_config"] + c["reload"] * uc * ur
+        math_c = w.nz_tiles * mn * uc * c["tile"] * fidelity_phases(fidelity)
+        reload = (strip_ublocks * c["reload_wait_pop"] + nz_ublocks * reload_ub) * mn
+        if b.m_k > 1:
+            reload += mm * t * reload_ub * mn
+        pack = c["pack_wait_push"] * (strip_ublocks - nz_ublocks) * mn + c["pack"] * 2 * t * mn * mm * uc * ur
+        decode = (w.nz_tiles * c["nz_tile_decode"] * (2 + mn) + strip_ublocks * c["ublock_decode"]
+                  + nz_ublocks * c["nz_ublock_decode"])
+        return math_c + reload + pack + decode
+    phases = fidelity_phases(fidelity)
+    math_w, reload_w, pack_w = _sparse_stage_cycles(c["lofi" if phases == 1 else "hifi2"], ur, uc, b.u_kt)
+    decode = (w.nz_strips * mm * c["ublock_decode"] + w.nz_ublocks * c["nz_ublock_decode"]
+              + w.nz_strips * c["nz_strip_decode"])
+    math_c = w.nz_tiles * mn * uc * math_w * c["fidelity"].get(phases, 1.0)
+    reload = w.nz_ublocks * mn * uc * ur * reload_w if b.m_k > 1 else 0.0
+    pack = t * mn * mm * uc * ur * pack_w
+    return decode + math_c + reload + pack
+
+
+def _sparse_stage_cycles(table: Mapping[Tuple[int, int, int], Tuple[int, int, int]], ur: int, uc: int,
+                         u_kt: int) -> Tuple[int, int, int]:
+    """The measured (math, reload, pack) cycles of the largest measured shape not above (ur, uc, u_kt),
+    axis by axis (BBE's fallback: a shape between measurements is charged as the next smaller one)."""
+    r = max(k[0] for k in table if k[0] <= ur)
+    col = max(k[1] for k in table if k[0] == r and k[1] <= uc)
+    kt = max(k[2] for k in table if k[:2] == (r, col) and k[2] <= u_kt)
+    return table[(r, col, kt)]
 
 
 def _fused_cycles(arch: str, op: Any, b: _Blocking, fused_ops: Optional[Mapping[Any, Any]]) -> float:
@@ -314,7 +329,7 @@ def _kernel(arch: str, op_type: str, attrs: Mapping[str, Any], in_dfs: Sequence[
     formula, c = model.formula, model.coefficients
     if formula in ("matmul_v1", "matmul_v2"):
         if attrs.get("identity"):
-            return _sparse_matmul_cycles(model, in_dfs, acc_df, fidelity, attrs, b)
+            return _sparse_matmul_cycles(model, fidelity, attrs, b)
         return _matmul_cycles(model, in_dfs, acc_df, fidelity, attrs, b)
     if formula == "binary":
         return _binary_cycles(c, in_dfs, b)
@@ -340,7 +355,18 @@ def kernel_cycles(op: Any, op_model: Any, arch: Any, fused_ops: Optional[Mapping
 
 def _kernel_of(op: Any, b: _Blocking, arch_key: str, fused_ops: Optional[Mapping[Any, Any]]) -> int:
     in_dfs = list(op.in_df) if op.in_df else [op.out_df]
-    return _clamp(_kernel(arch_key, op.type, op.attrs, in_dfs, op.acc_df, op.math_fidelity, b, op, fused_ops))
+    return _clamp(_kernel(arch_key, op.type, _with_sparse_strips(op, b), in_dfs, op.acc_df, op.math_fidelity, b,
+                          op, fused_ops))
+
+
+def _with_sparse_strips(op: Any, b: _Blocking) -> Mapping[str, Any]:
+    """``op``'s attributes, with the ``num_nz_strips`` of this layout for a lowered sparse matmul that does
+    not carry them yet (the balancer prices layouts before the netlist records the chosen one)."""
+    attrs = op.attrs
+    if not attrs.get("identity") or attrs.get("num_nz_strips"):
+        return attrs
+    strips = sparse.strips_for_layout(getattr(op, "tags", {}), b.grid_r, b.grid_c, b.mblock_m * b.ublock_rt, b.u_kt)
+    return {**attrs, "num_nz_strips": strips} if strips else attrs
 
 
 def matmul_ideal_cycles(op: Any, op_model: Any, arch: Any) -> int:

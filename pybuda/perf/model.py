@@ -10,7 +10,7 @@ The model is mechanistic: the same parameters (:class:`PerfConfig`) for every mo
 1. **Per op** (cycles per core per input, i.e. per sample of the microbatch): kernel cycles and the
    op's own data-movement bounds come from :mod:`pybuda.perf.cost` (the single source of truth, the
    balancer uses the same numbers): NoC pipes from producer ops, DRAM queues, host queues over PCIe.
-   Sparse matmuls are costed by their real tile products (``indices_len``), in cost.py too.
+   Sparse matmuls are costed by BBE's sparse formulas from their index (non-zero tiles and strips), in cost.py too.
 2. **Shared links, per epoch.** Every DRAM channel serves all readers and writers of the queues placed
    on it in that epoch, so in steady state a channel must move its bytes of one input within one input
    interval: ``bytes_on_channel / channel_bw`` bounds every op that touches it. A matmul fetches in0
@@ -37,9 +37,16 @@ Every constant is a field of :class:`PerfConfig` with its source. Facts: netlist
 
 Calibration mechanisms (perf_calibration §1; the same parameters for every model and card):
 
-* **Sparse matmuls cost their index, not K** (cost.py ``_sparse_matmul_cycles``): one tile product per
-  ``indices_len`` entry and output column, split over the grid rows; the former stopgap module
-  ``perf_kernels`` is gone, so the balancer and this model read one formula.
+* **Sparse matmuls cost what BBE's own sparse formulas say** (cost.py ``_sparse_matmul_cycles``, issue #16):
+  the V1 (Grayskull) and V2 (Wormhole) formulas of BBE's op model with its published parameters (decode
+  per strip ublock, non-zero ublock and non-zero strip; math with tile decode, reload and pack at cycles
+  measured per output ublock shape), reading the busiest core's non-zero tiles (``indices_len`` over the
+  grid rows) and non-zero strips (``num_nz_strips``, counted from the picker's index for the chosen
+  layout, :mod:`pybuda.perf.sparse`). It replaced a [D] stand-in (the dense weights per index entry),
+  which charged a one-column product 22 cycles where BBE measured 335 and had no pack or decode terms.
+  With it the CNN points moved from mostly optimistic to mostly pessimistic (Inception-v4 n150 1.82 →
+  0.59, VoVNet n150 1.21 → 1.03, HRNet n150 1.50 → 1.21): what is left is our im2col lowering (taps in
+  t, the whole activation as K), not the kernel model.
 * **Shared sources are split among distinct fetches** (cost.py ``distinct_fetchers``): a matmul
   operand is fetched once per grid row/column and multicast, so the per-op DRAM/PCIe bound of a tall
   sparse-matmul grid no longer charges every core the whole activation. This was a balancer-visible

@@ -225,31 +225,77 @@ def _sparse(indices_len, m_k, fidelity=MF.LoFi, in_df=DF.Bfp8_b):
                       "m_k": m_k})
 
 
-def test_sparse_matmul_work_follows_indices_len_not_m_k():
-    """A conv im2col picker: m_k = the whole activation height, but the work is one tile product per
-    index entry (indices_len) per output tile column, split over the grid rows."""
+def test_wh_sparse_matmul_v2_by_hand():
+    """A conv im2col picker on WH: BBE's sparse V2 formula (decode per strip ublock, non-zero ublock and
+    non-zero strip; math, reload and pack at the measured cycles of the output ublock shape)."""
     m = _model(mblock=(8, 2), ublock=(1, 2), m_k=1568, u_kt=1, grid=(4, 1))
-    small = cost.kernel_cycles(_sparse(400, 1568), m, WH)
-    # m_k does not matter, indices_len does (linearly in the products)
-    assert cost.kernel_cycles(_sparse(400, 7), _model(mblock=(8, 2), ublock=(1, 2), m_k=7, grid=(4, 1)), WH) == small
-    big = cost.kernel_cycles(_sparse(800, 1568), m, WH)
-    assert 1.8 * small < big < 2.0 * small
-    # by hand (WH V2, BFP set, LoFi): P = 100 products per core, mblock_n = 2 ublocks of 2 columns
-    math_w, _, unpack_ub_w, unpack_tile_w = 14.16, 22.11, 192.76, 3.97
-    p = 400 / 4
-    expected = 2 * p * 2 * 1 * math_w + 2 * unpack_ub_w + 2 * p * (1 + 2) * unpack_tile_w
-    assert small == int(expected)
-    # ideal: P products x 4 output columns x 16 cycles (LoFi)
-    assert cost.matmul_ideal_cycles(_sparse(400, 1568), m, WH) == int(p * 4 * 16)
+    op = _sparse(400, 1568)
+    op.attrs["num_nz_strips"] = [30, 40, 40, 30]  # one per core; the busiest core bounds the op
+    # per core: 100 non-zero tiles; 40 strips; ublocks min(40 + 8, 40·8, 100) = 48; LoFi (1, 2, 1) = 125/110/100
+    decode = 40 * 8 * 80 + 48 * 80 + 40 * 100
+    math_ = 100 * 2 * 2 * 125
+    reload = 48 * 2 * 2 * 1 * 110  # m_k > 1: every non-zero ublock reloads its output tiles
+    pack = 1 * 2 * 8 * 2 * 1 * 100
+    assert cost.kernel_cycles(op, m, WH) == int(decode + math_ + reload + pack)
+    # the work follows the index: twice the entries, about twice the math (strips as given)
+    op2 = _sparse(800, 1568)
+    op2.attrs["num_nz_strips"] = [30, 40, 40, 30]
+    assert cost.kernel_cycles(op2, m, WH) - cost.kernel_cycles(op, m, WH) == 100 * 2 * 2 * 125 + (
+        48 * 2 * 2 * 110 - 48 * 2 * 2 * 110)
+    # ideal: 100 products x 4 output columns x 16 cycles (LoFi)
+    assert cost.matmul_ideal_cycles(op, m, WH) == int(100 * 4 * 16)
 
 
-def test_sparse_matmul_fidelity_scaling():
-    m = _model(mblock=(1, 1), ublock=(1, 1), grid=(1, 1))
-    lo = cost.kernel_cycles(_sparse(1000, 1, MF.LoFi), m, WH)
-    hi3 = cost.kernel_cycles(_sparse(1000, 1, MF.HiFi3), m, WH)
-    hi2 = cost.kernel_cycles(_sparse(1000, 1, MF.HiFi2), m, WH)
-    # math share scales 1 : 2 : 2.4 (spec §6.1 sparse V2: HiFi3 = 1.2 x HiFi2)
-    assert math.isclose((hi3 - lo) / (hi2 - lo), 1.4, rel_tol=1e-3)
+def test_gs_sparse_matmul_v1_by_hand():
+    """Grayskull: BBE's sparse V1 formula with its params_v2 weights (math 36·F per non-zero tile and output
+    column, reload/pack/decode per strip ublock and non-zero ublock)."""
+    m = _model(t=2, mblock=(4, 1), ublock=(2, 2), m_k=3, u_kt=5, grid=(2, 1))
+    op = _sparse(160, 3, fidelity=MF.HiFi3, in_df=DF.Float16_b)
+    nz = 80  # per core
+    strips_ub = 2 * 3 * 4  # t·m_k·mblock_m
+    nz_ub = nz // (2 * 2 * 2)  # non-zero tiles in whole ublocks (t·ur·uc)
+    math_ = nz * 1 * 2 * 36 * 3
+    reload = (strips_ub * 20 + nz_ub * (20 + 20 * 4)) * 1 + 4 * 2 * (20 + 20 * 4) * 1
+    pack = 25 * (strips_ub - nz_ub) * 1 + 25 * 2 * 2 * 1 * 4 * 2 * 2
+    decode = nz * 12 * (2 + 1) + strips_ub * 8 + nz_ub * 8
+    assert cost.kernel_cycles(op, m, GS) == int(math_ + reload + pack + decode)
+
+
+def test_sparse_matmul_fidelity_and_ublock_shape():
+    m = _model(mblock=(1, 1), ublock=(1, 4), grid=(1, 1))
+    lo, hi2, hi3, hi4 = (cost.kernel_cycles(_sparse(1000, 1, f), m, WH) for f in (MF.LoFi, MF.HiFi2, MF.HiFi3, MF.HiFi4))
+    # LoFi and HiFi2 have their own measured math (26 and 38 cycles at ublock 1x4); HiFi3/4 scale HiFi2's
+    assert hi2 - lo == 1000 * 4 * (38 - 26)
+    assert math.isclose(hi3 - hi2, 0.2 * 1000 * 4 * 38, abs_tol=1)
+    assert math.isclose(hi4 - hi2, 0.7 * 1000 * 4 * 38, abs_tol=1)
+    # a one-column ublock is far slower per product than a four-column one (335 against 26 cycles)
+    narrow = cost.kernel_cycles(_sparse(1000, 1), _model(mblock=(1, 4), ublock=(1, 1)), WH)
+    assert narrow > 3 * lo
+
+
+def test_sparse_strips_are_counted_from_the_index_for_each_layout():
+    """The balancer prices a lowered picker's layouts with the non-zero strips of its index, and the netlist
+    records them per core (num_nz_strips) for the performance model."""
+    import numpy as np
+
+    from pybuda.perf import sparse
+
+    # 2 t slices, 8 output row tiles: rows 0-3 read K tile r, rows 4-7 K tiles r and r + 1 (a banded picker)
+    entries = np.array([(t, r, k) for t in range(2) for r in range(8) for k in ((r,) if r < 4 else (r, r + 1))],
+                       dtype=np.int32)
+    assert sparse.nz_strips_per_core(entries, 1, 8, 9) == (2,)  # one strip of 9 K tiles per t
+    assert sparse.nz_strips_per_core(entries, 2, 4, 1) == (8, 10)  # rows 0-3 read K 0-3, rows 4-7 K 4-8
+    assert sparse.nz_strips_per_core(entries, 2, 4, 2) == (4, 6)  # K blocks {0, 1} and {2, 3, 4}, per t
+    tags = {sparse.ENTRIES_TAG: entries}
+    assert sparse.strips_for_layout(tags, 2, 3, 4, 2) == (4, 4, 4, 6, 6, 6)  # one value per core, row-major
+    op = _sparse(len(entries), 5)
+    op.tags = tags
+    layout = _model(t=2, mblock=(4, 1), ublock=(1, 1), m_k=5, u_kt=2, grid=(2, 1))
+    priced = cost.kernel_cycles(op, layout, WH)
+    op.attrs["num_nz_strips"] = [4, 6]  # what the netlist records for this layout: the same price
+    assert cost.kernel_cycles(op, layout, WH) == priced
+    op.attrs["num_nz_strips"] = [4, 4]
+    assert cost.kernel_cycles(op, layout, WH) < priced
 
 
 def test_perf_and_cost_share_one_sparse_formula():

@@ -65,3 +65,33 @@ def test_banded_convolution_on_the_golden_grayskull():
     assert got.shape == want.shape
     assert calculate_pcc(want, got) >= PCC_MIN
     assert torch.allclose(got, want, rtol=0, atol=ATOL_REL * float(want.abs().max()))
+
+
+def test_the_netlist_records_each_sparse_matmuls_non_zero_strips_per_core():
+    # num_nz_strips (one value per core, as TT-Buda's netlists had) is what the performance model prices a
+    # sparse matmul's decode with; it must match what the balancer priced for the chosen layout.
+    import numpy as np
+
+    from pybuda.perf import cost, sparse
+    from pybuda.perf.model import _CostModel, _CostOp, estimate_compiled
+
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Conv2d(16, 32, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2)).eval()
+    x = torch.randn(1, 16, 40, 40)
+    cfg = CompilerConfig(default_df_override=DataFormat.Bfp8_b, default_math_fidelity=MathFidelity.LoFi,
+                         device_config="wh_n150")
+    results = pybuda_compile(pybuda.PyTorchModule("strips", model), "strips", x, compiler_cfg=cfg, microbatch_size=1)
+    report = estimate_compiled(results)
+    sparse_ops = [op for graph in results.netlist.graphs.values() for op in graph.ops.values() if op.attr("identity")]
+    assert sparse_ops
+    for op in sparse_ops:
+        strips = op.attr("num_nz_strips")
+        assert len(strips) == op.grid_size[0] * op.grid_size[1] and min(strips) > 0
+        lowered = results.lowered_graph.ops[op.name]
+        rows = op.mblock[0] * op.ublock[0]
+        expected = sparse.nz_strips_per_core(lowered.tags[sparse.ENTRIES_TAG], op.grid_size[0], rows,
+                                             int(op.attr("u_kt")))
+        assert list(strips) == [n for n in expected for _ in range(op.grid_size[1])]
+        assert report.op(op.name).kernel_cycles == cost.kernel_cycles(_CostOp(op), _CostModel(op), results.device)
+        assert report.op(op.name).kernel_cycles == results.balancer_solution.op_models[op.name].kernel_cycles
+    assert np.isfinite(report.samples_per_sec)

@@ -57,6 +57,7 @@ CompileError naming the op.
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import replace
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
@@ -67,6 +68,7 @@ from pybuda.errors import CompileError
 from pybuda.ir.graph import CONSTANT, INPUT, OP, PARAMETER, RUNTIME_UPDATED, Graph, Node
 from pybuda.ops import registry
 from pybuda.passes.lower import pickers
+from pybuda.perf import sparse as sparse_work
 from pybuda.ir.lowered import BudaGraph, BudaOp, BudaQueue, TileShape
 from pybuda.passes.context import CompileContext
 from pybuda.netlist.host_io import canonical_zrc, tiles
@@ -427,8 +429,12 @@ class _Lowering(ConvPoolLowering, ReductionLowering, DataMovementLowering):
         index_q = self._const(("sparse_index", ckey), f"{name}.index", sp.index, {"df": "RawUInt32", "sparse_index": True})
         attrs = {"identity": True, "num_sparse_tiles": sp.num_sparse_tiles, "num_index_tiles": sp.num_index_tiles,
                  "indices_len": sp.indices_len, "act_t": v.z}
+        # the index entries price each layout's non-zero strips (pybuda.perf.sparse, num_nz_strips)
+        entries = sp.entries()[:, :3].numpy().astype(np.int32)
+        tags = {"picker": "sparse", "min_fidelity": "HiFi2", sparse_work.ENTRIES_TAG: entries,
+                sparse_work.DIGEST_TAG: hashlib.sha1(entries.tobytes()).hexdigest()}
         return self.emit(name, "matmul", [(tiles_q, ()), (v, ()), (index_q, ())], (num_t, out_r, v.c), attrs,
-                         pad=(ZERO, v.pad_c), tags={"picker": "sparse", "min_fidelity": "HiFi2"})
+                         pad=(ZERO, v.pad_c), tags=tags)
 
     def _col_pick(self, v: DVal, name: str, sources: np.ndarray, key: Any = None) -> DVal:
         """Dense column picker: out col j = in col sources[j] (or zero when -1)."""
