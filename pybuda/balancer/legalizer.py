@@ -497,7 +497,10 @@ class Legalizer:
                 m = self._fit(op, padded, override, f.z, (1, 1), gr, gc, dest, diag)
                 if m is not None:
                     pad = (rt - f.rt, ct - f.ct)
-                    ins = tuple(_operand_padding(f.type, f.sparse, i, pad) for i in range(f.n_inputs))
+                    k_pads = m.input_padding or ((0, 0),) * f.n_inputs  # a sparse matmul's padded K (in1 rows)
+                    ins = tuple((_operand_padding(f.type, f.sparse, i, pad)[0] + k_pads[i][0],
+                                 _operand_padding(f.type, f.sparse, i, pad)[1] + k_pads[i][1])
+                                for i in range(f.n_inputs))
                     models.append(dataclasses.replace(m, padding=pad, input_padding=ins))
         return models
 
@@ -556,6 +559,8 @@ class Legalizer:
             u_kts = divisors(f.k)[::-1]
         else:
             u_kts = tuple(sorted({f.k, 1}, reverse=True))
+        if f.sparse and has_k and (override is None or override.u_kt is None):
+            u_kts = _sparse_u_kts(f.k, u_kts)
         out_mult = override.output_buffer_multiplier if override is not None else None
         if out_mult:
             bufs: Sequence[int] = (int(out_mult),)
@@ -616,7 +621,7 @@ class Legalizer:
                     diag.saw(least)
                     continue
                 for u_kt in u_kts:
-                    m_k = f.k // u_kt if has_k else 1
+                    m_k = -(-f.k // u_kt) if has_k else 1  # a sparse matmul's K may be padded (_sparse_u_kts)
                     in_bytes = inputs_l1(u_kt)
                     for buf in bufs:
                         l1 = buf * out_bytes + in_bytes
@@ -630,8 +635,13 @@ class Legalizer:
                                 for i, shape, tms in f.stacked_inputs):
                             diag.stacks = True
                             break  # another u_kt or ublock may line up with the stacked slices
-                        return self._model(op, f, t, stream, (gr, gc), mb, (ur, uc), u_kt, m_k, buf, pset,
-                                           tuple(i for i in params if i not in pset), l1, override)
+                        model = self._model(op, f, t, stream, (gr, gc), mb, (ur, uc), u_kt, m_k, buf, pset,
+                                            tuple(i for i in params if i not in pset), l1, override)
+                        k_pad = m_k * u_kt - f.k if has_k else 0
+                        if k_pad:  # zero rows of in1 the index never names
+                            model = dataclasses.replace(model, input_padding=tuple(
+                                (k_pad, 0) if i == 1 else (0, 0) for i in range(n_in)))
+                        return model
         return None
 
     @classmethod
@@ -722,6 +732,23 @@ class Legalizer:
                                      fused_ops=getattr(self.graph, "fused_ops", None), bandwidth=self.bandwidth)
         return dataclasses.replace(model, cycles=br.cycles, kernel_cycles=br.kernel,
                                    dram_bytes=cost.dram_bytes_per_input(op, model, ctx))
+
+
+#: Most K blocks a sparse matmul's padded-K layouts are tried with (see :func:`_sparse_u_kts`).
+SPARSE_MAX_K_BLOCKS = 16
+
+
+def _sparse_u_kts(k: int, u_kts: Sequence[int]) -> Tuple[int, ...]:
+    """u_kt options of a sparse matmul, in order of preference (the legalizer takes the first that fits):
+    the exact ones (``u_kts``, divisors of K) that split K into at most :data:`SPARSE_MAX_K_BLOCKS` blocks;
+    then, for each block count up to that, the smallest u_kt covering K in so many blocks, which pads K
+    (in1's rows) with zero tiles the index never names; then the other exact ones. So a K without a
+    convenient divisor still streams in few strips: Inception-v4's 386-tile activation (2·193) went in
+    193 strips of 2, and BBE's sparse formula charges decode per strip."""
+    exact = sorted(set(u_kts), reverse=True)
+    few = [u for u in exact if k // u <= SPARSE_MAX_K_BLOCKS]
+    padded = sorted({-(-k // m) for m in range(1, min(k, SPARSE_MAX_K_BLOCKS) + 1)} - set(exact), reverse=True)
+    return tuple(few + padded + [u for u in exact if u not in few])
 
 
 def _padded_sides(n: int, max_side: int, can_pad: bool) -> List[Tuple[int, int]]:

@@ -95,3 +95,38 @@ def test_the_netlist_records_each_sparse_matmuls_non_zero_strips_per_core():
         assert report.op(op.name).kernel_cycles == cost.kernel_cycles(_CostOp(op), _CostModel(op), results.device)
         assert report.op(op.name).kernel_cycles == results.balancer_solution.op_models[op.name].kernel_cycles
     assert np.isfinite(report.samples_per_sec)
+
+
+def test_sparse_u_kt_options_pad_k_only_when_no_divisor_gives_few_strips():
+    from pybuda.balancer.legalizer import SPARSE_MAX_K_BLOCKS, _sparse_u_kts
+
+    # 386 = 2 x 193: the divisors give 1, 2 or 193 blocks of K; the padded options cover 2..16 blocks first
+    opts = _sparse_u_kts(386, (386, 193, 2, 1))
+    assert opts[:2] == (386, 193)
+    assert opts[2:2 + 3] == (129, 97, 78)  # 3, 4 and 5 blocks (387, 388, 390 rows: padded by 1, 2, 4)
+    assert opts[-2:] == (2, 1)
+    assert all(-(-386 // u) <= SPARSE_MAX_K_BLOCKS for u in opts[:-2])
+    # 384 has divisors for every small block count: nothing padded is added before them
+    assert _sparse_u_kts(384, (384, 192, 128, 96, 64, 48, 32, 24))[:8] == (384, 192, 128, 96, 64, 48, 32, 24)
+
+
+def test_a_sparse_matmul_with_a_padded_k_is_exact_on_the_golden_grayskull():
+    # 53 x 64 pixels x 64 channels: 106 row tiles (2 x 53) of activation. On Grayskull's L1 the im2col cannot
+    # take K in one or two blocks, and 53 blocks of 2 would be many strips: K is padded to a few blocks instead,
+    # and the zero rows must not change the result.
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Conv2d(64, 32, 3), nn.ReLU()).eval()
+    x = torch.randn(1, 64, 53, 64)
+    with torch.no_grad():
+        want = model(x)
+    cfg = CompilerConfig(default_df_override=DataFormat.Float16_b, default_math_fidelity=MathFidelity.HiFi3,
+                         device_config="gs_e150")
+    results = pybuda_compile(pybuda.PyTorchModule("kpad", model), "kpad", x, compiler_cfg=cfg, microbatch_size=1)
+    padded = [op for graph in results.netlist.graphs.values() for op in graph.ops.values()
+              if op.attr("identity") and any(getattr(tm, "name", "") == "pad" for tm in op.tms_of(1))]
+    got = create_executor(results).run([x])[0]
+    assert calculate_pcc(want, got) >= PCC_MIN
+    assert torch.allclose(got, want, rtol=0, atol=ATOL_REL * float(want.abs().max()))
+    for op in padded:  # K blocks cover the padded activation
+        assert int(op.attr("m_k")) * int(op.attr("u_kt")) > 106 and int(op.attr("m_k")) <= 16
+    assert padded, "expected the im2col to pad its K"
