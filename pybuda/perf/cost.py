@@ -491,7 +491,7 @@ def _input_tiles(op: Any, b: _Blocking) -> Tuple[int, ...]:
     n = max(1, len(op.inputs))
     out = b.t * rows * cols
     if op.type in _MATMUL_OPS:
-        sizes = [b.t * rows * k, b.t * k * cols] + [out] * (n - 2)
+        sizes = [b.t * rows * k, _activation_slices(op, b) * k * cols] + [out] * (n - 2)
         return tuple(sizes[:n])
     if op.type == "reduce":
         dim = str(op.attrs.get("dim", "r")).lower()
@@ -501,6 +501,21 @@ def _input_tiles(op: Any, b: _Blocking) -> Tuple[int, ...]:
     if op.type == "splice":
         return _splice_input_tiles(op.attrs, out, n)
     return (out,) * n
+
+
+def _activation_slices(op: Any, b: _Blocking) -> int:
+    """How many times a matmul's in1 crosses the NoC per input: once per output t slice, except for a sparse
+    matmul, whose activation has ``act_t`` slices (1 for a convolution's im2col, whose kernel taps all read
+    the same activation). Its kernel walks the entries of every output t slice that read an in1 strip while
+    the strip is in its input buffer, so the activation streams ``act_t`` times [D]: TT-Buda's convolutions
+    read it once (its lowering stacked the taps along rows, and its t-streamed sparse matmul kept ``act_t``
+    1). Costing a re-read per tap instead left the Grayskull CNN points 0.52-0.80x of the published figures;
+    with one read 12 of the 18 calibration points land within 15 % (tests/perf/test_calibration.py)."""
+    if op.attrs.get("identity"):
+        act_t = int(op.attrs.get("act_t", 0) or 0)
+        if 0 < act_t < b.t:
+            return act_t
+    return b.t
 
 
 def _splice_input_tiles(attrs: Mapping[str, Any], out: int, n: int) -> Tuple[int, ...]:

@@ -46,7 +46,18 @@ Calibration mechanisms (perf_calibration §1; the same parameters for every mode
   which charged a one-column product 22 cycles where BBE measured 335 and had no pack or decode terms.
   With it the CNN points moved from mostly optimistic to mostly pessimistic (Inception-v4 n150 1.82 →
   0.59, VoVNet n150 1.21 → 1.03, HRNet n150 1.50 → 1.21): what is left is our im2col lowering (taps in
-  t, the whole activation as K), not the kernel model.
+  t, the whole activation as K), not the kernel model. Since decode is paid per strip, the legalizer pads
+  a sparse matmul's K to a few blocks when no divisor does it within L1 (``legalizer._sparse_u_kts``;
+  Inception-v4's 386-tile stem activation went in 193 strips of 2).
+* **A convolution's im2col reads its activation once per input** (cost.py ``_activation_slices``): the
+  sparse matmul's output has one t slice per kernel tap, its activation one (``act_t: 1``), and the
+  kernel walks every slice's entries of an in1 strip while the strip is buffered, as TT-Buda's
+  convolutions did (taps stacked along rows; its t-streamed form kept ``act_t`` 1). The former re-read
+  per tap made every full-resolution im2col NoC-bound (ResNet-50's max-pool 459k cycles per image on
+  e150) and, with BBE's sparse formulas, left the Grayskull CNN points at 0.52-0.80x. With both,
+  12 of the 18 calibration points are within 15 %; the misses are n150 CNNs modelled too fast (VoVNet
+  1.41, Inception-v4 1.63, HRNet 1.36), ResNet-50 e150 0.79, VoVNet e150 0.63 and U-Net e75 1.16.
+  (Probed under the former sparse stand-in, the same change made every stem far too fast; see below.)
 * **Shared sources are split among distinct fetches** (cost.py ``distinct_fetchers``): a matmul
   operand is fetched once per grid row/column and multicast, so the per-op DRAM/PCIe bound of a tall
   sparse-matmul grid no longer charges every core the whole activation. This was a balancer-visible
@@ -109,20 +120,20 @@ Calibration mechanisms (perf_calibration §1; the same parameters for every mode
   host-bound, unchanged); our own policy sees the real cost (n150 185.6 → 228.4 sen/s).
 * Placement (issue #16): the NLP policy's whole-cost score (:mod:`pybuda.balancer.wholecost`) sees the
   binary cache, the pipeline fill and the prologue re-reads of each epoch switch.
-* **Calibration beyond the four points** (issue #16, tests/perf/test_calibration.py): MobileNetV2
-  (e150 +0 %, e75 +12 %) and HRNet on Grayskull land without new parameters. The misses are
-  compiler lowerings that differ from TT-Buda's, not model constants, so none was fitted to them:
-  a convolution's sparse im2col matmul puts the kernel taps in ``t`` with ``act_t: 1``, so every core
-  re-reads its whole activation column once per tap (NoC-bound: ResNet-50's max-pool on e150, U-Net's
-  256x256 levels), where TT-Buda's slices the activation by output row band; ConvTranspose2d as a
-  dense "dilate" matmul (U-Net). A sparse matmul cannot t-stream, so convolutions and row pickers with
-  too many output row tiles for its cores' L1 are sliced into row bands joined by a splice
-  (``passes/lower/conv.row_bands``; Inception-v4 and U-Net compile on Grayskull). Tile-aligned channel
-  concatenation is a ``splice`` (costed by the n-ary formula, each input charged its share of the
-  tiles), as in TT-Buda; with it, Inception-v4 and VoVNet on n150 model faster than published, a miss
-  not explained yet.
-* **Probed for issue #16 and left off** (Ribbon netlists of the 18 points re-estimated, modelled/published):
+* **Calibration beyond the four points** (issue #16, tests/perf/test_calibration.py): MobileNetV2, VoVNet,
+  Inception-v4, HRNet and U-Net on the cards of TT-Buda's table, with no new parameters. ConvTranspose2d
+  with stride == kernel is one matmul and a depth-to-space, not a dense "dilate" picker (U-Net). A sparse
+  matmul cannot t-stream, so convolutions and row pickers with too many output row tiles for its cores'
+  L1 are sliced into row bands joined by a splice (``passes/lower/conv.row_bands``; Inception-v4 and U-Net
+  compile on Grayskull). Tile-aligned channel concatenation is a ``splice`` (costed by the n-ary formula,
+  each input charged its share of the tiles), as in TT-Buda.
+* **Probed for issue #16 and left off** (Ribbon netlists of the 18 points re-estimated, modelled/published;
+  these probes predate BBE's sparse formulas, so their ratios are under the former sparse stand-in):
   no single mechanism moves a family into ±15 % without pushing another out, so none was adopted.
+
+  - *A pack term of 28 or 56 cycles per output tile* on the former sparse stand-in (the missing term BBE's
+    formula has): VoVNet n150 1.21 → 1.08–1.20, HRNet e150 1.16 → 0.99–1.15, Inception unchanged (NoC-bound);
+    superseded by BBE's own formula.
 
   - *Gather pipes on* (``gather_pipes``): U-Net n150 0.63 → 0.91, VoVNet n150 1.28 → 1.06, MobileNetV2
     e150 1.14 → 1.01, but ResNet-50 n150 1.02 → 0.84, e150 0.73 → 0.60 and VoVNet e150 0.99 → 0.81: the

@@ -205,6 +205,17 @@ def test_matmul_operand_traffic():
     assert cost.output_tiles_per_core(m) == 2 * 4 * 12
 
 
+def test_a_sparse_matmul_streams_its_activation_act_t_times():
+    # a 3x3 convolution's im2col: 9 output t slices (one per kernel tap), one activation slice (act_t 1);
+    # the picker tiles and index are per output t, the activation crosses the NoC once per input
+    m = _model(t=9, mblock=(4, 1), ublock=(2, 2), m_k=3, u_kt=5)
+    im2col = _op("matmul", 3, attrs={"identity": True, "indices_len": 90, "act_t": 1})
+    assert cost.input_tiles_per_core(im2col, m)[:2] == (9 * 8 * 15, 1 * 15 * 2)
+    streamed = _op("matmul", 3, attrs={"identity": True, "indices_len": 90, "act_t": 9})
+    assert cost.input_tiles_per_core(streamed, m)[1] == 9 * 15 * 2
+    assert cost.input_tiles_per_core(_op("matmul", 2), m)[1] == 9 * 15 * 2  # a dense in1 has t slices
+
+
 def test_epoch_overhead():
     bw = cost.device_bandwidth(GS)
     expected = int(cost.EPOCH_LAUNCH_CYCLES + (10 * cost.OVERLAY_BLOB_BYTES + 1_000_000) / bw.dram_total)
