@@ -48,17 +48,22 @@ def test_band_limit_follows_the_l1_budget():
     assert band_limit_tiles(gs.l1_pybuda_budget_bytes) < band_limit_tiles(wh.l1_pybuda_budget_bytes)
 
 
-def test_banded_convolution_on_the_golden_grayskull():
-    # 61 x 32 output pixels = 61 row tiles (a prime above one core's limit): two row bands joined by a splice
-    torch.manual_seed(0)
-    model = nn.Sequential(nn.Conv2d(8, 32, 3, padding=1), nn.ReLU()).eval()
-    x = torch.randn(1, 8, 61, 32)
+def _conv_on_grayskull(name, conv, x):
+    """Compile ``conv`` + relu for Grayskull at Float16_b/HiFi3; (results, torch output, netlist ops)."""
+    model = nn.Sequential(conv, nn.ReLU()).eval()
     with torch.no_grad():
         want = model(x)
     cfg = CompilerConfig(default_df_override=DataFormat.Float16_b, default_math_fidelity=MathFidelity.HiFi3,
                          device_config="gs_e150")
-    results = pybuda_compile(pybuda.PyTorchModule("band", model), "band", x, compiler_cfg=cfg, microbatch_size=1)
-    ops = [op for graph in results.netlist.graphs.values() for op in graph.ops.values()]
+    results = pybuda_compile(pybuda.PyTorchModule(name, model), name, x, compiler_cfg=cfg, microbatch_size=1)
+    return results, want, [op for graph in results.netlist.graphs.values() for op in graph.ops.values()]
+
+
+def test_banded_convolution_on_the_golden_grayskull():
+    # 61 x 32 output pixels = 61 row tiles (a prime above one core's limit): two row bands joined by a splice
+    torch.manual_seed(0)
+    x = torch.randn(1, 8, 61, 32)
+    results, want, ops = _conv_on_grayskull("band", nn.Conv2d(8, 32, 3, padding=1), x)
     assert len([op for op in ops if "im2col_band" in op.name]) == 2
     assert len([op for op in ops if op.type == "splice"]) == 1
     got = create_executor(results).run([x])[0]
@@ -115,15 +120,9 @@ def test_a_sparse_matmul_with_a_padded_k_is_exact_on_the_golden_grayskull():
     # take K in one or two blocks, and 53 blocks of 2 would be many strips: K is padded to a few blocks instead,
     # and the zero rows must not change the result.
     torch.manual_seed(0)
-    model = nn.Sequential(nn.Conv2d(64, 32, 3), nn.ReLU()).eval()
     x = torch.randn(1, 64, 53, 64)
-    with torch.no_grad():
-        want = model(x)
-    cfg = CompilerConfig(default_df_override=DataFormat.Float16_b, default_math_fidelity=MathFidelity.HiFi3,
-                         device_config="gs_e150")
-    results = pybuda_compile(pybuda.PyTorchModule("kpad", model), "kpad", x, compiler_cfg=cfg, microbatch_size=1)
-    padded = [op for graph in results.netlist.graphs.values() for op in graph.ops.values()
-              if op.attr("identity") and any(getattr(tm, "name", "") == "pad" for tm in op.tms_of(1))]
+    results, want, ops = _conv_on_grayskull("kpad", nn.Conv2d(64, 32, 3), x)
+    padded = [op for op in ops if op.attr("identity") and any(getattr(tm, "name", "") == "pad" for tm in op.tms_of(1))]
     got = create_executor(results).run([x])[0]
     assert calculate_pcc(want, got) >= PCC_MIN
     assert torch.allclose(got, want, rtol=0, atol=ATOL_REL * float(want.abs().max()))
