@@ -478,10 +478,10 @@ class Legalizer:
     def _padded_models(self, op: Any, f: OpFacts, override: Any, dest: int, diag: "_Diag",
                        exact_cores: int = 0) -> List[OpModel]:
         """Layouts of a padded output (OpModel.padding), tried when no exact layout fits, or beside exact
-        ones that are narrow (:meth:`_narrow`, the widest on ``exact_cores`` cores; then only grids wider than
-        that, with paddings adding at most 1/:data:`PAD_WASTE` of the tiles): for each grid side ``g`` the dimension is padded up to the next multiple of ``g``
-        (spec §2.2: the grid, mblock and ublock must divide the tensor exactly, and padding is the netlist's
-        only way to change it)."""
+        ones that are narrow (:meth:`_narrow`, the widest on ``exact_cores`` cores; then only grids wider
+        than that, with paddings adding at most 1/:data:`PAD_WASTE` of the tiles): for each grid side ``g``
+        the dimension is padded up to the next multiple of ``g`` (spec §2.2: the grid, mblock and ublock
+        must divide the tensor exactly, and padding is the netlist's only way to change it)."""
         if not any(f.pad_dims):
             return []
         max_r = max(self.rows, self.cols) if self.allow_transpose else self.rows
@@ -498,9 +498,8 @@ class Legalizer:
                 if m is not None:
                     pad = (rt - f.rt, ct - f.ct)
                     k_pads = m.input_padding or ((0, 0),) * f.n_inputs  # a sparse matmul's padded K (in1 rows)
-                    ins = tuple((_operand_padding(f.type, f.sparse, i, pad)[0] + k_pads[i][0],
-                                 _operand_padding(f.type, f.sparse, i, pad)[1] + k_pads[i][1])
-                                for i in range(f.n_inputs))
+                    outs = [_operand_padding(f.type, f.sparse, i, pad) for i in range(f.n_inputs)]
+                    ins = tuple((o[0] + k[0], o[1] + k[1]) for o, k in zip(outs, k_pads))
                     models.append(dataclasses.replace(m, padding=pad, input_padding=ins))
         return models
 

@@ -97,8 +97,8 @@ class ConvPoolLowering:
         convolution is sliced into bands, each its own picker and weight matmul (TT-Buda slices the
         activation the same way). Only for convolutions with compile-time weights (not depthwise).
 
-        A convolution that can stack few of its kernel positions in one t slice (so its picker re-reads the
-        activation ``kk / per`` times, see :meth:`_tap_pick`) is banded, or banded more finely than it has
+        A convolution that can stack few of its kernel positions in one t slice (so its picker walks the
+        activation's strips ``kk / per`` times, see :meth:`_tap_pick`) is banded, or banded more finely than it has
         to be, when smaller bands stack more (:func:`stacking_bands`), if its input comes from an op (bands
         of a queue input would each read the queue) and the policy is not reproducing TT-Buda's."""
         wv = ops[1]
@@ -115,7 +115,7 @@ class ConvPoolLowering:
         if needed is None or stacked is None:
             return needed if stacked is None else stacked
         # Banded anyway: more, smaller bands are worth it when they stack more kernel positions per slice
-        # (each band's picker then re-reads its input fewer times; a full-resolution 3x3 conv is NoC-bound).
+        # (each band's picker then walks its activation's strips for fewer t slices).
         return stacked if _band_stacking(stacked, kk, dev.grid_rows, limit) > \
             _band_stacking(needed, kk, dev.grid_rows, limit) else needed
 
@@ -141,9 +141,9 @@ class ConvPoolLowering:
         pixel under every output pixel for kernel position ``pos``. ``taps``: (kernel position, output row,
         input row) of every valid tap.
 
-        The sparse matmul streams the whole activation through its cores once per output t slice, so one
-        slice per position reads it ``kk`` times. Instead, positions are stacked along rows, ``per`` of
-        them in each of ``kk / per`` t slices (position ``pos`` at rows ``(pos % per) * out_rp`` of slice
+        The sparse matmul's kernel walks the activation's strips once per output t slice (BBE's sparse formula
+        decodes per strip and slice), so one slice per position walks them ``kk`` times. Instead, positions
+        are stacked along rows, ``per`` of them in each of ``kk / per`` t slices (position ``pos`` at rows ``(pos % per) * out_rp`` of slice
         ``pos // per``, ``out_rp`` = ``out_r`` rounded up to a tile), and consumers read them back as kk
         slices with ``vslice``. TT-Buda kept one slice per position (Ribbon, which reproduces its compile for
         calibration, still does: ``CompileContext.reproduces_tt_buda``). The grid rows then split the ``per`` times
