@@ -304,3 +304,26 @@ def test_plain_tm_moves_are_accepted_without_an_element_map(shape):
         others.append(("transpose", {"dim0": 0, "dim1": rank - 1}))
     assert not any(movement._plain_tm_move([shape], op, attrs) for op, attrs in others)
     assert not movement._plain_tm_move([shape, shape], "transpose", {"dim0": -1, "dim1": -2})
+
+
+def test_two_unkeyed_row_pickers_of_one_name_get_their_own_constants():
+    # A picker without a sharing key used to key its constants by id(picker): the first one, freed once its op
+    # was emitted, left its address to the next, which then read the first one's index (a wrong number, no
+    # error; seen as an out-of-range index in the backward of a CNN under CI).
+    import numpy as np
+
+    from pybuda.ir.graph import Graph
+    from pybuda.ir.lowered import BudaQueue, TileShape
+    from pybuda.passes.lower.common import DVal
+    from pybuda.passes.lower.to_tiles import _Lowering
+    from pass_helpers import make_ctx
+
+    lowering = _Lowering(Graph("g"), make_ctx())
+    lowering.bg.add_queue(BudaQueue("x", "input", TileShape(1, 1, 2, 1)))
+    x = DVal("x", (), 1, 64, 32)
+    for rows in ((1, 0), (0, 1)):  # a swap, then the identity
+        lowering._row_pick(x, "pick", np.array([0, 1]), np.array(rows), np.ones(2, np.float32), out_r=64, k_r=64)
+    first, second = lowering.bg.ops.values()
+    assert first.inputs[0] != second.inputs[0] and first.inputs[2] != second.inputs[2]
+    # a swap of rows 0 and 1, then the identity: the same index (one tile pair) over different picker tiles
+    assert not torch.equal(lowering.bg.tensors[first.inputs[0]], lowering.bg.tensors[second.inputs[0]])

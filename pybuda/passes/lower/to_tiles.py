@@ -58,6 +58,7 @@ CompileError naming the op.
 from __future__ import annotations
 
 import hashlib
+import itertools
 from dataclasses import replace
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
@@ -100,6 +101,7 @@ class _Lowering(ConvPoolLowering, ReductionLowering, DataMovementLowering):
         self.pending: Dict[str, Tuple[str, torch.Tensor, Dict[str, Any], bool]] = {}
         self.values: Dict[str, torch.Tensor] = {}  # framework values of queue-backed DVals
         self.cache: Dict[Any, Any] = {}
+        self._unshared = itertools.count()  # numbers the constants of pickers that share with none
         self.node: Optional[Node] = None
 
     # ------------------------------------------------------------------------------------------------
@@ -424,7 +426,9 @@ class _Lowering(ConvPoolLowering, ReductionLowering, DataMovementLowering):
             sp = pickers.build_sparse_picker(out_rows, in_rows, values, out_rt, k_rt, out_t, num_t)
             if pkey is not None:
                 self.cache[pkey] = sp
-        ckey = key if key is not None else (name, id(sp))
+        # An unkeyed picker gets constants of its own. (It used to be keyed by ``id(sp)``: once a picker was
+        # freed, a later one of the same name could reuse its address and be handed the earlier one's index.)
+        ckey = key if key is not None else ("unshared", next(self._unshared), name)
         tiles_q = self._const(("sparse_tiles", ckey), f"{name}.sparse", sp.tiles, {"sparse_tiles": True})
         index_q = self._const(("sparse_index", ckey), f"{name}.index", sp.index, {"df": "RawUInt32", "sparse_index": True})
         attrs = {"identity": True, "num_sparse_tiles": sp.num_sparse_tiles, "num_index_tiles": sp.num_index_tiles,
