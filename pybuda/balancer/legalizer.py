@@ -608,7 +608,7 @@ class Legalizer:
                     in_bytes = base
                     for i, scale in streamed:
                         in_bytes += self._stream_buffer_tiles(f, i, ur, uc, mb, u_kt) * scale
-                    if interm_always or (interm_if_mk and has_k and f.k // u_kt > 1):
+                    if interm_always or (interm_if_mk and has_k and -(-f.k // u_kt) > 1):  # m_k > 1 (K may be padded)
                         in_bytes += mb_tiles * interm_tile
                     return in_bytes
 
