@@ -20,7 +20,9 @@ matmul form; column pickers are small and dense.
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Dict, Tuple
 
 import numpy as np
@@ -145,6 +147,18 @@ class SparsePicker:
     def entries(self) -> torch.Tensor:
         """The ``[indices_len, 4]`` quadruples (t, out_rt, in_rt, s)."""
         return self.index.reshape(-1)[: 4 * self.indices_len].reshape(-1, 4)
+
+    @cached_property
+    def tile_pairs(self) -> np.ndarray:
+        """The index as an int32 ``[indices_len, 3]`` array of (t, out_rt, in_rt): what the performance model
+        counts a layout's non-zero strips from (:mod:`pybuda.perf.sparse`). Kept: a picker is shared by every
+        convolution of its geometry."""
+        return self.entries()[:, :3].numpy().astype(np.int32)
+
+    @cached_property
+    def digest(self) -> str:
+        """A fingerprint of :attr:`tile_pairs` (two pickers share legal op models only if theirs match)."""
+        return hashlib.sha1(self.tile_pairs.tobytes()).hexdigest()
 
     def dense(self) -> torch.Tensor:
         """The picker as a dense ``[out_t, out_rt*32, k_rt*32]`` tensor (for tests and reference evaluation)."""

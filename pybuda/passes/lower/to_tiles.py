@@ -57,7 +57,6 @@ CompileError naming the op.
 
 from __future__ import annotations
 
-import hashlib
 import itertools
 from dataclasses import replace
 from typing import Any, Dict, List, Optional, Sequence, Tuple
@@ -434,9 +433,8 @@ class _Lowering(ConvPoolLowering, ReductionLowering, DataMovementLowering):
         attrs = {"identity": True, "num_sparse_tiles": sp.num_sparse_tiles, "num_index_tiles": sp.num_index_tiles,
                  "indices_len": sp.indices_len, "act_t": v.z}
         # the index entries price each layout's non-zero strips (pybuda.perf.sparse, num_nz_strips)
-        entries = sp.entries()[:, :3].numpy().astype(np.int32)
-        tags = {"picker": "sparse", "min_fidelity": "HiFi2", sparse_work.ENTRIES_TAG: entries,
-                sparse_work.DIGEST_TAG: hashlib.sha1(entries.tobytes()).hexdigest()}
+        tags = {"picker": "sparse", "min_fidelity": "HiFi2", sparse_work.ENTRIES_TAG: sp.tile_pairs,
+                sparse_work.DIGEST_TAG: sp.digest}
         return self.emit(name, "matmul", [(tiles_q, ()), (v, ()), (index_q, ())], (num_t, out_r, v.c), attrs,
                          pad=(ZERO, v.pad_c), tags=tags)
 
