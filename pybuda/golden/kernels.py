@@ -281,9 +281,10 @@ def matmul(inputs: Sequence[torch.Tensor], attrs: Dict, fidelity: Optional[MathF
     ``identity: true`` selects the sparse form (:func:`sparse_matmul`). ``caches``: per input, a dict
     for derived values of a constant operand (its fidelity pieces, a broadcast bias), or None."""
     caches = list(caches) if caches is not None else [None] * len(inputs)
+    dfs = list(dfs) if dfs is not None else [None] * len(inputs)
     if attrs.get("identity"):
-        return sparse_matmul(inputs, attrs, out_shape, fidelity, caches)
-    out = _matmul(inputs[0], inputs[1], fidelity, caches[:2])
+        return sparse_matmul(inputs, attrs, out_shape, fidelity, caches, dfs)
+    out = _matmul(inputs[0], inputs[1], fidelity, caches[:2], dfs[:2])
     if attrs.get("accumulate"):
         z = int(attrs.get("z", out.shape[1]))
         n, t, r, c = out.shape

@@ -107,6 +107,8 @@ def test_fidelity_pieces_equal_the_formats_model(fidelity, df):
     b = formats.quantize(_rand(1, 1, 96, 64, seed=4), df)
     got = golden_ops.matmul([a, b], {}, fidelity, dfs=[df, df])
     assert torch.allclose(got, formats.fidelity_matmul(a, b, fidelity), rtol=1e-6, atol=1e-5)
+    # Knowing the operands' format only skips masks that cannot change them: the same bits as not knowing it.
+    assert torch.equal(got, golden_ops.matmul([a, b], {}, fidelity))
     got = golden_ops.binary("multiply", a, a.flip(0), fidelity, dfs=(df, df))
     assert torch.equal(got, formats.fidelity_multiply(a, a.flip(0), fidelity))
 
@@ -219,6 +221,9 @@ def test_sparse_identity_matmul_matches_the_picker_reference(fidelity):
     assert any(key[0] == "sparse" for key in caches[0])  # quadruples decoded once, then reused
     again = golden_ops.matmul(inputs, attrs, fidelity, out_shape, caches)
     assert torch.equal(again, got)
+    # The operands' formats, when given, only skip masks that cannot change them.
+    dfs = [DataFormat.Float16_b, DataFormat.Float16_b, DataFormat.RawUInt32]
+    assert torch.equal(golden_ops.matmul(inputs, attrs, fidelity, out_shape, [{}, None, {}], dfs), got)
 
 
 
