@@ -25,6 +25,7 @@ from __future__ import annotations
 import logging
 import queue
 import warnings
+import weakref
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
 import numpy as np
@@ -171,28 +172,43 @@ def _translate(devices: Sequence[Device], config: Any) -> List[Device]:
     return translate_pipeline(devices, config)
 
 
-def _parameters_key(devices: Sequence[Device]) -> Tuple[Any, ...]:
-    """Identity and version of every parameter value of the user's modules: a changed key means a
-    parameter was set or modified in place since the pipeline was compiled."""
+def _parameters_key(devices: Sequence[Device]) -> Tuple[Tuple[str, Any, int], ...]:
+    """Every parameter value of the user's modules as ``(name, weak reference, version)``: compared with
+    :func:`_same_parameters`, a difference means a parameter was set or modified in place since the
+    pipeline was compiled. The value itself is referenced, not its ``id`` or address, which a new tensor
+    can reuse once the old one is freed; the reference is weak, so a replaced value is not kept alive."""
     from pybuda.module import PyBudaModule, PyTorchModule
 
-    key: List[Any] = []
+    key: List[Tuple[str, Any, int]] = []
     for d in devices:
         for m in d.modules:
             if isinstance(m, PyBudaModule):
                 for p in m.get_parameters():
                     v = p._value
-                    key.append((p.get_name(), id(v), v._version if v is not None else -1))
+                    key.append((p.get_name(), None if v is None else weakref.ref(v), -1 if v is None else v._version))
             elif isinstance(m, PyTorchModule):
                 for n, p in m.module.named_parameters():
-                    key.append((n, p.data_ptr(), p._version))
+                    key.append((n, weakref.ref(p), p._version))
     return tuple(key)
+
+
+def _same_parameters(old: Optional[Tuple[Tuple[str, Any, int], ...]], new: Tuple[Tuple[str, Any, int], ...]) -> bool:
+    """Whether two :func:`_parameters_key` results name the same live values at the same versions (a
+    weak reference whose value was freed matches nothing)."""
+    if old is None or len(old) != len(new):
+        return False
+    for (name_a, ref_a, ver_a), (name_b, ref_b, ver_b) in zip(old, new):
+        if name_a != name_b or ver_a != ver_b or (ref_a is None) != (ref_b is None):
+            return False
+        if ref_a is not None and (ref_a() is None or ref_a() is not ref_b()):
+            return False
+    return True
 
 
 def _can_resume(ctx: Optional[RunContext], output_queue: Any) -> bool:
     return (ctx is not None and not ctx.closed and ctx.error is None and not ctx.forever and not ctx.compile_only
             and ctx.serial == state.state_serial() and ctx.config_key == _config_key()
-            and getattr(ctx, "parameters_key", None) == _parameters_key(state.user_devices())
+            and _same_parameters(getattr(ctx, "parameters_key", None), _parameters_key(state.user_devices()))
             and (output_queue is None or output_queue is ctx.output_queue))
 
 

@@ -95,6 +95,27 @@ def test_resume_without_recompile_and_recompile_on_change():
     _check_close(out[0].value(), x)
 
 
+def test_parameters_key_follows_the_values_not_their_addresses():
+    from pybuda.runtime.api import _parameters_key, _same_parameters
+
+    module = Matmul("mm0", torch.randn(32, 32))
+    lin = torch.nn.Linear(4, 4)
+    devices = [pybuda.TTDevice("tt0", module=module), pybuda.CPUDevice("cpu0", module=pybuda.PyTorchModule("lin", lin))]
+    key = _parameters_key(devices)
+    assert _same_parameters(key, _parameters_key(devices))
+    with torch.no_grad():
+        lin.bias.add_(1.0)  # in place: a new version
+    assert not _same_parameters(key, _parameters_key(devices))
+    key = _parameters_key(devices)
+    # A replaced value is another tensor even where the new one sits at the freed one's address and has
+    # the same version (an id()/data_ptr key could not tell them apart): the old reference is dead.
+    module.set_parameter("mm0.w", torch.randn(32, 32))
+    assert not _same_parameters(key, _parameters_key(devices))
+    lin.weight = torch.nn.Parameter(torch.randn(4, 4))
+    assert not _same_parameters(_parameters_key(devices)[:1] + key[1:], _parameters_key(devices))
+    assert not _same_parameters(None, _parameters_key(devices))
+
+
 def test_module_run_recompiles_for_new_shapes_and_resumes_for_same():
     module = Matmul("mm0", torch.randn(32, 8))
     a = module.run(torch.randn(1, 32))
