@@ -88,6 +88,9 @@ def fidelity_pieces(x: torch.Tensor, role: str, fidelity: MathFidelity, df=None)
     7 bits per pass). Combine a SrcB and a SrcA operand's pieces with :func:`fidelity_combine`.
     ``df``: the operand's format when known; masks that cannot change its values are skipped (a SrcB
     "lo" piece that is then zero is dropped, saving a product)."""
+    base = formats.broadcast_base(x)
+    if base is not x:  # a broadcast operand: its pieces are broadcasts too (a shared left operand stays one GEMM)
+        return tuple(piece.expand(x.shape) for piece in fidelity_pieces(base, role, fidelity, df))
     a_masks, b_masks = _PIECES.get(formats.fidelity_phases(fidelity), _PIECES[(0, 1, 2, 3)])
     bits = fraction_bits(df)
 
@@ -99,7 +102,7 @@ def fidelity_pieces(x: torch.Tensor, role: str, fidelity: MathFidelity, df=None)
     hi = masked(b_masks[0])
     if len(b_masks) == 1 or _KEPT_FRACTION_BITS[b_masks[0]] >= bits:
         return (hi,)
-    return (hi, _bitmask(x, _B_USED) - hi)  # exact: same sign and exponent
+    return (hi, masked(_B_USED) - hi)  # exact: same sign and exponent
 
 
 def fidelity_combine(op, b_pieces: Sequence[torch.Tensor], a_pieces: Sequence[torch.Tensor]) -> torch.Tensor:
