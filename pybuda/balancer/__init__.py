@@ -5,7 +5,6 @@ per op under ``config.balancer_policy``). Cycle estimates come from :mod:`pybuda
 """
 
 from pybuda.balancer.types import BalancerSolution, OpModel  # noqa: F401
-from pybuda.balancer.legalizer import (  # noqa: F401
-    Legalizer, legal_op_models, operand_stream, stream_compatible, stream_edge_tms,
-)
+from pybuda.balancer.edges import operand_stream, stream_compatible, stream_edge_tms  # noqa: F401
+from pybuda.balancer.legalizer import Legalizer, legal_op_models  # noqa: F401
 from pybuda.balancer.policies import balance, epoch_break_flags, normalize_policy  # noqa: F401

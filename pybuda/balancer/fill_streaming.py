@@ -20,7 +20,7 @@ from __future__ import annotations
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from pybuda.balancer import wholecost
-from pybuda.balancer.legalizer import stream_compatible
+from pybuda.balancer.edges import stream_compatible
 from pybuda.balancer.types import OpModel
 
 __all__ = ["stream_for_fill", "FILL_STREAM_ROUNDS"]

@@ -21,7 +21,7 @@ For each op the legalizer enumerates
   (``OpModel.padding``): a dimension the op neither contracts nor reduces is rounded up to a multiple of
   each grid side (beside exact layouts, only by at most 1/8 more tiles); its operands get a ``pad`` TM
   and its readers drop the padding (host outputs crop it; ops read it through ``input_N_unpad``, see
-  :func:`edge_unpad`). Not enough: a single tile row longer than a grid row of cores can hold, which
+  :func:`pybuda.balancer.edges.edge_unpad`). Not enough: a single tile row longer than a grid row of cores can hold, which
   only t-streaming splits (ops writing queues do not stream).
 
 Results are cached by an op *signature* (type, shapes, formats, attributes, TMs, input kinds,
@@ -38,16 +38,15 @@ from __future__ import annotations
 import dataclasses
 import logging
 from dataclasses import dataclass
-from functools import lru_cache
 from typing import Any, Dict, FrozenSet, List, Optional, Sequence, Tuple
 
 from pybuda.perf import cost, sparse
+from pybuda.balancer.blocking import divisors, padded_sides, sparse_u_kts, ublock_candidates
+from pybuda.balancer.edges import MATMUL_TYPES as _MATMUL, divisible_either_direction, stacks_ok
 from pybuda.balancer.types import OpModel
 from pybuda.netlist.model import fused_spec, fused_sub_ops
 from pybuda.errors import CompileError
-from pybuda.netlist.tms import (
-    HStack, InputUnpad, Pad, TileShape3, TMError, VStack, as_tms, effective_order, has_reshaping_tms, tms_shape,
-)
+from pybuda.netlist.tms import HStack, VStack, as_tms, tms_shape
 from pybuda.netlist.device_ops import ops_of_class
 from pybuda.dtypes import DataFormat
 
@@ -55,9 +54,6 @@ log = logging.getLogger(__name__)
 
 STAGE = "BALANCER_PASS"
 
-_MATMUL = ops_of_class("matmul", "depthwise")
-#: Elementwise op types: their ublock pins a stacked input's block.
-_ELTWISE = ops_of_class("binary", "copy", "sfpu")
 _NO_STREAM_TYPES = frozenset({"splice", "embedding", "tilizer", "topk", "ethernet_datacopy", "drainer", "buffer"})
 _PARAM_KINDS = frozenset({"parameter", "constant"})
 #: Padded layouts are also offered when the exact ones use at most 1/NARROW_FRACTION of the worker grid ...
@@ -69,79 +65,6 @@ PAD_WASTE = 8
 #: pattern follows the tensor's shape), splice/embedding/tilizer/topk and the other data-movement ops.
 _PADDABLE = (ops_of_class("binary", "copy", "sfpu", "reduce", "fused") | frozenset({"matmul"})) - \
     frozenset({"dropout", "ethernet_datacopy"})
-
-
-@lru_cache(maxsize=None)
-def divisors(n: int) -> Tuple[int, ...]:
-    """Positive divisors of ``n``, ascending."""
-    small, large = [], []
-    i = 1
-    while i * i <= n:
-        if n % i == 0:
-            small.append(i)
-            if i != n // i:
-                large.append(n // i)
-        i += 1
-    return tuple(small + large[::-1])
-
-
-def divisible_either_direction(a: int, b: int) -> bool:
-    """True when ``a`` divides ``b`` or ``b`` divides ``a`` (net2pipe's rule for buffer/t and stacks)."""
-    return a % b == 0 or b % a == 0
-
-
-@lru_cache(maxsize=None)
-def ublock_candidates(rows: int, cols: int, dest_tiles: int, prefer_wide: bool = True) -> Tuple[Tuple[int, int], ...]:
-    """Ublocks (rt, ct) of a per-core block of ``rows × cols`` tiles whose sides divide the block and
-    whose area fits ``dest_tiles``, best first: larger area, then wider (a matmul's unpack cost falls
-    with ublock_ct, spec §6.1 V2) or, with ``prefer_wide=False``, taller."""
-    cands = [(ur, uc) for ur in divisors(rows) if ur <= dest_tiles
-             for uc in divisors(cols) if ur * uc <= dest_tiles]
-    cands.sort(key=lambda u: (-(u[0] * u[1]), -(u[1] if prefer_wide else u[0])))
-    return tuple(cands)
-
-
-def pick_ublock(rows: int, cols: int, dest_tiles: int, prefer_wide: bool = True) -> Tuple[int, int]:
-    """The preferred ublock of a ``rows × cols`` per-core block (see :func:`ublock_candidates`)."""
-    return ublock_candidates(rows, cols, dest_tiles, prefer_wide)[0]
-
-
-def stack_block(consumer_type: str, index: int, model: OpModel, horizontal: bool, bias: bool = False) -> Optional[int]:
-    """The consumer block (tiles) along a stacked dimension of input ``index`` that the netlist pins,
-    or None: matmul in0 u_kt (h) / ublock rows (v), in1 ublock cols (h) / u_kt (v), bias the ublock;
-    eltwise, copy and SFPU ops their ublock (mirrors ``pybuda.netlist.validate.stack_factors``)."""
-    if consumer_type == "matmul":
-        if index == 0:
-            return model.u_kt if horizontal else model.ublock[0]
-        if index == 1:
-            return model.ublock[1] if horizontal else model.u_kt
-        if index == 2 and bias:
-            return model.ublock[1] if horizontal else model.ublock[0]
-        return None
-    if consumer_type in _ELTWISE:
-        return model.ublock[1] if horizontal else model.ublock[0]
-    return None
-
-
-def stacks_ok(shape: Tuple[int, int, int], tms: Sequence[Any], consumer_type: str, index: int, model: OpModel,
-              bias: bool = False) -> bool:
-    """Spec §2.3 "stack factors must divide the consumer grid and its mblock/ublock dimensions, in one
-    direction or the other", as the netlist validator checks it: at every ``hstack``/``vstack`` of the
-    edge, the stacked slice width and the consumer's block along that dimension divide one another.
-    The TMs are walked in the order they take effect (pads last, :func:`pybuda.netlist.tms.effective_order`)."""
-    shape = TileShape3(*shape)
-    for tm in effective_order(tms):
-        if isinstance(tm, (HStack, VStack)):
-            horizontal = isinstance(tm, HStack)
-            block = stack_block(consumer_type, index, model, horizontal, bias)
-            width = shape.ct if horizontal else shape.rt
-            if block and width and width % block and block % width:
-                return False
-        try:
-            shape = tm.apply(shape)
-        except TMError:
-            return False
-    return True
 
 
 # --------------------------------------------------------------------------------------------------
@@ -315,7 +238,7 @@ class Legalizer:
         is contracted or reduced (the padded tiles would reach valid ones), nor one a fused op keeps on one
         core (a sparse matmul's padded rows are rows its index never names: zeros); every operand that spans the
         dimension must span it exactly (its edge gets the same pad), and each reader must be able to drop
-        the padding (a queue crops it on the host; an op reads it through ``input_N_unpad``, see :func:`edge_unpad`)."""
+        the padding (a queue crops it on the host; an op reads it through ``input_N_unpad``, see :func:`pybuda.balancer.edges.edge_unpad`)."""
         if op.type not in _PADDABLE or op.gradient_op:
             return (False, False)
         can_r, can_c = True, True
@@ -487,8 +410,8 @@ class Legalizer:
         max_r = max(self.rows, self.cols) if self.allow_transpose else self.rows
         max_c = max(self.rows, self.cols) if self.allow_transpose else self.cols
         models: List[OpModel] = []
-        for gr, rt in _padded_sides(f.rt, max_r, f.pad_dims[0]):
-            for gc, ct in _padded_sides(f.ct, max_c, f.pad_dims[1]):
+        for gr, rt in padded_sides(f.rt, max_r, f.pad_dims[0]):
+            for gc, ct in padded_sides(f.ct, max_c, f.pad_dims[1]):
                 if (rt, ct) == (f.rt, f.ct) or not self._grid_fits(gr, gc):
                     continue
                 if exact_cores and (gr * gc <= exact_cores or (rt * ct - f.rt * f.ct) * PAD_WASTE > f.rt * f.ct):
@@ -559,7 +482,7 @@ class Legalizer:
         else:
             u_kts = tuple(sorted({f.k, 1}, reverse=True))
         if f.sparse and has_k and (override is None or override.u_kt is None):
-            u_kts = _sparse_u_kts(f.k, u_kts)
+            u_kts = sparse_u_kts(f.k, u_kts)
         out_mult = override.output_buffer_multiplier if override is not None else None
         if out_mult:
             bufs: Sequence[int] = (int(out_mult),)
@@ -620,7 +543,7 @@ class Legalizer:
                     diag.saw(least)
                     continue
                 for u_kt in u_kts:
-                    m_k = -(-f.k // u_kt) if has_k else 1  # a sparse matmul's K may be padded (_sparse_u_kts)
+                    m_k = -(-f.k // u_kt) if has_k else 1  # a sparse matmul's K may be padded (sparse_u_kts)
                     in_bytes = inputs_l1(u_kt)
                     for buf in bufs:
                         l1 = buf * out_bytes + in_bytes
@@ -733,31 +656,6 @@ class Legalizer:
                                    dram_bytes=cost.dram_bytes_per_input(op, model, ctx))
 
 
-#: Most K blocks a sparse matmul's padded-K layouts are tried with (see :func:`_sparse_u_kts`).
-SPARSE_MAX_K_BLOCKS = 16
-
-
-def _sparse_u_kts(k: int, u_kts: Sequence[int]) -> Tuple[int, ...]:
-    """u_kt options of a sparse matmul, in order of preference (the legalizer takes the first that fits):
-    the exact ones (``u_kts``, divisors of K) that split K into at most :data:`SPARSE_MAX_K_BLOCKS` blocks;
-    then, for each block count up to that, the smallest u_kt covering K in so many blocks, which pads K
-    (in1's rows) with zero tiles the index never names; then the other exact ones. So a K without a
-    convenient divisor still streams in few strips: Inception-v4's 386-tile activation (2·193) went in
-    193 strips of 2, and BBE's sparse formula charges decode per strip."""
-    exact = sorted(set(u_kts), reverse=True)
-    few = [u for u in exact if k // u <= SPARSE_MAX_K_BLOCKS]
-    padded = sorted({-(-k // m) for m in range(1, min(k, SPARSE_MAX_K_BLOCKS) + 1)} - set(exact), reverse=True)
-    return tuple(few + padded + [u for u in exact if u not in few])
-
-
-def _padded_sides(n: int, max_side: int, can_pad: bool) -> List[Tuple[int, int]]:
-    """(grid side, padded size) options of a dimension of ``n`` tiles: the exact divisors, and with
-    ``can_pad`` every side up to ``max_side`` with ``n`` rounded up to a multiple of it."""
-    if not can_pad:
-        return [(g, n) for g in divisors(n) if g <= max_side]
-    return [(g, -(-n // g) * g) for g in range(1, min(n, max_side) + 1)]
-
-
 def _operand_padding(op_type: str, sparse: bool, i: int, pad: Tuple[int, int]) -> Tuple[int, int]:
     """The (rows, cols) tiles operand ``i`` is padded by when the op's output is padded by ``pad``: a
     matmul's in0 along its rows, in1 along its columns (K is never padded); a reduce's operand along
@@ -801,88 +699,4 @@ def legal_op_models(op: Any, graph: Any, device: Any, config: Any) -> List[OpMod
     return Legalizer(graph, device, config).models(op)
 
 
-def operand_stream(consumer: OpModel, consumer_type: str, input_index: int) -> Tuple[int, int]:
-    """The t-stream factors (fr, fc) the consumer's operand ``input_index`` must arrive with: the
-    consumer's own for eltwise-like ops; for matmuls input 0 follows row streaming and input 1 column
-    streaming (the other direction is a z-broadcast of the operand)."""
-    fr, fc = consumer.t_stream_factor
-    if consumer_type in _MATMUL:
-        if input_index == 0:
-            return (fr, 1)
-        if input_index == 1:
-            return (1, fc)
-    return (fr, fc)
-
-
-def stream_compatible(producer: Optional[OpModel], consumer: OpModel, consumer_type: str, input_index: int,
-                      edge_tms: Sequence[Any] = (), consumer_bias: bool = False) -> bool:
-    """Whether the netlist can connect ``producer`` to operand ``input_index`` of ``consumer``.
-
-    A producer without t-streaming always connects (the consumer's slices are TMs on the edge; stacks
-    among the edge's own TMs are checked by the legalizer). A streamed producer connects directly when
-    the operand expects the same streaming and the edge has no reshaping TMs; otherwise its slices are
-    stacked back first (:func:`stream_edge_tms`) and every stack on the edge must line up with the
-    consumer's block (:func:`stacks_ok`, spec §2.3)."""
-    if producer is None or producer.stream_factor == 1:
-        return True
-    tms = stream_edge_tms(producer, consumer, consumer_type, input_index, edge_tms)
-    shape = (producer.t, producer.out_rt, producer.out_ct)
-    return stacks_ok(shape, tms, consumer_type, input_index, consumer, consumer_bias)
-
-
-def stream_edge_tms(producer: Optional[OpModel], consumer: OpModel, consumer_type: str, input_index: int,
-                    edge_tms: Sequence[Any] = ()) -> List[Any]:
-    """The TM list the netlist needs on the edge into operand ``input_index`` of ``consumer``: undo the
-    producer's t-streaming (``vstack``/``hstack``), the edge's own TMs, then the consumer's streaming
-    (``vslice``/``hslice``; a z-``broadcast`` for the non-streamed matmul operand). When producer and
-    operand stream the same way and the edge has no reshaping TMs nothing is needed. ``producer`` is
-    None for queues (parameters, inputs), which hold the unstreamed tensor."""
-    tms = list(edge_tms or ())
-    p = producer.t_stream_factor if producer is not None else (1, 1)
-    o = operand_stream(consumer, consumer_type, input_index)
-    if p == o and not has_reshaping_tms(tms) and p != (1, 1):
-        return tms
-    out: List[Any] = []
-    if p[0] > 1:
-        out.append({"vstack": p[0]})
-    elif p[1] > 1:
-        out.append({"hstack": p[1]})
-    out += tms
-    if o[0] > 1:
-        out.append({"vslice": o[0]})
-    elif o[1] > 1:
-        out.append({"hslice": o[1]})
-    cfr, cfc = consumer.t_stream_factor
-    if consumer_type in _MATMUL and input_index in (0, 1) and consumer.stream_factor > 1 and o == (1, 1):
-        out.append({"broadcast": {"z": cfr * cfc}})
-    return _pad_operand(out, consumer, input_index)
-
-
-def _pad_operand(tms: List[Any], consumer: OpModel, input_index: int) -> List[Any]:
-    """``tms`` with the consumer's padding of operand ``input_index`` (OpModel.input_padding) added: one
-    ``pad`` TM per edge (the netlist allows one), merged into a pad the edge already has."""
-    pads = consumer.input_padding
-    pr, pc = pads[input_index] if input_index < len(pads) else (0, 0)
-    if not (pr or pc):
-        return tms
-    out: List[Any] = []
-    value = 0.0
-    for tm in as_tms(tms):
-        if isinstance(tm, Pad):
-            pr, pc, value = pr + tm.rt, pc + tm.ct, tm.value
-        else:
-            out.append(tm)
-    return out + [Pad(pr, pc, value)]
-
-
-def edge_unpad(producer: Optional[OpModel]) -> Optional[InputUnpad]:
-    """The ``input_N_unpad`` a reader of ``producer`` needs (its padding, OpModel.padding), or None."""
-    if producer is None or not producer.padded:
-        return None
-    return InputUnpad(rt=producer.padding[0], ct=producer.padding[1])
-
-
-__all__ = ["Legalizer", "OpFacts", "legal_op_models", "input_queue_loc", "stream_compatible", "stream_edge_tms", "operand_stream",
-           "edge_unpad",
-           "divisors", "pick_ublock", "ublock_candidates", "divisible_either_direction", "stack_block", "stacks_ok"]
-
+__all__ = ["Legalizer", "OpFacts", "legal_op_models", "input_queue_loc"]

@@ -47,7 +47,8 @@ from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Tupl
 
 from pybuda.perf import cost
 from pybuda.perf.fill import slices_needed
-from pybuda.balancer.legalizer import Legalizer, stream_compatible, stream_edge_tms
+from pybuda.balancer.edges import stream_compatible, stream_edge_tms
+from pybuda.balancer.legalizer import Legalizer
 from pybuda.balancer.types import BalancerSolution, OpModel
 from pybuda.balancer.packing import GridPacker, PlacementMemo, count_epochs
 from pybuda.balancer import wholecost

@@ -18,13 +18,13 @@ class OpModel:
     t-slices, ``c`` (or ``cz``) the columns into ``t_stream_factor[1]``; so with factors (fr, fc) the
     op computes ``t = z·fr·fc`` slices of ``(rt/fr, ct/fc)`` tiles. The netlist emitter undoes a
     producer's streaming with ``vstack``/``hstack`` and applies the consumer's with ``vslice``/``hslice``
-    (see :func:`pybuda.balancer.legalizer.stream_edge_tms`).
+    (see :func:`pybuda.balancer.edges.stream_edge_tms`).
 
     Padding: when no grid divides an awkward tile count (a prime number of columns, say) and the whole
     tensor does not fit one core's L1, the op computes a larger tensor: ``padding`` (rows, cols) tiles
     are added at the end of its output, so ``out_rt``/``out_ct`` are the padded sizes. Operand ``i`` is
     padded by ``input_padding[i]`` tiles (a ``pad`` TM on its edge); readers drop the padding again
-    (:func:`pybuda.balancer.legalizer.edge_unpad`, the netlist's ``input_N_unpad``) and host output
+    (:func:`pybuda.balancer.edges.edge_unpad`, the netlist's ``input_N_unpad``) and host output
     queues crop it. The padded tiles only ever meet other padded tiles, never a contraction.
     """
 

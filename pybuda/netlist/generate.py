@@ -28,7 +28,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Dict, List, Tuple
 
-from pybuda.balancer.legalizer import edge_unpad, stream_edge_tms
+from pybuda.balancer.edges import edge_unpad, stream_edge_tms
 from pybuda.netlist.model import (AllocateQueue, DeallocateQueue, EndLoop, Execute, FusedOpDef, FusedSubOp,
                                   GraphDef, Loop, Netlist, NetlistOp, Param, Program, QueueDef, QueueSetting, StaticVar,
                                   Var, VarInst)

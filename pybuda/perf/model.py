@@ -47,7 +47,7 @@ Calibration mechanisms (perf_calibration §1; the same parameters for every mode
   With it the CNN points moved from mostly optimistic to mostly pessimistic (Inception-v4 n150 1.82 →
   0.59, VoVNet n150 1.21 → 1.03, HRNet n150 1.50 → 1.21): what is left is our im2col lowering (taps in
   t, the whole activation as K), not the kernel model. Since decode is paid per strip, the legalizer pads
-  a sparse matmul's K to a few blocks when no divisor does it within L1 (``legalizer._sparse_u_kts``;
+  a sparse matmul's K to a few blocks when no divisor does it within L1 (``blocking.sparse_u_kts``;
   Inception-v4's 386-tile stem activation went in 193 strips of 2).
 * **A convolution's im2col reads its activation once per input** (cost.py ``_activation_slices``): the
   sparse matmul's output has one t slice per kernel tap, its activation one (``act_t: 1``), and the

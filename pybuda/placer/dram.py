@@ -42,7 +42,8 @@ from dataclasses import dataclass
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from pybuda.perf.cost import tile_size_bytes
-from pybuda.balancer.legalizer import input_queue_loc, pick_ublock
+from pybuda.balancer.blocking import pick_ublock
+from pybuda.balancer.legalizer import input_queue_loc
 from pybuda.netlist.tms import tm_names
 from pybuda.config import DRAMPlacementAlgorithm
 from pybuda.errors import CompileError

@@ -11,7 +11,8 @@ from __future__ import annotations
 
 from typing import Any, Dict, List, Optional, Tuple
 
-from pybuda.balancer.legalizer import Legalizer, divisible_either_direction, stacks_ok, stream_compatible
+from pybuda.balancer.edges import divisible_either_direction, stacks_ok, stream_compatible
+from pybuda.balancer.legalizer import Legalizer
 from pybuda.placer.dram import QUEUE_HEADER_BYTES
 
 _MATMUL = frozenset({"matmul", "depthwise"})

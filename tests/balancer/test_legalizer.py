@@ -7,7 +7,8 @@ import pytest
 from pybuda.arch import get_device_descriptor
 from pybuda.perf.cost import tile_size_bytes
 from pybuda.balancer import Legalizer, legal_op_models, stream_compatible, stream_edge_tms
-from pybuda.balancer.legalizer import divisors, stacks_ok, ublock_candidates
+from pybuda.balancer.blocking import divisors, ublock_candidates
+from pybuda.balancer.edges import stacks_ok
 from pybuda.balancer.synthetic import bert_encoder_graph, chain_graph
 from pybuda.netlist.tms import Broadcast
 from pybuda.netlist.tms import tms_shape as apply_tms

@@ -6,7 +6,7 @@ import pytest
 
 from pybuda.arch import get_device_descriptor
 from pybuda.balancer import Legalizer, stream_edge_tms
-from pybuda.balancer.legalizer import edge_unpad
+from pybuda.balancer.edges import edge_unpad
 from pybuda.config import CompilerConfig
 from pybuda.dtypes import DataFormat as DF
 from pybuda.dtypes import MathFidelity as MF

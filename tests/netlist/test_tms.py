@@ -198,7 +198,7 @@ def test_input_transform_order_unpad_tms_pads_input_pad():
 
 def test_balancer_stack_check_sees_the_unpadded_width():
     """A pad written before an hstack still applies after it: the stacked slice width is the unpadded one."""
-    from pybuda.balancer.legalizer import stacks_ok
+    from pybuda.balancer.edges import stacks_ok
     from pybuda.balancer.types import OpModel
 
     model = OpModel(grid_shape=(1, 1), t=1, mblock=(1, 1), ublock=(1, 2))  # a nop's hstack block: 2 tiles

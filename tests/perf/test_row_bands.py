@@ -103,16 +103,16 @@ def test_the_netlist_records_each_sparse_matmuls_non_zero_strips_per_core():
 
 
 def test_sparse_u_kt_options_pad_k_only_when_no_divisor_gives_few_strips():
-    from pybuda.balancer.legalizer import SPARSE_MAX_K_BLOCKS, _sparse_u_kts
+    from pybuda.balancer.blocking import SPARSE_MAX_K_BLOCKS, sparse_u_kts
 
     # 386 = 2 x 193: the divisors give 1, 2 or 193 blocks of K; the padded options cover 2..16 blocks first
-    opts = _sparse_u_kts(386, (386, 193, 2, 1))
+    opts = sparse_u_kts(386, (386, 193, 2, 1))
     assert opts[:2] == (386, 193)
     assert opts[2:2 + 3] == (129, 97, 78)  # 3, 4 and 5 blocks (387, 388, 390 rows: padded by 1, 2, 4)
     assert opts[-2:] == (2, 1)
     assert all(-(-386 // u) <= SPARSE_MAX_K_BLOCKS for u in opts[:-2])
     # 384 has divisors for every small block count: nothing padded is added before them
-    assert _sparse_u_kts(384, (384, 192, 128, 96, 64, 48, 32, 24))[:8] == (384, 192, 128, 96, 64, 48, 32, 24)
+    assert sparse_u_kts(384, (384, 192, 128, 96, 64, 48, 32, 24))[:8] == (384, 192, 128, 96, 64, 48, 32, 24)
 
 
 def test_a_sparse_matmul_with_a_padded_k_is_exact_on_the_golden_grayskull():
