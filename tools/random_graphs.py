@@ -16,7 +16,10 @@ result with torch eager. Outcomes:
     NUMERICS   differs from torch with the chip's arithmetic (Float32 storage, HiFi4 products, the SFPU's
                approximations) but matches exactly when the golden backend computes in plain float32
                (``golden_ignore_df_precision``): the compiled program is right and the model is sensitive
-               (a comparison near its threshold, a layer norm of nearly constant rows ...)
+               (a comparison near its threshold, a layer norm of nearly constant rows ...); or the plain
+               float32 run differs only at elements where torch's own result is unstable (a comparison of
+               tied operands decided the other way, or a one-ulp input change, moves them:
+               :func:`unstable_elements`), as for ``ne(mean(softmax(x)), 0.25)``
     HANG       the seed ran past its time limit (seeds run in worker processes, killed on timeout)
 
 Usage::
@@ -30,6 +33,8 @@ Usage::
 from __future__ import annotations
 
 import argparse
+import contextlib
+import copy
 import json
 import os
 import random
@@ -49,7 +54,10 @@ if ROOT not in sys.path:
 
 # Named tolerances: Float32 storage with HiFi4 products (TF32-like multiplier inputs), a few ops deep.
 PCC_MIN = 0.99
-ATOL_REL = 0.02  # |got - want| <= ATOL_REL * max|want| + RTOL * |want|
+ATOL_REL = 0.02  # |got - want| <= ATOL_REL * max|want| + RTOL * |want| + ATOL_ABS
+#: An absolute floor: an output that torch cancels to exactly zero (x - mean(x) of equal values) is a float32
+#: rounding away from zero in any other correct evaluation order.
+ATOL_ABS = 1e-6
 RTOL = 0.02
 SEED_TIMEOUT_S = 120.0
 #: The card the seeds run on: one with Float32 arithmetic, so "at Float32" means what it says.
@@ -581,8 +589,9 @@ class Outcome:
     ops: List[str] = field(default_factory=list)
 
 
-def compare(got: Sequence, want: Sequence) -> Optional[str]:
-    """None when ``got`` matches ``want`` (count, shapes, dtypes, PCC and allclose), else what differs."""
+def compare(got: Sequence, want: Sequence, ignore: Optional[Sequence] = None) -> Optional[str]:
+    """None when ``got`` matches ``want`` (count, shapes, dtypes, PCC and allclose), else what differs.
+    ``ignore``: per output, a bool mask of elements left out of the comparison (see :func:`unstable_elements`)."""
     import torch
 
     from pybuda.verify import calculate_pcc
@@ -598,6 +607,9 @@ def compare(got: Sequence, want: Sequence) -> Optional[str]:
         if w.is_floating_point() != g.is_floating_point():
             return f"output {i}: dtype {g.dtype}, expected {w.dtype}"
         g, w = g.detach().double(), w.detach().double()
+        if ignore is not None and ignore[i] is not None:
+            keep = ~ignore[i]
+            g, w = g[keep], w[keep]
         if torch.isnan(g).any() != torch.isnan(w).any() or bool((torch.isnan(g) != torch.isnan(w)).any()):
             return f"output {i}: NaNs differ"
         fin = torch.isfinite(w)
@@ -609,15 +621,113 @@ def compare(got: Sequence, want: Sequence) -> Optional[str]:
             continue
         scale = float(w.abs().max())
         err = (g - w).abs()
-        bound = ATOL_REL * scale + RTOL * w.abs()
+        bound = ATOL_REL * scale + RTOL * w.abs() + ATOL_ABS
         if bool((err > bound).any()):
             return (f"output {i}: max abs diff {float(err.max()):.4g} > {ATOL_REL} * max|want| "
-                    f"({scale:.4g}) + {RTOL} * |want|")
+                    f"({scale:.4g}) + {RTOL} * |want| + {ATOL_ABS}")
         if w.numel() > 1 and float(w.std()) > 1e-6 * max(scale, 1e-30):
             pcc = calculate_pcc(g, w)
             if pcc < PCC_MIN:
                 return f"output {i}: PCC {pcc:.5f} < {PCC_MIN}"
     return None
+
+
+#: Perturbed reruns of the torch reference that find its unstable elements (:func:`unstable_elements`).
+NUDGE_TRIALS = 4
+
+
+def _beyond_tolerance(a, b):
+    """Elementwise: ``a`` differs from the reference ``b`` by more than :func:`compare` allows (or in NaN-ness)."""
+    import torch
+
+    a, b = a.detach().double(), b.detach().double()
+    nan = torch.isnan(a) != torch.isnan(b)
+    finite = torch.isfinite(b)
+    scale = float(b[finite].abs().max()) if bool(finite.any()) else 0.0
+    far = (a - b).abs() > ATOL_REL * scale + RTOL * b.abs() + ATOL_ABS
+    return nan | (far & finite & torch.isfinite(a)) | (torch.isfinite(a) != finite)
+
+
+#: Relative distance under which a comparison's operands count as tied (a few float32 ulps), and the
+#: absolute one for operands near zero (a cancellation that left 1e-8 where the math has 0).
+TIE_RTOL, TIE_ATOL = 2.0 ** -19, 1e-6
+_COMPARES = ("gt", "lt", "ge", "le", "eq", "ne")
+
+
+@contextlib.contextmanager
+def _ties_resolved(side: int):
+    """torch's comparisons (functions and operators) with tied float operands treated as equal (``side``
+    0) or the left one as just above (1) or below (-1) the right one."""
+    import torch
+
+    def resolving(fn):
+        def compare_op(a, b, *args, **kwargs):
+            if isinstance(a, torch.Tensor) and a.is_floating_point() and not args and not kwargs:
+                wide_b = b.double() if isinstance(b, torch.Tensor) else torch.tensor(float(b), dtype=torch.float64)
+                gap = (a.double() - wide_b).abs()
+                # .le, not <= or torch.le, which are the patched ones
+                tie = gap.le(TIE_RTOL * torch.maximum(a.double().abs(), wide_b.abs()) + TIE_ATOL)
+                if bool(tie.any()):
+                    nudge = torch.maximum(wide_b.abs() * 2.0 ** -10, torch.tensor(1e-5, dtype=torch.float64))
+                    a = torch.where(tie, wide_b + side * nudge, a.double()).to(a.dtype)
+            return fn(a, b, *args, **kwargs)
+        return compare_op
+
+    saved = {}
+    for name in _COMPARES:
+        for owner, attr in ((torch, name), (torch.Tensor, f"__{name}__")):
+            saved[(owner, attr)] = getattr(owner, attr)
+            setattr(owner, attr, resolving(saved[(owner, attr)]))
+    try:
+        yield
+    finally:
+        for (owner, attr), fn in saved.items():
+            setattr(owner, attr, fn)
+
+
+def unstable_elements(module, inputs, want, trials: int = NUDGE_TRIALS):
+    """Per output, the elements of torch's own result that move beyond tolerance when a comparison of tied
+    operands is decided the other way (:func:`_ties_resolved`), or when the float inputs move by one ulp (each datum up, down or not at all, ``trials`` times, every other time evaluated in float64):
+    a comparison or rounding of a value that sits on its threshold (the mean of a softmax against 0.25,
+    say). Any two correct float32 evaluations may disagree there, so such elements say nothing about the
+    compiled program."""
+    import torch
+
+    gen = torch.Generator().manual_seed(0)
+    masks = [torch.zeros(w.shape, dtype=torch.bool) if isinstance(w, torch.Tensor) else None for w in want]
+
+    def nudge(t):
+        if not t.is_floating_point():
+            return t.clone()
+        step = torch.randint(-1, 2, t.shape, generator=gen)
+        up, down = torch.nextafter(t, torch.full_like(t, float("inf"))), torch.nextafter(t, torch.full_like(t, float("-inf")))
+        return torch.where(step > 0, up, torch.where(step < 0, down, t))
+
+    # Ties first: each comparison whose operands are tied, decided both ways.
+    for side in (0, 1, -1):
+        with torch.no_grad(), _ties_resolved(side):
+            out = module(*[t.clone() for t in inputs])
+        out = list(out) if isinstance(out, tuple) else [out]
+        for i, (o, w) in enumerate(zip(out, want)):
+            if masks[i] is not None and isinstance(o, torch.Tensor) and o.shape == w.shape:
+                masks[i] |= _beyond_tolerance(o, w) if w.is_floating_point() else o != w
+    wide = copy.deepcopy(module).double()
+    for trial in range(trials):
+        moved = [nudge(t) for t in inputs]
+        with torch.no_grad():
+            out = None
+            if trial % 2:  # every other trial in float64 (another rounding of the same math), where the model allows
+                try:
+                    out = wide(*[t.double() if t.is_floating_point() else t for t in moved])
+                except RuntimeError:
+                    out = None
+            if out is None:
+                out = module(*moved)
+        out = list(out) if isinstance(out, tuple) else [out]
+        for i, (o, w) in enumerate(zip(out, want)):
+            if masks[i] is not None and isinstance(o, torch.Tensor) and o.shape == w.shape:
+                masks[i] |= _beyond_tolerance(o, w) if w.is_floating_point() else o != w
+    return masks
 
 
 def run_on_device(module, inputs, exact: bool = False):
@@ -682,10 +792,21 @@ def classify(model: Model, runner=None) -> Outcome:
     else:
         diff = compare(got, want)
         if diff is not None and runner is run_on_device:
+            exact_got = None
             try:
-                exact_diff = compare(run_on_device(module, inputs, exact=True)[0], want)
+                exact_got = run_on_device(module, inputs, exact=True)[0]
+                exact_diff = compare(exact_got, want)
             except Exception as e:  # noqa: BLE001
                 exact_diff = f"the exact-float32 rerun failed: {type(e).__name__}: {e}"
+            if exact_diff is not None and exact_got is not None:
+                # Differences confined to elements where torch's own result is unstable (ties) are numerics too.
+                ignore = unstable_elements(module, inputs, want)
+                ignored = sum(int(m.sum()) for m in ignore if m is not None)
+                if ignored and compare(exact_got, want, ignore) is None:
+                    exact_diff = None
+                    total = sum(m.numel() for m in ignore if m is not None)
+                    diff += (f" (float32 differs only at elements where torch's own result is unstable: a comparison "
+                             f"of tied operands or a one-ulp input change moves them; {ignored} of {total})")
             if exact_diff is None:
                 res.outcome, res.detail = "NUMERICS", diff
                 diff = None

@@ -120,3 +120,22 @@ def test_batch_mix_seed_with_convs_on_the_batch_runs(seed):
     assert any(o.startswith(("conv2d", "max_pool2d", "avg_pool2d")) for o in model.ops)
     res = rg.classify(model)
     assert res.outcome in ("PASS", "FALLBACK", "NUMERICS"), f"seed {seed}: {res.outcome}: {res.detail}"
+
+
+def test_unstable_elements_are_the_ties_of_torchs_own_result():
+    class SoftmaxMeanIsAQuarter(torch.nn.Module):  # mathematically always 0.25: every element is a tie
+        def forward(self, x):
+            return torch.ne(torch.softmax(x, dim=1).mean(dim=1), 0.25).to(torch.float32), (x > 0.0).float()
+
+    x = torch.randn(3, 4, 5, generator=torch.Generator().manual_seed(0))
+    module = SoftmaxMeanIsAQuarter()
+    with torch.no_grad():
+        want = list(module(x))
+    comparisons = (torch.ne, torch.Tensor.__gt__)
+    ties, clear = rg.unstable_elements(module, [x], want)
+    assert (torch.ne, torch.Tensor.__gt__) == comparisons  # the comparisons are torch's own again
+    assert bool(ties.all()) and not bool(clear.any())  # x > 0 on random data is never a tie
+    flipped = [1.0 - want[0], want[1]]
+    assert rg.compare(flipped, want) is not None
+    assert rg.compare(flipped, want, [ties, clear]) is None
+    assert rg.compare([flipped[0], 1.0 - want[1]], want, [ties, clear]) is not None
