@@ -54,6 +54,8 @@ if ROOT not in sys.path:
 
 # Named tolerances: Float32 storage with HiFi4 products (TF32-like multiplier inputs), a few ops deep.
 PCC_MIN = 0.99
+#: The PCC check applies to outputs whose standard deviation exceeds this fraction of their largest magnitude.
+PCC_MIN_SPREAD = 1e-4
 ATOL_REL = 0.02  # |got - want| <= ATOL_REL * max|want| + RTOL * |want| + ATOL_ABS
 #: An absolute floor: an output that torch cancels to exactly zero (x - mean(x) of equal values) is a float32
 #: rounding away from zero in any other correct evaluation order.
@@ -607,6 +609,8 @@ def compare(got: Sequence, want: Sequence, ignore: Optional[Sequence] = None) ->
         if w.is_floating_point() != g.is_floating_point():
             return f"output {i}: dtype {g.dtype}, expected {w.dtype}"
         g, w = g.detach().double(), w.detach().double()
+        finite = w[torch.isfinite(w)]
+        scale = float(finite.abs().max()) if finite.numel() else 0.0  # of the whole output, ignored elements too
         if ignore is not None and ignore[i] is not None:
             keep = ~ignore[i]
             g, w = g[keep], w[keep]
@@ -619,13 +623,16 @@ def compare(got: Sequence, want: Sequence, ignore: Optional[Sequence] = None) ->
         g, w = g[fin], w[fin]
         if w.numel() == 0:
             continue
-        scale = float(w.abs().max())
         err = (g - w).abs()
         bound = ATOL_REL * scale + RTOL * w.abs() + ATOL_ABS
         if bool((err > bound).any()):
             return (f"output {i}: max abs diff {float(err.max()):.4g} > {ATOL_REL} * max|want| "
                     f"({scale:.4g}) + {RTOL} * |want| + {ATOL_ABS}")
-        if w.numel() > 1 and float(w.std()) > 1e-6 * max(scale, 1e-30):
+        # PCC says something only where the output varies by more than float32 rounding noise over a few ops
+        # (a near-constant output, -1e4 everywhere up to rounding, has a PCC of noise against noise), and only
+        # over the whole output: the elements left after ignoring unstable ones may be nearly alike.
+        ignored = ignore is not None and ignore[i] is not None and bool(ignore[i].any())
+        if not ignored and w.numel() > 1 and float(w.std()) > PCC_MIN_SPREAD * max(scale, 1e-30):
             pcc = calculate_pcc(g, w)
             if pcc < PCC_MIN:
                 return f"output {i}: PCC {pcc:.5f} < {PCC_MIN}"
