@@ -194,6 +194,23 @@ class Pads(torch.nn.Module):
         return torch.cat([y, torch.tanh(y)], dim=1)[..., ::2, 1::3]
 
 
+class PaddingOnly(torch.nn.Module):
+    """Slices that keep nothing but a pad's border (seed 21360 of tools/random_graphs.py, Blackhole): zeros,
+    and a non-zero pad value, without one source element; the slice of a pad is one gather."""
+
+    def forward(self, x):  # [1, 6, 10]
+        border = torch.nn.functional.pad(torch.tanh(x), (2, 0), value=0.0)[..., 0:2]
+        filled = torch.nn.functional.pad(torch.exp(x), (1, 0), value=3.0)[..., 0:1]
+        return torch.cat([border, filled, x[..., :3]], dim=-1)
+
+
+class PaddingOnlyOutput(torch.nn.Module):
+    """A graph output that is nothing but padding, beside a computed one."""
+
+    def forward(self, x):  # [1, 6, 10]
+        return torch.tanh(x), torch.nn.functional.pad(x, (1, 0), value=0.0)[:, :, 0:1]
+
+
 def _run(model, x):
     pybuda.pybuda_reset()
     pybuda.set_configuration_options(default_df_override=pybuda.DataFormat.Float32,
@@ -216,7 +233,7 @@ def _assert_close(got, want):
 
 
 @pytest.mark.parametrize("model,shape", [(HeadSplit(), (1, 20, 72)), (WindowPartition(), (1, 12, 10, 6)),
-                                         (Pads(), (1, 5, 9, 11))])
+                                         (Pads(), (1, 5, 9, 11)), (PaddingOnly(), (1, 6, 10))])
 def test_torch_moves_run_on_the_device_without_fallback(model, shape):
     from pybuda.frontend.torch import capture
 
@@ -227,6 +244,24 @@ def test_torch_moves_run_on_the_device_without_fallback(model, shape):
     with torch.no_grad():
         want = model(x)
     _assert_close(_run(model, x), want)
+
+
+def test_an_output_of_padding_only_is_zeros_on_the_device():
+    x = torch.randn(1, 6, 10)
+    pybuda.pybuda_reset()
+    pybuda.set_configuration_options(default_df_override=pybuda.DataFormat.Float32,
+                                     default_math_fidelity=pybuda.MathFidelity.HiFi4)
+    tt = pybuda.TTDevice("tt0", devtype=pybuda.BackendType.Golden)
+    tt.place_module(pybuda.PyTorchModule("padding_only", PaddingOnlyOutput()))
+    tt.push_to_inputs(x.clone())
+    try:
+        out = pybuda.run_inference(_sequential=True).get(timeout=120)
+    finally:
+        pybuda.shutdown()
+        pybuda.pybuda_reset()
+    got = [o.value() if hasattr(o, "value") else o for o in out]
+    _assert_close(got[0], torch.tanh(x))
+    assert torch.equal(got[1], torch.zeros(1, 6, 1))
 
 
 class Flatten(torch.nn.Module):

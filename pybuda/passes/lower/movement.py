@@ -195,7 +195,9 @@ class DataMovementLowering:
                 raise self.err(f"{node.op_type} from {list(s)} to {list(out_shape)}: {_no_plan()}")
             results += self._run_plan(node, v, k, plan, src, local)
         if not results:
-            raise self.err(f"{node.op_type} produces only padding; it has no device form")
+            # Every element is padding (a slice of a pad's border, say): zeros, the value of a zero pad (a
+            # non-zero pad value is a zero pad plus a constant), made a constant like any other.
+            return self._const(("padding_only", tuple(out_shape)), f"{node.name}.zeros", torch.zeros(tuple(out_shape)))
         return self._sum(node, results, (zo, ro, co))
 
     def concat_splice(self, node: Node, ops: List[DVal], in_shapes, out_shape) -> Optional[DVal]:
@@ -775,8 +777,6 @@ def unsupported_movement(in_shapes, op_type: str, attrs: dict) -> Optional[str]:
         zo, ro, co = canonical_zrc(out_shape)
         emap = emap.reshape(zo, ro, co)
         offsets = np.cumsum([0] + [math.prod(s) for s in in_shapes])
-        if not bool((emap >= 0).any()):
-            reason = f"{op_type} produces only padding"
         for k, s in enumerate(in_shapes):
             if reason is not None:
                 break
