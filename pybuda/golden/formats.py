@@ -22,7 +22,7 @@ All arithmetic is vectorised torch on float32/int32 (never torch.bfloat16, which
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Dict, Optional, Tuple
+from typing import Any, Callable, Dict, Optional, Tuple
 
 import torch
 
@@ -714,7 +714,29 @@ def srcb_parts(x: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
     return _mask(x, _B_HI), x - _mask(x, 0xFFFE1FFF)
 
 
+def keep_infinities(out: torch.Tensor, plain: Callable[[], torch.Tensor]) -> torch.Tensor:
+    """``out``, a product computed from fidelity pieces, with the NaNs the pieces made and the plain product
+    ``plain()`` does not have replaced by the plain result.
+
+    The pieces split an operand's mantissa by arithmetic, which infinities do not survive: an infinity's
+    "lo" piece is inf − inf = NaN, and a zero piece times an infinite one is NaN, where the bits the phases
+    multiply are the infinity's (none below its exponent) and a zero. Such a product is ±inf (softmax's
+    ``(x − max) · mask`` with −inf scores), so the plain float32 product is exact there. NaN inputs, and
+    0 · inf in the math itself, stay NaN. Costs one summing pass over ``out`` when it holds no NaN (a NaN
+    anywhere makes the sum NaN; so do infinities of both signs, which then take the exact path)."""
+    if not bool(torch.isnan(out.sum())):
+        return out
+    nan = torch.isnan(out)
+    exact = plain()
+    return torch.where(nan & ~torch.isnan(exact), exact, out)
+
+
 def _fidelity_apply(srcb: torch.Tensor, srca: torch.Tensor, fidelity: MathFidelity, op) -> torch.Tensor:
+    srcb, srca = _as_f32(srcb), _as_f32(srca)
+    return keep_infinities(_fidelity_pieces_apply(srcb, srca, fidelity, op), lambda: op(srcb, srca))
+
+
+def _fidelity_pieces_apply(srcb: torch.Tensor, srca: torch.Tensor, fidelity: MathFidelity, op) -> torch.Tensor:
     phases = set(fidelity_phases(fidelity))
     srcb, srca = _as_f32(srcb), _as_f32(srca)
     a_hi = _mask(srca, _A_HI)

@@ -193,8 +193,9 @@ def _mul(a: torch.Tensor, b: torch.Tensor, fidelity: Optional[MathFidelity],
     """ELWMUL: in0 → SrcA, in1 → SrcB (see ``formats.fidelity_multiply``)."""
     if fidelity is None:
         return a * b
-    return fidelity_combine(torch.mul, _pieces(b, "b", fidelity, caches[1], dfs[1]),
-                            _pieces(a, "a", fidelity, caches[0], dfs[0]))
+    out = fidelity_combine(torch.mul, _pieces(b, "b", fidelity, caches[1], dfs[1]),
+                           _pieces(a, "a", fidelity, caches[0], dfs[0]))
+    return formats.keep_infinities(out, lambda: a * b)
 
 
 def _matmul(a: torch.Tensor, b: torch.Tensor, fidelity: Optional[MathFidelity],
@@ -205,8 +206,9 @@ def _matmul(a: torch.Tensor, b: torch.Tensor, fidelity: Optional[MathFidelity],
 
     if fidelity is None:
         return mm(a, b)
-    return fidelity_combine(mm, _pieces(a, "b", fidelity, caches[0], dfs[0]),
-                            _pieces(b, "a", fidelity, caches[1], dfs[1]))
+    out = fidelity_combine(mm, _pieces(a, "b", fidelity, caches[0], dfs[0]),
+                           _pieces(b, "a", fidelity, caches[1], dfs[1]))
+    return formats.keep_infinities(out, lambda: mm(a, b))
 
 
 #: Unary kernels (copy and SFPU op types) by name, from the device-op table (its ``golden`` field):

@@ -113,6 +113,24 @@ def test_fidelity_pieces_equal_the_formats_model(fidelity, df):
     assert torch.equal(got, formats.fidelity_multiply(a, a.flip(0), fidelity))
 
 
+@pytest.mark.parametrize("fidelity", FIDELITIES)
+def test_fidelity_products_keep_infinities(fidelity):
+    # An infinity has no mantissa bits for the phases to split: inf * 1 is inf at every fidelity, not the
+    # NaN of its pieces' arithmetic (inf - inf, 0 * inf). NaN inputs and 0 * inf stay NaN, as in float32.
+    a = torch.tensor([[float("-inf"), 2.0, float("nan"), float("inf"), 0.0, 3.0]]).reshape(1, 1, 1, 6)
+    b = torch.tensor([[1.0, -1.5, 1.0, 0.5, float("inf"), 1.0]]).reshape(1, 1, 1, 6)
+    plain = a * b
+    for got in (golden_ops.binary("multiply", a, b, fidelity), golden_ops.binary("multiply", b, a, fidelity),
+                formats.fidelity_multiply(a, b, fidelity)):
+        assert torch.equal(torch.isnan(got), torch.isnan(plain))
+        finite = torch.isfinite(plain)
+        assert torch.equal(got[~finite & ~torch.isnan(plain)], plain[~finite & ~torch.isnan(plain)])
+    rows = torch.tensor([[1.0, 2.0], [float("-inf"), 1.0]]).reshape(1, 1, 2, 2)
+    cols = torch.tensor([[1.0, 0.5], [1.0, 1.0]]).reshape(1, 1, 2, 2)
+    got = golden_ops.matmul([rows, cols], {}, fidelity)
+    assert torch.equal(torch.isinf(got), torch.isinf(rows @ cols)) and not torch.isnan(got).any()
+
+
 def test_gemm_batch_paths_match_torch():
     a = _rand(3, 4, 64, 96)
     for b in (_rand(1, 1, 96, 32), _rand(1, 4, 96, 32), _rand(3, 4, 96, 32)):
