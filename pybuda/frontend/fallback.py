@@ -315,6 +315,11 @@ def build_cpu_stage(prog: FxProgram, nodes: Sequence[torch.fx.Node], inputs: Seq
 
     for node in nodes:
         env[node] = graph.node_copy(node, lookup)
+        if node.op == "call_function" and node.target is torch.ops.aten.view.default:
+            # The stage's inputs come from the device (or another stage) with strides of their own: a view
+            # the traced run could take of its tensor may not fit them. The graph is functional, so a
+            # reshape (a view where the strides allow, else a copy) computes the same values.
+            env[node].target = torch.ops.aten.reshape.default
         if node.op == "call_function" and node.target is torch.ops.aten.embedding.default:
             # torch's own out-of-range message ("index out of range in self") names neither the ids
             # nor the table: check the ids here, where the lookup runs, and say which input is wrong.
