@@ -211,7 +211,8 @@ class PaddingOnlyOutput(torch.nn.Module):
         return torch.tanh(x), torch.nn.functional.pad(x, (1, 0), value=0.0)[:, :, 0:1]
 
 
-def _run(model, x):
+def _run_all(model, x):
+    """Every output of ``model`` run on a golden TTDevice at Float32 / HiFi4."""
     pybuda.pybuda_reset()
     pybuda.set_configuration_options(default_df_override=pybuda.DataFormat.Float32,
                                      default_math_fidelity=pybuda.MathFidelity.HiFi4)
@@ -223,7 +224,11 @@ def _run(model, x):
     finally:
         pybuda.shutdown()
         pybuda.pybuda_reset()
-    return out[0].value() if hasattr(out[0], "value") else out[0]
+    return [o.value() if hasattr(o, "value") else o for o in out]
+
+
+def _run(model, x):
+    return _run_all(model, x)[0]
 
 
 def _assert_close(got, want):
@@ -248,18 +253,7 @@ def test_torch_moves_run_on_the_device_without_fallback(model, shape):
 
 def test_an_output_of_padding_only_is_zeros_on_the_device():
     x = torch.randn(1, 6, 10)
-    pybuda.pybuda_reset()
-    pybuda.set_configuration_options(default_df_override=pybuda.DataFormat.Float32,
-                                     default_math_fidelity=pybuda.MathFidelity.HiFi4)
-    tt = pybuda.TTDevice("tt0", devtype=pybuda.BackendType.Golden)
-    tt.place_module(pybuda.PyTorchModule("padding_only", PaddingOnlyOutput()))
-    tt.push_to_inputs(x.clone())
-    try:
-        out = pybuda.run_inference(_sequential=True).get(timeout=120)
-    finally:
-        pybuda.shutdown()
-        pybuda.pybuda_reset()
-    got = [o.value() if hasattr(o, "value") else o for o in out]
+    got = _run_all(PaddingOnlyOutput(), x)
     _assert_close(got[0], torch.tanh(x))
     assert torch.equal(got[1], torch.zeros(1, 6, 1))
 
