@@ -44,6 +44,8 @@ class TTTrainer:
         modules = list(device._translated_modules or device.modules)
         if device.loss_module is not None:
             modules.append(device.loss_module)
+        for module in [*device.modules, device.loss_module]:
+            _refuse_batch_statistics(module, self.microbatch)
         values = [t[0:1] if t.dim() else t for t in sample.tensors]
         names = sample.names
         self.stages: List[_Stage] = []
@@ -427,6 +429,29 @@ class TTTrainer:
     def parameter_names(self) -> List[str]:
         """The names :meth:`parameters` gives, without reading values back from the device."""
         return list(self.shapes)
+
+
+def _refuse_batch_statistics(module: Any, microbatch: int) -> None:
+    """CompileError when a PyTorch module trains batch norms on batch statistics with a microbatch above 1.
+
+    Training compiles a model for one sample and runs a microbatch sample by sample (gradients add up over
+    the samples); a batch norm in training mode normalises by the mean and variance of the whole batch, so
+    each sample would be normalised by its own: other numbers than torch's, with no error. (Inference
+    traces the whole push instead and keeps such ops' batch inside the graph.)"""
+    torch_module = getattr(module, "module", None)
+    if microbatch < 2 or not isinstance(torch_module, torch.nn.Module):
+        return
+    layers = [name or "<module>" for name, m in torch_module.named_modules()
+              if isinstance(m, torch.nn.modules.batchnorm._BatchNorm) and m.training]
+    if layers:
+        from pybuda.errors import CompileError
+
+        shown = ", ".join(layers[:5]) + (f" and {len(layers) - 5} more" if len(layers) > 5 else "")
+        raise CompileError(f"module '{module.name}' trains batch norm layers on batch statistics ({shown}): they "
+                           f"normalise by the mean and variance of the whole batch, but training runs a microbatch "
+                           f"sample by sample, so each of the {microbatch} samples would be normalised alone. "
+                           f"Freeze them (call .eval() on the batch norm layers), push microbatches of 1, or train "
+                           f"the model on a CPUDevice", stage="INIT_COMPILE")
 
 
 def _host_written(executor: Any) -> Set[str]:

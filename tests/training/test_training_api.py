@@ -12,7 +12,7 @@ import pytest
 import torch
 
 import pybuda
-from pybuda.errors import InputError, ModuleError, PybudaError
+from pybuda.errors import CompileError, InputError, ModuleError, PybudaError
 
 #: Loss curves of the chip vs torch at Float32: relative difference per step (the issue's 2 %).
 LOSS_RTOL = 0.02
@@ -454,3 +454,56 @@ def test_cpu_fallback_stages_train_beside_the_device_part():
     assert torch.equal(pybuda.get_parameter_checkpoint(tt0)[0]["a.bias"].value(), torch.zeros(16))
     with pytest.raises(InputError, match=r"no trainable parameter\(s\) \['nope'\].*'a.weight'"):
         tt0.update_device_parameters({"nope": torch.zeros(1)})
+
+
+class ConvBatchNorm(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(0)
+        self.conv = torch.nn.Conv2d(3, 8, 3, padding=1)
+        self.bn = torch.nn.BatchNorm2d(8)
+        self.head = torch.nn.Conv2d(8, 4, 3, padding=1)
+
+    def forward(self, x):
+        return self.head(torch.relu(self.bn(self.conv(x))))
+
+
+def _train_conv_bn(model, mb, steps=3):
+    float32_everywhere()
+    tt0 = pybuda.TTDevice("tt0", module=pybuda.PyTorchModule("convbn", model),
+                          optimizer=pybuda.optimizers.SGD(learning_rate=0.05), fp32_fallback=pybuda.DataFormat.Float32,
+                          arch=pybuda.BackendDevice.Wormhole_B0)
+    cpu = pybuda.CPUDevice("cpu0")
+    cpu.place_loss_module(pybuda.PyTorchModule("mse", torch.nn.MSELoss()))
+    g = torch.Generator().manual_seed(2)
+    data = [(torch.randn(mb, 3, 8, 8, generator=g), torch.randn(mb, 4, 8, 8, generator=g)) for _ in range(steps)]
+    for x, y in data:
+        tt0.push_to_inputs(x)
+        cpu.push_to_target_inputs(y)
+    loss_q = queue.Queue()
+    pybuda.run_training(steps=steps, loss_queue=loss_q)
+    return [float(loss_q.get()[0].value()) for _ in range(steps)], data
+
+
+def test_batch_norm_on_batch_statistics_with_a_microbatch_is_refused():
+    # Training runs a microbatch sample by sample: batch statistics would be each sample's own, not torch's.
+    with pytest.raises(CompileError, match=r"batch statistics \(bn\).*Freeze them"):
+        _train_conv_bn(ConvBatchNorm().train(), mb=2)
+
+
+@pytest.mark.parametrize("frozen", [False, True], ids=["microbatch_1", "frozen_batch_norm"])
+def test_batch_norm_trains_with_microbatch_1_or_frozen(frozen):
+    model = ConvBatchNorm().train()
+    if frozen:
+        model.bn.eval()  # running statistics: every sample alone, as the device runs them
+    twin = copy.deepcopy(model)
+    got, data = _train_conv_bn(model, mb=2 if frozen else 1)
+    opt = torch.optim.SGD(twin.parameters(), lr=0.05)
+    want = []
+    for x, y in data:
+        opt.zero_grad()
+        loss = torch.nn.functional.mse_loss(twin(x), y)
+        loss.backward()
+        opt.step()
+        want.append(float(loss))
+    assert got == pytest.approx(want, rel=LOSS_RTOL)
