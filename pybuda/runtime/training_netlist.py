@@ -57,6 +57,10 @@ class NetlistProgram:
         self._params = {p.name: tuple(p.shape) for p in part.host_io.parameters
                         if p.name not in transformed and p.name not in part.linked_rams
                         and (part.host_io.queue(p.name) is not None)}
+        # Inputs no op of the netlist reads (the gradient of an output no gradient flows from, such as an
+        # argmax's): pushing them would fill a queue nothing drains, so they are dropped.
+        read = {name for g in owner.netlist.graphs.values() for op in g.ops.values() for name in op.inputs}
+        self._unread = {rec.name for rec in part.host_io.inputs if self._queue(rec) not in read}
 
     def _queue(self, rec: Any) -> str:
         return self.part.queue_names[rec.queue]
@@ -70,7 +74,7 @@ class NetlistProgram:
         if len(inputs) != len(recs):
             raise InputError(f"program {part.program} takes {len(recs)} input(s), got {len(inputs)}")
         for rec, x in zip(recs, inputs):
-            if rec.name in part.linked_inputs:
+            if rec.name in part.linked_inputs or rec.name in self._unread:
                 continue
             if x is None:
                 raise InputError(f"program {part.program}: input '{rec.name}' is not on the device; pass its value")

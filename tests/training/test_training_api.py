@@ -507,3 +507,49 @@ def test_batch_norm_trains_with_microbatch_1_or_frozen(frozen):
         opt.step()
         want.append(float(loss))
     assert got == pytest.approx(want, rel=LOSS_RTOL)
+
+
+class RowFromAnIndex(torch.nn.Module):
+    """An integer the device computes (a row index) that a CPU post stage uses: the device's outputs then include
+    one no gradient flows back to."""
+
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(0)
+        self.fc = torch.nn.Linear(16, 16)
+        self.out = torch.nn.Linear(16, 16)
+
+    def forward(self, x):
+        h = torch.tanh(self.fc(x))
+        row = (h > 2).sum(-1)[:, 0]  # an integer: 0 (tanh never exceeds 2)
+        return self.out(h + h[torch.arange(h.shape[0]), row].unsqueeze(1))  # advanced indexing: CPU post stage
+
+
+def test_an_integer_device_output_takes_no_gradient_pushes():
+    # The backward's gradient input for the integer output is read by no op; each step pushed into it anyway
+    # and the second step failed ("has room for 0 more entries").
+    float32_everywhere()
+    model = RowFromAnIndex()
+    twin = copy.deepcopy(model)
+    tt0 = pybuda.TTDevice("tt0", module=pybuda.PyTorchModule("rows", model),
+                          optimizer=pybuda.optimizers.SGD(learning_rate=0.05), fp32_fallback=pybuda.DataFormat.Float32,
+                          arch=pybuda.BackendDevice.Wormhole_B0)
+    cpu = pybuda.CPUDevice("cpu0")
+    cpu.place_loss_module(pybuda.PyTorchModule("mse", torch.nn.MSELoss()))
+    g = torch.Generator().manual_seed(3)
+    data = [(torch.randn(1, 8, 16, generator=g), torch.randn(1, 8, 16, generator=g)) for _ in range(3)]
+    for x, y in data:
+        tt0.push_to_inputs(x)
+        cpu.push_to_target_inputs(y)
+    loss_q = queue.Queue()
+    pybuda.run_training(steps=len(data), loss_queue=loss_q)
+    got = [float(loss_q.get()[0].value()) for _ in data]
+    opt = torch.optim.SGD(twin.parameters(), lr=0.05)
+    want = []
+    for x, y in data:
+        opt.zero_grad()
+        loss = torch.nn.functional.mse_loss(twin(x), y)
+        loss.backward()
+        opt.step()
+        want.append(float(loss))
+    assert got == pytest.approx(want, rel=LOSS_RTOL)
