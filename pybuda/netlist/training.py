@@ -336,9 +336,15 @@ def plain_ram(rec: QueueIO, shape: Sequence[int]) -> bool:
 
 
 def read_ram_value(rec: QueueIO, entry: torch.Tensor, shape: Sequence[int]) -> torch.Tensor:
-    """The framework value of shape ``shape`` that ram ``rec`` holds as ``entry`` (``[t, R, C]``)."""
+    """The framework value of shape ``shape`` that ram ``rec`` holds as ``entry`` (``[t, R, C]``).
+
+    An op output's record (a gradient accumulator the backward writes) keeps its host TMs, which turn the
+    device layout into the framework's: a weight gradient computed transposed comes back in the weight's
+    orientation (dropping them returned a square weight's gradient transposed, and the host wrote it back
+    so). A parameter or input record's host TMs go the other way; the rams read here have none."""
+    tms = list(rec.host_tms) if rec.kind == "output" else []
     out = QueueIO(queue=rec.queue, kind="output", name=rec.name, framework_shape=tuple(shape),
-                  device_shape=rec.device_shape)
+                  device_shape=rec.device_shape, host_tms=tms)
     return from_device_layout(out, entry.unsqueeze(0)).reshape(tuple(shape))
 
 

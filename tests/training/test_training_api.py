@@ -553,3 +553,43 @@ def test_an_integer_device_output_takes_no_gradient_pushes():
         opt.step()
         want.append(float(loss))
     assert got == pytest.approx(want, rel=LOSS_RTOL)
+
+
+class TwoResidualLinears(torch.nn.Module):
+    """x1 = x + A x; x2 = x1 + B x1: B's gradient reads a saved activation and is computed transposed."""
+
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(0)
+        self.a = torch.nn.Linear(64, 64, bias=False)
+        self.b = torch.nn.Linear(64, 64, bias=False)
+
+    def forward(self, x):
+        x = x + self.a(x)
+        return x + self.b(x)
+
+
+def test_parameter_gradients_read_back_in_the_weights_orientation():
+    # The accumulator of B's gradient holds it in the backward's (transposed) layout; reading it back dropped
+    # the record's host transpose, so a square weight's gradient came back transposed with no error.
+    float32_everywhere()
+    model = TwoResidualLinears()
+    twin = copy.deepcopy(model)
+    tt0 = pybuda.TTDevice("tt0", module=pybuda.PyTorchModule("res", model),
+                          optimizer=pybuda.optimizers.SGD(learning_rate=0.05), fp32_fallback=pybuda.DataFormat.Float32,
+                          arch=pybuda.BackendDevice.Wormhole_B0)
+    cpu = pybuda.CPUDevice("cpu0")
+    cpu.place_loss_module(pybuda.PyTorchModule("mse", torch.nn.MSELoss()))
+    g = torch.Generator().manual_seed(4)
+    x, y = torch.randn(1, 16, 64, generator=g), torch.randn(1, 16, 64, generator=g)
+    tt0.push_to_inputs(x)
+    cpu.push_to_target_inputs(y)
+    pybuda.initialize_pipeline(training=True)
+    pybuda.run_forward(1)
+    pybuda.run_backward(1, zero_grad=True)
+    grads = pybuda.get_parameter_gradients(tt0)[0]
+    torch.nn.functional.mse_loss(twin(x), y).backward()
+    for name, p in twin.named_parameters():
+        got = grads[name].value().reshape(p.shape)
+        assert pcc(got, p.grad) > PCC_MIN, name
+        assert torch.allclose(got, p.grad, rtol=RTOL, atol=ATOL), name
