@@ -456,6 +456,41 @@ def test_cpu_fallback_stages_train_beside_the_device_part():
         tt0.update_device_parameters({"nope": torch.zeros(1)})
 
 
+def _torch_module_with_a_cpu_loss(model, name):
+    """``model`` on a TTDevice (SGD 0.05, Float32) and a torch MSE on a CPUDevice after it: ``(tt0, cpu)``."""
+    float32_everywhere()
+    tt0 = pybuda.TTDevice("tt0", module=pybuda.PyTorchModule(name, model),
+                          optimizer=pybuda.optimizers.SGD(learning_rate=0.05), fp32_fallback=pybuda.DataFormat.Float32,
+                          arch=pybuda.BackendDevice.Wormhole_B0)
+    cpu = pybuda.CPUDevice("cpu0")
+    cpu.place_loss_module(pybuda.PyTorchModule("mse", torch.nn.MSELoss()))
+    return tt0, cpu
+
+
+def _train_on_device(model, name, data):
+    """The losses of ``model`` trained on the (input, target) pairs ``data``, one step each."""
+    tt0, cpu = _torch_module_with_a_cpu_loss(model, name)
+    for x, y in data:
+        tt0.push_to_inputs(x)
+        cpu.push_to_target_inputs(y)
+    loss_q = queue.Queue()
+    pybuda.run_training(steps=len(data), loss_queue=loss_q)
+    return [float(loss_q.get()[0].value()) for _ in data]
+
+
+def _train_in_torch(twin, data):
+    """The losses of ``twin`` trained in torch as :func:`_train_on_device` trains."""
+    opt = torch.optim.SGD(twin.parameters(), lr=0.05)
+    want = []
+    for x, y in data:
+        opt.zero_grad()
+        loss = torch.nn.functional.mse_loss(twin(x), y)
+        loss.backward()
+        opt.step()
+        want.append(float(loss))
+    return want
+
+
 class ConvBatchNorm(torch.nn.Module):
     def __init__(self):
         super().__init__()
@@ -469,20 +504,9 @@ class ConvBatchNorm(torch.nn.Module):
 
 
 def _train_conv_bn(model, mb, steps=3):
-    float32_everywhere()
-    tt0 = pybuda.TTDevice("tt0", module=pybuda.PyTorchModule("convbn", model),
-                          optimizer=pybuda.optimizers.SGD(learning_rate=0.05), fp32_fallback=pybuda.DataFormat.Float32,
-                          arch=pybuda.BackendDevice.Wormhole_B0)
-    cpu = pybuda.CPUDevice("cpu0")
-    cpu.place_loss_module(pybuda.PyTorchModule("mse", torch.nn.MSELoss()))
     g = torch.Generator().manual_seed(2)
     data = [(torch.randn(mb, 3, 8, 8, generator=g), torch.randn(mb, 4, 8, 8, generator=g)) for _ in range(steps)]
-    for x, y in data:
-        tt0.push_to_inputs(x)
-        cpu.push_to_target_inputs(y)
-    loss_q = queue.Queue()
-    pybuda.run_training(steps=steps, loss_queue=loss_q)
-    return [float(loss_q.get()[0].value()) for _ in range(steps)], data
+    return _train_on_device(model, "convbn", data), data
 
 
 def test_batch_norm_on_batch_statistics_with_a_microbatch_is_refused():
@@ -498,15 +522,7 @@ def test_batch_norm_trains_with_microbatch_1_or_frozen(frozen):
         model.bn.eval()  # running statistics: every sample alone, as the device runs them
     twin = copy.deepcopy(model)
     got, data = _train_conv_bn(model, mb=2 if frozen else 1)
-    opt = torch.optim.SGD(twin.parameters(), lr=0.05)
-    want = []
-    for x, y in data:
-        opt.zero_grad()
-        loss = torch.nn.functional.mse_loss(twin(x), y)
-        loss.backward()
-        opt.step()
-        want.append(float(loss))
-    assert got == pytest.approx(want, rel=LOSS_RTOL)
+    assert got == pytest.approx(_train_in_torch(twin, data), rel=LOSS_RTOL)
 
 
 class RowFromAnIndex(torch.nn.Module):
@@ -528,31 +544,11 @@ class RowFromAnIndex(torch.nn.Module):
 def test_an_integer_device_output_takes_no_gradient_pushes():
     # The backward's gradient input for the integer output is read by no op; each step pushed into it anyway
     # and the second step failed ("has room for 0 more entries").
-    float32_everywhere()
     model = RowFromAnIndex()
     twin = copy.deepcopy(model)
-    tt0 = pybuda.TTDevice("tt0", module=pybuda.PyTorchModule("rows", model),
-                          optimizer=pybuda.optimizers.SGD(learning_rate=0.05), fp32_fallback=pybuda.DataFormat.Float32,
-                          arch=pybuda.BackendDevice.Wormhole_B0)
-    cpu = pybuda.CPUDevice("cpu0")
-    cpu.place_loss_module(pybuda.PyTorchModule("mse", torch.nn.MSELoss()))
     g = torch.Generator().manual_seed(3)
     data = [(torch.randn(1, 8, 16, generator=g), torch.randn(1, 8, 16, generator=g)) for _ in range(3)]
-    for x, y in data:
-        tt0.push_to_inputs(x)
-        cpu.push_to_target_inputs(y)
-    loss_q = queue.Queue()
-    pybuda.run_training(steps=len(data), loss_queue=loss_q)
-    got = [float(loss_q.get()[0].value()) for _ in data]
-    opt = torch.optim.SGD(twin.parameters(), lr=0.05)
-    want = []
-    for x, y in data:
-        opt.zero_grad()
-        loss = torch.nn.functional.mse_loss(twin(x), y)
-        loss.backward()
-        opt.step()
-        want.append(float(loss))
-    assert got == pytest.approx(want, rel=LOSS_RTOL)
+    assert _train_on_device(model, "rows", data) == pytest.approx(_train_in_torch(twin, data), rel=LOSS_RTOL)
 
 
 class TwoResidualLinears(torch.nn.Module):
@@ -572,14 +568,9 @@ class TwoResidualLinears(torch.nn.Module):
 def test_parameter_gradients_read_back_in_the_weights_orientation():
     # The accumulator of B's gradient holds it in the backward's (transposed) layout; reading it back dropped
     # the record's host transpose, so a square weight's gradient came back transposed with no error.
-    float32_everywhere()
     model = TwoResidualLinears()
     twin = copy.deepcopy(model)
-    tt0 = pybuda.TTDevice("tt0", module=pybuda.PyTorchModule("res", model),
-                          optimizer=pybuda.optimizers.SGD(learning_rate=0.05), fp32_fallback=pybuda.DataFormat.Float32,
-                          arch=pybuda.BackendDevice.Wormhole_B0)
-    cpu = pybuda.CPUDevice("cpu0")
-    cpu.place_loss_module(pybuda.PyTorchModule("mse", torch.nn.MSELoss()))
+    tt0, cpu = _torch_module_with_a_cpu_loss(model, "res")
     g = torch.Generator().manual_seed(4)
     x, y = torch.randn(1, 16, 64, generator=g), torch.randn(1, 16, 64, generator=g)
     tt0.push_to_inputs(x)
