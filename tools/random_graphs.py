@@ -624,8 +624,7 @@ def compare(got: Sequence, want: Sequence, ignore: Optional[Sequence] = None) ->
         if w.numel() == 0:
             continue
         err = (g - w).abs()
-        bound = ATOL_REL * scale + RTOL * w.abs() + ATOL_ABS
-        if bool((err > bound).any()):
+        if bool((err > _bound(w, scale)).any()):
             return (f"output {i}: max abs diff {float(err.max()):.4g} > {ATOL_REL} * max|want| "
                     f"({scale:.4g}) + {RTOL} * |want| + {ATOL_ABS}")
         # PCC says something only where the output varies by more than float32 rounding noise over a few ops
@@ -637,6 +636,12 @@ def compare(got: Sequence, want: Sequence, ignore: Optional[Sequence] = None) ->
             if pcc < PCC_MIN:
                 return f"output {i}: PCC {pcc:.5f} < {PCC_MIN}"
     return None
+
+
+def _bound(want, scale: float):
+    """The largest difference :func:`compare` allows from each element of ``want``, an output whose largest
+    finite magnitude is ``scale``."""
+    return ATOL_REL * scale + RTOL * want.abs() + ATOL_ABS
 
 
 #: Perturbed reruns of the torch reference that find its unstable elements (:func:`unstable_elements`).
@@ -651,7 +656,7 @@ def _beyond_tolerance(a, b):
     nan = torch.isnan(a) != torch.isnan(b)
     finite = torch.isfinite(b)
     scale = float(b[finite].abs().max()) if bool(finite.any()) else 0.0
-    far = (a - b).abs() > ATOL_REL * scale + RTOL * b.abs() + ATOL_ABS
+    far = (a - b).abs() > _bound(b, scale)
     return nan | (far & finite & torch.isfinite(a)) | (torch.isfinite(a) != finite)
 
 
@@ -694,10 +699,11 @@ def _ties_resolved(side: int):
 
 def unstable_elements(module, inputs, want, trials: int = NUDGE_TRIALS):
     """Per output, the elements of torch's own result that move beyond tolerance when a comparison of tied
-    operands is decided the other way (:func:`_ties_resolved`), or when the float inputs move by one ulp (each datum up, down or not at all, ``trials`` times, every other time evaluated in float64):
-    a comparison or rounding of a value that sits on its threshold (the mean of a softmax against 0.25,
-    say). Any two correct float32 evaluations may disagree there, so such elements say nothing about the
-    compiled program."""
+    operands is decided the other way (:func:`_ties_resolved`), or when the float inputs move by one ulp
+    (each datum up, down or not at all, ``trials`` times, every other time evaluated in float64): a
+    comparison or rounding of a value that sits on its threshold (the mean of a softmax against 0.25, say).
+    Any two correct float32 evaluations may disagree there, so such elements say nothing about the compiled
+    program."""
     import torch
 
     gen = torch.Generator().manual_seed(0)
@@ -710,14 +716,16 @@ def unstable_elements(module, inputs, want, trials: int = NUDGE_TRIALS):
         up, down = torch.nextafter(t, torch.full_like(t, float("inf"))), torch.nextafter(t, torch.full_like(t, float("-inf")))
         return torch.where(step > 0, up, torch.where(step < 0, down, t))
 
-    # Ties first: each comparison whose operands are tied, decided both ways.
-    for side in (0, 1, -1):
-        with torch.no_grad(), _ties_resolved(side):
-            out = module(*[t.clone() for t in inputs])
+    def mark(out) -> None:  # the elements of this rerun's outputs that moved
         out = list(out) if isinstance(out, tuple) else [out]
         for i, (o, w) in enumerate(zip(out, want)):
             if masks[i] is not None and isinstance(o, torch.Tensor) and o.shape == w.shape:
                 masks[i] |= _beyond_tolerance(o, w) if w.is_floating_point() else o != w
+
+    # Ties first: each comparison whose operands are tied, decided both ways.
+    for side in (0, 1, -1):
+        with torch.no_grad(), _ties_resolved(side):
+            mark(module(*[t.clone() for t in inputs]))
     wide = copy.deepcopy(module).double()
     for trial in range(trials):
         moved = [nudge(t) for t in inputs]
@@ -730,10 +738,7 @@ def unstable_elements(module, inputs, want, trials: int = NUDGE_TRIALS):
                     out = None
             if out is None:
                 out = module(*moved)
-        out = list(out) if isinstance(out, tuple) else [out]
-        for i, (o, w) in enumerate(zip(out, want)):
-            if masks[i] is not None and isinstance(o, torch.Tensor) and o.shape == w.shape:
-                masks[i] |= _beyond_tolerance(o, w) if w.is_floating_point() else o != w
+        mark(out)
     return masks
 
 

@@ -737,8 +737,8 @@ def _fidelity_apply(srcb: torch.Tensor, srca: torch.Tensor, fidelity: MathFideli
 
 
 def _fidelity_pieces_apply(srcb: torch.Tensor, srca: torch.Tensor, fidelity: MathFidelity, op) -> torch.Tensor:
+    """The product from the executed phases' masked pieces of float32 ``srcb`` and ``srca``."""
     phases = set(fidelity_phases(fidelity))
-    srcb, srca = _as_f32(srcb), _as_f32(srca)
     a_hi = _mask(srca, _A_HI)
     b_hi = _mask(srcb, _B_HI)
     if phases == {0}:
