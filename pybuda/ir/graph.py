@@ -23,6 +23,10 @@ NODE_KINDS = (INPUT, PARAMETER, CONSTANT, OP, OUTPUT)
 #: Tag of parameter nodes whose value the runtime rewrites after compile (trained weights, optimizer state
 #: and hyper-parameters): the compiler must not fold them or derive compile-time copies of them.
 RUNTIME_UPDATED = "updated_at_runtime"
+#: Tag of input nodes that another program of a training netlist may write on the device with junk (not zeros)
+#: in the tile padding: the compiled graph zeroes that padding as it reads the input, so it computes what it
+#: would from a host push (the host pads with zeros).
+JUNK_PADDED_INPUT = "junk_padded_input"
 
 
 def dtype_name(dtype: torch.dtype) -> str:

@@ -99,6 +99,12 @@ def batched_shape(shape: Sequence[int], microbatch: int) -> Tuple[int, ...]:
     return (shape[0] * microbatch,) + shape[1:]
 
 
+def one_sample(tensors: Sequence[torch.Tensor], microbatch: int) -> List[torch.Tensor]:
+    """The first sample of a push of ``microbatch`` samples: a tensor whose dim 0 is the microbatch gives its
+    first row; one computed once for the whole push (a CPU pre-stage's position table) is kept whole."""
+    return [t[0:1] if t.dim() and t.shape[0] == microbatch else t for t in tensors]
+
+
 def split_microbatch(inputs: Sequence[torch.Tensor], per_sample_shapes: Sequence[Sequence[int]],
                      what: str) -> List[List[torch.Tensor]]:
     """Cut full-microbatch inputs into per-sample lists matching ``per_sample_shapes``.
@@ -463,7 +469,7 @@ def compile_modules(modules: Sequence[Any], sample_inputs: Sequence[torch.Tensor
         mb = microbatch if microbatch is not None else (samples[0].shape[0] if samples and samples[0].dim() else 1)
         whole = trace_whole_push(modules, mb)
         if not whole:
-            samples = [t[0:1] if t.dim() and t.shape[0] == mb else t for t in samples]
+            samples = one_sample(samples, mb)
     else:
         mb = 1
     #: (op, op type, why) of the ops that read across the samples of the push, when the graph keeps them.

@@ -52,7 +52,8 @@ from pybuda.runtime.training_netlist import (NetlistProgram, TrainingDevice, ass
                                              describe_training_netlist, host_handoffs, model_training,
                                              model_training_step, training_links, training_netlist_performance)
 from pybuda.runtime.training_programs import (Program, _add_sample_dim, accumulate_format, compile_optimizer,
-                                              compile_program, compile_stage, gradient_layouts)
+                                              compile_program, compile_stage, gradient_layouts,
+                                              junk_padded_gradients)
 from pybuda.runtime.tt_trainer import TTTrainer
 
 log = logging.getLogger(__name__)
@@ -60,7 +61,7 @@ log = logging.getLogger(__name__)
 __all__ = ["HostTrainer", "NetlistProgram", "Program", "TTTrainer", "TrainingDevice", "TrainingSession",
            "accumulate_format", "assemble_training_netlist", "close", "compile_optimizer", "compile_program",
            "compile_stage", "current", "describe_training_netlist", "gradient_layouts", "host_handoffs",
-           "model_training", "model_training_step", "new_queue", "start",
+           "junk_padded_gradients", "model_training", "model_training_step", "new_queue", "start",
            "training_links", "training_netlist_performance", "_add_sample_dim"]
 
 

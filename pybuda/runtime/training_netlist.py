@@ -6,13 +6,13 @@ modelled speed of its programs (:func:`training_netlist_performance`, :func:`mod
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Set, Tuple
 
 import torch
 
 from pybuda.dtypes import DataFormat
 from pybuda.errors import CompileError, InputError, PybudaError
-from pybuda.runtime.training_programs import Program, _Stage
+from pybuda.runtime.training_programs import Program, _Stage, junk_padded_outputs
 
 
 class TrainingDevice:
@@ -168,8 +168,9 @@ def assemble_training_netlist(stages: Sequence[Any], optimizer_program: Optional
     add("opt", "opt", "run_opt_0", optimizer_program)
     if not parts:
         return None
+    junk = {key: junk_padded_outputs(prog) for key, prog in programs.items()}
     links = training_links({p.key: p for p in parts}, stages, update, shapes, state_shapes, microbatch,
-                           tuple(device_desc.grid_size))
+                           tuple(device_desc.grid_size), junk)
     saved = microbatch * max(1, saved_microbatches or tn.DEFAULT_SAVED_MICROBATCHES)
     tnl = tn.build_training_netlist(parts, links, microbatch=microbatch, acc_df=acc_df, saved_entries=saved)
     validate(tnl.netlist)
@@ -241,17 +242,20 @@ def model_training(name: str, graph: Any, optimizer: Any, *, device_desc: Any, c
     program reading gradients in the backward's layouts) without running it, merge the programs into the
     training netlist a TTDevice would run and model its step: ``(TrainingNetlist, TrainingPerf)``. What
     ``pybuda benchmark -t`` models; ``config.enable_recompute`` is honoured."""
-    from pybuda.runtime.training_programs import accumulate_format, compile_optimizer, compile_stage
+    from pybuda.runtime.training_programs import (accumulate_format, compile_optimizer, compile_stage,
+                                                  junk_padded_gradients)
 
     common = dict(device_desc=device_desc, devtype=None, config=config, run=False)
     tg, fwd, bwd = compile_stage(name, graph, input_grads=(), microbatch=microbatch, **common)
     shapes = {n: tuple(tg.forward[n].shape) for n in tg.param_grads}
+    stages = [_Stage(name, tg, fwd, bwd, 0, 0, [])]
+    common["junk_gradients"] = junk_padded_gradients(tg, bwd)
     update, opt = compile_optimizer(name, optimizer, shapes, **common) if shapes and optimizer is not None \
         else (None, None)
     step = dict(microbatch=microbatch, acc_df=accumulate_format(config), microbatch_count=microbatch_count,
                 accumulation_steps=accumulation_steps)
     tnl, perf = model_training_step(name, tg, fwd, bwd, update, opt, **step)
-    layouts = gradients_via_host(tnl, [_Stage(name, tg, fwd, bwd, 0, 0, [])], update) if opt is not None else {}
+    layouts = gradients_via_host(tnl, stages, update) if opt is not None else {}
     if layouts:  # as a TTDevice does: the optimizer reads those gradients in the backward's layout
         try:
             update2, opt2 = compile_optimizer(name, optimizer, shapes, grad_layouts=layouts, **common)
@@ -315,11 +319,18 @@ def host_handoffs(tnl: Any, stages: Sequence[Any]) -> Dict[str, Tuple[int, int]]
 
 
 def training_links(parts: Mapping[str, Any], stages: Sequence[Any], update: Any, shapes: Mapping[str, Tuple[int, ...]],
-                   state_shapes: Mapping[str, Tuple[int, ...]], microbatch: int, grid: Tuple[int, int]) -> List[Any]:
+                   state_shapes: Mapping[str, Tuple[int, ...]], microbatch: int, grid: Tuple[int, int],
+                   junk: Optional[Mapping[str, Set[str]]] = None) -> List[Any]:
     """The queues the programs ``parts`` (keyed fwdK / bwdK / opt) can share on the device (see
     :mod:`pybuda.netlist.training`): ``stages`` hold each module's TrainingGraphs, ``update`` the optimizer's
-    UpdateGraph (or None), ``shapes`` / ``state_shapes`` the parameters' and optimizer state's shapes."""
+    UpdateGraph (or None), ``shapes`` / ``state_shapes`` the parameters' and optimizer state's shapes.
+    ``junk``: each part's outputs with junk in the tile padding (:func:`junk_padded_outputs`), linked only to
+    inputs compiled to zero it (``JUNK_PADDED_INPUT``): every reader computes what a host push would give."""
+    from pybuda.ir.graph import JUNK_PADDED_INPUT
     from pybuda.netlist import training as tn
+
+    def clean_for(key: str, rec: Any, reader: Any = None) -> bool:
+        return rec.name not in (junk or {}).get(key, ()) or (reader is not None and reader.tags.get(JUNK_PADDED_INPUT))
 
     links: List[Any] = []
     opt = parts.get("opt")
@@ -332,7 +343,7 @@ def training_links(parts: Mapping[str, Any], stages: Sequence[Any], update: Any,
         if bwd is not None:
             for source, out_name in zip(tg.saved_outputs_sources(), tg.saved_outputs):
                 orec, irec = _output_rec(fwd.host_io, out_name), _input_rec(bwd.host_io, source)
-                if orec is None or irec is None:
+                if orec is None or irec is None or not clean_for(fk, orec, tg.backward[source]):
                     continue
                 if source in getattr(stage.backward, "input_layouts", {}):
                     # the backward reads the forward's device data, before the host TMs
@@ -357,7 +368,8 @@ def training_links(parts: Mapping[str, Any], stages: Sequence[Any], update: Any,
             if bwd is not None:
                 grec = _output_rec(bwd.host_io, grad_out)
                 orec = _input_rec(opt.host_io, update.grad_inputs[param])
-                if grec is not None and orec is not None and tn.can_accumulate(bwd.netlist, grec.queue):
+                if grec is not None and orec is not None and tn.can_accumulate(bwd.netlist, grec.queue) \
+                        and clean_for(bk, grec, update.graph[update.grad_inputs[param]]):
                     if param in update.grad_layouts:  # the optimizer reads the device data, before host TMs
                         grec = dataclasses.replace(grec, host_tms=[], framework_shape=grec.device_shape)
                     link = _link(grid, "grad", bwd, grec.queue, opt, orec.queue,
@@ -372,14 +384,14 @@ def training_links(parts: Mapping[str, Any], stages: Sequence[Any], update: Any,
                 continue
             links.append(tn.Link("param", fk, frec.queue, "opt", prec.queue, tms))
             urec = _output_rec(opt.host_io, update.param_outputs[param])
-            if tms == () and urec is not None and tn.plain_ram(frec, shape) \
+            if tms == () and urec is not None and tn.plain_ram(frec, shape) and clean_for("opt", urec) \
                     and tn.output_to_input(urec, frec, 1, shape) == ():
                 links.append(tn.Link("update", fk, frec.queue, "opt", urec.queue))
     if opt is not None and update is not None:
         for state, out_name in update.state_outputs.items():
             srec, urec = _param_rec(opt.host_io, state), _output_rec(opt.host_io, out_name)
             shape = tuple(state_shapes[state])
-            if srec is None or urec is None or not tn.plain_ram(srec, shape):
+            if srec is None or urec is None or not tn.plain_ram(srec, shape) or not clean_for("opt", urec):
                 continue
             if tn.output_to_input(urec, srec, 1, shape) == ():
                 links.append(tn.Link("state", "opt", srec.queue, "opt", urec.queue))

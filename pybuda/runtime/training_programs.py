@@ -11,13 +11,13 @@ from __future__ import annotations
 import logging
 import math
 from dataclasses import dataclass, field
-from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
+from typing import Any, Collection, Dict, List, Mapping, Optional, Sequence, Set, Tuple
 
 import torch
 
 from pybuda.dtypes import DataFormat
 from pybuda.errors import CompileError
-from pybuda.ir.graph import RUNTIME_UPDATED
+from pybuda.ir.graph import JUNK_PADDED_INPUT, RUNTIME_UPDATED
 from pybuda.runtime.backend_api import CPUReferenceExecutor, create_executor
 
 log = logging.getLogger("pybuda.runtime.training")
@@ -120,6 +120,10 @@ def compile_stage(name: str, graph: Any, *, input_grads: Sequence[str], device_d
             node.tags[DEVICE_RESIDENT] = True
     common = dict(device_desc=device_desc, devtype=devtype, config=config, microbatch=microbatch, run=run)
     fwd = compile_program(f"fwd_{name}", tg.forward, epoch_type="fwd", **common)
+    junk = junk_padded_outputs(fwd)
+    for source, out_name in zip(tg.saved_outputs_sources(), tg.saved_outputs):
+        if out_name in junk:
+            tg.backward[source].tags[JUNK_PADDED_INPUT] = True
     layouts = saved_layouts(tg, fwd)
     if layouts:
         # The backward reads those activations as the forward left them on the device (channels-last conv
@@ -135,6 +139,25 @@ def compile_stage(name: str, graph: Any, *, input_grads: Sequence[str], device_d
             log.info("backward '%s' does not compile with the forward's layouts (%s); the host converts", name, e)
     bwd = compile_program(f"bwd_{name}", tg.backward, epoch_type="bwd", **common)
     return tg, fwd, bwd
+
+
+def junk_padded_outputs(program: Optional[Program]) -> Set[str]:
+    """The outputs of the compiled ``program`` whose device queue may hold junk in the tile padding: the host
+    drops it when it pops them, but a program reading such a queue on the device (a training netlist link)
+    must be compiled to zero it (``JUNK_PADDED_INPUT``)."""
+    from pybuda.passes.lower.common import JUNK_PADDING
+
+    lowered = getattr(getattr(program, "compile_results", None), "lowered_graph", None)
+    if lowered is None:
+        return set()
+    return {name for name, q in lowered.queues.items() if q.tags.get(JUNK_PADDING)}
+
+
+def junk_padded_gradients(graphs: Any, backward: Optional[Program]) -> Set[str]:
+    """The parameters whose gradient the compiled ``backward`` of the TrainingGraphs ``graphs`` writes with junk
+    in the tile padding (see :func:`junk_padded_outputs`): pass them to :func:`compile_optimizer`."""
+    junk = junk_padded_outputs(backward)
+    return {param for param, grad in graphs.param_grads.items() if grad in junk}
 
 
 def saved_layouts(graphs: Any, forward: Program) -> Dict[str, Tuple[Tuple[int, ...], Tuple[Any, ...]]]:
@@ -202,9 +225,12 @@ def with_input_layouts(graph: Any, layouts: Mapping[str, Tuple[Tuple[int, ...], 
 
 def compile_optimizer(name: str, optimizer: Any, shapes: Mapping[str, Sequence[int]], *, device_desc: Any,
                       devtype: Any, config: Any, run: bool = True,
-                      grad_layouts: Optional[Mapping[str, Sequence[int]]] = None) -> Tuple[Any, Program]:
+                      grad_layouts: Optional[Mapping[str, Sequence[int]]] = None,
+                      junk_gradients: Collection[str] = ()) -> Tuple[Any, Program]:
     """The optimizer's update graph over the parameters ``shapes`` and its program: ``(UpdateGraph, opt)``.
-    ``grad_layouts``: gradients read in another shape than their parameter's (:func:`gradient_layouts`)."""
+    ``grad_layouts``: gradients read in another shape than their parameter's (:func:`gradient_layouts`);
+    ``junk_gradients``: parameters whose gradient the backward leaves with junk tile padding
+    (:func:`junk_padded_gradients`), zeroed as the optimizer reads it."""
     from pybuda.passes.graph.optimize_tms import DEVICE_RESIDENT
 
     update = optimizer.build_update_graph({n: (tuple(s), torch.float32) for n, s in shapes.items()},
@@ -212,6 +238,9 @@ def compile_optimizer(name: str, optimizer: Any, shapes: Mapping[str, Sequence[i
                                                         if n in shapes})
     for node in update.graph.inputs:  # gradients: read from the backward's accumulators on the device
         node.tags[DEVICE_RESIDENT] = True
+    for param in junk_gradients:
+        if param in update.grad_inputs:
+            update.graph[update.grad_inputs[param]].tags[JUNK_PADDED_INPUT] = True
     program = compile_program(f"opt_{name}", update.graph, epoch_type="opt", device_desc=device_desc,
                               devtype=devtype, config=config, microbatch=1, run=run)
     return update, program

@@ -10,12 +10,14 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence, Set, Tuple
 import torch
 
 from pybuda.errors import InputError, PybudaError
+from pybuda.runtime.backend_api import one_sample
 from pybuda.runtime.device import InputItem
 from pybuda.runtime.training_netlist import (NetlistProgram, TrainingDevice, _output_rec, assemble_training_netlist,
                                              describe_training_netlist, gradients_via_host,
                                              training_netlist_performance)
 from pybuda.runtime.training_programs import (Program, _batched, _round, _Stage, _sum_over_samples, accumulate_format,
-                                              compile_optimizer, compile_stage, to_gradient_layout)
+                                              compile_optimizer, compile_stage, junk_padded_gradients,
+                                              to_gradient_layout)
 
 log = logging.getLogger("pybuda.runtime.training")
 
@@ -46,7 +48,7 @@ class TTTrainer:
             modules.append(device.loss_module)
         for module in [*device.modules, device.loss_module]:
             _refuse_batch_statistics(module, self.microbatch)
-        values = [t[0:1] if t.dim() else t for t in sample.tensors]
+        values = one_sample(sample.tensors, self.microbatch)
         names = sample.names
         self.stages: List[_Stage] = []
         for i, module in enumerate(modules):
@@ -56,7 +58,7 @@ class TTTrainer:
                 if targets is None:
                     raise InputError(f"TTDevice '{device.name}' holds loss module '{module.name}': push targets with "
                                      f"push_to_target_inputs or pass sample_targets")
-                values = values + [t[0:1] if t.dim() else t for t in targets.tensors]
+                values = values + one_sample(targets.tensors, self.microbatch)
             captured = module_to_graph(module, values, names, graph_name=module.name, config=config)
             graph = captured.graph
             sample_outputs = list(captured.outputs)  # before compiling: the compile passes rewrite the graph
@@ -121,9 +123,13 @@ class TTTrainer:
             return
         self.update, self.optimizer_program = compile_optimizer(
             self.device.name, optimizer, {n: self.shapes[n] for n in chosen}, device_desc=self.desc,
-            devtype=self.device.devtype, config=self.config)
+            devtype=self.device.devtype, config=self.config, junk_gradients=self._junk_gradients())
         self.report.append(f"{self.optimizer_program.name}: {self.optimizer_program.placement}")
         self.optimizer_state = {k: v.detach().clone() for k, v in self.update.initial_state().items()}
+
+    def _junk_gradients(self) -> Set[str]:
+        """Parameters whose gradient a backward leaves with junk tile padding (the optimizer zeroes it)."""
+        return set().union(*(junk_padded_gradients(s.graphs, s.backward) for s in self.stages))
 
     def _gradient_input(self, param: str) -> torch.Tensor:
         """The host's accumulated gradient of ``param`` as the optimizer program reads it (see
@@ -177,7 +183,8 @@ class TTTrainer:
                     first = (self.update, self.optimizer_program)
                     self.update, self.optimizer_program = compile_optimizer(
                         self.device.name, self.device.optimizer, {n: self.shapes[n] for n in self.update.param_names},
-                        device_desc=self.desc, devtype=self.device.devtype, config=self.config, grad_layouts=layouts)
+                        device_desc=self.desc, devtype=self.device.devtype, config=self.config, grad_layouts=layouts,
+                        junk_gradients=self._junk_gradients())
                     if self.optimizer_program.on_device:
                         first[1].executor.close()
                         built = assemble()

@@ -584,3 +584,71 @@ def test_parameter_gradients_read_back_in_the_weights_orientation():
         got = grads[name].value().reshape(p.shape)
         assert pcc(got, p.grad) > PCC_MIN, name
         assert torch.allclose(got, p.grad, rtol=RTOL, atol=ATOL), name
+
+
+class SoftmaxAttention(torch.nn.Module):
+    """``x + softmax(h hᵀ) h`` with ``h`` a linear of ``x`` split into heads, ``layers`` times."""
+
+    def __init__(self, layers, d=64, heads=4):
+        super().__init__()
+        torch.manual_seed(0)
+        self.lin = torch.nn.ModuleList([torch.nn.Linear(d, d) for _ in range(layers)])
+        self.heads = heads
+
+    def forward(self, x):
+        b, s, d = x.shape
+        for lin in self.lin:
+            h = lin(x).reshape(b, s, self.heads, d // self.heads).transpose(1, 2)
+            a = torch.softmax(h @ h.transpose(-1, -2), -1) @ h
+            x = x + a.transpose(1, 2).reshape(b, s, d)
+        return x
+
+
+@pytest.mark.parametrize("layers", [1, 2])
+def test_gradients_through_saved_activations_with_tile_padding(layers):
+    # 16 keys fill half a tile: the forward's softmax leaves non-zero tile padding in its output queue, which
+    # the backward reads on the device as a saved activation, compiled for a host push's zero padding. The
+    # weight gradients came out 4x (one layer) to 300x (two) torch's, with no error.
+    model = SoftmaxAttention(layers)
+    twin = copy.deepcopy(model)
+    tt0, cpu = _torch_module_with_a_cpu_loss(model, "att")
+    g = torch.Generator().manual_seed(4)
+    x, y = torch.randn(1, 16, 64, generator=g), torch.randn(1, 16, 64, generator=g)
+    tt0.push_to_inputs(x)
+    cpu.push_to_target_inputs(y)
+    pybuda.initialize_pipeline(training=True)
+    pybuda.run_forward(1)
+    pybuda.run_backward(1, zero_grad=True)
+    grads = pybuda.get_parameter_gradients(tt0)[0]
+    torch.nn.functional.mse_loss(twin(x), y).backward()
+    for name, p in twin.named_parameters():
+        got = grads[name].value().reshape(p.shape)
+        assert pcc(got, p.grad) > PCC_MIN, name
+        assert torch.allclose(got, p.grad, rtol=RTOL, atol=ATOL), name
+
+
+class PositionTable(torch.nn.Module):
+    """A learned position table looked up by ``arange`` (an embedding: on a CPU pre-stage), computed once per
+    push and so without a microbatch dim, added to a linear of the input."""
+
+    def __init__(self, seq=12, d=32):
+        super().__init__()
+        torch.manual_seed(0)
+        self.positions = torch.nn.Embedding(seq, d)
+        self.lin = torch.nn.Linear(d, d)
+
+    def forward(self, x):
+        return self.lin(x) + self.positions(torch.arange(x.shape[1]))
+
+
+def test_training_with_an_unbatched_tensor_from_the_cpu_pre_stage():
+    # The trainer took dim 0 of every pre-stage output as the microbatch: the [12, 32] table became [1, 32]
+    # and the compile failed ("input 'embedding' expects shape [12, 32], got [1, 32]"), as for T5's
+    # relative-position bias.
+    model = PositionTable()
+    twin = copy.deepcopy(model)
+    g = torch.Generator().manual_seed(5)
+    data = [(torch.randn(1, 12, 32, generator=g), torch.randn(1, 12, 32, generator=g)) for _ in range(3)]
+    got = _train_on_device(model, "positions", data)
+    want = _train_in_torch(twin, data)
+    assert got == pytest.approx(want, rel=RTOL)

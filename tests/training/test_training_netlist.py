@@ -299,7 +299,8 @@ def test_compiled_programs_model_one_training_step_without_running():
     common = dict(device_desc="wh_n150", devtype=None, config=config, run=False)
     tg, fwd, bwd = training.compile_stage("mlp", graph, input_grads=(), microbatch=4, **common)
     shapes = {n: tuple(tg.forward[n].shape) for n in tg.param_grads}
-    update, opt = training.compile_optimizer("mlp", pybuda.optimizers.Adam(learning_rate=1e-3), shapes, **common)
+    update, opt = training.compile_optimizer("mlp", pybuda.optimizers.Adam(learning_rate=1e-3), shapes,
+                                             junk_gradients=training.junk_padded_gradients(tg, bwd), **common)
     tnl, perf = training.model_training_step("mlp", tg, fwd, bwd, update, opt, microbatch=4,
                                              acc_df=pybuda.DataFormat.Float16_b, microbatch_count=2)
     assert [p.name for p in tnl.netlist.programs] == ["run_fwd_0", "run_bwd_0", "run_opt_0"]

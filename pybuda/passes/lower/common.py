@@ -19,6 +19,9 @@ from pybuda.ops.registry import DeviceLowering
 
 TILE = 32
 ZERO, REP, JUNK = "zero", "rep", "junk"
+#: Tag of an output queue: True when its tile padding may hold values other than zeros (a host pop drops
+#: them; a program reading the queue on the device must zero them, see ``ir.graph.JUNK_PADDED_INPUT``).
+JUNK_PADDING = "junk_padding"
 
 #: Registry ops that become one netlist op (their ``lower`` slot), by name.
 LOWERINGS: Dict[str, DeviceLowering] = {op.name: op.lower for op in registry.all_ops() if op.lower is not None}

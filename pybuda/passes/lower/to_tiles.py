@@ -65,7 +65,7 @@ import numpy as np
 import torch
 
 from pybuda.errors import CompileError
-from pybuda.ir.graph import CONSTANT, INPUT, OP, PARAMETER, RUNTIME_UPDATED, Graph, Node
+from pybuda.ir.graph import CONSTANT, INPUT, JUNK_PADDED_INPUT, OP, PARAMETER, RUNTIME_UPDATED, Graph, Node
 from pybuda.ops import registry
 from pybuda.passes.lower import pickers
 from pybuda.perf import sparse as sparse_work
@@ -75,7 +75,7 @@ from pybuda.netlist.host_io import canonical_zrc, tiles
 from pybuda.netlist.tms import TM, Broadcast, Transpose, VSlice, VStack, tms_shape
 from pybuda.dtypes import DataFormat
 from pybuda.passes.lower.common import (
-    BINARY, BINARY_OPS, GATHER_OPS, JUNK, LOWERINGS, PAD_SENSITIVE, POLE_AT_ZERO, REP, TILE, TRANSPOSE_OK_INPUT0, UNARY,
+    BINARY, BINARY_OPS, GATHER_OPS, JUNK, JUNK_PADDING, LOWERINGS, PAD_SENSITIVE, POLE_AT_ZERO, REP, TILE, TRANSPOSE_OK_INPUT0, UNARY,
     ZERO, ZERO_PRESERVING, DVal, Lazy, _combine_pad, _hashable, _right_align, _tile3,
 )
 from pybuda.netlist.device_ops import device_op
@@ -166,7 +166,11 @@ class _Lowering(ConvPoolLowering, ReductionLowering, DataMovementLowering):
                       original_shape=tags["framework_shape"], requires_grad=node.requires_grad, tags=tags)
         self.bg.add_queue(q)
         self.bg.input_order.append(node.name)
-        return DVal(node.name, (), z, r, c)
+        v = DVal(node.name, (), z, r, c)
+        if node.tags.get(JUNK_PADDED_INPUT):  # written by another program on the device, padding and all
+            v = self._zero_rows(v) if r % TILE else v
+            v = self._zero_cols(v) if c % TILE else v
+        return v
 
     def _leaf(self, node: Node) -> DVal:
         value = self.g.tensors[node.name]
@@ -672,6 +676,8 @@ class _Lowering(ConvPoolLowering, ReductionLowering, DataMovementLowering):
         tags = {"device_shape": src_shape, "batched": bool(node.tags.get("batched")),
                 "host_tms": list(node.tags.get("host_tms", [])),
                 "framework_shape": tuple(node.tags.get("framework_shape", node.shape))}
+        # What the queue's tile padding holds matters to a program that reads the queue on the device.
+        tags[JUNK_PADDING] = bool((v.r % TILE and v.pad_r != ZERO) or (v.c % TILE and v.pad_c != ZERO))
         q = BudaQueue(node.name, "output", TileShape(1, v.z, tiles(v.r), tiles(v.c)), producer=v.src,
                       original_shape=tags["framework_shape"], tags=tags)
         self._output_vals[node.name] = v
