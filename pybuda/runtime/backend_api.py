@@ -100,9 +100,10 @@ def batched_shape(shape: Sequence[int], microbatch: int) -> Tuple[int, ...]:
 
 
 def one_sample(tensors: Sequence[torch.Tensor], microbatch: int) -> List[torch.Tensor]:
-    """The first sample of a push of ``microbatch`` samples: a tensor whose dim 0 is the microbatch gives its
-    first row; one computed once for the whole push (a CPU pre-stage's position table) is kept whole."""
-    return [t[0:1] if t.dim() and t.shape[0] == microbatch else t for t in tensors]
+    """The first sample of a push of ``microbatch`` samples folded along dim 0 (:func:`fold_microbatch`): a
+    pushed tensor gives its first row, a CPU stage's per-sample ``[s0, ...]`` output (T5's position bias,
+    ``[mb * s0, ...]`` folded) its first ``s0`` rows; one whose dim 0 the microbatch does not divide is whole."""
+    return [t[:t.shape[0] // microbatch] if t.dim() and t.shape[0] % microbatch == 0 else t for t in tensors]
 
 
 def split_microbatch(inputs: Sequence[torch.Tensor], per_sample_shapes: Sequence[Sequence[int]],

@@ -254,6 +254,8 @@ def start(devices: Sequence[Device], config: Any, output_queue: Any, checkpoint_
         if holder is not None and holder._first_targets is None:
             holder._first_targets = item
     item = devices[0].first_input_item()
+    # The user's push sets the microbatch; a CPU stage's outputs hold its samples folded along dim 0.
+    microbatch = int(item.tensors[0].shape[0]) if item.tensors and item.tensors[0].dim() else 1
     tt_optimizer = None
     trainers: List[Any] = []
     for k, d in enumerate(devices):
@@ -264,7 +266,7 @@ def start(devices: Sequence[Device], config: Any, output_queue: Any, checkpoint_
             raise InputError(f"device '{d.name}' holds loss module '{d.loss_module.name}': push targets with "
                              f"push_to_target_inputs or pass sample_targets to initialize_pipeline")
         if isinstance(d, TTDevice):
-            trainer = TTTrainer(d, item, targets, config, needs_input_grads=k > 0)
+            trainer = TTTrainer(d, item, targets, config, needs_input_grads=k > 0, microbatch=microbatch)
             tt_optimizer = tt_optimizer or d.optimizer
             item = InputItem(tuple(fold_microbatch([trainer.sample_outputs] * trainer.microbatch))) \
                 if trainer.sample_outputs else None

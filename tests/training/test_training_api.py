@@ -652,3 +652,14 @@ def test_training_with_an_unbatched_tensor_from_the_cpu_pre_stage():
     got = _train_on_device(model, "positions", data)
     want = _train_in_torch(twin, data)
     assert got == pytest.approx(want, rel=RTOL)
+
+
+def test_training_with_an_unbatched_tensor_from_the_cpu_pre_stage_at_microbatch_two():
+    # The CPU pre-stage folds its two samples' tables into [24, 32]: the trainer's sample is its first 12 rows.
+    model = PositionTable()
+    twin = copy.deepcopy(model)
+    g = torch.Generator().manual_seed(6)
+    data = [(torch.randn(2, 12, 32, generator=g), torch.randn(2, 12, 32, generator=g)) for _ in range(2)]
+    got = _train_on_device(model, "positions", data)
+    want = _train_in_torch(twin, data)
+    assert got == pytest.approx(want, rel=RTOL)
