@@ -83,6 +83,18 @@ def fraction_bits(df) -> int:
     return info.man_bits
 
 
+def copied_fraction_bits(role: str, fidelity: MathFidelity) -> int:
+    """Mantissa bits after the leading one that a multiply at ``fidelity`` keeps of its ``role`` operand
+    ("a": SrcA, "b": SrcB) when the other operand is a power of two (a picker's ones): the product is that
+    operand with its lower bits truncated. A value stored in a format of at most this many fraction bits
+    (:func:`fraction_bits`) passes through such a product unchanged; a Float32 value (23) never does."""
+    a_masks, b_masks = _PIECES.get(formats.fidelity_phases(fidelity), _PIECES[(0, 1, 2, 3)])
+    if role == "a":  # the power of two sits whole in the first SrcB piece; a SrcB "lo" piece is then zero
+        return _KEPT_FRACTION_BITS[a_masks[0]]
+    # with a SrcB "lo" piece the two products add up to the SrcB bits both phase groups read
+    return _KEPT_FRACTION_BITS[_B_USED if "lo" in b_masks else b_masks[0]]
+
+
 def fidelity_pieces(x: torch.Tensor, role: str, fidelity: MathFidelity, df=None) -> Tuple[torch.Tensor, ...]:
     """The masked pieces of one multiplier operand: ``role`` "a" (SrcA, 5 bits per pass) or "b" (SrcB,
     7 bits per pass). Combine a SrcB and a SrcA operand's pieces with :func:`fidelity_combine`.

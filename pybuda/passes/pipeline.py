@@ -118,6 +118,7 @@ def _pre_lowering(s: _State) -> None:
 def _buda_graph_pre_placer(s: _State) -> None:
     from pybuda.passes.lowered.approximate_sfpu import mark_approximate_exp
     from pybuda.passes.lowered.data_formats import set_data_formats
+    from pybuda.passes.lowered.exact_broadcast import exact_tile_broadcasts
     from pybuda.passes.lowered.fuse_matmul_epilogue import fuse_matmul_epilogues
     from pybuda.passes.lowered.fuse_ops import fuse_elementwise_ops
     from pybuda.passes.lowered.lofi_weights import round_lofi_weights
@@ -133,6 +134,7 @@ def _buda_graph_pre_placer(s: _State) -> None:
     bg = fuse_matmul_epilogues(bg, s.ctx)
     bg = set_data_formats(bg, s.ctx)
     bg = fuse_elementwise_ops(bg, s.ctx)
+    bg = exact_tile_broadcasts(bg, s.ctx)  # after formats and fusion: the tile broadcasts fusion left
     bg = mark_approximate_exp(bg, s.ctx)
     bg = round_lofi_weights(bg, s.ctx)
     bg = apply_schedule_constraints(bg, s.ctx)

@@ -93,3 +93,53 @@ def test_integer_range_beyond_the_multiplier_stays_on_the_host():
     assert torch.equal(got[0], want[0]) and torch.equal(got[2], want[2])
     # float math on the chip: the multiplier keeps about 10 bits of its operands (chip numerics, not integers)
     torch.testing.assert_close(got[1], want[1], rtol=CHIP_RTOL, atol=1e-3)
+
+
+class AgainstTheMaximum(torch.nn.Module):
+    """Index ops and an equality mask that compare values with their maximum broadcast back over them."""
+
+    def forward(self, x, y):
+        sums = x.sum(-1)  # a column: its reader transposes it, so op fusion cannot take the broadcast
+        return (sums.argmax(-1),  # the reported case: the maximum broadcast over columns of a tile
+                sums.argmin(-1),
+                sums == sums.amax(-1, keepdim=True),
+                x.argmax(-2),  # over rows of a tile
+                y.argmax(2))  # over a leading dim, inside others: the maximum's slices are repeated
+
+
+def _exact_sums_data(wide: bool, gen):
+    """Data whose row sums the chip computes exactly. ``wide``: integers plus a column of multiples of 2**-8,
+    sums of up to 15 significant bits (a matmul that broadcast them kept 10 or 11); else small integers,
+    exact in Float16_b and in a Float16_b Dest (Grayskull's)."""
+    if not wide:
+        return torch.randint(-8, 8, (1, 8, 16), generator=gen).float()
+    x = torch.randint(-64, 64, (1, 8, 16), generator=gen).float()
+    x[..., -1] = torch.randint(0, 256, (1, 8), generator=gen) * 2.0 ** -8
+    return x
+
+
+@pytest.mark.parametrize("fusing", [True, False], ids=["fused", "unfused"])
+@pytest.mark.parametrize("df", [pybuda.DataFormat.Float32, None], ids=["float32", "default_df"])
+@pytest.mark.parametrize("arch", [pybuda.BackendDevice.Grayskull, pybuda.BackendDevice.Wormhole_B0,
+                                  pybuda.BackendDevice.Blackhole], ids=["gs", "wh", "bh"])
+def test_argmax_against_a_broadcast_maximum_is_exact(arch, df, fusing):
+    """A Float32 maximum broadcast by a picker matmul lost its low mantissa bits, matched no element, and
+    argmax returned the index one past the end (8 of 8), with no error."""
+    # Wormhole and Blackhole keep Float32 in Dest; Grayskull's Dest is Float16_b, which rounds Float32 data
+    # in every binary op, so there (and at the default formats) the data is exact in Float16_b.
+    wide = df == pybuda.DataFormat.Float32 and arch != pybuda.BackendDevice.Grayskull
+    g = torch.Generator().manual_seed(3)
+    x = _exact_sums_data(wide, g)
+    y = torch.randn(1, 2, 3, 8, 16, generator=g)
+    y = y if wide else y.to(torch.bfloat16).float()
+    model = AgainstTheMaximum().eval()
+    want = model(x, y)
+    pybuda.set_configuration_options(default_df_override=df, enable_auto_fusing=fusing)
+    tt = pybuda.TTDevice("tt0", module=pybuda.PyTorchModule("m", model), arch=arch)
+    try:
+        got = [t.value() for t in pybuda.run_inference(inputs=[(x, y)]).get()]
+        assert tt.cpu_fallback_device_pre is None and tt.cpu_fallback_device_post is None
+    finally:
+        pybuda.shutdown()
+    for g_, w in zip(got, want):
+        assert g_.dtype == w.dtype and torch.equal(g_, w)

@@ -114,6 +114,30 @@ def test_fidelity_pieces_equal_the_formats_model(fidelity, df):
 
 
 @pytest.mark.parametrize("fidelity", FIDELITIES)
+def test_copied_fraction_bits_are_what_a_picker_matmul_passes_through(fidelity):
+    # x @ E copies column 0 of x (a SrcB operand) across the tile; E @ x copies row 0 (a SrcA operand).
+    x = _rand(1, 1, 32, 32, seed=5)
+    ones_row, ones_col = torch.zeros(1, 1, 32, 32), torch.zeros(1, 1, 32, 32)
+    ones_row[..., 0, :] = 1.0
+    ones_col[..., :, 0] = 1.0
+    copies = {"b": (golden_ops.matmul([x, ones_row], {}, fidelity), x[..., :, :1].expand(x.shape)),
+              "a": (golden_ops.matmul([ones_col, x], {}, fidelity), x[..., :1, :].expand(x.shape))}
+    for role, (got, source) in copies.items():
+        bits = golden_ops.copied_fraction_bits(role, fidelity)
+        assert torch.equal(got, _truncated(source, bits))  # Float32 data loses the bits below
+        # values with at most that many fraction bits come through whole
+        narrow = _truncated(source, bits)
+        args = [narrow, ones_row] if role == "b" else [ones_col, narrow]
+        assert torch.equal(golden_ops.matmul(args, {}, fidelity), narrow)
+
+
+def _truncated(x: torch.Tensor, fraction_bits: int) -> torch.Tensor:
+    """``x`` with the mantissa bits below ``fraction_bits`` after the leading one cleared."""
+    mask = ~((1 << (23 - fraction_bits)) - 1)
+    return (x.contiguous().view(torch.int32) & mask).view(torch.float32)
+
+
+@pytest.mark.parametrize("fidelity", FIDELITIES)
 def test_fidelity_products_keep_infinities(fidelity):
     # An infinity has no mantissa bits for the phases to split: inf * 1 is inf at every fidelity, not the
     # NaN of its pieces' arithmetic (inf - inf, 0 * inf). NaN inputs and 0 * inf stay NaN, as in float32.

@@ -11,7 +11,7 @@ import numpy as np
 import torch
 
 from pybuda.ir.graph import Node
-from pybuda.netlist.tms import HSlice, HStack, Transpose, VSlice, VStack
+from pybuda.netlist.tms import TM, Broadcast, HSlice, HStack, Transpose, VSlice, VStack
 from pybuda.ops import registry
 from pybuda.netlist.host_io import canonical_zrc, tiles
 from pybuda.passes.lower.conv import band_limit_tiles, row_bands
@@ -141,6 +141,16 @@ class DataMovementLowering:
                 return rv
             return replace(rv, tms=tuple(rv.tms) + tuple(tms), z=zo, r=ro, c=co, pad_r=JUNK, pad_c=JUNK)
         return self._gather_pickers(node, [rv], [(rv.z, rv.r, rv.c)], out_shape, emap=rmap.reshape(-1))
+
+    def repeat_leading(self, v: DVal, lead, target) -> DVal:
+        """``v``, whose leading dims are ``lead``, broadcast over the leading dims ``target`` (``lead`` right-aligned
+        to it, 1 where it broadcasts) by TMs (:func:`leading_repeat_tms`). Whole tiles are copied, so every value
+        arrives bit for bit, padding included; a row picker would be a matmul, which reads a Float32 activation
+        through the multiplier's 19-bit source registers (a row maximum compared with its rows would then match
+        none of them)."""
+        v = self._canonical(v)
+        tms = leading_repeat_tms(lead, target)
+        return replace(v, tms=tuple(v.tms) + tuple(tms), z=math.prod(target), is_queue_value=False)
 
     def move(self, v: DVal, in_shape, out_shape, emap: torch.Tensor, name: str) -> DVal:
         """Move the elements of ``v`` (logical shape ``in_shape``) into ``out_shape``: output element i takes
@@ -704,6 +714,33 @@ def gather_possible(src, expected) -> bool:
         if _block_parts(s2, e2) is not None or _column_parts(s2, e2) is not None:
             return True
     return False
+
+
+def leading_repeat_tms(lead, target) -> List[TM]:
+    """TMs that take the z slices of a canonical value with leading dims ``lead`` to leading dims ``target``, where
+    ``lead`` (right-aligned to ``target``) is 1 in every dim it broadcasts over: for each run of such dims
+    (f: their sizes' product), outermost first, the B slices inside it (B: the product of the source dims
+    inside) are stacked into one block (``vstack: B``), the block is repeated f times (``broadcast: {r: f}``
+    repeats whole tile rows modulo the block) and cut into slices again (``vslice: B*f``)."""
+    source = [1] * (len(target) - len(lead)) + [int(d) for d in lead]
+    target = [int(d) for d in target]
+    if any(s not in (1, t) for s, t in zip(source, target)):
+        raise ValueError(f"leading dims {list(lead)} do not broadcast to {target}")
+    tms: List[TM] = []
+    i = 0
+    while i < len(target):
+        if source[i] == target[i]:
+            i += 1
+            continue
+        j = i
+        while j < len(target) and source[j] != target[j]:
+            j += 1
+        inner, repeats = math.prod(source[j:]), math.prod(target[i:j])
+        if inner > 1:
+            tms.append(VStack(factor=inner))
+        tms += [Broadcast(dim="r", factor=repeats), VSlice(factor=inner * repeats)]
+        i = j
+    return tms
 
 
 def move_possible(src, expected: torch.Tensor) -> bool:

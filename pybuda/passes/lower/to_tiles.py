@@ -568,10 +568,9 @@ class _Lowering(ConvPoolLowering, ReductionLowering, DataMovementLowering):
         """An operand that broadcasts over some (not all) leading dims: only compile-time values can."""
         target = tuple(out_shape[:-2]) + tuple(s[-2:])
         if not v.is_queue_value:
-            # An activation (e.g. a max-pool gradient's per-window max against its windows): its slices are
-            # repeated by a row picker.
-            idx = torch.arange(int(np.prod(s))).reshape(tuple(s)).expand(target).reshape(-1)
-            return self.move(v, tuple(s), target, idx, f"{self.node.name}.expand{index}")
+            # An activation (a max-pool gradient's per-window max against its windows, a maximum against the
+            # slices of an argmax over a leading dim): its slices are repeated by TMs, exactly.
+            return self.repeat_leading(v, tuple(s[:-2]), tuple(out_shape[:-2]))
         value = self.values[v.src].reshape(s)
         return self._queue_value(v, f"expand{'x'.join(map(str, target))}", value.expand(target).contiguous())
 
