@@ -49,9 +49,19 @@ def unregistered():
 
 
 def register_device(device: "Device") -> None:
+    """Add ``device`` to the user's devices (the end of the pipeline). A second device of the same name is a
+    ModuleError: it would be chained after the first, which usually means a script created its devices again
+    after ``shutdown`` (which keeps them) and meant to replace them, and the old device would then feed the new
+    one its outputs."""
     if getattr(_local, "suppress", False):
         return
+    from pybuda.errors import ModuleError
+
     with _lock:
+        if any(d.name == device.name for d in _devices):
+            raise ModuleError(f"a device named '{device.name}' already exists (devices: "
+                              f"{', '.join(d.name for d in _devices)}); call pybuda.pybuda_reset() to start again "
+                              f"with new devices, or give this one another name")
         _devices.append(device)
         if _pipeline_override is not None:
             _pipeline_override.append(device)

@@ -145,3 +145,19 @@ def test_gpu_device_moves_tensors_to_its_device_and_back(monkeypatch):
     out = pybuda.run_inference(inputs=[(x,)]).get()[0].value()
     assert gpu.torch_device == torch.device("cpu")
     assert torch.allclose(out, lin(x).detach(), atol=1e-6) and out.device.type == "cpu"
+
+
+def test_a_second_device_of_the_same_name_is_refused_until_reset():
+    # shutdown keeps the devices: a script that created tt0 again after it chained the new tt0 after the old
+    # one, which fed it its outputs (an argmax model returned 0 for [[7, 5, 3, 7]], with no error).
+    from pybuda.errors import ModuleError
+
+    x = torch.randn(1, 10, 40)
+    pybuda.TTDevice("tt0", module=Lin("a", 40, 24, 1))
+    first = pybuda.run_inference(inputs=[x]).get()[0].value()
+    pybuda.shutdown()
+    with pytest.raises(ModuleError, match=r"device named 'tt0' already exists.*pybuda_reset"):
+        pybuda.TTDevice("tt0", module=Lin("a", 40, 24, 1))
+    pybuda.pybuda_reset()
+    pybuda.TTDevice("tt0", module=Lin("a", 40, 24, 1))
+    assert torch.equal(pybuda.run_inference(inputs=[x]).get()[0].value(), first)
