@@ -289,9 +289,16 @@ class OptimizerTraceContext:
         return self.op("sqrt", [node])
 
     def scale(self, x: str, value: float) -> str:
-        """x * value (x itself when value is 1)."""
-        if float(value) == 1.0:
+        """x * value (x itself when value is 1). A factor in [0.5, 1) (a moment's β, a momentum) is applied
+        as ``x - x * (1 - value)``: the multiplier reads its operands through source registers of 10
+        mantissa bits or fewer, which turn β2 = 0.999 into 0.998 and so double 1 - β2 (Adam's steps came
+        out 20 % long), while a subtraction is exact and the truncation then touches only the small
+        product."""
+        value = float(value)
+        if value == 1.0:
             return x
+        if 0.5 <= value < 1.0:
+            return self.op("subtract", [x, self.op("multiply", [x, self.constant(1.0 - value)])])
         return self.op("multiply", [x, self.constant(value)])
 
     def positive(self, x: str) -> str:
