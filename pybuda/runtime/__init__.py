@@ -1,6 +1,8 @@
 """The runtime: devices, pipelines and the run API (TT-Buda's ``pybuda.run`` and device classes).
 
-Modules: :mod:`~pybuda.runtime.device` (Device base, input validation, command interpreter),
+Modules: :mod:`~pybuda.runtime.device` (the Device base; its parts: :mod:`~pybuda.runtime.device_inputs`,
+input validation; :mod:`~pybuda.runtime.device_loop`, the command interpreter;
+:mod:`~pybuda.runtime.cpueval`, the CPU reference),
 :mod:`~pybuda.runtime.cpudevice`, :mod:`~pybuda.runtime.ttdevice`, :mod:`~pybuda.runtime.api` (run
 functions), :mod:`~pybuda.runtime.context` (execution modes, failure handling, shutdown),
 :mod:`~pybuda.runtime.backend_api` (the compile/executor seam a backend plugs into),
