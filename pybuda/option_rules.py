@@ -85,7 +85,8 @@ OPTION_RULES: Dict[str, OptionRule] = {
         "error", "set", "pybuda's netlist generator does not implement the forked-DRAM-input optimisation (one DRAM "
         "read feeding several consumers); leave it False", _not(False)),
     "enable_recompute": OptionRule(
-        "error", "set", "recompute is a training option and pybuda does not train yet", _not(False)),
+        "effect", "set", "a training compile's backward recomputes the forward's activations from its inputs "
+        "instead of reading them saved (less DRAM between the programs, more work in the backward)"),
     "device_config": OptionRule(
         "effect", "set", "selects a card preset: pybuda's presets and TT-Buda's names for the same cards; TT-Buda's "
         "gs_e300 and bh_test are cards pybuda has no descriptor for (ConfigError)"),

@@ -114,7 +114,7 @@ def test_use_interactive_placer_false_turns_spatial_breaks_into_epoch_breaks():
     assert C._get_global_compiler_config().snapshot().placer_op_overrides["op1"].spatial_epoch_break
 
 
-@pytest.mark.parametrize("option", ["manual_t_streaming", "enable_forked_dram_inputs", "enable_recompute"])
+@pytest.mark.parametrize("option", ["manual_t_streaming", "enable_forked_dram_inputs"])
 def test_unsupported_bool_options_raise_naming_them(option):
     with pytest.raises(ConfigError, match=option):
         pybuda.set_configuration_options(**{option: True})

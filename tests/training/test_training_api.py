@@ -703,3 +703,18 @@ def test_optimizer_steps_match_torch_from_the_same_gradients(optimizer):
             step_dev = after[name].reshape(p.shape) - before[name].reshape(p.shape)
             step_torch = p.detach() - before[name].reshape(p.shape)
             assert torch.allclose(step_dev, step_torch, rtol=1e-2, atol=1e-4), name
+
+
+def test_recompute_trains_as_torch_without_saving_activations():
+    # enable_recompute was refused as "pybuda does not train yet" although training honours it.
+    from pybuda.runtime import training
+
+    pybuda.set_configuration_options(enable_recompute=True)
+    model = SoftmaxAttention(2, d=48)
+    twin = copy.deepcopy(model)
+    g = torch.Generator().manual_seed(7)
+    data = [(torch.randn(1, 20, 48, generator=g), torch.randn(1, 20, 48, generator=g)) for _ in range(3)]
+    got = _train_on_device(model, "att", data)
+    graphs = training.current().trainers[0].stages[0].graphs
+    assert set(graphs.saved) <= {node.name for node in graphs.forward.inputs}
+    assert got == pytest.approx(_train_in_torch(twin, data), rel=RTOL)
