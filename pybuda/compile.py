@@ -365,14 +365,18 @@ def pybuda_compile(dev_or_module: Any, graph_name: str, *inputs: Any, targets: S
     ``inputs`` are sample tensors (dim 0 = ``microbatch_size``); the module is traced (PyBuda) or captured
     (PyTorch) with them (:func:`module_to_graph`) and compiled for the device (a TTDevice's arch, else
     ``compiler_cfg.device_config``, else Grayskull e150). The model runs on the CPU reference only when
-    ``verify_cfg`` asks for verification. ``targets``/``losses`` are for training, which is not supported.
+    ``verify_cfg`` asks for verification. ``targets``/``losses`` (a training compile) are a CompileError that
+    says how to train instead.
     """
     from pybuda.module import PyBudaModule, PyTorchModule
     from pybuda.verify import verification_requested
 
     cfg = compiler_cfg if compiler_cfg is not None else _get_global_compiler_config()
     if targets or losses:
-        raise CompileError("targets/losses are for training compiles, which are not supported yet", stage="INIT_COMPILE")
+        from pybuda.passes.pipeline import TRAINING_ROUTE
+
+        raise CompileError(f"pybuda_compile compiles for inference, so it takes no targets or losses; {TRAINING_ROUTE}",
+                           stage="INIT_COMPILE")
     module, device = dev_or_module, None
     if not isinstance(dev_or_module, (PyBudaModule, PyTorchModule)):
         modules = getattr(dev_or_module, "modules", None)

@@ -43,13 +43,18 @@ class _State:
     bg: Optional[BudaGraph] = None
 
 
+#: Where a request for a training compile from the inference entry points is sent.
+TRAINING_ROUTE = ("train through the runtime instead: a TTDevice with an optimizer and pybuda.run_training (or "
+                  "initialize_pipeline(training=True)), which compiles the forward, backward and optimizer programs")
+
+
 # --- stages ------------------------------------------------------------------------------------------------
 
 
 def _init_compile(s: _State) -> None:
     cfg = s.ctx.config
     if cfg.enable_training:
-        raise s.ctx.error("training compiles (autograd) are not supported yet; compile with enable_training=False")
+        raise s.ctx.error("compile_graph compiles inference graphs (enable_training=False); " + TRAINING_ROUTE)
     if s.ctx.microbatch < 1:
         raise s.ctx.error(f"microbatch must be >= 1, got {s.ctx.microbatch}")
 

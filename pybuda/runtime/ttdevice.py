@@ -419,7 +419,8 @@ class TTDevice(Device):
         from pybuda.verify import run_graph_on_cpu
 
         if target_tensors:
-            raise PybudaError("generate_graph: target tensors are for training, which is not supported yet")
+            raise PybudaError("generate_graph traces the forward graph, which takes no target tensors (a training "
+                              "session builds its backward from it: pybuda.run_training)")
         if not self.modules:
             raise PybudaError(f"TTDevice '{self.name}' has no modules; place one with place_module")
         values = [_as_torch(t) for t in inputs]
@@ -469,8 +470,9 @@ class TTDevice(Device):
         host-side TMs, microbatch layout). Training kinds (``target``, ``bw_input`` ...) raise."""
         kinds = {"input": "inputs", "output": "outputs", "parameter": "ram_queues", "constant": "ram_queues"}
         if queue_type in ("target", "bw_input", "bw_output", "intermediates"):
-            raise PybudaError(f"get_dram_io_queues('{queue_type}'): {queue_type} queues exist only in training, "
-                              f"which is not supported yet")
+            raise PybudaError(f"get_dram_io_queues('{queue_type}'): {queue_type} queues belong to a training netlist, "
+                              f"whose queues this inference record does not list; a training session's programs "
+                              f"are in pybuda.runtime.training.current()")
         if queue_type not in kinds:
             raise InputError(f"get_dram_io_queues: unknown queue type '{queue_type}'; expected one of {list(kinds)}")
         if self._artifact is None:
