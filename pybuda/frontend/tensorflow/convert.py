@@ -114,7 +114,24 @@ def keras_to_onnx(model: Any, samples: Sequence[Any], opset: int = DEFAULT_OPSET
         proto, _ = tf2onnx.convert.from_function(_forward, input_signature=spec, opset=opset)
     except Exception as e:  # tf2onnx raises bare exceptions on unconvertible graphs
         raise ModuleError(f"{who}: tf2onnx could not convert the TensorFlow model: {type(e).__name__}: {e}") from e
+    _freeze_captured_tensors(proto, _forward.get_concrete_function())
     return proto
+
+
+def _freeze_captured_tensors(proto: Any, concrete: Any) -> None:
+    """Make the tensors the traced function captured by value (a Keras ``Normalization`` layer's mean and
+    variance in EfficientNet) initializers of ``proto``: tf2onnx freezes variables but leaves such captures
+    as graph inputs, so the model would take inputs its user never passes."""
+    import tensorflow as tf
+    from onnx import numpy_helper
+
+    captured = {inner.name: outer for outer, inner in zip(concrete.captured_inputs, concrete.graph.internal_captures)
+                if outer.dtype != tf.resource}
+    for value_info in list(proto.graph.input):
+        outer = captured.get(value_info.name)
+        if outer is not None:
+            proto.graph.initializer.append(numpy_helper.from_array(outer.numpy(), value_info.name))
+            proto.graph.input.remove(value_info)
 
 
 def tensor_name(name: str) -> str:

@@ -331,3 +331,18 @@ def test_keras_resnet50_compiles_like_its_pytorch_twin():
         got, want = getattr(keras_perf, what), getattr(torch_perf, what)
         slack = max(TWIN_TOLERANCE * want, TWIN_EPOCH_SLACK if what == "num_epochs" else 0)
         assert abs(got - want) <= slack, f"{what}: Keras {got}, PyTorch {want}"
+
+
+def test_keras_normalization_with_given_statistics_runs_on_the_device():
+    # A Normalization layer built from given mean and variance (EfficientNet's input layer) holds them as
+    # tensors the traced function captures by value: tf2onnx left them as graph inputs, and the model then
+    # asked for 3 inputs where the user passes 1 (InputError).
+    keras.utils.set_random_seed(4)
+    inp = keras.Input((8, 8, 3), batch_size=1)
+    x = layers.Normalization(mean=[0.4, 0.5, 0.6], variance=[0.05, 0.06, 0.07])(inp)
+    out = layers.Conv2D(4, 3, padding="same")(x)
+    model = keras.Model(inp, out)
+    x = torch.rand(1, 8, 8, 3)
+    want = [torch.from_numpy(model(x.numpy(), training=False).numpy())]
+    got = fp32_wormhole(pybuda.TFModule("normalized", model), x)
+    assert_close(got, want)
