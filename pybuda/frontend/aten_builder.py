@@ -14,7 +14,7 @@ import torch.fx
 
 from pybuda.frontend.converters import registrar
 from pybuda.errors import OpError
-from pybuda.ir.graph import CONSTANT, OP, Graph
+from pybuda.ir.graph import CONSTANT, HOLDS_OPERAND, OP, Graph
 from pybuda.ops import registry
 
 from pybuda.frontend.fx_program import meta_val, module_path, qualified_op_name, source_location
@@ -279,16 +279,26 @@ def out_shape_of(n: torch.fx.Node, i: int) -> Tuple[int, ...]:
     """Static shape of result ``i`` of a multi-result FX node."""
     return tuple(int(d) for d in meta_val(n)[i].shape)
 
+def negated(b: Builder, v) -> str:
+    """``0 - v``, how a min is the max of a negation: exact where a multiply by -1 would read ``v`` through the
+    multiplier's 19-bit source registers (the min of Float32 data would equal none of its elements). Tagged
+    ``HOLDS_OPERAND``, so that its data formats hold ``v``'s values too."""
+    name = b.binary("subtract", 0, v, b.dtype(v))
+    if b.graph[name].kind == OP:  # not folded into a constant
+        b.graph[name].tags[HOLDS_OPERAND] = 1
+    return name
+
+
 def _reduce_max_or_min(b: Builder, x, dims, keepdim, is_min, final_shape):
     rank = b.rank(x)
     v = b.tensor(x)
     if is_min:
-        v = b.binary("multiply", v, -1, b.dtype(v))
+        v = negated(b, v)
     for d in _dims(dims, rank):
         if b.graph[v].shape[d] != 1:
             v = b.op("reduce_max", [v], dim=d)
     if is_min:
-        v = b.binary("multiply", v, -1, b.dtype(v))
+        v = negated(b, v)
     return b.reshape(v, final_shape)
 
 def _as_bool(b: Builder, v) -> str:

@@ -11,7 +11,7 @@ import operator
 
 import torch
 
-from pybuda.frontend.aten_builder import (_as_bool, _reduce_max_or_min, out_shape_of, Builder, Const, converts, Missing, out_dtype, out_shape, Unsupported, _is_number, _norm_dim, _promote)
+from pybuda.frontend.aten_builder import (_as_bool, _reduce_max_or_min, negated, out_shape_of, Builder, Const, converts, Missing, out_dtype, out_shape, Unsupported, _is_number, _norm_dim, _promote)
 from pybuda.frontend.fx_program import meta_val, op_name
 
 # --- elementwise binary ---------------------------------------------------------------------------
@@ -79,7 +79,7 @@ def _argmax_value(b: Builder, x, dim, keepdim, is_min, n):
         return Missing("argmax of max.dim is unused")
     v = b.tensor(x)
     if is_min:  # the max of -x; 0 - x is exact, a multiply would round x in the multiplier's registers
-        v = b.binary("subtract", 0, v, b.dtype(v))
+        v = negated(b, v)
     shape = out_shape_of(n, 1)
     r = b.op("argmax", [v], dim=_norm_dim(dim, b.rank(x)))
     return b.cast(b.reshape(r, shape), meta_val(n)[1].dtype)

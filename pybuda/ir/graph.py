@@ -27,6 +27,16 @@ RUNTIME_UPDATED = "updated_at_runtime"
 #: in the tile padding: the compiled graph zeroes that padding as it reads the input, so it computes what it
 #: would from a host push (the host pads with zeros).
 JUNK_PADDED_INPUT = "junk_padded_input"
+#: Tag of an op whose result is one of its operand's values, or its negation: the index of that operand. A
+#: reduce max's padding mask (``x + 0``, NEG_LARGE in the padding) and the negations that make a min the max of
+#: ``0 - x``; the comparisons of argmax, argmin and ``x == x.max(d)`` need them exact, and the data-format pass
+#: gives them formats that hold that operand's values (pybuda.passes.lowered.data_formats).
+HOLDS_OPERAND = "holds_operand"
+#: Tag of the ops computing the difference a comparison steps on (``a - b``, ``|a - b|``): only its sign and
+#: whether it is zero matter, and the data-format pass keeps them in a format that flushes no small difference
+#: to zero (Float16_b or Float32; Float16 flushes magnitudes below 2**-14, a block format the small values of a
+#: block beside large ones), so that close values never compare equal.
+SIGN_EXACT = "sign_exact"
 
 
 def dtype_name(dtype: torch.dtype) -> str:

@@ -125,13 +125,14 @@ def _exact_sums_data(wide: bool, gen):
 def test_argmax_against_a_broadcast_maximum_is_exact(arch, df, fusing):
     """A Float32 maximum broadcast by a picker matmul lost its low mantissa bits, matched no element, and
     argmax returned the index one past the end (8 of 8), with no error."""
-    # Wormhole and Blackhole keep Float32 in Dest; Grayskull's Dest is Float16_b, which rounds Float32 data
-    # in every binary op, so there (and at the default formats) the data is exact in Float16_b.
+    # Wormhole and Blackhole keep Float32 in Dest; Grayskull's Dest is Float16_b, which rounds the row sums
+    # (a matmul) there, so their data is exact in Float16_b. y is compared as it is: raw Float32 data
+    # (the host stores it in Float16_b at the default formats).
     wide = df == pybuda.DataFormat.Float32 and arch != pybuda.BackendDevice.Grayskull
     g = torch.Generator().manual_seed(3)
     x = _exact_sums_data(wide, g)
     y = torch.randn(1, 2, 3, 8, 16, generator=g)
-    y = y if wide else y.to(torch.bfloat16).float()
+    y = y if df == pybuda.DataFormat.Float32 else y.to(torch.bfloat16).float()
     model = AgainstTheMaximum().eval()
     want = model(x, y)
     pybuda.set_configuration_options(default_df_override=df, enable_auto_fusing=fusing)
@@ -143,3 +144,53 @@ def test_argmax_against_a_broadcast_maximum_is_exact(arch, df, fusing):
         pybuda.shutdown()
     for g_, w in zip(got, want):
         assert g_.dtype == w.dtype and torch.equal(g_, w)
+
+
+class RawIndices(torch.nn.Module):
+    """Indices and equality masks against a maximum or minimum, along padded columns and rows (a padding
+    mask precedes the device's reduce) and along leading dims."""
+
+    def forward(self, x, y):
+        return (x.argmax(-1), x.argmin(-1), x.argmax(1), x.argmin(1),
+                x == x.amax(-1, keepdim=True), x == x.amin(1, keepdim=True), x.amin(-1),
+                y.argmax(1), y.argmin(2), y == y.amax(1, keepdim=True))  # the outer of two leading dims, the inner
+
+
+_STORED = (pybuda.DataFormat.Float16_b, pybuda.DataFormat.Float16)
+
+
+@pytest.mark.parametrize("scale", [1.0, 1e-3], ids=["unit", "small"])
+@pytest.mark.parametrize("df", [None, pybuda.DataFormat.Float16_b, pybuda.DataFormat.Float16, pybuda.DataFormat.Float32],
+                         ids=["default_df", "float16_b", "float16", "float32"])
+@pytest.mark.parametrize("arch", [pybuda.BackendDevice.Grayskull, pybuda.BackendDevice.Wormhole_B0,
+                                  pybuda.BackendDevice.Blackhole], ids=["gs", "wh", "bh"])
+def test_indices_and_masks_of_raw_float32_data_match_torch(arch, df, scale):
+    """Raw random Float32 data: on Grayskull at Float32 and Float16, argmax returned 40 (one past the end) for
+    rows of 40: the padding mask before the reduce, an add, rounded the data in Dest (Float16_b), and the
+    rounded maximum equalled none of the elements the comparison read. Masks against a maximum failed so at
+    Float16 on every chip, a min (the max of x * -1) never equalled its element on Wormhole, an argmax over an
+    outer leading dim moved its slices by a matmul that rounded them, and small differences flushed to zero
+    in Float16 made close values compare equal."""
+    from pybuda.golden.formats import quantize
+
+    g = torch.Generator().manual_seed(4)
+    x, y = torch.randn(1, 8, 40, generator=g) * scale, torch.randn(1, 3, 4, 2, 40, generator=g) * scale
+    model = RawIndices().eval()
+    want = model(x, y)
+    for stored in _STORED:  # the data's indices and masks do not change where the host stores it in 16 bits
+        same = model(quantize(x, stored), quantize(y, stored))
+        assert all(torch.equal(s, w) for s, w in zip(same, want) if not w.is_floating_point()), \
+            f"the test data has ties in {stored.name}"
+    pybuda.set_configuration_options(default_df_override=df)
+    tt = pybuda.TTDevice("tt0", module=pybuda.PyTorchModule("m", model), arch=arch)
+    try:
+        got = [t.value() for t in pybuda.run_inference(inputs=[(x, y)]).get()]
+        assert tt.cpu_fallback_device_pre is None and tt.cpu_fallback_device_post is None
+    finally:
+        pybuda.shutdown()
+    for i, (g_, w) in enumerate(zip(got, want)):
+        if w.is_floating_point():  # the min itself: the element as the device stores the data
+            stored = pybuda.DataFormat.Float32 if df == pybuda.DataFormat.Float32 and arch != pybuda.BackendDevice.Grayskull \
+                else pybuda.DataFormat.Float16 if df == pybuda.DataFormat.Float16 else pybuda.DataFormat.Float16_b
+            w = quantize(w, stored)
+        assert g_.dtype == w.dtype and torch.equal(g_, w), f"output {i}"

@@ -51,7 +51,7 @@ from typing import Any, Optional, Sequence
 
 import torch
 
-from pybuda.ir.graph import CONSTANT, Graph, Node
+from pybuda.ir.graph import CONSTANT, HOLDS_OPERAND, SIGN_EXACT, Graph, Node
 from pybuda.ops import registry
 from pybuda.ops.common import normalize_dim
 from pybuda.passes.context import CompileContext
@@ -407,12 +407,16 @@ def _heaviside(rw, node, x: str, at_zero: float, tag: str) -> str:
 
 def _equal_of(rw, node, a: str, b: str, tag: str = "eq", negate: bool = False) -> str:
     """1.0 where a == b (0.0 where negate), else the other: a step of ``|a - b|``."""
-    diff = rw.op(f"{node.name}.{tag}_diff", "subtract", [a, b])
-    mag = rw.op(f"{node.name}.{tag}_abs", "abs", [diff])
+    diff = rw.op(f"{node.name}.{tag}_diff", "subtract", [a, b], tags=_SIGN)
+    mag = rw.op(f"{node.name}.{tag}_abs", "abs", [diff], tags=_SIGN)
     if negate:
         return _heaviside(rw, node, mag, 0.0, tag)
-    neg = rw.op(f"{node.name}.{tag}_neg", "multiply", [mag, _scalar(rw, node, f"{tag}_m1", -1.0)])
+    neg = rw.op(f"{node.name}.{tag}_neg", "multiply", [mag, _scalar(rw, node, f"{tag}_m1", -1.0)], tags=_SIGN)
     return _heaviside(rw, node, neg, 1.0, tag)
+
+
+#: The differences a comparison steps on keep their sign and whether they are zero (``SIGN_EXACT``).
+_SIGN = {SIGN_EXACT: True}
 
 
 def _compare(kind: str):
@@ -423,7 +427,7 @@ def _compare(kind: str):
             return _equal_of(rw, node, a, b, "cmp", negate=kind == "not_equal")
         if kind in ("less", "less_equal"):
             a, b = b, a
-        diff = rw.op(f"{node.name}.diff", "subtract", [a, b])
+        diff = rw.op(f"{node.name}.diff", "subtract", [a, b], tags=_SIGN)
         return _heaviside(rw, node, diff, 1.0 if kind.endswith("equal") else 0.0, "step")
     return rule
 
@@ -460,7 +464,7 @@ def _exact_negation(rw, node, x: str) -> str:
     for k in (0, 1):
         y = n.operands[k]
         if _scalar_constant_value(rw, n.operands[1 - k]) == -1.0 and tuple(rw.shape(y)) == tuple(n.shape):
-            return rw.op(f"{node.name}.neg", "subtract", [_scalar(rw, node, "zero", 0.0), y])
+            return rw.op(f"{node.name}.neg", "subtract", [_scalar(rw, node, "zero", 0.0), y], tags={HOLDS_OPERAND: 1})
     return x
 
 

@@ -10,7 +10,7 @@ import numpy as np
 import torch
 
 from pybuda.golden import formats
-from pybuda.ir.graph import Node
+from pybuda.ir.graph import HOLDS_OPERAND, Node
 from pybuda.netlist.tms import Broadcast, VSlice, VStack
 from pybuda.ops.common import normalize_dim
 from pybuda.passes.lower import pickers
@@ -94,7 +94,7 @@ class ReductionLowering:
                 if v.z > 1:
                     extra.insert(0, Broadcast(dim="z", factor=v.z))
                 v = self.emit(f"{node.name}.mask", "add", [(v, ()), (mask, tuple(extra))], (v.z, v.r, v.c),
-                              pad=(v.pad_r, JUNK), layout=v.layout, spatial=v.spatial)
+                              pad=(v.pad_r, JUNK), layout=v.layout, spatial=v.spatial, tags={HOLDS_OPERAND: 0})
             return self.emit(node.name, "reduce", [(v, ())], (v.z, v.r, 1), {"dim": "c", "type": "max"},
                              pad=(v.pad_r, JUNK), layout=v.layout, spatial=_reduced_spatial(v, "c"))
         if d_kind == "r":
@@ -104,19 +104,24 @@ class ReductionLowering:
                 if v.z > 1:
                     extra.insert(0, Broadcast(dim="z", factor=v.z))
                 v = self.emit(f"{node.name}.mask", "add", [(v, ()), (mask, tuple(extra))], (v.z, v.r, v.c),
-                              pad=(JUNK, v.pad_c))
+                              pad=(JUNK, v.pad_c), tags={HOLDS_OPERAND: 0})
             return self.emit(node.name, "reduce", [(v, ())], (v.z, 1, v.c), {"dim": "r", "type": "max"},
                              pad=(JUNK, v.pad_c))
-        if d != n - 3:
-            # The device reduces the innermost leading dim only: move dim d there first (a row picker
-            # reorders the slices), the other leading dims keep their order.
-            perm = [i for i in range(n - 2) if i != d] + [d, n - 2, n - 1]
-            moved = tuple(shape[i] for i in perm)
-            emap = torch.arange(math.prod(shape)).reshape(shape).permute(perm).reshape(-1)
-            v = self.move(v, shape, moved, emap, f"{node.name}.to_z")
         f = shape[d]
-        return self.emit(node.name, "reduce", [(v, ())], (v.z // f, v.r, v.c), {"dim": "z", "type": "max", "z": f},
-                         pad=(v.pad_r, v.pad_c))
+        inner = math.prod(shape[d + 1:n - 2])
+        if inner == 1:
+            return self.emit(node.name, "reduce", [(v, ())], (v.z // f, v.r, v.c), {"dim": "z", "type": "max", "z": f},
+                             pad=(v.pad_r, v.pad_c))
+        # The device reduces groups of consecutive slices, and dim d has ``inner`` slices inside each of its
+        # steps: those are stacked into one block (vstack), the f blocks of a group reduced, and the result cut
+        # into slices again (vslice). TMs move whole tiles, so the maximum is one of the elements bit for bit
+        # (a row picker, a matmul, would read Float32 data through 19-bit source registers, and a comparison
+        # with the maximum, argmax's, would then match no element).
+        rows = tiles(v.r) * TILE
+        stacked = replace(v, tms=tuple(v.tms) + (VStack(factor=inner),), z=v.z // inner, r=inner * rows)
+        out = self.emit(node.name, "reduce", [(stacked, ())], (stacked.z // f, stacked.r, v.c),
+                        {"dim": "z", "type": "max", "z": f}, pad=(v.pad_r, v.pad_c))
+        return replace(out, tms=(VSlice(factor=inner),), z=out.z * inner, r=v.r)
 
     def _reduce_flat_spatial(self, node: Node, v: DVal, d: int) -> DVal:
         h, w = v.spatial

@@ -65,7 +65,8 @@ import numpy as np
 import torch
 
 from pybuda.errors import CompileError
-from pybuda.ir.graph import CONSTANT, INPUT, JUNK_PADDED_INPUT, OP, PARAMETER, RUNTIME_UPDATED, Graph, Node
+from pybuda.ir.graph import (CONSTANT, HOLDS_OPERAND, INPUT, JUNK_PADDED_INPUT, OP, PARAMETER, RUNTIME_UPDATED,
+                             SIGN_EXACT, Graph, Node)
 from pybuda.ops import registry
 from pybuda.passes.lower import pickers
 from pybuda.perf import sparse as sparse_work
@@ -259,6 +260,8 @@ class _Lowering(ConvPoolLowering, ReductionLowering, DataMovementLowering):
                    "ir_op_type": self.node.op_type if self.node is not None and self.node.kind == OP else None}
         if self.node is not None and self.node.tags.get("exact_df"):
             op_tags["exact_df"] = self.node.tags["exact_df"]
+        if self.node is not None and self.node.tags.get(SIGN_EXACT):
+            op_tags[SIGN_EXACT] = True
         op_tags.update(tags or {})
         op = BudaOp(self._name(name), op_type, srcs, TileShape(1, z, tiles(r), tiles(c)), attrs=dict(attrs or {}),
                     input_tms=in_tms, tags=op_tags)
@@ -559,10 +562,13 @@ class _Lowering(ConvPoolLowering, ReductionLowering, DataMovementLowering):
         op_type = BINARY[node.op_type]
         pad = (_combine_pad(op_type, pads_r, r), _combine_pad(op_type, pads_c, c))
         # A transpose cannot ride on input 1 of a binary op; commutative ops can swap their inputs.
-        if device_op(op_type).commutative and any(isinstance(t, Transpose) for t in
-                                                  tuple(inputs[1][0].tms) + inputs[1][1]):
+        swapped = device_op(op_type).commutative and any(isinstance(t, Transpose) for t in
+                                                         tuple(inputs[1][0].tms) + inputs[1][1])
+        if swapped:
             inputs = [inputs[1], inputs[0]]
-        return self.emit(node.name, op_type, inputs, (z, r, c), pad=pad, layout=layout, spatial=spatial)
+        held = node.tags.get(HOLDS_OPERAND)
+        tags = {HOLDS_OPERAND: 1 - held if swapped else held} if held is not None else None
+        return self.emit(node.name, op_type, inputs, (z, r, c), pad=pad, layout=layout, spatial=spatial, tags=tags)
 
     def _expand_leading(self, v: DVal, s: Sequence[int], out_shape: Sequence[int], index: int) -> DVal:
         """An operand that broadcasts over some (not all) leading dims: only compile-time values can."""

@@ -24,6 +24,9 @@ Order of application (later wins):
    ``std::regex_match``) and sets output /
    intermediate / accumulate df, fidelity and ``input_df {index: (df, include_activations)}`` (the df of
    the parameter/constant feeding that input, or of the producing op when ``include_activations``).
+3b. Ops tagged ``exact_df`` (index math, integer data) take that format, HiFi4 and, off Grayskull, Float32
+   accumulation; ops computing a comparison's difference (``SIGN_EXACT``) keep Float16_b or Float32 output
+   and accumulation, which flush no small difference to zero (Float16 and block formats do).
 4. Legalisation (netlist spec §1.3, §4.5): on Grayskull Float32/Int32 accumulation becomes Float16_b;
    accumulating ops (matmuls) never spill to Bfp4/Bfp2 (Bfp8 of the same exponent family instead) and
    keep ``intermed_df`` in ``out_df``'s exponent family; integer data needs HiFi4 and Int32 accumulation;
@@ -32,6 +35,14 @@ Order of application (later wins):
    them exact unless a rule set it; compiler index queues stay RawUInt32. With ``lofi_rounding`` (the
    default) every op but a matmul asked to run at LoFi runs at HiFi2, which costs it nothing
    (:func:`_free_fidelity`).
+4b. Exact maxima: every r/c reduce max returns one of its operand's elements bit for bit (argmax, argmin and
+   ``x == x.max(d)`` compare with it). The ops tagged ``HOLDS_OPERAND`` (the padding mask before the reduce,
+   the negations of a min) get output and Dest formats that hold their operand's values (a plain format: a
+   block format would take NEG_LARGE's exponent), and the reduce an output format that holds its operand's.
+   On Grayskull, whose Dest holds no Float32, Float32 values those ops read are stored as Float16_b where they
+   are made (inputs, constants, ops; not parameters or integer inputs). A z-reduce keeps its input's format
+   and gathers maxima from different blocks, so block-format data the z-reduce of a reduce_max reads is stored
+   in a plain format.
 5. ``in_df`` of every op = its producer's ``out_df`` / queue ``df``; output queues take their producer's.
 """
 
@@ -41,6 +52,7 @@ import logging
 import re
 from typing import Optional, Set
 
+from pybuda.ir.graph import HOLDS_OPERAND, SIGN_EXACT
 from pybuda.ir.lowered import BudaGraph, BudaOp
 from pybuda.netlist.device_ops import ops_where
 from pybuda.passes.context import CompileContext
@@ -157,12 +169,19 @@ def set_data_formats(bg: BudaGraph, ctx: CompileContext) -> BudaGraph:
                 op.acc_df = DF.Float32
             if op.name not in explicit_fidelity:
                 op.math_fidelity = MF.HiFi4
+        # 3c. the differences comparisons step on: a format that flushes no small difference to zero
+        if op.tags.get(SIGN_EXACT) and not op.out_df.is_integer:
+            if op.out_df not in _NO_FLUSH and op.name not in explicit_out:
+                op.out_df = op.intermed_df = DF.Float16_b
+            if op.acc_df not in _NO_FLUSH and op.name not in explicit_acc:
+                op.acc_df = DF.Float16_b
 
     # 4. legalise
     for op in bg.ops.values():
         _legalize(op, bg, ctx, op.name in explicit_fidelity, op.name in explicit_acc)
     if cfg.lofi_rounding:
         _free_fidelity(bg, explicit_fidelity)
+    _store_maxima_sources(bg, ctx.is_grayskull)
     for op in bg.ops.values():  # z-reduce and buffering nops convert nothing: they keep their producer's format
         if (op.type == "reduce" and op.attrs.get("dim") == "z") or op.tags.get("buffering_nop"):
             src = _df_of(bg, op.inputs[0])
@@ -176,6 +195,8 @@ def set_data_formats(bg: BudaGraph, ctx: CompileContext) -> BudaGraph:
                 if name in bg.ops:
                     bg.ops[name].out_df = bg.ops[name].intermed_df = first
 
+    _exact_maxima(bg)
+
     # 5. in_df and output queues
     for op in bg.ops.values():
         op.in_df = [_df_of(bg, name) for name in op.inputs]
@@ -186,6 +207,8 @@ def set_data_formats(bg: BudaGraph, ctx: CompileContext) -> BudaGraph:
 
 
 _INT_DTYPES = {"int8", "uint8", "int32", "int64", "int16"}
+#: Formats in which a nonzero difference of two values stays nonzero with its sign (SIGN_EXACT).
+_NO_FLUSH = (DF.Float16_b, DF.Float32)
 
 
 def _check_input_df_indices(rule, matched) -> None:
@@ -307,6 +330,121 @@ def _free_fidelity(bg: BudaGraph, explicit_fidelity: Set[str]) -> None:
     for op in bg.ops.values():
         if op.type != "matmul" and op.math_fidelity == MF.LoFi and op.name not in explicit_fidelity:
             op.math_fidelity = MF.HiFi2
+
+
+# --- exact maxima ------------------------------------------------------------------------------------------
+#
+# A reduce max must return one of its operand's elements bit for bit: argmax and argmin,
+# ``x == x.max(d, keepdim=True)``, reduce_max's and max-pool's backward compare the operand with its maximum for
+# equality, and a maximum rounded on its way matches no element (argmax returned the index one past the end,
+# with no error). On the way are the ops tagged ``HOLDS_OPERAND`` (the add that masks the tile padding, the
+# negations of a min), whose results pass through Dest, and the reduce's own output: each gets formats that hold
+# the values of the operand it copies. Grayskull's Dest holds at most Float16_b and Float16, so there Float32
+# data such an op reads is stored as Float16_b where it is made: every reader, the comparison included, then
+# reads the values the maximum is taken from.
+
+_HELD_BY_FLOAT16_B = frozenset({DF.Float16_b, DF.Bfp8_b, DF.Bfp4_b, DF.Bfp2_b, DF.Bfp8, DF.Bfp4, DF.Bfp2,
+                                DF.Lf8, DF.Fp8_e4m3})
+_MAN_BITS = {DF.Bfp8: 7, DF.Bfp8_b: 7, DF.Bfp4: 3, DF.Bfp4_b: 3, DF.Bfp2: 1, DF.Bfp2_b: 1}
+
+
+def _holds(dst: DF, src: DF, single: bool = False) -> bool:
+    """Whether every value of format ``src`` is exactly a value of ``dst``. A block format holds nothing
+    beside NEG_LARGE (a mask's padding takes the shared exponent and flushes its neighbours), except with
+    ``single``: a value alone in its block (a reduce's result, zeros around it), which a block format of the
+    same exponent family and at least as many mantissa bits keeps."""
+    if dst.is_bfp:
+        return single and src.is_bfp and dst.exponent_family == src.exponent_family and _MAN_BITS[dst] >= _MAN_BITS[src]
+    if dst == src or dst == DF.Float32:
+        return True
+    if dst == DF.Float16_b:
+        return src in _HELD_BY_FLOAT16_B
+    return dst == DF.Float16 and src == DF.Lf8
+
+
+def _holder(src: DF) -> DF:
+    """The narrowest plain (non-block) format, and Dest format, that holds every value of ``src``."""
+    if src in (DF.Float32, DF.Float16):
+        return src
+    return DF.Float16_b if _holds(DF.Float16_b, src) else DF.Float32
+
+
+def _held_operand(bg: BudaGraph, op: BudaOp) -> Optional[str]:
+    """The name of the operand whose values ``op`` holds (``HOLDS_OPERAND``), or None."""
+    index = op.tags.get(HOLDS_OPERAND)
+    if index is None or not 0 <= int(index) < len(op.inputs):
+        return None
+    return op.inputs[int(index)]
+
+
+def _store_maxima_sources(bg: BudaGraph, grayskull: bool) -> None:
+    """Formats of the values maxima are taken from, where they are made (before the z-reduces and buffering
+    nops take their sources' formats).
+
+    A z-reduce outputs its input's format (a netlist rule), and its result gathers maxima from different
+    blocks: a block format would round them anew, so block-format data the z-reduce of a ``reduce_max`` reads
+    is stored in a plain format holding it (a max-pool's result is compared with nothing: it keeps its
+    format). On Grayskull, Float32 values an op tagged ``HOLDS_OPERAND`` reads are stored as Float16_b, the
+    widest format its Dest holds (the op would round them, and the maximum would equal no element the
+    comparison reads); only low mantissa bits go, which the first binary op reading them drops anyway.
+    Parameters keep Float32 (an optimizer's small updates live in those bits), and so do integer inputs pushed
+    as Float32 (embedding ids beyond 256)."""
+    for op in list(bg.ops.values()):
+        if op.type == "reduce" and op.attrs.get("dim") == "z" and op.tags.get("ir_op_type") == "reduce_max":
+            src = _df_of(bg, op.inputs[0])
+            if src.is_bfp:
+                _store_as(bg, op.inputs[0], _holder(src), parameters=True)
+        name = _held_operand(bg, op)
+        if grayskull and name is not None and _df_of(bg, name) == DF.Float32:
+            _store_as(bg, name, DF.Float16_b)
+
+
+def _store_as(bg: BudaGraph, name: str, df: DF, parameters: bool = False) -> None:
+    kinds = ("input", "constant", "parameter") if parameters else ("input", "constant")
+    if name in bg.queues:
+        q = bg.queues[name]
+        if q.producer is not None and q.producer in bg.ops:
+            _store_as(bg, q.producer, df, parameters)
+        elif q.kind in kinds and not q.tags.get("integer_values") and q.tags.get("df") != "RawUInt32":
+            q.df = df
+        return
+    op = bg.ops[name]
+    if op.out_df.is_integer:
+        return
+    if (op.type == "reduce" and op.attrs.get("dim") == "z") or op.tags.get("buffering_nop"):
+        _store_as(bg, op.inputs[0], df, parameters)  # converts nothing: its source is stored so
+    op.out_df = df
+    if op.type != "matmul" or _family_b(op.intermed_df) != _family_b(df):  # a matmul spills in out's family
+        op.intermed_df = df
+
+
+def _exact_maxima(bg: BudaGraph) -> None:
+    """Formats of the ops tagged ``HOLDS_OPERAND`` and of every r/c reduce max that keep the values of the
+    operand they copy (in schedule order: a negation before the mask reading it, the mask before its reduce)."""
+    for op in bg.ops.values():
+        name = _held_operand(bg, op)
+        if name is not None:
+            src = _df_of(bg, name)
+            if src.is_integer or op.out_df.is_integer or op.acc_df.is_integer:
+                continue  # integer ops accumulate in Int32 (legalised)
+            hold = _holder(src)
+            if not _holds(op.out_df, src):
+                op.out_df = op.intermed_df = hold
+            if not _holds(op.acc_df, src) and hold in ACC_FORMATS:
+                op.acc_df = hold  # Grayskull's Float32 operands are Float16_b by now
+            for other in op.inputs:  # the mask's NEG_LARGE: an A format would saturate it near -2**17
+                q = bg.queues.get(other)
+                if (other != name and q is not None and q.kind == "constant" and q.df.exponent_family == "a"
+                        and hold != DF.Float16):
+                    q.df = DF.Float16_b
+        elif op.type == "reduce" and op.attrs.get("type", "max") == "max" and op.attrs.get("dim") != "z":
+            producer = bg.ops.get(op.inputs[0])
+            copied = _held_operand(bg, producer) if producer is not None else None
+            src = _df_of(bg, copied if copied is not None else op.inputs[0])
+            # Over columns each maximum sits alone in its block (column 0); over rows they share one (row 0).
+            single = op.attrs.get("dim") == "c"
+            if not (src.is_integer or op.out_df.is_integer) and not _holds(op.out_df, src, single=single):
+                op.out_df = op.intermed_df = _holder(src)
 
 
 def _legalize(op: BudaOp, bg: BudaGraph, ctx: CompileContext, explicit_fidelity: bool, explicit_acc: bool) -> None:
