@@ -115,7 +115,7 @@ def keras_to_onnx(model: Any, samples: Sequence[Any], opset: int = DEFAULT_OPSET
     except Exception as e:  # tf2onnx raises bare exceptions on unconvertible graphs
         raise ModuleError(f"{who}: tf2onnx could not convert the TensorFlow model: {type(e).__name__}: {e}") from e
     _freeze_captured_tensors(proto, _forward.get_concrete_function())
-    return proto
+    return finish_conversion(proto, who)
 
 
 def _freeze_captured_tensors(proto: Any, concrete: Any) -> None:
@@ -191,7 +191,7 @@ def graph_def_to_onnx(graph_def: Any, input_names: Sequence[str], output_names: 
                                                   opset=opset, shape_override=override)
     except Exception as e:
         raise ModuleError(f"{who}: tf2onnx could not convert the GraphDef: {type(e).__name__}: {e}") from e
-    return proto
+    return finish_conversion(proto, who)
 
 
 def tflite_to_onnx(content: bytes, opset: int = DEFAULT_OPSET, who: str = "TFLiteModule"):
@@ -208,4 +208,42 @@ def tflite_to_onnx(content: bytes, opset: int = DEFAULT_OPSET, who: str = "TFLit
         raise ModuleError(f"{who}: tf2onnx could not convert the TFLite model: {type(e).__name__}: {e}") from e
     finally:
         os.unlink(path)
+    return finish_conversion(proto, who)
+
+
+def finish_conversion(proto: Any, who: str) -> Any:
+    """``proto`` as tf2onnx left it, with the TensorFlow ops it passes through unconverted that ONNX can
+    express rewritten (``Erfc``, TF's exact GELU: ``1 - Erf``), and a ModuleError naming every op still not
+    ONNX (the model would otherwise fail the ONNX checker on the first of them)."""
+    import collections
+
+    import onnx
+    from onnx import helper, numpy_helper
+
+    graph = proto.graph
+    nodes = list(graph.node)
+    if any(n.op_type == "Erfc" and n.domain in ("", "ai.onnx") for n in nodes):
+        one = "pybuda.erfc.one"
+        graph.initializer.append(numpy_helper.from_array(np.ones((), dtype=np.float32), one))
+        rewritten = []
+        for n in nodes:
+            if n.op_type == "Erfc" and n.domain in ("", "ai.onnx"):
+                erf = f"{n.output[0]}.erf"
+                rewritten += [helper.make_node("Erf", [n.input[0]], [erf], name=f"{n.name}.erf"),
+                              helper.make_node("Sub", [one, erf], list(n.output), name=n.name)]
+            else:
+                rewritten.append(n)
+        del graph.node[:]
+        graph.node.extend(rewritten)
+    unknown = collections.Counter()
+    example = {}
+    for n in graph.node:
+        if n.domain in ("", "ai.onnx") and not onnx.defs.has(n.op_type):
+            unknown[n.op_type] += 1
+            example.setdefault(n.op_type, n.name)
+    if unknown:
+        listed = ", ".join(f"{op} x{count} (e.g. '{example[op]}')" for op, count in unknown.most_common())
+        raise ModuleError(f"{who}: tf2onnx left {sum(unknown.values())} TensorFlow op(s) it cannot convert to ONNX: "
+                          f"{listed}. A (Stateful)PartitionedCall is a function TensorFlow compiles with XLA "
+                          f"(jit_compile), which tf2onnx does not inline")
     return proto

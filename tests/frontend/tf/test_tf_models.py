@@ -346,3 +346,30 @@ def test_keras_normalization_with_given_statistics_runs_on_the_device():
     want = [torch.from_numpy(model(x.numpy(), training=False).numpy())]
     got = fp32_wormhole(pybuda.TFModule("normalized", model), x)
     assert_close(got, want)
+
+
+def test_keras_exact_gelu_runs_on_the_device():
+    # TF's exact GELU is 0.5 x erfc(-x / sqrt 2); tf2onnx passes Erfc through unconverted (ConvNeXt failed the
+    # ONNX checker): it becomes 1 - Erf.
+    keras.utils.set_random_seed(5)
+    inp = keras.Input((6, 24), batch_size=1)
+    x = layers.Dense(32)(inp)
+    out = layers.Activation(lambda v: keras.activations.gelu(v, approximate=False))(x)
+    model = keras.Model(inp, out)
+    x = torch.randn(1, 6, 24)
+    want = [torch.from_numpy(model(x.numpy(), training=False).numpy())]
+    assert_close(fp32_wormhole(pybuda.TFModule("exact_gelu", model), x), want)
+
+
+def test_ops_tf2onnx_cannot_convert_are_named():
+    class Jitted(tf.Module):
+        @tf.function(jit_compile=True)
+        def inner(self, x):
+            return tf.nn.relu(x) * 2.0
+
+        def __call__(self, x):
+            return self.inner(x) + 1.0
+
+    module = pybuda.TFModule("jitted", Jitted())
+    with pytest.raises(ModuleError, match=r"cannot convert to ONNX: PartitionedCall x1 .*XLA"):
+        module.to_graph(torch.randn(1, 8))
