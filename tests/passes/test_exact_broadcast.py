@@ -13,7 +13,7 @@ from pybuda.dtypes import DataFormat as DF
 from pybuda.golden.executor import create_executor
 from pybuda.ir.graph import Graph
 from pybuda.netlist.tms import apply_tms
-from pybuda.passes.lower.movement import leading_repeat_tms
+from pybuda.passes.lower.gather_plan import leading_repeat_tms
 from pybuda.passes.lowered.exact_broadcast import EXACT_TILE_BROADCAST
 
 

@@ -12,7 +12,7 @@ from pass_helpers import check_lowering, lower
 from pybuda.errors import CompileError
 from pybuda.ir.graph import Graph
 from pybuda.netlist.host_io import canonical_zrc
-from pybuda.passes.lower import movement
+from pybuda.passes.lower import gather_plan, movement
 from pybuda.passes.lower.common import _hashable
 from pybuda.verify import calculate_pcc
 
@@ -70,7 +70,7 @@ def _random_chain(seed: int):
         move = _random_move(rng, cur)
         if move is None:
             continue
-        out = movement.index_map([cur], ((move[0], _hashable(move[1])),)).shape
+        out = gather_plan.index_map([cur], ((move[0], _hashable(move[1])),)).shape
         if out.numel() > 60_000:
             continue
         ops.append(move)
@@ -128,14 +128,14 @@ def test_row_pickers_within_a_batch_like_dim_read_one_slice_group_each():
 def test_capability_check_agrees_with_lowering(seed, monkeypatch):
     """With the part limit at 1 many moves have no plan: exactly those are refused by the check, the others
     lower (so the frontend never sends the device a move lowering cannot express)."""
-    monkeypatch.setattr(movement, "MAX_PARTS", 1)
+    monkeypatch.setattr(gather_plan, "MAX_PARTS", 1)
     rng = random.Random(1000 + seed)
     shape = (1,) + tuple(_dim(rng) for _ in range(rng.choice([2, 3])))
     move = None
     while move is None:
         move = _random_move(rng, shape)
     op, attrs = move
-    reason = movement.unsupported_movement([shape], op, attrs)
+    reason = gather_plan.unsupported_movement([shape], op, attrs)
     g = _graph(shape, [move])
     if reason is None:
         check_lowering(g, [torch.randn(*shape)])
@@ -150,13 +150,13 @@ def test_every_single_move_of_odd_shapes_has_a_plan():
     for shape in [(1, 5, 7, 9), (1, 3, 40, 36), (2, 3, 4, 5, 6), (1, 40, 2, 50)]:
         for a in range(len(shape)):
             for b in range(a + 1, len(shape)):
-                assert movement.unsupported_movement([shape], "transpose", {"dim0": a, "dim1": b}) is None
+                assert gather_plan.unsupported_movement([shape], "transpose", {"dim0": a, "dim1": b}) is None
 
 
 def test_plans_need_few_parts_for_head_splits():
-    emap = movement.index_map([(1, 20, 72)], (("reshape", _hashable({"shape": (1, 20, 3, 24)})),
+    emap = gather_plan.index_map([(1, 20, 72)], (("reshape", _hashable({"shape": (1, 20, 3, 24)})),
                                               ("transpose", _hashable({"dim0": 1, "dim1": 2}))))
-    plan = movement.plan_gather((1, 20, 72), emap.reshape(canonical_zrc(tuple(emap.shape))).numpy())
+    plan = gather_plan.plan_gather((1, 20, 72), emap.reshape(canonical_zrc(tuple(emap.shape))).numpy())
     assert plan is not None and plan.parts == 1
 
 
@@ -266,8 +266,8 @@ class Flatten(torch.nn.Module):
 
 
 def test_a_move_without_a_plan_is_refused_by_the_check_and_by_lowering(monkeypatch):
-    monkeypatch.setattr(movement, "MAX_PARTS", 4)
-    reason = movement.unsupported_movement([(1, 33, 12, 7)], "reshape", {"shape": (1, 33, 84)})
+    monkeypatch.setattr(gather_plan, "MAX_PARTS", 4)
+    reason = gather_plan.unsupported_movement([(1, 33, 12, 7)], "reshape", {"shape": (1, 33, 84)})
     assert reason is not None and "cannot express" in reason
     with pytest.raises(CompileError) as info:
         lower(_graph((1, 33, 12, 7), [("reshape", {"shape": (1, 33, 84)})]))
@@ -283,7 +283,7 @@ def test_a_move_without_a_plan_falls_back_to_the_cpu_with_a_reason(monkeypatch):
         want = model(x)
     assert not capture(model, (x,), for_device=True).report.has_fallback  # 12 parts: on the device
     _assert_close(_run(model, x), want)
-    monkeypatch.setattr(movement, "MAX_PARTS", 4)
+    monkeypatch.setattr(gather_plan, "MAX_PARTS", 4)
     report = capture(model, (x,), for_device=True).report
     assert report.has_fallback
     assert any("cannot express" in f.reason for f in report.fallback_ops), str(report)
@@ -292,15 +292,15 @@ def test_a_move_without_a_plan_falls_back_to_the_cpu_with_a_reason(monkeypatch):
 
 def _single_input_map(shape, op, attrs):
     """(canonical source, element map in canonical output form) of one move of ``shape``."""
-    emap = movement.index_map([shape], ((op, _hashable(attrs)),))
+    emap = gather_plan.index_map([shape], ((op, _hashable(attrs)),))
     return canonical_zrc(shape), emap.reshape(canonical_zrc(tuple(emap.shape)))
 
 
-@pytest.mark.parametrize("max_parts", [1, 2, movement.MAX_PARTS])
+@pytest.mark.parametrize("max_parts", [1, 2, gather_plan.MAX_PARTS])
 def test_the_capability_check_finds_a_plan_exactly_when_the_planners_do(max_parts, monkeypatch):
     """The check only asks whether a plan exists (stopping at the first): it answers as plan_move and
     plan_gather do, including where the part limit leaves no plan."""
-    monkeypatch.setattr(movement, "MAX_PARTS", max_parts)
+    monkeypatch.setattr(gather_plan, "MAX_PARTS", max_parts)
     rng = random.Random(77 + max_parts)
     for _ in range(30):
         shape = (1,) + tuple(_dim(rng) for _ in range(rng.choice([2, 3])))
@@ -308,8 +308,9 @@ def test_the_capability_check_finds_a_plan_exactly_when_the_planners_do(max_part
         if move is None:
             continue
         src, emap = _single_input_map(shape, *move)
-        assert movement.move_possible(src, emap) == (movement.plan_move(src, emap) is not None), move
-        assert movement.gather_possible(src, emap.numpy()) == (movement.plan_gather(src, emap.numpy()) is not None)
+        assert gather_plan.move_possible(src, emap) == (gather_plan.plan_move(src, emap) is not None), move
+        e = emap.numpy()
+        assert gather_plan.gather_possible(src, e) == (gather_plan.plan_gather(src, e) is not None)
 
 
 @pytest.mark.parametrize("shape", [(1024, 1024), (7, 40), (1, 5, 7, 9), (2, 3, 33, 64), (1, 384, 16, 64)])
@@ -321,8 +322,8 @@ def test_plain_tm_moves_are_accepted_without_an_element_map(shape):
     moves = [("transpose", {"dim0": rank - 2, "dim1": rank - 1}), ("transpose", {"dim0": -1, "dim1": -2}),
              ("reshape", {"shape": (1,) + tuple(shape)}), ("reshape", {"shape": canonical_zrc(shape)})]
     for op, attrs in moves:
-        assert movement._plain_tm_move([shape], op, attrs), (op, attrs)
-        assert movement.unsupported_movement([shape], op, attrs) is None
+        assert gather_plan._plain_tm_move([shape], op, attrs), (op, attrs)
+        assert gather_plan.unsupported_movement([shape], op, attrs) is None
         src, emap = _single_input_map(shape, op, attrs)
         assert movement._match_mapping(src, emap) == ([] if op == "reshape" else [movement.Transpose()])
     # Other moves take the full check.
@@ -331,8 +332,8 @@ def test_plain_tm_moves_are_accepted_without_an_element_map(shape):
               ("reshape", {"shape": (-1,) + tuple(shape[-2:])})]
     if rank >= 3:
         others.append(("transpose", {"dim0": 0, "dim1": rank - 1}))
-    assert not any(movement._plain_tm_move([shape], op, attrs) for op, attrs in others)
-    assert not movement._plain_tm_move([shape, shape], "transpose", {"dim0": -1, "dim1": -2})
+    assert not any(gather_plan._plain_tm_move([shape], op, attrs) for op, attrs in others)
+    assert not gather_plan._plain_tm_move([shape, shape], "transpose", {"dim0": -1, "dim1": -2})
 
 
 def test_two_unkeyed_row_pickers_of_one_name_get_their_own_constants():

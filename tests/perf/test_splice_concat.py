@@ -15,7 +15,7 @@ from pybuda.config import CompilerConfig
 from pybuda.dtypes import DataFormat, MathFidelity
 from pybuda.golden.executor import create_executor
 from pybuda.ir.lowered import BudaOp, TileShape
-from pybuda.passes.lower.movement import splice_order
+from pybuda.passes.lower.gather_plan import splice_order
 from pybuda.perf import cost
 from pybuda.verify import calculate_pcc
 

@@ -75,7 +75,7 @@ def _device_can_reshape(in_shape, out_shape) -> bool:
     """Whether lowering has a plan for ``reshape(in_shape -> out_shape)`` in one move. The capability check
     passed each reshape of a chain; their merge can need a move no plan covers, and then the chain stays
     as it is (lowering moves it op by op)."""
-    from pybuda.passes.lower.movement import unsupported_movement
+    from pybuda.passes.lower.gather_plan import unsupported_movement
 
     return unsupported_movement([tuple(in_shape)], "reshape", {"shape": tuple(out_shape)}) is None
 

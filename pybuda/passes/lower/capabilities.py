@@ -9,7 +9,7 @@ integer data to float: its integer producer is either a graph input or an intege
 the host, so on the device the cast reads an input, which is then pushed in a float format. The torch frontend
 sends everything this module rejects to the CPU fallback devices, with the reason in its report. Data
 movement (reshape, permute, slice, pad, concat ...) is checked with lowering's own planner
-(:func:`pybuda.passes.lower.movement.unsupported_movement`): a move no plan realises falls back too.
+(:func:`pybuda.passes.lower.gather_plan.unsupported_movement`): a move no plan realises falls back too.
 
 Booleans are the exception to "floats only": a mask is a float 0/1 on the device, exact in every format, so
 comparisons, their casts to bool, logical and/not, ``where``/``masked_fill`` and data movement of masks run
@@ -125,7 +125,7 @@ def _movement_reason(graph: Graph, node: Node) -> Optional[str]:
     """Why lowering cannot move the data of a data-movement op (None when it can): the same planner as
     lowering decides, so a move the device cannot express goes to the CPU instead of failing to lower."""
     from pybuda.passes.lower.common import GATHER_OPS
-    from pybuda.passes.lower.movement import unsupported_movement
+    from pybuda.passes.lower.gather_plan import unsupported_movement
 
     if node.op_type not in GATHER_OPS:
         return None
