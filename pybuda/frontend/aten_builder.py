@@ -222,6 +222,11 @@ class Builder:
                for x in (a, b)]
         return self.op(op_type, ops)
 
+    def negative(self, x: Any, dtype: torch.dtype) -> str:
+        """``-x`` as ``0 - x``: exact, where a multiply by -1 reads ``x`` through the multiplier's source
+        registers (10 mantissa bits or fewer: a Float32 value loses the rest)."""
+        return self.binary("subtract", 0, x, dtype)
+
 
 def _scalar_dtype(v: Any) -> torch.dtype:
     if isinstance(v, bool):
@@ -279,11 +284,12 @@ def out_shape_of(n: torch.fx.Node, i: int) -> Tuple[int, ...]:
     """Static shape of result ``i`` of a multi-result FX node."""
     return tuple(int(d) for d in meta_val(n)[i].shape)
 
+
 def negated(b: Builder, v) -> str:
     """``0 - v``, how a min is the max of a negation: exact where a multiply by -1 would read ``v`` through the
     multiplier's 19-bit source registers (the min of Float32 data would equal none of its elements). Tagged
     ``HOLDS_OPERAND``, so that its data formats hold ``v``'s values too."""
-    name = b.binary("subtract", 0, v, b.dtype(v))
+    name = b.negative(v, b.dtype(v))
     if b.graph[name].kind == OP:  # not folded into a constant
         b.graph[name].tags[HOLDS_OPERAND] = 1
     return name

@@ -179,7 +179,7 @@ def _unary(b: Builder, n, p):
 
 @converts("neg")
 def _neg(b: Builder, n, p):
-    return b.binary("multiply", p["self"], -1, out_dtype(n))
+    return b.negative(p["self"], out_dtype(n))
 
 
 @converts("rsqrt")

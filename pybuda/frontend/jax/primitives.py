@@ -189,7 +189,7 @@ def _unary(b: Builder, eqn, args):
 
 @converts("neg")
 def _neg(b: Builder, eqn, args):
-    return b.binary("multiply", args[0], -1, out_dtype(eqn))
+    return b.negative(args[0], out_dtype(eqn))
 
 
 @converts("rsqrt")

@@ -161,7 +161,7 @@ def _erf(ctx: NodeCtx):
 
 @converts("Neg")
 def _neg(ctx: NodeCtx):
-    return ctx.b.binary("multiply", ctx.x(0), -1, ctx.out_dtype())
+    return ctx.b.negative(ctx.x(0), ctx.out_dtype())
 
 
 @converts("Sign")
