@@ -107,6 +107,17 @@ class AgainstTheMaximum(torch.nn.Module):
                 y.argmax(2))  # over a leading dim, inside others: the maximum's slices are repeated
 
 
+def _run_wholly_on_device(model, inputs, arch):
+    """``model``'s outputs for ``inputs`` on a TTDevice of ``arch`` (current config), no op on the host."""
+    tt = pybuda.TTDevice("tt0", module=pybuda.PyTorchModule("m", model), arch=arch)
+    try:
+        got = [t.value() for t in pybuda.run_inference(inputs=[inputs]).get()]
+        assert tt.cpu_fallback_device_pre is None and tt.cpu_fallback_device_post is None
+    finally:
+        pybuda.shutdown()
+    return got
+
+
 def _exact_sums_data(wide: bool, gen):
     """Data whose row sums the chip computes exactly. ``wide``: integers plus a column of multiples of 2**-8,
     sums of up to 15 significant bits (a matmul that broadcast them kept 10 or 11); else small integers,
@@ -136,12 +147,7 @@ def test_argmax_against_a_broadcast_maximum_is_exact(arch, df, fusing):
     model = AgainstTheMaximum().eval()
     want = model(x, y)
     pybuda.set_configuration_options(default_df_override=df, enable_auto_fusing=fusing)
-    tt = pybuda.TTDevice("tt0", module=pybuda.PyTorchModule("m", model), arch=arch)
-    try:
-        got = [t.value() for t in pybuda.run_inference(inputs=[(x, y)]).get()]
-        assert tt.cpu_fallback_device_pre is None and tt.cpu_fallback_device_post is None
-    finally:
-        pybuda.shutdown()
+    got = _run_wholly_on_device(model, (x, y), arch)
     for g_, w in zip(got, want):
         assert g_.dtype == w.dtype and torch.equal(g_, w)
 
@@ -182,12 +188,7 @@ def test_indices_and_masks_of_raw_float32_data_match_torch(arch, df, scale):
         assert all(torch.equal(s, w) for s, w in zip(same, want) if not w.is_floating_point()), \
             f"the test data has ties in {stored.name}"
     pybuda.set_configuration_options(default_df_override=df)
-    tt = pybuda.TTDevice("tt0", module=pybuda.PyTorchModule("m", model), arch=arch)
-    try:
-        got = [t.value() for t in pybuda.run_inference(inputs=[(x, y)]).get()]
-        assert tt.cpu_fallback_device_pre is None and tt.cpu_fallback_device_post is None
-    finally:
-        pybuda.shutdown()
+    got = _run_wholly_on_device(model, (x, y), arch)
     for i, (g_, w) in enumerate(zip(got, want)):
         if w.is_floating_point():  # the min itself: the element as the device stores the data
             stored = pybuda.DataFormat.Float32 if df == pybuda.DataFormat.Float32 and arch != pybuda.BackendDevice.Grayskull \
