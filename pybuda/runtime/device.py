@@ -208,7 +208,7 @@ class Device(DeviceInputs, DeviceCommandLoop, DeviceCpuEval):
                 int(item.tensors[0].shape[0]) != int(microbatch_size):
             raise InputError(f"device '{self.name}': microbatch_size={microbatch_size}, but dim 0 of the inputs "
                              f"(the microbatch) is {int(item.tensors[0].shape[0])}")
-        mb = int(item.tensors[0].shape[0]) if item.tensors and item.tensors[0].dim() else 1
+        mb = item.microbatch
         Device.compile_for(self, False, microbatch_size or mb, microbatch_count)
         outputs = self._compile_sample(item, compiler_cfg or _get_global_compiler_config(), verify_cfg,
                                        want_outputs=True)

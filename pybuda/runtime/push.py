@@ -50,6 +50,11 @@ class InputItem:
     tensors: Tuple[torch.Tensor, ...]
     names: Optional[Tuple[str, ...]] = None
 
+    @property
+    def microbatch(self) -> int:
+        """The push's microbatch: dim 0 of its first tensor (1 without tensors or for a 0-d tensor)."""
+        return int(self.tensors[0].shape[0]) if self.tensors and self.tensors[0].dim() else 1
+
     def describe(self) -> str:
         labels = self.names or tuple(str(i) for i in range(len(self.tensors)))
         return ", ".join(f"{n}: {list(t.shape)} {str(t.dtype).replace('torch.', '')}"

@@ -142,7 +142,7 @@ def _translate_tt(device: Device, config: Any, counter: List[int]) -> Tuple[Opti
         return None, None  # reported by initialize_pipeline (no sample)
     # One framework module is captured for the whole push (dim 0 = the microbatch), so that the compile
     # sees statically which ops read across samples (backend_api.trace_whole_push); chains for one sample.
-    mb = int(sample.tensors[0].shape[0]) if sample.tensors and sample.tensors[0].dim() else 1
+    mb = sample.microbatch
     from pybuda.runtime.data_parallel import data_parallel_requested
 
     # Data parallel compiles for half a push; training compiles forward and backward for one sample.

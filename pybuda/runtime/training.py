@@ -255,7 +255,7 @@ def start(devices: Sequence[Device], config: Any, output_queue: Any, checkpoint_
             holder._first_targets = item
     item = devices[0].first_input_item()
     # The user's push sets the microbatch; a CPU stage's outputs hold its samples folded along dim 0.
-    microbatch = int(item.tensors[0].shape[0]) if item.tensors and item.tensors[0].dim() else 1
+    microbatch = item.microbatch
     tt_optimizer = None
     trainers: List[Any] = []
     for k, d in enumerate(devices):

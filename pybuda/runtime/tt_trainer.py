@@ -34,14 +34,12 @@ class TTTrainer:
     """A TTDevice's training programs (see the module docstring)."""
 
     def __init__(self, device: Any, sample: InputItem, targets: Optional[InputItem], config: Any,
-                 needs_input_grads: bool, microbatch: Optional[int] = None):
+                 needs_input_grads: bool, microbatch: int):
         from pybuda.compile import module_to_graph
 
         self.device = device
         self.config = config
         self.desc = device.get_device_config(config)
-        if microbatch is None:
-            microbatch = int(sample.tensors[0].shape[0]) if sample.tensors and sample.tensors[0].dim() else 1
         self.microbatch = microbatch
         self.acc_df = accumulate_format(config)
         self.report: List[str] = []

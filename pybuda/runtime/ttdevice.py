@@ -196,7 +196,7 @@ class TTDevice(Device):
         cfg.fp32_fallback = self.fp32_fallback
         if self.num_chips > 1:
             cfg.num_chips = self.num_chips
-        mb = int(sample.tensors[0].shape[0]) if sample.tensors and sample.tensors[0].dim() else 1
+        mb = sample.microbatch
         modules = self._translated_modules if self._translated_modules is not None else self.modules
         if data_parallel_requested():
             self._artifact = compile_data_parallel(modules, sample.tensors, cfg, devtype=self.devtype,
