@@ -12,7 +12,8 @@ import torch
 
 from pybuda.dtypes import DataFormat
 from pybuda.errors import CompileError, InputError, PybudaError
-from pybuda.runtime.training_programs import Program, _Stage, junk_padded_outputs
+from pybuda.runtime.training_programs import (Program, _Stage, accumulate_format, compile_optimizer, compile_stage,
+                                              gradient_layouts, junk_padded_gradients, junk_padded_outputs)
 
 
 class TrainingDevice:
@@ -223,8 +224,6 @@ def gradients_via_host(tnl: Any, stages: Sequence[Any], update: Any) -> Dict[str
     """``grad_layouts`` for an optimizer to read, in the backward's layout, the gradients that training
     netlist ``tnl`` passes through the host (:func:`pybuda.runtime.training_programs.gradient_layouts`);
     empty when there are none or ``update`` already reads them so."""
-    from pybuda.runtime.training_programs import gradient_layouts
-
     out: Dict[str, Any] = {}
     for stage in stages:
         if stage.backward.compile_results is None:
@@ -242,9 +241,6 @@ def model_training(name: str, graph: Any, optimizer: Any, *, device_desc: Any, c
     program reading gradients in the backward's layouts) without running it, merge the programs into the
     training netlist a TTDevice would run and model its step: ``(TrainingNetlist, TrainingPerf)``. What
     ``pybuda benchmark -t`` models; ``config.enable_recompute`` is honoured."""
-    from pybuda.runtime.training_programs import (accumulate_format, compile_optimizer, compile_stage,
-                                                  junk_padded_gradients)
-
     common = dict(device_desc=device_desc, devtype=None, config=config, run=False)
     tg, fwd, bwd = compile_stage(name, graph, input_grads=(), microbatch=microbatch, **common)
     shapes = {n: tuple(tg.forward[n].shape) for n in tg.param_grads}
