@@ -159,7 +159,14 @@ def _unchanged_as_is(x: torch.Tensor, pieces: Tuple[torch.Tensor, ...]) -> Tuple
     holds no copy of it: weights the host rounded for LoFi (``mantissa_bits``) lose nothing to its mask."""
     if x.dtype != torch.float32:
         return pieces
-    return tuple(x if p is not x and p.shape == x.shape and torch.equal(p, x) else p for p in pieces)
+    return tuple(x if p is not x and p.shape == x.shape and _first_rows_equal(p, x) and torch.equal(p, x) else p
+                 for p in pieces)
+
+
+def _first_rows_equal(x: torch.Tensor, y: torch.Tensor) -> bool:
+    """Whether the first row of each matrix of ``x`` and ``y`` agree bit for bit: a cheap test that rejects
+    most unequal pairs before a whole-tensor comparison (a weight's first run pays for every such check)."""
+    return torch.equal(x[..., :1, :], y[..., :1, :])
 
 
 def _alike_columns(b: torch.Tensor, cache: Optional[Dict]) -> bool:
@@ -172,7 +179,8 @@ def _alike_columns(b: torch.Tensor, cache: Optional[Dict]) -> bool:
 
     def alike() -> bool:
         bits = b.view(torch.int32)
-        return bool((bits == bits[..., :1]).all())
+        first_row = bits[..., :1, :]  # most constants differ there already: no pass over the whole matrix
+        return bool((first_row == first_row[..., :1]).all()) and bool((bits == bits[..., :1]).all())
     return _cached_with(cache, b, ("alike_columns", id(b)), alike)
 
 
