@@ -119,6 +119,10 @@ class CompilerConfig:
     #: unpack-bound), and the host rounds weights that only LoFi matmuls read to the 4 mantissa bits those
     #: read, instead of letting the multiplier truncate them (``pybuda.passes.lowered.lofi_weights``).
     lofi_rounding: bool = True
+    #: Copy Float32 data that picker matmuls move (unaligned slices, concatenations, gathers) in pieces that
+    #: pass the source registers whole, instead of truncated to 9-10 mantissa bits as TT-Buda's pickers do.
+    #: Costs up to eight more ops per such picker (``pybuda.passes.lowered.exact_pickers``).
+    exact_data_movement: bool = True
     #: Run exp in the SFPU's approximate mode (``approximate_mode: true``; TT-Buda's ``PYBUDA_EXP_APPROX``,
     #: which its published BERT runs set): under half exp's cycles, results up to 6 % high
     #: (``pybuda.passes.lowered.approximate_sfpu``).

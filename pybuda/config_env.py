@@ -29,6 +29,7 @@ ENV_CONFIG_FIELDS: Dict[str, Tuple[str, Callable[[str], Any]]] = {
     "PYBUDA_BALANCER_POLICY_TYPE": ("balancer_policy", str),
     "PYBUDA_DISABLE_OP_FUSING": ("enable_auto_fusing", _only_if_one(False)),
     "PYBUDA_DISABLE_LOFI_ROUNDING": ("lofi_rounding", _only_if_one(False)),
+    "PYBUDA_DISABLE_EXACT_DATA_MOVEMENT": ("exact_data_movement", _only_if_one(False)),
     "PYBUDA_EXP_APPROX": ("exp_approx", lambda raw: raw != "0"),  # TT-Buda: set at all means on
     "PYBUDA_DEFAULT_DF": ("default_df_override", DataFormat.from_json),
     "PYBUDA_AMP_LEVEL": ("amp_level", int),

@@ -72,6 +72,7 @@ from pybuda.passes.lower import pickers
 from pybuda.perf import sparse as sparse_work
 from pybuda.ir.lowered import BudaGraph, BudaOp, BudaQueue, TileShape
 from pybuda.passes.context import CompileContext
+from pybuda.passes.lowered.exact_pickers import COPIES_INPUT
 from pybuda.netlist.host_io import canonical_zrc, tiles
 from pybuda.netlist.tms import TM, Broadcast, Transpose, VSlice, VStack, tms_shape
 from pybuda.dtypes import DataFormat
@@ -442,6 +443,8 @@ class _Lowering(ConvPoolLowering, ReductionLowering, DataMovementLowering):
         # the index entries price each layout's non-zero strips (pybuda.perf.sparse, num_nz_strips)
         tags = {"picker": "sparse", "min_fidelity": "HiFi2", sparse_work.ENTRIES_TAG: sp.tile_pairs,
                 sparse_work.DIGEST_TAG: sp.digest}
+        if _copies(out_rows, values, out_t, out_r):
+            tags[COPIES_INPUT] = 1
         return self.emit(name, "matmul", [(tiles_q, ()), (v, ()), (index_q, ())], (num_t, out_r, v.c), attrs,
                          pad=(ZERO, v.pad_c), tags=tags)
 
@@ -451,7 +454,7 @@ class _Lowering(ConvPoolLowering, ReductionLowering, DataMovementLowering):
         q = self._const(("colpick", key if key is not None else (name, v.c, sources.tobytes())), f"{name}.colpick", p)
         extra = (Broadcast(dim="z", factor=v.z),) if v.z > 1 else ()
         return self.emit(name, "matmul", [(v, ()), (q, extra)], (v.z, v.r, len(sources)), pad=(v.pad_r, ZERO),
-                         tags={"picker": "column", "min_fidelity": "HiFi3"})
+                         tags={"picker": "column", "min_fidelity": "HiFi3", COPIES_INPUT: 0})
 
     # --- elementwise ----------------------------------------------------------------------------------------
     def _unary(self, node: Node, v: DVal) -> DVal:
@@ -690,3 +693,11 @@ class _Lowering(ConvPoolLowering, ReductionLowering, DataMovementLowering):
         self.bg.output_order.append(node.name)
         if self.ctx.config.output_queues_on_host:
             self.bg.ops[v.src].untilize_output = True
+
+
+def _copies(out_rows, values, out_t, out_r: int) -> bool:
+    """Whether a row picker's entries copy: every value 1 and no output row written twice."""
+    rows = np.asarray(out_rows, dtype=np.int64)
+    if out_t is not None:
+        rows = rows + np.asarray(out_t, dtype=np.int64) * out_r
+    return bool(np.all(np.asarray(values) == 1)) and len(np.unique(rows)) == len(rows)

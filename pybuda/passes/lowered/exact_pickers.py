@@ -1,0 +1,168 @@
+"""Data movement stays exact at Float32: a picker matmul that would truncate its data copies it in pieces.
+
+Lowering moves rows and columns that no tile-level TM can (a slice of rows inside a tile, a concatenation at
+an unaligned offset, a gather, a flatten of an unaligned width) with picker matmuls: sparse row pickers and
+dense column pickers whose constant holds one 1 per output row (column). The matrix unit reads the data
+through a source register that keeps 9 (SrcA) or 10 (SrcB) mantissa bits after the leading one
+(:func:`pybuda.golden.kernels.copied_fraction_bits`), so a Float32 value comes out with a relative error of up
+to 2^-9: ``torch.cat([x[:, 3:9], x[:, :3]], 1)`` at Float32 differed from torch by 1.7e-3.
+
+A picker is linear and copies a value with few enough bits exactly, so this pass splits the data ``x`` into
+pieces that each pass whole and copies every piece with the same picker constants::
+
+    r0 = x,  p(i) = r(i-1)·1,  r(i) = r(i-1) - p(i)      (the multiply truncates; the difference is exact)
+    out = P(p1) + P(p2) + P(r2)                           (each piece passes whole; their bits do not overlap)
+
+The multiply by a one tile (HiFi4, the data through SrcA) keeps no more bits than any picker does, so each
+truncated piece passes whole, and three pieces leave a last residual of at most 4 significant bits. (An
+infinity is not copied by any picker: the matrix unit multiplies it by the picker's zeros, which makes NaN.)
+
+Pickers whose every reader truncates the value as much again (a conv's im2col picker read by the conv's
+matmul) are left alone, as are pickers of data that is exact already (Float16_b and block-float data, the
+default formats) or held in a Dest that cannot keep more bits (Grayskull's): netlists of models that never
+needed it do not change. ``exact_data_movement=False`` (``PYBUDA_DISABLE_EXACT_DATA_MOVEMENT=1``) keeps
+TT-Buda's truncating pickers. It runs after data formats (the formats and fidelities decide) and after fusion.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Dict, List, Optional
+
+import torch
+
+from pybuda.dtypes import DataFormat, MathFidelity
+from pybuda.golden.kernels import copied_fraction_bits, fraction_bits
+from pybuda.ir.lowered import BudaGraph, BudaOp, BudaQueue, TileShape
+from pybuda.netlist.tms import Broadcast
+from pybuda.passes.context import CompileContext
+from pybuda.perf import sparse as sparse_work
+
+#: Tag the lowering puts on a picker matmul whose constant copies (one 1 per output row or column): the index of
+#: its data input. Pickers that sum or scale (a row reduction, a pool) have no such tag.
+COPIES_INPUT = "copies_input"
+#: Tag on the ops this pass adds: the picker they make exact.
+EXACT_PICKER_PART = "exact_picker_part"
+#: Float32's significant bits (the leading one and 23 fraction bits).
+_FLOAT32_SIGNIFICANT = 24
+#: The fidelity of the piece-splitting multiply: ELWMUL reads in0 (the data) through SrcA.
+_SPLIT_FIDELITY = MathFidelity.HiFi4
+#: Tags that describe a picker matmul, not the sum that replaces it.
+_PICKER_TAGS = (COPIES_INPUT, "picker", "min_fidelity", sparse_work.ENTRIES_TAG, sparse_work.DIGEST_TAG)
+
+
+def exact_pickers(bg: BudaGraph, ctx: CompileContext) -> BudaGraph:
+    """Make each copying picker matmul that would truncate its data exact (in place); returns ``bg``.
+    ``ctx.notes["exact_pickers"]`` counts them."""
+    readers = bg.reader_map()
+    targets = [op for op in bg.ops.values() if COPIES_INPUT in op.tags and _needs_pieces(bg, op, readers)]
+    if not targets or not ctx.config.exact_data_movement:
+        ctx.notes["exact_pickers"] = 0
+        return bg
+    one = _one_tile(bg)
+    added: Dict[str, List[BudaOp]] = {}
+    for op in targets:
+        added[op.name] = _pieces(bg, op, one)
+    order = list(bg.ops.values())
+    bg.ops.clear()
+    for op in order:
+        for new in added.get(op.name, ()):
+            bg.ops[new.name] = new
+        if op.name not in added:
+            bg.ops[op.name] = op
+    ctx.notes["exact_pickers"] = len(targets)
+    return bg
+
+
+def _kept_bits(op: BudaOp, index: int) -> int:
+    """Fraction bits the matrix unit keeps of ``op``'s input ``index`` (input 0 goes through SrcB)."""
+    return copied_fraction_bits("b" if index == 0 else "a", op.math_fidelity)
+
+
+def _needs_pieces(bg: BudaGraph, op: BudaOp, readers: Dict[str, List[str]]) -> bool:
+    """Whether the picker truncates its data and some reader would have kept the bits it loses."""
+    d = int(op.tags[COPIES_INPUT])
+    if fraction_bits(op.in_df[d]) <= _kept_bits(op, d) or op.acc_df != DataFormat.Float32:
+        return False  # exact already, or a Dest (Grayskull's) that cannot hold the bits the pieces would add
+    return not all(_multiplies(bg.ops.get(name)) for name in readers.get(op.name, ()))
+
+
+def _multiplies(reader: Optional[BudaOp]) -> bool:
+    """Whether ``reader`` (None: a queue) reads its inputs through the multiplier's source registers itself (a
+    matmul or an elementwise multiply), which keep 9 or 10 of the bits: the picker's truncation then costs at
+    most one bit of a product that is rounded anyway. Another picker does not count: it would be made exact
+    from truncated data."""
+    return reader is not None and reader.type in ("matmul", "multiply") and not reader.tags.get("picker")
+
+
+def _one_tile(bg: BudaGraph) -> str:
+    """A constant queue of one tile of ones (Float32), added once."""
+    name = "exact_picker_one"
+    while name in bg.ops or (name in bg.queues and bg.queues[name].tags.get(EXACT_PICKER_PART) != "one"):
+        name += "_"
+    if name not in bg.queues:
+        value = torch.ones(32, 32)
+        bg.add_queue(BudaQueue(name, "constant", TileShape(1, 1, 1, 1), df=DataFormat.Float32,
+                               original_shape=(32, 32),
+                               tags={"device_shape": (32, 32), "compiler_constant": True, EXACT_PICKER_PART: "one"}))
+        bg.tensors[name] = value
+    return name
+
+
+def _pieces(bg: BudaGraph, op: BudaOp, one: str) -> List[BudaOp]:
+    """The ops that replace picker ``op``, in order: the residual splits, one picker per piece, and their sum,
+    the last add under ``op``'s name (its readers and overrides still find it)."""
+    d = int(op.tags[COPIES_INPUT])
+    kept = min(_kept_bits(op, d), copied_fraction_bits("a", _SPLIT_FIDELITY))
+    count = -(-_FLOAT32_SIGNIFICANT // (kept + 1))
+    taken = set()
+
+    def name(suffix: str) -> str:
+        candidate = f"{op.name}.{suffix}"
+        while candidate in bg.ops or candidate in bg.queues or candidate in taken:
+            candidate += "_"
+        taken.add(candidate)
+        return candidate
+
+    def elementwise(kind: str, new_name: str, inputs: List[str], in_df: DataFormat, **fields) -> BudaOp:
+        return BudaOp(new_name, kind, inputs, fields.pop("shape", shape), in_df=[in_df, DataFormat.Float32],
+                      out_df=fields.pop("out_df", DataFormat.Float32), intermed_df=DataFormat.Float32,
+                      acc_df=DataFormat.Float32, math_fidelity=_SPLIT_FIDELITY, epoch_type=op.epoch_type,
+                      tags=fields.pop("tags", {EXACT_PICKER_PART: op.name}), **fields)
+
+    data, first_df = op.inputs[d], op.in_df[d]
+    shape = bg.shape_of(data)
+    ones = [Broadcast(dim="r", factor=shape.rt), Broadcast(dim="c", factor=shape.ct), Broadcast(dim="z", factor=shape.z)]
+    ones = [tm for tm in ones if tm.factor > 1]
+    ops: List[BudaOp] = []
+    pieces, source = [], data
+    for i in range(1, count):
+        in_df = first_df if i == 1 else DataFormat.Float32
+        truncated = elementwise("multiply", name(f"piece{i}"), [source, one], in_df,
+                                input_tms={1: list(ones)} if ones else {})
+        rest = elementwise("subtract", name(f"rest{i}"), [source, truncated.name], in_df)
+        ops += [truncated, rest]
+        pieces.append(truncated.name)
+        source = rest.name
+    pieces.append(source)  # the last residual: few enough bits to pass whole
+    picks = []
+    for i, piece in enumerate(pieces):
+        inputs, in_df = list(op.inputs), list(op.in_df)
+        inputs[d], in_df[d] = piece, DataFormat.Float32
+        picks.append(dataclasses.replace(
+            op, name=name(f"pick{i}"), inputs=inputs, in_df=in_df, out_df=DataFormat.Float32, untilize_output=False,
+            attrs=dict(op.attrs), input_tms={k: list(v) for k, v in op.input_tms.items()},
+            tags={**{k: v for k, v in op.tags.items() if k != COPIES_INPUT}, EXACT_PICKER_PART: op.name}))
+    ops += picks
+    total = picks[0].name
+    kept_tags = {k: v for k, v in op.tags.items() if k not in _PICKER_TAGS}
+    for i, pick in enumerate(picks[1:], start=1):
+        if i < len(picks) - 1:
+            add = elementwise("add", name(f"sum{i}"), [total, pick.name], DataFormat.Float32, shape=op.shape)
+        else:
+            add = elementwise("add", op.name, [total, pick.name], DataFormat.Float32, shape=op.shape,
+                              out_df=op.out_df, untilize_output=op.untilize_output, gradient_op=op.gradient_op,
+                              tags={**kept_tags, EXACT_PICKER_PART: op.name})
+        ops.append(add)
+        total = add.name
+    return ops
