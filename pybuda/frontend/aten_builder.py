@@ -14,7 +14,7 @@ import torch.fx
 
 from pybuda.frontend.converters import registrar
 from pybuda.errors import OpError
-from pybuda.ir.graph import CONSTANT, HOLDS_OPERAND, OP, Graph
+from pybuda.ir.graph import CONSTANT, HOLDS_OPERAND, INPUT, OP, Graph
 from pybuda.ops import registry
 
 from pybuda.frontend.fx_program import meta_val, module_path, qualified_op_name, source_location
@@ -176,6 +176,23 @@ class Builder:
             del self.graph.nodes[name]
             self.graph.add_constant(name, value)
         return node.name
+
+    def reads_inputs(self, v: Any) -> bool:
+        """Whether tensor value ``v`` is computed from a graph input (is per-sample), not only from parameters
+        and constants."""
+        if not isinstance(v, str):
+            return False
+        seen, pending = set(), [v]
+        while pending:  # iterative: an activation's ancestry is as deep as the model
+            current = pending.pop()
+            if current in seen:
+                continue
+            seen.add(current)
+            node = self.graph[current]
+            if node.kind == INPUT:
+                return True
+            pending.extend(node.operands)
+        return False
 
     def cast(self, v: Any, dtype: torch.dtype) -> str:
         """``v`` in ``dtype`` (a cast op only when the dtype differs)."""

@@ -203,9 +203,13 @@ def _layer_norm(b: Builder, n, p):
 def _batch_norm(b: Builder, n, p):
     name = op_name(n.target)
     training = p.get("training", False)
-    if training:
-        raise Unsupported("batch norm in training mode (batch statistics); call model.eval() before compiling")
     x = b.tensor(p["input"])
+    if training:
+        if b.reads_inputs(x):
+            raise Unsupported("batch norm in training mode (batch statistics); call model.eval() before compiling")
+        out = _batch_statistics_norm(b, x, p)  # of weights (BiT's weight standardisation): mixes no samples
+        return out if name == "batch_norm" else (out, Missing("batch_norm save_mean"),
+                                                 Missing("batch_norm save_invstd"))
     channels = b.shape(x)[1]
     dt = b.dtype(x)
     mean, var = p.get("running_mean"), p.get("running_var")
@@ -217,6 +221,29 @@ def _batch_norm(b: Builder, n, p):
     if name == "batch_norm":
         return out
     return out, Missing("batch_norm save_mean"), Missing("batch_norm save_invstd")
+
+
+def _batch_statistics_norm(b: Builder, x: str, p) -> str:
+    """Batch norm with the statistics of ``x`` itself (per channel, dim 1, over every other dim, biased
+    variance), then the affine weight and bias: torch's training-mode batch norm."""
+    shape = b.shape(x)
+    dt = b.dtype(x)
+    channels_first = b.transpose(x, 0, 1) if shape[0] > 1 else x
+    rows = b.reshape(channels_first, (shape[1], math.prod(shape) // shape[1]))
+    mean = b.op("reduce_avg", [rows], dim=1)
+    centered = b.op("subtract", [rows, mean])
+    var = b.op("reduce_avg", [b.op("square", [centered])], dim=1)
+    rstd = b.op("reciprocal", [b.op("sqrt", [b.binary("add", var, float(p["eps"]), dt)])])
+    normed = b.op("multiply", [centered, rstd])
+    moved = (shape[1], shape[0]) + tuple(shape[2:])
+    normed = b.reshape(normed, moved)
+    normed = b.transpose(normed, 0, 1) if shape[0] > 1 else b.reshape(normed, shape)
+    bshape = (1, shape[1]) + (1,) * (len(shape) - 2)
+    if p.get("weight") is not None:
+        normed = b.op("multiply", [normed, b.reshape(p["weight"], bshape)])
+    if p.get("bias") is not None:
+        normed = b.op("add", [normed, b.reshape(p["bias"], bshape)])
+    return normed
 
 
 @converts("group_norm")

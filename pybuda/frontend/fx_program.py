@@ -559,6 +559,11 @@ def _zeros_for(val: Any) -> Any:
     return val
 
 
+def _is_empty(val: Any) -> bool:
+    """Whether ``val`` is one tensor with no elements."""
+    return isinstance(val, torch.Tensor) and any(int(d) == 0 for d in val.shape)
+
+
 def _numel(value: Any) -> int:
     if isinstance(value, torch.Tensor):
         return value.numel()
@@ -627,6 +632,11 @@ def prepare(ep, name: str, module: Optional[torch.nn.Module] = None,
             if oname in _DROPPED:
                 continue
             deps = node.all_input_nodes
+            if _is_empty(meta_val(node)) and _foldable(node):
+                # A zero-size result is known at capture time whatever its operands hold (an empty slice,
+                # the "pass" half of a rotary split over the whole head): concatenations drop it.
+                consts[node] = _zeros_for(meta_val(node))
+                continue
             if all(d in consts for d in deps) and _foldable(node):
                 value = _try_fold(node, consts)
                 if value is not _NOT_FOLDED:
@@ -650,6 +660,10 @@ def prepare(ep, name: str, module: Optional[torch.nn.Module] = None,
     dropped: List[str] = []
     for spec, value in zip(sig.output_specs, flat_out):
         if spec.kind == OutputKind.USER_OUTPUT:
+            if isinstance(value, torch.fx.Node) and _is_empty(meta_val(value)):
+                raise CompileError(f"model '{name}': output {len(leaves)} is empty (shape "
+                                   f"{list(meta_val(value).shape)}); the device makes no zero-size tensors: "
+                                   f"leave it out of the model's outputs", stage=STAGE)
             leaves.append(value)
         else:
             dropped.append(f"{spec.kind.name}:{getattr(spec, 'target', '')}")

@@ -130,6 +130,38 @@ def test_export_failure_names_the_model():
     assert "bad_model" in str(info.value)
 
 
+def test_zero_size_values_fold_away_and_the_model_runs_on_the_device():
+    # A rotary split over the whole head (Phi-3's x[..., :d], x[..., d:] with d the head size) leaves an empty
+    # "pass" half: known at capture time, dropped by the concatenation, not a CPU fallback feeding the
+    # device a zero-size input (which crashed the DRAM placer).
+    class PartialRotary(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.lin = nn.Linear(32, 32)
+
+        def forward(self, x):
+            h = self.lin(x)
+            rot, keep = h[..., :32], h[..., 32:]
+            return torch.cat([rot * 2.0, keep + 1.0], dim=-1)
+
+    model = PartialRotary().eval()
+    x = torch.randn(1, 16, 32, generator=torch.Generator().manual_seed(0))
+    result = capture(model, (x,), for_device=True)
+    assert result.pre is None and result.post is None, str(result.report)
+    assert all(0 not in n.shape for n in result.graph.nodes.values())
+    with torch.no_grad():
+        assert torch.allclose(result.run(x)[0], model(x))
+
+
+def test_an_empty_model_output_is_a_clear_error():
+    class EmptyOut(nn.Module):
+        def forward(self, x):
+            return x * 2.0, x[..., 40:]
+
+    with pytest.raises(CompileError, match=r"output 1 is empty \(shape \[1, 16, 0\]\)"):
+        capture(EmptyOut(), (torch.randn(1, 16, 32),))
+
+
 def test_capture_rejects_non_modules():
     with pytest.raises(CompileError):
         capture(lambda x: x, (torch.ones(1),))

@@ -265,15 +265,16 @@ class ConvPoolLowering:
         # padding stay zero.
         cin_pad = tiles(cin) * TILE
         cout_g = cout // groups
-        w3 = wv
+        w3, w3_shape = wv, wshape  # a 1x1 kernel's [Cout, Cin/g, 1, 1] has the element order of [Cout, Cin/g, 1]
         if kh * kw > 1:
-            w3 = self.move(wv, wshape, (cout, cin_g, kk), torch.arange(cout * cin_g * kk), f"{node.name}.w_taps")
+            w3_shape = (cout, cin_g, kk)
+            w3 = self.move(wv, wshape, w3_shape, torch.arange(cout * cin_g * kk), f"{node.name}.w_taps")
         idx3 = torch.arange(cout * cin_g * kk).reshape(cout, cin_g, kk)
         emap = torch.full((kk, cin_pad, cout), -1, dtype=torch.int64)
         for g in range(groups):
             co = slice(g * cout_g, (g + 1) * cout_g)
             emap[:, g * cin_g:(g + 1) * cin_g, co] = idx3[co].permute(2, 1, 0)
-        wt = self.move(w3, (cout, cin_g, kk), (kk * cin_pad, cout), emap.reshape(-1), f"{node.name}.im2col_weights")
+        wt = self.move(w3, w3_shape, (kk * cin_pad, cout), emap.reshape(-1), f"{node.name}.im2col_weights")
         if direct:
             a = x
             wextra: tuple = (Broadcast(dim="z", factor=z),) if z > 1 else ()
