@@ -277,8 +277,8 @@ def const_gather(b: Builder, x: Any, index: torch.Tensor, dim: int, name: str) -
 
     The chip has no gather, but a constant gather is data movement it can do: a few strided runs (rolls,
     window shifts, reversed halves) become slices joined by one concatenate; any other pattern (relative
-    position tables, permutations) becomes a matmul with a constant one-hot selection matrix, exact in
-    every data format because each output reads one input times 1.0. Integer data and one-hot matrices
+    position tables, permutations) becomes a matmul with a constant one-hot selection matrix: each output
+    reads one input times 1.0, exact in every data format (at Float32 by ``passes/lowered/exact_pickers``). Integer data and one-hot matrices
     above :data:`MAX_ONE_HOT_ELEMENTS` keep the ``adv_index`` op (the host runs it).
     """
     shape = b.shape(x)

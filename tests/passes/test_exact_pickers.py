@@ -31,13 +31,16 @@ MOVES = {
     "gather": (lambda x: x[:, torch.tensor([3, 1, 7, 7])], (1, 12, 32)),
     "pixel_shuffle": (lambda x: torch.nn.functional.pixel_shuffle(x, 2), (1, 8, 6, 6)),
     "unaligned_columns": (lambda x: torch.cat([x[..., 5:20], x[..., :3]], -1), (1, 8, 40)),
+    # plain matmuls with a constant one-hot matrix (decompositions and the frontend's constant gather)
+    "nearest_resize": (lambda x: torch.nn.functional.interpolate(x, scale_factor=2, mode="nearest"), (1, 4, 6, 6)),
+    "permutation": (lambda x: x[..., torch.tensor([5, 0, 3, 3, 1, 4, 2, 2, 0, 1, 7, 6, 9, 8, 8])], (1, 6, 10)),
 }
 
 
-def _compile(fn, shape, device="wh_n150", df=DF.Float32, exact=True):
+def _compile(fn, shape, device="wh_n150", df=DF.Float32, exact=True, fidelity=MF.HiFi4):
     cfg = CompilerConfig(default_df_override=df, exact_data_movement=exact)
     if df is not None:
-        cfg.default_math_fidelity = MF.HiFi4
+        cfg.default_math_fidelity = fidelity
     x = torch.randn(shape, generator=torch.Generator().manual_seed(0))
     graph = module_to_graph(PyTorchModule("moves", _Moves(fn).eval()), [x]).graph
     return compile_graph(graph, device, cfg), x
@@ -51,6 +54,13 @@ def test_float32_data_movement_is_bit_exact(name, device):
     assert results.notes["exact_pickers"] > 0
     got = create_executor(results).run([x])[0]
     assert torch.equal(got.reshape(fn(x).shape), fn(x))
+
+
+def test_a_one_hot_matmul_at_lofi_copies_at_hifi4():
+    fn, shape = MOVES["permutation"]
+    results, x = _compile(fn, shape, fidelity=MF.LoFi)
+    assert results.notes["exact_pickers"] > 0
+    assert torch.equal(create_executor(results).run([x])[0].reshape(fn(x).shape), fn(x))
 
 
 def test_without_exact_data_movement_the_pickers_truncate_as_tt_budas():

@@ -1,11 +1,13 @@
 """Data movement stays exact at Float32: a picker matmul that would truncate its data copies it in pieces.
 
-Lowering moves rows and columns that no tile-level TM can (a slice of rows inside a tile, a concatenation at
-an unaligned offset, a gather, a flatten of an unaligned width) with picker matmuls: sparse row pickers and
-dense column pickers whose constant holds one 1 per output row (column). The matrix unit reads the data
-through a source register that keeps 9 (SrcA) or 10 (SrcB) mantissa bits after the leading one
-(:func:`pybuda.golden.kernels.copied_fraction_bits`), so a Float32 value comes out with a relative error of up
-to 2^-9: ``torch.cat([x[:, 3:9], x[:, :3]], 1)`` at Float32 differed from torch by 1.7e-3.
+Lowering moves rows and columns that no tile-level TM can (a slice of rows inside a tile, a concatenation at an
+unaligned offset, a gather, a flatten of an unaligned width) with picker matmuls: sparse row pickers and dense
+column pickers whose constant holds one 1 per output row (column). The frontends and decompositions make plain
+matmuls with constant one-hot matrices of the same kind (a nearest resize, a gather by a constant permutation);
+:func:`copied_input` finds both. The matrix unit reads the data through a source register that keeps 9 (SrcA) or
+10 (SrcB) mantissa bits after the leading one (:func:`pybuda.golden.kernels.copied_fraction_bits`), so a Float32
+value comes out with a relative error of up to 2^-9: ``torch.cat([x[:, 3:9], x[:, :3]], 1)`` at Float32 differed
+from torch by 1.7e-3.
 
 A picker is linear and copies a value with few enough bits exactly, so this pass splits the data ``x`` into
 pieces that each pass whole and copies every piece with the same picker constants::
@@ -13,9 +15,10 @@ pieces that each pass whole and copies every piece with the same picker constant
     r0 = x,  p(i) = r(i-1)·1,  r(i) = r(i-1) - p(i)      (the multiply truncates; the difference is exact)
     out = P(p1) + P(p2) + P(r2)                           (each piece passes whole; their bits do not overlap)
 
-The multiply by a one tile (HiFi4, the data through SrcA) keeps no more bits than any picker does, so each
-truncated piece passes whole, and three pieces leave a last residual of at most 4 significant bits. (An
-infinity is not copied by any picker: the matrix unit multiplies it by the picker's zeros, which makes NaN.)
+The multiply by a one tile (HiFi4, the data through SrcA) keeps no more bits than a picker does (one that would
+keep fewer, a one-hot matmul at LoFi, copies at HiFi4), so each truncated piece passes whole, and three pieces
+leave a last residual of at most 4 significant bits. (An infinity is not copied by any picker: the matrix unit
+multiplies it by the picker's zeros, which makes NaN.)
 
 Pickers whose every reader truncates the value as much again (a conv's im2col picker read by the conv's
 matmul) are left alone, as are pickers of data that is exact already (Float16_b and block-float data, the
@@ -34,7 +37,7 @@ import torch
 from pybuda.dtypes import DataFormat, MathFidelity
 from pybuda.golden.kernels import copied_fraction_bits, fraction_bits
 from pybuda.ir.lowered import BudaGraph, BudaOp, BudaQueue, TileShape
-from pybuda.netlist.tms import Broadcast
+from pybuda.netlist.tms import Broadcast, as_tms
 from pybuda.passes.context import CompileContext
 from pybuda.perf import sparse as sparse_work
 
@@ -55,14 +58,16 @@ def exact_pickers(bg: BudaGraph, ctx: CompileContext) -> BudaGraph:
     """Make each copying picker matmul that would truncate its data exact (in place); returns ``bg``.
     ``ctx.notes["exact_pickers"]`` counts them."""
     readers = bg.reader_map()
-    targets = [op for op in bg.ops.values() if COPIES_INPUT in op.tags and _needs_pieces(bg, op, readers)]
+    targets = {}
+    for op in bg.ops.values():
+        d = copied_input(bg, op)
+        if d is not None and _needs_pieces(bg, op, d, readers):
+            targets[op.name] = d
     if not targets or not ctx.config.exact_data_movement:
         ctx.notes["exact_pickers"] = 0
         return bg
     one = _one_tile(bg)
-    added: Dict[str, List[BudaOp]] = {}
-    for op in targets:
-        added[op.name] = _pieces(bg, op, one)
+    added: Dict[str, List[BudaOp]] = {name: _pieces(bg, bg.ops[name], d, one) for name, d in targets.items()}
     order = list(bg.ops.values())
     bg.ops.clear()
     for op in order:
@@ -79,9 +84,33 @@ def _kept_bits(op: BudaOp, index: int) -> int:
     return copied_fraction_bits("b" if index == 0 else "a", op.math_fidelity)
 
 
-def _needs_pieces(bg: BudaGraph, op: BudaOp, readers: Dict[str, List[str]]) -> bool:
-    """Whether the picker truncates its data and some reader would have kept the bits it loses."""
-    d = int(op.tags[COPIES_INPUT])
+def copied_input(bg: BudaGraph, op: BudaOp) -> Optional[int]:
+    """The input a copying matmul copies, or None: a picker the lowering tagged :data:`COPIES_INPUT`, or a plain
+    two-operand matmul with a constant one-hot selection matrix (a nearest resize, a gather by a constant
+    permutation: each output reads one datum times 1.0), ``x @ S`` with at most one 1 per column of ``S`` or
+    ``S @ x`` with at most one per row."""
+    if COPIES_INPUT in op.tags:
+        return int(op.tags[COPIES_INPUT])
+    if op.type != "matmul" or len(op.inputs) != 2 or op.tags.get("picker") or \
+            any(op.attrs.get(k) for k in ("identity", "bias", "accumulate", "sfpu_op", "relu_en")):
+        return None
+    for const, data in ((1, 0), (0, 1)):
+        q = bg.queues.get(op.inputs[const])
+        if q is None or q.kind != "constant" or op.inputs[const] not in bg.tensors or op.inputs[data] in bg.tensors:
+            continue
+        if any(not (isinstance(tm, Broadcast) and tm.dim == "z") for tm in as_tms(op.input_tms.get(const, ()))):
+            continue
+        matrix = bg.tensors[op.inputs[const]]
+        if matrix.dim() < 2 or matrix.numel() != matrix.shape[-2] * matrix.shape[-1]:
+            continue
+        nonzero = matrix.reshape(matrix.shape[-2:]) != 0
+        if bool(((matrix == 0) | (matrix == 1)).all()) and int(nonzero.sum(dim=0 if const == 1 else 1).max()) <= 1:
+            return data
+    return None
+
+
+def _needs_pieces(bg: BudaGraph, op: BudaOp, d: int, readers: Dict[str, List[str]]) -> bool:
+    """Whether the picker truncates its data input ``d`` and some reader would have kept the bits it loses."""
     if fraction_bits(op.in_df[d]) <= _kept_bits(op, d) or op.acc_df != DataFormat.Float32:
         return False  # exact already, or a Dest (Grayskull's) that cannot hold the bits the pieces would add
     return not all(_multiplies(bg.ops.get(name)) for name in readers.get(op.name, ()))
@@ -109,12 +138,13 @@ def _one_tile(bg: BudaGraph) -> str:
     return name
 
 
-def _pieces(bg: BudaGraph, op: BudaOp, one: str) -> List[BudaOp]:
-    """The ops that replace picker ``op``, in order: the residual splits, one picker per piece, and their sum,
-    the last add under ``op``'s name (its readers and overrides still find it)."""
-    d = int(op.tags[COPIES_INPUT])
-    kept = min(_kept_bits(op, d), copied_fraction_bits("a", _SPLIT_FIDELITY))
+def _pieces(bg: BudaGraph, op: BudaOp, d: int, one: str) -> List[BudaOp]:
+    """The ops that replace picker ``op`` copying input ``d``, in order: the residual splits, one picker per piece,
+    and their sum, the last add under ``op``'s name (its readers and overrides still find it)."""
+    kept = copied_fraction_bits("a", _SPLIT_FIDELITY)  # what each truncated piece keeps
     count = -(-_FLOAT32_SIGNIFICANT // (kept + 1))
+    # A matmul at a fidelity that reads fewer bits than a piece holds (a one-hot matmul at LoFi) copies at HiFi4.
+    fidelity = op.math_fidelity if _kept_bits(op, d) >= kept else _SPLIT_FIDELITY
     taken = set()
 
     def name(suffix: str) -> str:
@@ -151,6 +181,7 @@ def _pieces(bg: BudaGraph, op: BudaOp, one: str) -> List[BudaOp]:
         inputs[d], in_df[d] = piece, DataFormat.Float32
         picks.append(dataclasses.replace(
             op, name=name(f"pick{i}"), inputs=inputs, in_df=in_df, out_df=DataFormat.Float32, untilize_output=False,
+            math_fidelity=fidelity,
             attrs=dict(op.attrs), input_tms={k: list(v) for k, v in op.input_tms.items()},
             tags={**{k: v for k, v in op.tags.items() if k != COPIES_INPUT}, EXACT_PICKER_PART: op.name}))
     ops += picks
