@@ -176,6 +176,24 @@ def test_model_output_that_is_an_input_passes_through():
     assert any(n.op_type == "nop" for n in result.graph.ops)
 
 
+def test_integer_results_of_the_cpu_pass_through_the_device_exactly():
+    # A model wholly on the CPU (topk) still passes its outputs through the device graph; the indices, integers
+    # up to 999, came back rounded to bfloat16 (999 -> 1000) by a default-format output queue.
+    import pybuda
+
+    class TopK(nn.Module):
+        def forward(self, x):
+            return torch.topk(x, 4).indices
+
+    x = torch.randn(1, 8, 1000, generator=torch.Generator().manual_seed(3))
+    pybuda.TTDevice("tt0", module=pybuda.PyTorchModule("topk", TopK()), arch=pybuda.BackendDevice.Wormhole_B0)
+    try:
+        got = pybuda.run_inference(inputs=[(x,)]).get(timeout=600)[0].value()
+    finally:
+        pybuda.shutdown()
+    assert got.dtype == torch.int64 and torch.equal(got, TopK()(x))
+
+
 def test_data_dependent_control_flow_is_a_clear_compile_error():
     class Branchy(nn.Module):
         def forward(self, x):

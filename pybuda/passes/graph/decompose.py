@@ -51,7 +51,7 @@ from typing import Any, Optional, Sequence
 
 import torch
 
-from pybuda.ir.graph import CONSTANT, HOLDS_OPERAND, SIGN_EXACT, Graph, Node
+from pybuda.ir.graph import CONSTANT, HOLDS_OPERAND, INPUT, SIGN_EXACT, Graph, Node
 from pybuda.ops import registry
 from pybuda.ops.common import normalize_dim
 from pybuda.passes.context import CompileContext
@@ -92,7 +92,9 @@ def decompose_high_level_ops(graph: Graph, ctx: CompileContext) -> Graph:
         if kept is not None and kept.kind in ("op", CONSTANT):
             kept.tags.setdefault("exact_df", "Float32")
     for out in new.outputs:  # the output's copy to the host keeps the format too
-        if new[out.operands[0]].tags.get("exact_df"):
+        src = new[out.operands[0]]
+        # An integer input passed straight through (the indices of a topk the CPU computed) is integer data as well.
+        if src.tags.get("exact_df") or (src.kind == INPUT and _is_integer(src.dtype)):
             out.tags.setdefault("exact_df", "Float32")
     return _push_integer_inputs_exact(new, ctx)
 
