@@ -167,6 +167,32 @@ def _cat(b: Builder, n, p):
     return b.op("concatenate", names, axis=_norm_dim(p["dim"], len(out_shape(n))))
 
 
+@converts("slice_scatter", "select_scatter")
+def _slice_scatter(b: Builder, n, p):
+    """``input`` with ``src`` written over a contiguous range of ``dim`` (``x[:, a:b] = src`` in a functional
+    graph; ``select_scatter`` writes one index): the kept parts of ``input`` and ``src`` concatenated."""
+    x = p["self"]
+    shape = b.shape(x)
+    dim = _norm_dim(p["dim"], len(shape))
+    size = shape[dim]
+    if op_name(n.target) == "select_scatter":
+        start = p["index"] % size
+        stop, step = start + 1, 1
+        src = b.reshape(p["src"], shape[:dim] + (1,) + shape[dim + 1:])
+    else:
+        r = range(size)[slice(p.get("start"), p.get("end"), p.get("step") or 1)]
+        start, stop, step = r.start, r.stop, r.step
+        src = p["src"]
+        if len(r) == 0:
+            return b.tensor(x)
+    if step != 1:
+        raise Unsupported("slice_scatter with a step (a strided write)")
+    dt = out_dtype(n)
+    parts = ([_index_range(b, x, dim, 0, start)] if start > 0 else []) + [b.tensor(src, dt)] + \
+        ([_index_range(b, x, dim, stop, size)] if stop < size else [])
+    return parts[0] if len(parts) == 1 else b.op("concatenate", [b.tensor(v, dt) for v in parts], axis=dim)
+
+
 @converts("roll")
 def _roll(b: Builder, n, p):
     """``torch.roll`` as two slices and a concatenate per rolled dim (Swin's cyclic window shift)."""

@@ -129,6 +129,10 @@ CASES = {
               + F.avg_pool2d(x, 3, 2, 1, count_include_pad=False, ceil_mode=True).sum((2, 3))
               + F.adaptive_avg_pool2d(x, 1).flatten(1) + F.adaptive_avg_pool2d(x, (4, 2)).sum((2, 3))
               + x.mean((-1, -2)), (r(2, 3, 8, 8),)),
+    # functional writes into a range (Funnel's slice_scatter, x[:, a:b] = src, one index)
+    "slice_select_scatter": (lambda x, y: torch.slice_scatter(x, y * 2, 2, 2, 5) + torch.slice_scatter(x, x[:, :1], 1, 2)
+                             + torch.select_scatter(x, y[..., 0], 2, 7) + torch.slice_scatter(x, x[:, :0], 1, 3, 3),
+                             (r(*X), r(2, 3, 3, seed=1))),
     "upsample": (lambda x: F.interpolate(x, scale_factor=2, mode="nearest").sum() + F.interpolate(x, size=(7, 9), mode="bilinear"
                                                                                                   ).sum(),
                  (r(1, 2, 4, 5),)),
