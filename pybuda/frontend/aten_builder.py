@@ -180,19 +180,7 @@ class Builder:
     def reads_inputs(self, v: Any) -> bool:
         """Whether tensor value ``v`` is computed from a graph input (is per-sample), not only from parameters
         and constants."""
-        if not isinstance(v, str):
-            return False
-        seen, pending = set(), [v]
-        while pending:  # iterative: an activation's ancestry is as deep as the model
-            current = pending.pop()
-            if current in seen:
-                continue
-            seen.add(current)
-            node = self.graph[current]
-            if node.kind == INPUT:
-                return True
-            pending.extend(node.operands)
-        return False
+        return isinstance(v, str) and any(node.kind == INPUT for node in self.graph.ancestry(v))
 
     def cast(self, v: Any, dtype: torch.dtype) -> str:
         """``v`` in ``dtype`` (a cast op only when the dtype differs)."""

@@ -274,6 +274,19 @@ class Graph:
                     out[operand].append(node.name)
         return out
 
+    def ancestry(self, name: str) -> Iterator[Node]:
+        """``name``'s node and every node it is computed from, each once (iterative: an activation's ancestry
+        is as deep as the model). A caller may stop early."""
+        seen, pending = set(), [name]
+        while pending:
+            current = pending.pop()
+            if current in seen:
+                continue
+            seen.add(current)
+            node = self[current]
+            yield node
+            pending.extend(node.operands)
+
     def eliminate_dead_code(self) -> None:
         """Drop ops, parameters and constants no output depends on (inputs always stay)."""
         live = set()

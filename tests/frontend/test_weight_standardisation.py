@@ -33,7 +33,8 @@ class NormalisedParameter(torch.nn.Module):
         return x * F.batch_norm(self.w, None, None, self.gamma, self.beta, training=True, eps=1e-5).sum(0)
 
 
-def _on_device(model, x):
+def _assert_matches_torch_on_device(model, x):
+    """``model`` on a Wormhole TTDevice at Float32, wholly on the device, against torch."""
     pybuda.set_configuration_options(default_df_override=pybuda.DataFormat.Float32,
                                       math_fidelity=pybuda.MathFidelity.HiFi4)
     tt = pybuda.TTDevice("tt0", module=pybuda.PyTorchModule("m", model), arch=pybuda.BackendDevice.Wormhole_B0)
@@ -42,29 +43,22 @@ def _on_device(model, x):
         assert tt.cpu_fallback_device_pre is None and tt.cpu_fallback_device_post is None
     finally:
         pybuda.shutdown()
-    return got
+    with torch.no_grad():
+        want = model(x)
+    assert calculate_pcc(got, want) >= 0.999
+    assert torch.allclose(got, want, rtol=1e-2, atol=1e-2 * want.abs().max().item())
 
 
 @pytest.mark.parametrize("cin, cout, k", [(32, 32, 1), (64, 32, 1), (32, 128, 1), (32, 32, 3)])
 def test_a_weight_standardised_conv_runs_on_the_device(cin, cout, k):
     torch.manual_seed(0)
     model = WeightStandardisedConv(cin, cout, k, padding=k // 2, bias=False).eval()
-    x = torch.randn(1, cin, 8, 8)
-    got = _on_device(model, x)
-    with torch.no_grad():
-        want = model(x)
-    assert calculate_pcc(got, want) >= 0.999
-    assert torch.allclose(got, want, rtol=1e-2, atol=1e-2 * want.abs().max().item())
+    _assert_matches_torch_on_device(model, torch.randn(1, cin, 8, 8))
 
 
 def test_batch_statistics_of_parameters_match_torch():
-    model = NormalisedParameter().eval()
     x = torch.randn(1, 8, 5, 4, generator=torch.Generator().manual_seed(3))
-    got = _on_device(model, x)
-    with torch.no_grad():
-        want = model(x)
-    assert calculate_pcc(got, want) >= 0.999
-    assert torch.allclose(got, want, rtol=1e-2, atol=1e-2 * want.abs().max().item())
+    _assert_matches_torch_on_device(NormalisedParameter().eval(), x)
 
 
 def test_batch_statistics_of_activations_still_run_on_the_host():

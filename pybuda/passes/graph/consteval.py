@@ -30,20 +30,12 @@ def compile_time_value(graph: Graph, name: str) -> bool:
     """True when ``name`` is known at compile time, so :func:`evaluate_constants` will compute it: a parameter no
     runtime updates, a constant, or an op computed only from such values (a shared initializer behind an ONNX
     Identity, weights with a batch norm folded in)."""
-    seen, pending = set(), [name]
-    while pending:  # iterative: an activation's ancestry is as deep as the model
-        current = pending.pop()
-        if current in seen:
-            continue
-        seen.add(current)
-        node = graph[current]
+    for node in graph.ancestry(name):
         if node.kind == PARAMETER:
             if node.tags.get(RUNTIME_UPDATED):
                 return False
-        elif node.kind != CONSTANT:
-            if node.kind != OP or not node.operands:
-                return False
-            pending.extend(node.operands)
+        elif node.kind != CONSTANT and (node.kind != OP or not node.operands):
+            return False
     return True
 
 
