@@ -1,19 +1,14 @@
-"""Legal op models: every (t-streaming, grid) layout of an op that the netlist and the chip accept.
+"""Legal op models: enumerating every (t-streaming, grid) layout of an op that the netlist and the chip accept.
 
-For each op the legalizer enumerates
+For each op the legalizer derives its facts (:class:`OpFacts`) and enumerates
 
 * **t-streaming** options: none, or a factor ``f`` dividing the output's tile rows (``r``) or columns
   (``c``) when ``enable_t_streaming`` is set (or an override asks for it) and the op type can stream;
 * **grids** ``(gr, gc)`` with ``gr | rt/fr``, ``gc | ct/fc`` that fit the harvested worker grid (or fit
   it transposed when auto-transposing placement is enabled);
-* per grid one **blocking**: the largest ublock within the Dest limit (``ublock_rt·ublock_ct ≤ 8``, ≤ 4
-  with a Float32/Int32 accumulator; spec §1.3) dividing the per-core block, ``ublock_order r``;
-  for matmuls and r/c reduces ``u_kt·m_k = K`` with the largest ``u_kt`` that fits L1 (all divisors
-  of K are tried when ``enable_enumerate_u_kt``, else K and 1); ``buf_size_mb`` 2, or 1 when 2 does
-  not fit L1 or does not divide/multiply ``t`` (net2pipe's "divisible either direction" rule);
-  parameters resident in L1 (prologue) when they fit, largest parameters moved to DRAM first;
-* an **L1 check** per core with the buffer sizes of spec §5.3 in each operand's data format against
-  ``DeviceDescriptor.l1_pybuda_budget_bytes`` (op-buffer space minus PyBuda's 100 KiB DRAM-IO reserve);
+* per grid one **blocking** that passes the **L1 check**: ublock, ``u_kt``, ``buf_size_mb`` and prologue
+  parameters sized against the L1 budget by :mod:`pybuda.balancer.l1fit` (:class:`~pybuda.balancer.l1fit.L1Fit`,
+  which :class:`Legalizer` mixes in);
 * the **cost** from :mod:`pybuda.perf.cost`;
 * when none of the above fits (an awkward tile count: a prime number of tiles no grid divides, too
   large for one core), or when every exact layout leaves at least 3/4 of the grid idle (Whisper's 47-tile
@@ -41,8 +36,9 @@ from dataclasses import dataclass
 from typing import Any, Dict, FrozenSet, List, Optional, Sequence, Tuple
 
 from pybuda.perf import cost, sparse
-from pybuda.balancer.blocking import divisors, padded_sides, sparse_u_kts, ublock_candidates
-from pybuda.balancer.edges import MATMUL_TYPES as _MATMUL, divisible_either_direction, stacks_ok
+from pybuda.balancer.blocking import divisors, padded_sides
+from pybuda.balancer.edges import MATMUL_TYPES as _MATMUL
+from pybuda.balancer.l1fit import _PARAM_KINDS, L1Fit, _Diag
 from pybuda.balancer.types import OpModel
 from pybuda.netlist.model import fused_spec, fused_sub_ops
 from pybuda.errors import CompileError
@@ -55,7 +51,6 @@ log = logging.getLogger(__name__)
 STAGE = "BALANCER_PASS"
 
 _NO_STREAM_TYPES = frozenset({"splice", "embedding", "tilizer", "topk", "ethernet_datacopy", "drainer", "buffer"})
-_PARAM_KINDS = frozenset({"parameter", "constant"})
 #: Padded layouts are also offered when the exact ones use at most 1/NARROW_FRACTION of the worker grid ...
 NARROW_FRACTION = 4
 #: ... and then only paddings that add at most 1/PAD_WASTE of the op's tiles.
@@ -123,7 +118,7 @@ def _freeze(value: Any) -> Any:
 # The legalizer
 # --------------------------------------------------------------------------------------------------
 
-class Legalizer:
+class Legalizer(L1Fit):
     """Enumerates and caches legal op models for the ops of one lowered graph on one device."""
 
     def __init__(self, graph: Any, device: Any, config: Any):
@@ -459,162 +454,6 @@ class Legalizer:
         return (f"no grid of the {self.rows}x{self.cols} worker grid divides the op's {f.rt}x{f.ct} tiles "
                 f"(t-streaming {'on' if self.config.enable_t_streaming else 'off'})")
 
-    # -- one (stream, grid) -------------------------------------------------------------------------
-    def _fit(self, op: Any, f: OpFacts, override: Any, t: int, stream: Tuple[int, int], gr: int, gc: int,
-             dest: int, diag: "_Diag") -> Optional[OpModel]:
-        """The best legal blocking of one (t-stream, grid) choice, or None if nothing fits L1.
-
-        Preference: the largest ublock, then parameters in prologue (largest moved to DRAM first), then
-        the largest u_kt, then double buffering."""
-        rows = (f.rt // stream[0]) // gr
-        cols = (f.ct // stream[1]) // gc
-        has_k = f.type in _MATMUL or (f.type == "reduce" and f.reduce_dim in ("r", "c"))
-        if not has_k:
-            u_kts: Sequence[int] = (1,)
-        elif override is not None and override.u_kt is not None:
-            u_kts = (int(override.u_kt),)
-        elif f.untilize and f.type in _MATMUL:
-            # the untilizer packs rows of whole output tiles once: an untilizing matmul cannot spill
-            # partial sums over several K blocks, so m_k must be 1 (netlist rule untilize_output)
-            u_kts = (f.k,)
-        elif self.config.enable_enumerate_u_kt:
-            u_kts = divisors(f.k)[::-1]
-        else:
-            u_kts = tuple(sorted({f.k, 1}, reverse=True))
-        if f.sparse and has_k and (override is None or override.u_kt is None):
-            u_kts = sparse_u_kts(f.k, u_kts)
-        out_mult = override.output_buffer_multiplier if override is not None else None
-        if out_mult:
-            bufs: Sequence[int] = (int(out_mult),)
-        else:
-            bufs = tuple(b for b in (2, 1) if divisible_either_direction(b, t))
-        in_mult = dict(override.input_buffer_multiplier) if override is not None else {}
-        params = [i for i, kind in enumerate(f.in_kinds) if kind in _PARAM_KINDS]
-        force_dram = override.force_dram_parameters if override is not None else None
-        if force_dram is None:
-            force_dram = bool(self.config.default_dram_parameters)
-        tile_out = cost.tile_size_bytes(f.out_df)
-        n_in = f.n_inputs
-        in_tiles = [cost.tile_size_bytes(f.in_dfs[i] if i < len(f.in_dfs) else f.out_df) for i in range(n_in)]
-        interm_tile = cost.tile_size_bytes(f.intermed_df)
-        # an intermediate (partial-sum) buffer: matmuls spilling over K blocks or with a bias, reduces over
-        # several K blocks, gradient accumulation
-        interm_always = f.gradient_op or (f.type in _MATMUL and f.has_bias)
-        interm_if_mk = f.type in _MATMUL or f.type == "reduce"
-        min_buf = min(bufs)
-        t_in = t  # t of the operands (matmul accumulate is not streamed; its z is folded into K blocking)
-        for ur, uc in ublock_candidates(rows, cols, dest, f.type != "reduce" or f.reduce_dim != "c"):
-            mb = (rows // ur, cols // uc)
-            mb_tiles = mb[0] * mb[1] * ur * uc
-            fixed = 0
-            if f.fused_intermediates:
-                fixed += f.fused_intermediates * ur * uc * f.fused_max_m_k * interm_tile
-            # Prologue footprint of each parameter: its per-core slice for every t (as the netlist
-            # validator sizes a resident buffer).
-            prologue_bytes = {i: self._prologue_tiles(f, i, t_in, mb[0] * ur, mb[1] * uc, gr) * in_tiles[i]
-                              for i in params}
-            prologue_sets: List[Tuple[int, ...]] = []
-            if params and not force_dram:
-                current = sorted(params)
-                while current:
-                    prologue_sets.append(tuple(current))
-                    current = sorted(sorted(current, key=lambda i: prologue_bytes[i])[:-1])
-            prologue_sets.append(())
-            out_bytes = mb_tiles * tile_out
-            for pset in prologue_sets:
-                streamed = [(i, in_mult.get(i, 1) * in_tiles[i]) for i in range(n_in) if i not in pset]
-                base = sum(prologue_bytes[i] for i in pset) + fixed
-
-                def inputs_l1(u_kt: int) -> int:
-                    """L1 bytes of this blocking with ``u_kt`` but the output buffers: prologue, streamed
-                    input buffers, intermediates."""
-                    in_bytes = base
-                    for i, scale in streamed:
-                        in_bytes += self._stream_buffer_tiles(f, i, ur, uc, mb, u_kt) * scale
-                    if interm_always or (interm_if_mk and has_k and -(-f.k // u_kt) > 1):  # m_k > 1 (K may be padded)
-                        in_bytes += mb_tiles * interm_tile
-                    return in_bytes
-
-                # Every input buffer grows with u_kt, and the intermediate buffer is there for every
-                # u_kt < K: the least L1 of this blocking is at u_kt = K or at the smallest u_kt, with
-                # the fewest output buffers. When that does not fit, nothing below does.
-                least = min(inputs_l1(u_kts[0]), inputs_l1(u_kts[-1])) + min_buf * out_bytes
-                if least > self.budget:
-                    diag.saw(least)
-                    continue
-                for u_kt in u_kts:
-                    m_k = -(-f.k // u_kt) if has_k else 1  # a sparse matmul's K may be padded (sparse_u_kts)
-                    in_bytes = inputs_l1(u_kt)
-                    for buf in bufs:
-                        l1 = buf * out_bytes + in_bytes
-                        if l1 > self.budget:
-                            diag.saw(l1)
-                            continue
-                        model = OpModel(grid_shape=(gr, gc), t=t, mblock=mb, ublock=(ur, uc), u_kt=u_kt, m_k=m_k,
-                                        buf_size_mb=buf, t_stream_factor=stream)
-                        if f.stacked_inputs and not all(
-                                stacks_ok(shape, tms, f.type, i, model, f.bias_attr)
-                                for i, shape, tms in f.stacked_inputs):
-                            diag.stacks = True
-                            break  # another u_kt or ublock may line up with the stacked slices
-                        model = self._model(op, f, t, stream, (gr, gc), mb, (ur, uc), u_kt, m_k, buf, pset,
-                                            tuple(i for i in params if i not in pset), l1, override)
-                        k_pad = m_k * u_kt - f.k if has_k else 0
-                        if k_pad:  # zero rows of in1 the index never names
-                            model = dataclasses.replace(model, input_padding=tuple(
-                                (k_pad, 0) if i == 1 else (0, 0) for i in range(n_in)))
-                        return model
-        return None
-
-    @classmethod
-    def _prologue_tiles(cls, f: OpFacts, i: int, t: int, rows: int, cols: int, grid_r: int) -> int:
-        """Tiles of parameter ``i`` resident in L1 on one core: its per-core slice for every t. A sparse
-        matmul's picker tiles and index are tables the kernel walks for every t: each core keeps the
-        picker tiles and its grid row's share of the index (cost.sparse_table_tiles_per_core, the same
-        figure the netlist validator's L1 rule uses)."""
-        if f.sparse and i != 1:
-            raw = f.in_raw[i][1] if i < len(f.in_raw) else 0
-            return cost.sparse_table_tiles_per_core(i, raw, grid_r)
-        return t * cls._operand_slice_tiles(f, i, rows, cols)
-
-    @staticmethod
-    def _operand_slice_tiles(f: OpFacts, i: int, rows: int, cols: int) -> int:
-        """Tiles of operand ``i`` one core reads per t-slice (spec §2.3 operand shapes)."""
-        if f.type in _MATMUL:
-            if i == 0:
-                return rows * f.k
-            if i == 1:
-                return f.k * cols
-            return rows * cols
-        if f.type == "reduce":
-            return f.k * cols if f.reduce_dim == "r" else rows * f.k if f.reduce_dim == "c" else rows * cols
-        return rows * cols
-
-    @staticmethod
-    def _stream_buffer_tiles(f: OpFacts, i: int, ur: int, uc: int, mb: Tuple[int, int], u_kt: int) -> int:
-        """Input buffer of a streamed operand (spec §5.3): matmul in0 one ublock column of the K block,
-        in1 one ublock row, bias one output mblock; reduce r/c a K block; others 2 ublocks.
-
-        A sparse matmul's in0 (picker tiles) and in2 (index) are consumed in index order, not as a
-        rows x K strip: streamed, each needs a double-buffered strip for one ublock row of one K block
-        (``2·ublock_rt·u_kt`` picker tiles, 2 index tiles), never more than the whole queue and never
-        less than the validator's generic 2 ublocks. Its in1, the activation, streams like a dense in1."""
-        if f.sparse and i != 1:
-            raw = f.in_raw[i][1] if i < len(f.in_raw) else 1 << 30
-            strip = min(raw, 2 * ur * u_kt if i == 0 else 2)
-            return max(strip, 2 * ur * uc)
-        if f.type in _MATMUL:
-            if i == 0:
-                return 2 * mb[0] * ur * u_kt
-            if i == 1:
-                return 2 * u_kt * mb[1] * uc
-            if i == 2 and f.has_bias:
-                return mb[0] * mb[1] * ur * uc
-            return 2 * ur * uc
-        if f.type == "reduce" and f.reduce_dim in ("r", "c"):
-            return 2 * u_kt * (uc if f.reduce_dim == "r" else ur)
-        return 2 * ur * uc
-
     def _model(self, op: Any, f: OpFacts, t: int, stream: Tuple[int, int], grid: Tuple[int, int], mb: Tuple[int, int],
                ub: Tuple[int, int], u_kt: int, m_k: int, buf: int, pset: Tuple[int, ...], dram: Tuple[int, ...],
                l1: int, override: Any) -> OpModel:
@@ -666,18 +505,6 @@ def _operand_padding(op_type: str, sparse: bool, i: int, pad: Tuple[int, int]) -
             return (0, pc) if i == 1 else (0, 0)
         return {0: (pr, 0), 1: (0, pc)}.get(i, (pr, pc))
     return (pr, pc)
-
-
-class _Diag:
-    """Collects why layouts were rejected, for error messages."""
-
-    def __init__(self) -> None:
-        self.min_l1: Optional[int] = None
-        self.stacks = False
-
-    def saw(self, l1: int) -> None:
-        if self.min_l1 is None or l1 < self.min_l1:
-            self.min_l1 = l1
 
 
 # --------------------------------------------------------------------------------------------------
