@@ -386,7 +386,11 @@ def to_device_layout(rec: QueueIO, value: torch.Tensor, *, rounded: bool = True)
         value = round_mantissa(value, rec.mantissa_bits)
     device_shape = tuple(rec.device_shape) if rec.device_shape is not None else tuple(value.shape)
     if rec.batched:
-        samples = [value[i:i + 1].reshape(device_shape) for i in range(value.shape[0])]
+        # The microbatch is folded along dim 0 (runtime.backend_api.fold_microbatch): sample i is the i-th of
+        # equal dim-0 chunks, one row when the per-sample shape starts with 1.
+        count = value.numel() // max(1, math.prod(device_shape))
+        rows = value.shape[0] // count if value.dim() and count else 1
+        samples = [value[i * rows:(i + 1) * rows].reshape(device_shape) for i in range(count)]
         return torch.stack([to_canonical(s) for s in samples])
     # One entry (every parameter and constant): no stack, which would copy each weight once more. The result
     # is still never a view of the framework tensor, which may change while the device holds the entry.

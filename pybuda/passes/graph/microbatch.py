@@ -70,7 +70,10 @@ def _per_sample(graph: Graph, mb: int, on_mixing: Callable[[str, str, str], None
     expect = mb if any(n.shape and n.shape[0] == mb for n in graph.inputs) else 1
     for node in graph:
         if node.kind == INPUT:
-            n = new.add_input(node.name, (1,) + tuple(node.shape[1:]), node.dtype, node.requires_grad)
+            # Traced for one sample, an input is one sample's value whatever its dim 0 (an activation the
+            # forward saved, [seq, hidden] after a reshape; a CPU stage's [seq, hidden] position embedding).
+            shape = tuple(node.shape) if expect == 1 else (1,) + tuple(node.shape[1:])
+            n = new.add_input(node.name, shape, node.dtype, node.requires_grad)
             n.tags.update(node.tags)
             n.tags["batched"] = True
             batched.add(node.name)
@@ -158,9 +161,10 @@ def strip_microbatch(graph: Graph, ctx: CompileContext) -> Graph:
     if mb == 1:
         graph.microbatch = 1
         return graph
+    traced_for_microbatch = any(n.shape and n.shape[0] == mb for n in graph.inputs)
     for node in graph.inputs:
-        # dim 0 is the microbatch (traced for the whole microbatch) or 1 (traced for one sample).
-        if not node.shape or node.shape[0] not in (mb, 1):
+        # dim 0 is the microbatch (traced for the whole microbatch); a graph traced for one sample takes any.
+        if traced_for_microbatch and (not node.shape or node.shape[0] not in (mb, 1)):
             raise ctx.error(f"input '{node.name}' has shape {list(node.shape)}; with microbatch {mb} every "
                             f"input needs dim 0 == {mb} (one slice per sample), or 1 when traced per sample")
 

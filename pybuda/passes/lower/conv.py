@@ -266,7 +266,10 @@ class ConvPoolLowering:
         cin_pad = tiles(cin) * TILE
         cout_g = cout // groups
         w3, w3_shape = wv, wshape  # a 1x1 kernel's [Cout, Cin/g, 1, 1] has the element order of [Cout, Cin/g, 1]
-        if kh * kw > 1:
+        # A [Cout, Cin/g, 1, 1] queue holds one element per slice: moving it straight to [Cin_pad, Cout] needs
+        # more picker parts than a gather may have once Cout and Cin/g both pass a tile; via [Cout, Cin/g, 1]
+        # (as for kernels with more taps) it takes two small moves.
+        if kh * kw > 1 or (cin_g > TILE and cout > TILE):
             w3_shape = (cout, cin_g, kk)
             w3 = self.move(wv, wshape, w3_shape, torch.arange(cout * cin_g * kk), f"{node.name}.w_taps")
         idx3 = torch.arange(cout * cin_g * kk).reshape(cout, cin_g, kk)

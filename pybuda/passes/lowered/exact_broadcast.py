@@ -24,7 +24,8 @@ from __future__ import annotations
 from typing import Any, Dict
 
 from pybuda.golden.kernels import copied_fraction_bits, fraction_bits
-from pybuda.ir.lowered import BudaGraph, BudaOp
+from pybuda.ir.lowered import BudaGraph, BudaOp, TileShape
+from pybuda.netlist.tms import Transpose, as_tms, tms_shape
 from pybuda.passes.context import CompileContext
 
 #: Tag on the fused copy that replaced a tile-broadcast matmul: the broadcast dim, ``r`` or ``c``.
@@ -60,9 +61,33 @@ def _exact(op: BudaOp) -> bool:
     return fraction_bits(op.in_df[d]) <= copied_fraction_bits(role, op.math_fidelity)
 
 
+def _transpose_by_nop(bg: BudaGraph, op: BudaOp, d: int) -> None:
+    """When input ``d`` of ``op`` carries a transpose (allowed on matmul input 1, not on a fused op's input),
+    a ``nop`` placed just before ``op`` applies that input's TMs and ``op`` reads the nop instead."""
+    tms = list(op.input_tms.get(d, []))
+    if not any(isinstance(tm, Transpose) for tm in as_tms(tms)):
+        return
+    src = op.inputs[d]
+    s = bg.shape_of(src)
+    z, rt, ct = tms_shape((s.z, s.rt, s.ct), tms)
+    nop = BudaOp(f"{op.name}.tm_nop", "nop", [src], TileShape(s.w, z, rt, ct), input_tms={0: tms},
+                 in_df=[op.in_df[d]], out_df=op.in_df[d], intermed_df=op.intermed_df, acc_df=op.acc_df,
+                 math_fidelity=op.math_fidelity, epoch_type=op.epoch_type,
+                 tags={k: v for k, v in op.tags.items() if k not in _PICKER_TAGS})
+    ops = list(bg.ops.items())
+    bg.ops = {}
+    for name, o in ops:
+        if name == op.name:
+            bg.ops[nop.name] = nop
+        bg.ops[name] = o
+    op.inputs = [nop.name if k == d else i for k, i in enumerate(op.inputs)]
+    op.input_tms = {k: v for k, v in op.input_tms.items() if k != d}
+
+
 def _fused_copy(bg: BudaGraph, op: BudaOp) -> BudaOp:
     """A fused op of one ``nop`` reading the matmul's data operand through ``tile_broadcast``."""
     d = int(op.tags["data_input"])
+    _transpose_by_nop(bg, op, d)
     dim = op.tags["tile_broadcast_dim"]
     sub = {"type": "nop", "inputs": ["input0"], "output": "output", "input_tms": {0: [{"tile_broadcast": dim}]}}
     fid = _fused_op_id(bg, {"inputs": 1, "intermediates": 0, "schedules": [[{"op0_nop": sub}]]})

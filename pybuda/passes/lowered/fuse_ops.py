@@ -88,6 +88,10 @@ def _tile_broadcast_source(bg: BudaGraph, name: str, reader: str, readers) -> Op
     op = bg.ops.get(name)
     if op is None or op.tags.get("picker") != "tile_broadcast" or readers.get(name, []) != [reader]:
         return None
+    # Its data input's TMs move onto the fused op's input, where a transpose is not allowed (tm_allowed: a
+    # transpose on matmul input 1, the channels-last turn of a per-channel vector, stays with the matmul).
+    if any(isinstance(tm, Transpose) for tm in as_tms(op.input_tms.get(int(op.tags["data_input"]), []))):
+        return None
     return op
 
 
