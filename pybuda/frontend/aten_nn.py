@@ -223,27 +223,39 @@ def _batch_norm(b: Builder, n, p):
     return out, Missing("batch_norm save_mean"), Missing("batch_norm save_invstd")
 
 
+def _standardize(b: Builder, rows: str, eps: float, dt: torch.dtype) -> str:
+    """``(rows - mean) / sqrt(var + eps)`` over the last dim of ``rows`` (biased variance)."""
+    dim = b.rank(rows) - 1
+    mean = b.op("reduce_avg", [rows], dim=dim)
+    centered = b.op("subtract", [rows, mean])
+    var = b.op("reduce_avg", [b.op("square", [centered])], dim=dim)
+    rstd = b.op("reciprocal", [b.op("sqrt", [b.binary("add", var, eps, dt)])])
+    return b.op("multiply", [centered, rstd])
+
+
+def _channel_affine(b: Builder, x: str, weight: Any, bias: Any) -> str:
+    """``x * weight + bias`` with per-channel (dim 1) ``weight`` and ``bias``, either of which may be None."""
+    shape = b.shape(x)
+    bshape = (1, shape[1]) + (1,) * (len(shape) - 2)
+    if weight is not None:
+        x = b.op("multiply", [x, b.reshape(weight, bshape)])
+    if bias is not None:
+        x = b.op("add", [x, b.reshape(bias, bshape)])
+    return x
+
+
 def _batch_statistics_norm(b: Builder, x: str, p) -> str:
     """Batch norm with the statistics of ``x`` itself (per channel, dim 1, over every other dim, biased
     variance), then the affine weight and bias: torch's training-mode batch norm."""
     shape = b.shape(x)
-    dt = b.dtype(x)
     channels_first = b.transpose(x, 0, 1) if shape[0] > 1 else x
     rows = b.reshape(channels_first, (shape[1], math.prod(shape) // shape[1]))
-    mean = b.op("reduce_avg", [rows], dim=1)
-    centered = b.op("subtract", [rows, mean])
-    var = b.op("reduce_avg", [b.op("square", [centered])], dim=1)
-    rstd = b.op("reciprocal", [b.op("sqrt", [b.binary("add", var, float(p["eps"]), dt)])])
-    normed = b.op("multiply", [centered, rstd])
-    moved = (shape[1], shape[0]) + tuple(shape[2:])
-    normed = b.reshape(normed, moved)
-    normed = b.transpose(normed, 0, 1) if shape[0] > 1 else b.reshape(normed, shape)
-    bshape = (1, shape[1]) + (1,) * (len(shape) - 2)
-    if p.get("weight") is not None:
-        normed = b.op("multiply", [normed, b.reshape(p["weight"], bshape)])
-    if p.get("bias") is not None:
-        normed = b.op("add", [normed, b.reshape(p["bias"], bshape)])
-    return normed
+    normed = _standardize(b, rows, float(p["eps"]), b.dtype(x))
+    if shape[0] > 1:
+        normed = b.transpose(b.reshape(normed, (shape[1], shape[0]) + tuple(shape[2:])), 0, 1)
+    else:
+        normed = b.reshape(normed, shape)
+    return _channel_affine(b, normed, p.get("weight"), p.get("bias"))
 
 
 @converts("group_norm")
@@ -251,21 +263,9 @@ def _group_norm(b: Builder, n, p):
     x = b.tensor(p["input"])
     shape = b.shape(x)
     groups = int(p["num_groups"])
-    N, C = shape[0], shape[1]
-    dt = b.dtype(x)
-    eps = float(p["eps"])
-    grouped = b.reshape(x, (N, groups, math.prod(shape[1:]) // groups))
-    mean = b.op("reduce_avg", [grouped], dim=2)
-    centered = b.op("subtract", [grouped, mean])
-    var = b.op("reduce_avg", [b.op("square", [centered])], dim=2)
-    rstd = b.op("reciprocal", [b.op("sqrt", [b.binary("add", var, eps, dt)])])
-    normed = b.reshape(b.op("multiply", [centered, rstd]), shape)
-    bshape = (1, C) + (1,) * (len(shape) - 2)
-    if p["weight"] is not None:
-        normed = b.op("multiply", [normed, b.reshape(p["weight"], bshape)])
-    if p["bias"] is not None:
-        normed = b.op("add", [normed, b.reshape(p["bias"], bshape)])
-    return normed
+    grouped = b.reshape(x, (shape[0], groups, math.prod(shape[1:]) // groups))
+    normed = b.reshape(_standardize(b, grouped, float(p["eps"]), b.dtype(x)), shape)
+    return _channel_affine(b, normed, p["weight"], p["bias"])
 
 
 # --- matmul ---------------------------------------------------------------------------------------

@@ -188,9 +188,10 @@ def _slice_scatter(b: Builder, n, p):
     if step != 1:
         raise Unsupported("slice_scatter with a step (a strided write)")
     dt = out_dtype(n)
-    parts = ([_index_range(b, x, dim, 0, start)] if start > 0 else []) + [b.tensor(src, dt)] + \
+    parts = ([_index_range(b, x, dim, 0, start)] if start > 0 else []) + [src] + \
         ([_index_range(b, x, dim, stop, size)] if stop < size else [])
-    return parts[0] if len(parts) == 1 else b.op("concatenate", [b.tensor(v, dt) for v in parts], axis=dim)
+    names = [b.tensor(v, dt) for v in parts]
+    return names[0] if len(names) == 1 else b.op("concatenate", names, axis=dim)
 
 
 @converts("roll")

@@ -99,6 +99,18 @@ class BudaGraph:
         self.ops[op.name] = op
         return op
 
+    def insert_before(self, op: BudaOp, before: str) -> BudaOp:
+        """Add ``op`` to the schedule just before op ``before`` (the ops dict's order is the schedule)."""
+        if op.name in self.ops or op.name in self.queues:
+            raise ValueError(f"lowered graph '{self.name}' already has '{op.name}'")
+        items = list(self.ops.items())
+        self.ops.clear()
+        for name, existing in items:
+            if name == before:
+                self.ops[op.name] = op
+            self.ops[name] = existing
+        return op
+
     def add_queue(self, queue: BudaQueue) -> BudaQueue:
         """Add a queue (names are unique across ops and queues)."""
         if queue.name in self.ops or queue.name in self.queues:

@@ -74,12 +74,7 @@ def _transpose_by_nop(bg: BudaGraph, op: BudaOp, d: int) -> None:
                  in_df=[op.in_df[d]], out_df=op.in_df[d], intermed_df=op.intermed_df, acc_df=op.acc_df,
                  math_fidelity=op.math_fidelity, epoch_type=op.epoch_type,
                  tags={k: v for k, v in op.tags.items() if k not in _PICKER_TAGS})
-    ops = list(bg.ops.items())
-    bg.ops = {}
-    for name, o in ops:
-        if name == op.name:
-            bg.ops[nop.name] = nop
-        bg.ops[name] = o
+    bg.insert_before(nop, op.name)
     op.inputs = [nop.name if k == d else i for k, i in enumerate(op.inputs)]
     op.input_tms = {k: v for k, v in op.input_tms.items() if k != d}
 

@@ -219,7 +219,7 @@ def insert_nops(bg: BudaGraph, ctx: CompileContext) -> BudaGraph:
                 nop = BudaOp(name=name, type="nop", inputs=[prev], shape=_shape_after(bg.shape_of(prev), tms),
                              input_tms={0: list(tms)} if tms else {}, epoch_type=chain_dests[0].epoch_type,
                              tags={"buffering_nop": True, "ir_node": None, "ir_op_type": "nop"})
-                _insert_before(bg, nop, chain_dests[0].name)
+                bg.insert_before(nop, chain_dests[0].name)
                 inserted.append(name)
                 prev = name
             for d, i in edges:
@@ -246,16 +246,6 @@ def _unique(bg: BudaGraph, name: str) -> str:
         n += 1
         name = f"{base}_{n}"
     return name
-
-
-def _insert_before(bg: BudaGraph, op: BudaOp, before: str) -> None:
-    """Add ``op`` to the schedule just before ``before`` (ops dict order is the schedule)."""
-    items = list(bg.ops.items())
-    bg.ops.clear()
-    for name, existing in items:
-        if name == before:
-            bg.ops[op.name] = op
-        bg.ops[name] = existing
 
 
 # --- add_schedule_constraint ---------------------------------------------------------------------------------
