@@ -57,14 +57,16 @@ _PICKER_TAGS = (COPIES_INPUT, "picker", "min_fidelity", sparse_work.ENTRIES_TAG,
 def exact_pickers(bg: BudaGraph, ctx: CompileContext) -> BudaGraph:
     """Make each copying picker matmul that would truncate its data exact (in place); returns ``bg``.
     ``ctx.notes["exact_pickers"]`` counts them."""
+    ctx.notes["exact_pickers"] = 0
+    if not ctx.config.exact_data_movement:
+        return bg
     readers = bg.reader_map()
     targets = {}
     for op in bg.ops.values():
         d = copied_input(bg, op)
         if d is not None and _needs_pieces(bg, op, d, readers):
             targets[op.name] = d
-    if not targets or not ctx.config.exact_data_movement:
-        ctx.notes["exact_pickers"] = 0
+    if not targets:
         return bg
     one = _one_tile(bg)
     added: Dict[str, List[BudaOp]] = {name: _pieces(bg, bg.ops[name], d, one) for name, d in targets.items()}
@@ -98,10 +100,15 @@ def copied_input(bg: BudaGraph, op: BudaOp) -> Optional[int]:
         q = bg.queues.get(op.inputs[const])
         if q is None or q.kind != "constant" or op.inputs[const] not in bg.tensors or op.inputs[data] in bg.tensors:
             continue
+        if not _truncates(op, data):
+            continue  # nothing to make exact: no need to look at the matrix (a model's every weight at Float32)
         if any(not (isinstance(tm, Broadcast) and tm.dim == "z") for tm in as_tms(op.input_tms.get(const, ()))):
             continue
         matrix = bg.tensors[op.inputs[const]]
         if matrix.dim() < 2 or matrix.numel() != matrix.shape[-2] * matrix.shape[-1]:
+            continue
+        head = matrix.reshape(-1)[:64]  # a weight fails here: no whole-matrix pass
+        if not bool(((head == 0) | (head == 1)).all()):
             continue
         nonzero = matrix.reshape(matrix.shape[-2:]) != 0
         if bool(((matrix == 0) | (matrix == 1)).all()) and int(nonzero.sum(dim=0 if const == 1 else 1).max()) <= 1:
@@ -109,10 +116,16 @@ def copied_input(bg: BudaGraph, op: BudaOp) -> Optional[int]:
     return None
 
 
+def _truncates(op: BudaOp, d: int) -> bool:
+    """Whether the matmul drops bits of its data input ``d`` that its Dest could hold: not when the data is exact
+    already, nor with a Dest (Grayskull's) that cannot hold the bits the pieces would add."""
+    return fraction_bits(op.in_df[d]) > _kept_bits(op, d) and op.acc_df == DataFormat.Float32
+
+
 def _needs_pieces(bg: BudaGraph, op: BudaOp, d: int, readers: Dict[str, List[str]]) -> bool:
     """Whether the picker truncates its data input ``d`` and some reader would have kept the bits it loses."""
-    if fraction_bits(op.in_df[d]) <= _kept_bits(op, d) or op.acc_df != DataFormat.Float32:
-        return False  # exact already, or a Dest (Grayskull's) that cannot hold the bits the pieces would add
+    if not _truncates(op, d):
+        return False
     return not all(_multiplies(bg.ops.get(name)) for name in readers.get(op.name, ()))
 
 
@@ -145,6 +158,8 @@ def _pieces(bg: BudaGraph, op: BudaOp, d: int, one: str) -> List[BudaOp]:
     count = -(-_FLOAT32_SIGNIFICANT // (kept + 1))
     # A matmul at a fidelity that reads fewer bits than a piece holds (a one-hot matmul at LoFi) copies at HiFi4.
     fidelity = op.math_fidelity if _kept_bits(op, d) >= kept else _SPLIT_FIDELITY
+    data, first_df = op.inputs[d], op.in_df[d]
+    shape = bg.shape_of(data)
     taken = set()
 
     def name(suffix: str) -> str:
@@ -160,8 +175,6 @@ def _pieces(bg: BudaGraph, op: BudaOp, d: int, one: str) -> List[BudaOp]:
                       acc_df=DataFormat.Float32, math_fidelity=_SPLIT_FIDELITY, epoch_type=op.epoch_type,
                       tags=fields.pop("tags", {EXACT_PICKER_PART: op.name}), **fields)
 
-    data, first_df = op.inputs[d], op.in_df[d]
-    shape = bg.shape_of(data)
     ones = [Broadcast(dim="r", factor=shape.rt), Broadcast(dim="c", factor=shape.ct), Broadcast(dim="z", factor=shape.z)]
     ones = [tm for tm in ones if tm.factor > 1]
     ops: List[BudaOp] = []
