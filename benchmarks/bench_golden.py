@@ -185,7 +185,7 @@ def main(argv: List[str] = None) -> int:
             prof = cProfile.Profile()
             prof.runcall(precise.run, inputs)
             out = io.StringIO()
-            pstats.Stats(prof, stream=out).sort_stats("tottime").print_stats(15)
+            pstats.Stats(prof, stream=out).sort_stats("tottime").print_stats(int(os.environ.get("BENCH_PROFILE_ROWS", "15")))
             print(out.getvalue())
     return 0
 

@@ -27,6 +27,7 @@ import torch
 
 from pybuda.errors import ConfigError
 from pybuda.ir.graph import Graph
+from pybuda.netlist.host_io import compact_shape
 from pybuda.torch_optimizers import TorchAdamNoBiasCorrection, TorchLAMB, TorchLARS
 
 Shape = Tuple[int, ...]
@@ -134,7 +135,16 @@ class UpdateGraph:
         missing = [p for p in self.param_names if p not in gradients]
         if missing:
             raise ConfigError(f"update graph: no gradient for parameter(s) {missing}")
-        return [gradients[p] for p in self.param_names]
+        return [self._as_input(p, gradients[p]) for p in self.param_names]
+
+    def _as_input(self, param: str, gradient: torch.Tensor) -> torch.Tensor:
+        """A gradient in its parameter's shape, reshaped to the graph input of a parameter held compact (a
+        layout that is a plain reshape, ``host_io.compact_shape``); any other gradient as it is."""
+        shape = tuple(self.graph[self.grad_inputs[param]].shape)
+        layout = self.grad_layouts.get(param)
+        if tuple(gradient.shape) != shape and layout is not None and not layout[1] and gradient.numel() == math.prod(shape):
+            return gradient.reshape(shape)
+        return gradient
 
     def parameter_values(self, parameters: Mapping[str, torch.Tensor],
                          state: Mapping[str, torch.Tensor]) -> Dict[str, torch.Tensor]:
@@ -441,6 +451,10 @@ class Optimizer:
         grad_inputs = {}
         grads = {}
         layouts = {p: _grad_layout(owner, p, v) for p, v in (grad_layouts or {}).items() if p in specs}
+        # A parameter the device holds compact (a conv weight, host_io.compact_shape) is updated in that
+        # shape: elementwise, the update is the same, and its state then takes no tile per kernel.
+        held = {p: compact_shape(shape) or shape for p, (shape, _) in specs.items()}
+        layouts.update({p: (held[p], ()) for p, (shape, _) in specs.items() if held[p] != shape and p not in layouts})
         for pname, (shape, dtype) in specs.items():
             layout = layouts.get(pname, (shape, ()))[0]
             if math.prod(layout) != math.prod(shape):
@@ -451,21 +465,26 @@ class Optimizer:
             for k, (op_type, attrs) in enumerate(layouts.get(pname, (shape, ()))[1]):
                 grads[pname] = graph.add_op(f"{GRAD_PREFIX}{pname}.layout{k}", op_type, [grads[pname]],
                                             dict(attrs)).name
-            if tuple(graph[grads[pname]].shape) != shape:
+            if tuple(graph[grads[pname]].shape) != held[pname]:
                 grads[pname] = graph.add_op(f"{GRAD_PREFIX}{pname}.as_param", "reshape", [grads[pname]],
-                                            {"shape": shape}).name
+                                            {"shape": held[pname]}).name
+        params = {}
         for pname, (shape, dtype) in specs.items():
-            graph.add_parameter(pname, torch.zeros(shape, dtype=dtype), requires_grad=False)
+            params[pname] = graph.add_parameter(pname, torch.zeros(shape, dtype=dtype), requires_grad=False).name
+            if held[pname] != shape:
+                params[pname] = graph.add_op(graph.unique_name(f"{pname}.compact"), "reshape", [pname], {"shape": held[pname]}).name
         for key, value in self._hyper_values().items():
             graph.add_parameter(key, torch.zeros_like(value), requires_grad=False)
 
         builder = _UpdateGraphBuilder(self, graph)
         new_param: Dict[str, str] = {}
         for pname, (shape, dtype) in specs.items():
-            ac = OptimizerTraceContext(builder, pname, shape, dtype)
-            node = self.generate_op_trace(ac, pname, grads[pname])
-            if tuple(graph[node].shape) != shape:
-                raise ConfigError(f"{owner}: update of '{pname}' has shape {graph[node].shape}, expected {shape}")
+            ac = OptimizerTraceContext(builder, pname, held[pname], dtype)
+            node = self.generate_op_trace(ac, params[pname], grads[pname])
+            if tuple(graph[node].shape) != held[pname]:
+                raise ConfigError(f"{owner}: update of '{pname}' has shape {graph[node].shape}, expected {held[pname]}")
+            if held[pname] != shape:
+                node = graph.add_op(graph.unique_name(f"{pname}.as_param"), "reshape", [node], {"shape": shape}).name
             new_param[pname] = node
         missing = [s for s in builder.state_owner if s not in builder.state_next]
         if missing:

@@ -42,6 +42,7 @@ from pybuda.balancer.l1fit import _PARAM_KINDS, L1Fit, _Diag
 from pybuda.balancer.types import OpModel
 from pybuda.netlist.model import fused_spec, fused_sub_ops
 from pybuda.errors import CompileError
+from pybuda.ir.graph import WRITTEN_IN_PLACE
 from pybuda.netlist.tms import HStack, VStack, as_tms, tms_shape
 from pybuda.netlist.device_ops import ops_of_class
 from pybuda.dtypes import DataFormat
@@ -217,8 +218,9 @@ class Legalizer(L1Fit):
                 s_in = g.shape_of(name)
                 stacked.append((i, (s_in.z, s_in.rt, s_in.ct), tms))
         sparse = op.type in _MATMUL and bool(op.attrs.get("identity"))
-        pad_dims = self._pad_dims(op, (shape.z, shape.rt, shape.ct), in_shapes, reduce_dim, sparse,
-                                  (limit_r, limit_c))
+        in_place = any(q.tags.get(WRITTEN_IN_PLACE) for q in outs)  # the ram it aliases has the exact shape
+        pad_dims = (False, False) if in_place else self._pad_dims(op, (shape.z, shape.rt, shape.ct), in_shapes,
+                                                                  reduce_dim, sparse, (limit_r, limit_c))
         return OpFacts(
             type=op.type, z=shape.z, rt=shape.rt, ct=shape.ct, k=k, reduce_dim=reduce_dim, in_kinds=tuple(kinds),
             in_raw=tuple(raw), in_dfs=in_dfs, out_df=op.out_df, intermed_df=op.intermed_df, acc_df=op.acc_df,

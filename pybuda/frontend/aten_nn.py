@@ -341,9 +341,9 @@ def _sdpa(b: Builder, n, p):
 
 #: The floor of an additive mask on the device. After softmax's max subtraction exp of it is 0, as that of
 #: -inf or of ``finfo.min`` is; and it stays far above the value the lowering adds to a tile's padding
-#: columns before a row max (``pickers.NEG_LARGE``, -1e30), so a row's max is one of its own columns even
-#: when every column is masked (with a floor below that, the max came from the padding, every exp was 0 and
-#: the row's sum too: NaN). Scores differing by less than the floor's spacing (64) are lost on rows
+#: columns before a row max (``pickers.PAD_LOWEST``, float32's lowest), so a row's max is one of its own
+#: columns even when every column is masked (a max from the padding made every exp 0 and the row's sum too:
+#: NaN). Scores differing by less than the floor's spacing (64) are lost on rows
 #: masked entirely, as they are in float32 torch at -inf / finfo.min.
 _MASK_FLOOR = -1.0e9
 

@@ -23,12 +23,15 @@ NODE_KINDS = (INPUT, PARAMETER, CONSTANT, OP, OUTPUT)
 #: Tag of parameter nodes whose value the runtime rewrites after compile (trained weights, optimizer state
 #: and hyper-parameters): the compiler must not fold them or derive compile-time copies of them.
 RUNTIME_UPDATED = "updated_at_runtime"
+#: Tag of output nodes a training netlist may write in place into the ram they update (an optimizer's new
+#: parameter or state): the op writing one keeps the queue's exact tile shape (the balancer pads no dimension).
+WRITTEN_IN_PLACE = "written_in_place"
 #: Tag of input nodes that another program of a training netlist may write on the device with junk (not zeros)
 #: in the tile padding: the compiled graph zeroes that padding as it reads the input, so it computes what it
 #: would from a host push (the host pads with zeros).
 JUNK_PADDED_INPUT = "junk_padded_input"
 #: Tag of an op whose result is one of its operand's values, or its negation: the index of that operand. A
-#: reduce max's padding mask (``x + 0``, NEG_LARGE in the padding) and the negations that make a min the max of
+#: reduce max's padding mask (``x + 0``, PAD_LOWEST in the padding) and the negations that make a min the max of
 #: ``0 - x``; the comparisons of argmax, argmin and ``x == x.max(d)`` need them exact, and the data-format pass
 #: gives them formats that hold that operand's values (pybuda.passes.lowered.data_formats).
 HOLDS_OPERAND = "holds_operand"

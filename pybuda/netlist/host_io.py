@@ -57,6 +57,24 @@ def tiles(n: int) -> int:
     return -(-n // TILE)
 
 
+def compact_shape(shape: Sequence[int]) -> Optional[Tuple[int, int]]:
+    """``[S[0], prod(S[1:])]``, the layout a device queue holds a rank >= 3 tensor in when its canonical form
+    would be mostly tile padding, or None when the canonical form is fine.
+
+    The canonical form gives every ``[r, c]`` matrix its own tiles: a convolution weight ``[Cout, Cin, kh, kw]``
+    is ``Cout·Cin`` slices of one padded tile each (a 3x3 kernel fills 9 of a tile's 1,024 datums), and past
+    65,536 slices no netlist can hold it. Values a program computes never take this form; queues that the
+    runtime writes (trained parameters) do, read through a reshape (same element order)."""
+    shape = tuple(int(d) for d in shape)
+    if len(shape) < 3:
+        return None
+    z, r, c = canonical_zrc(shape)
+    rest = math.prod(shape[1:])
+    canonical_tiles = z * tiles(r) * tiles(c)
+    compact_tiles = tiles(shape[0]) * tiles(rest)
+    return (shape[0], rest) if 4 * compact_tiles <= canonical_tiles else None
+
+
 def to_canonical(t: torch.Tensor, pad_value: float = 0.0, keep_transposed: bool = False) -> torch.Tensor:
     """A per-sample tensor as its padded canonical ``[z, R, C]`` form. ``keep_transposed``: a tile-aligned
     2-D transposed view (a consteval'd weight transpose) comes back as that view, for a caller that copies

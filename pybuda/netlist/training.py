@@ -330,9 +330,10 @@ def ram_to_ram(a: QueueIO, b: QueueIO, shape: Sequence[int]) -> Optional[Tuple[A
 
 
 def plain_ram(rec: QueueIO, shape: Sequence[int]) -> bool:
-    """True when ram ``rec`` holds a tensor of ``shape`` as its canonical form (no host TMs, the same shape):
-    its value can be read back from the device."""
-    return not rec.host_tms and (rec.device_shape is None or tuple(rec.device_shape) == tuple(int(d) for d in shape))
+    """True when ram ``rec`` holds a tensor of ``shape`` in element order (no host TMs; its device shape is
+    ``shape`` or a reshape of it, such as a trained weight held compact): its value can be read back from the
+    device."""
+    return not rec.host_tms and (rec.device_shape is None or math.prod(rec.device_shape) == math.prod(shape))
 
 
 def read_ram_value(rec: QueueIO, entry: torch.Tensor, shape: Sequence[int]) -> torch.Tensor:

@@ -78,8 +78,10 @@ def _post_initial_graph(s: _State) -> None:
     from pybuda.passes.graph.fold_batchnorm import fold_batchnorms
     from pybuda.passes.graph.fold_pads import fold_pads
     from pybuda.passes.graph.fold_scales import fold_scales
+    from pybuda.passes.graph.identities import drop_identity_ops
     from pybuda.passes.graph.prestride import prestride_convs
 
+    s.graph = drop_identity_ops(s.graph, s.ctx)
     s.graph = fold_batchnorms(s.graph, s.ctx)  # before decompose, which would split the norm into scale and shift
     s.graph = fold_scales(s.graph, s.ctx)
     s.graph = decompose_high_level_ops(s.graph, s.ctx)

@@ -63,6 +63,18 @@ class PerfConfig:
     #: NoC op→op pipe latency, tt-npe write model: 40 + 10 cycles per hop (NBS §6.3).
     noc_latency_base_cycles: int = 40
     noc_latency_per_hop_cycles: int = 10
+    #: Every DRAM queue buffer is read and written through one NoC endpoint ("subchannel") of its channel: its
+    #: ``read_ports`` / ``write_ports`` entry picks it (NBS §1.2); a Wormhole channel has 3 (NBS §5.1;
+    #: perf_calibration §2.3: 18 endpoints in 6 controllers). tt-npe's Wormhole B0 model gives a DRAM
+    #: endpoint 23.2 B/cycle of NoC injection (read data) and 24.0 B/cycle of absorption (write data)
+    #: (NBS §6.3, perf_calibration §2.3), below the 2 × 19 GiB/s ≈ 40.8 B/cycle of the controller behind it
+    #: (NBS §5.4, measured), and PyBuda's balancer capped a Wormhole DRAM reader at an observed 20.4 B/cycle
+    #: (NBS §5.4). So an epoch's streamed bytes per input on one endpoint bound every op that reads or writes
+    #: through it (``_Estimator._endpoint_cycles``), besides its channel's controller rate. NoC and AI clock
+    #: are one clock, so the limits are per AI cycle; a Grayskull channel has one endpoint and its 9.4
+    #: B/cycle controller is slower than it (no change there).
+    dram_read_endpoint_bytes_per_cycle: float = 23.2
+    dram_write_endpoint_bytes_per_cycle: float = 24.0
     #: First-byte latency of a DRAM read on the far side of the chip (tt-npe, NBS §6.3).
     dram_latency_cycles: int = 270
     #: Host-memory (PCIe) round trip, ~1 µs for a PCIe 4.0 read [D].

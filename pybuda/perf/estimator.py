@@ -31,6 +31,9 @@ class _Estimator:
         self.device = device
         self.cfg = config
         self.bw = cost.device_bandwidth(device)
+        # NoC endpoints ("subchannels") per DRAM channel: 3 on Wormhole, 1 on Grayskull (NBS §5.1)
+        chans = getattr(device, "dram_channels", None) or ()
+        self.endpoints_per_channel = min((len(getattr(c, "noc_endpoints", ()) or ()) for c in chans), default=0)
         self.clock = float(device.aiclk_hz)
         self.fused = _fused_table(netlist)
         self.prog = _pick_program(netlist, program)
@@ -153,6 +156,8 @@ class _Estimator:
         cores = max(1, op.grid_size[0] * op.grid_size[1])
         operands = len(cost.input_tiles_per_core(cop, cmod))  # inputs the cost model gives a slice
         dram_bytes: Dict[Tuple[int, int], float] = {}
+        # the same bytes per DRAM NoC endpoint: (chip, channel, port, "r" read / "w" write)
+        endpoint_bytes: Dict[Tuple[int, int, int, str], float] = {}
         host_bytes = 0.0
         eth_bytes: Dict[Tuple[int, int], float] = {}
         chip = _chip_of(ex.graph.target_device)
@@ -178,6 +183,7 @@ class _Estimator:
                 host_bytes += nbytes
             else:
                 self._spread(dram_bytes, q, nbytes)
+                self._spread_endpoints(endpoint_bytes, q, nbytes, "r")
                 cross(_chip_of(q.target_device), nbytes)
         writes: Dict[str, float] = {}
         for p in pipes.get(-1, ()):
@@ -188,6 +194,7 @@ class _Estimator:
                 host_bytes += out_bytes
             else:
                 self._spread(dram_bytes, q, out_bytes)
+                self._spread_endpoints(endpoint_bytes, q, out_bytes, "w")
                 cross(_chip_of(q.target_device), out_bytes)
         if op.type == "ethernet_datacopy" and op.attr("dest_device") is not None:
             # an Ethernet copy to another chip's op has no queue to write: its whole output crosses
@@ -195,7 +202,8 @@ class _Estimator:
             cross(int(op.attr("dest_device")), out_bytes)
         if ideal is None:
             ideal = cost.matmul_ideal_cycles(cop, cmod, self.device)
-        return {"bounds": bounds, "dram_bytes": dram_bytes, "host_bytes": host_bytes, "eth_bytes": eth_bytes,
+        return {"bounds": bounds, "dram_bytes": dram_bytes, "endpoint_bytes": endpoint_bytes,
+                "host_bytes": host_bytes, "eth_bytes": eth_bytes,
                 "ideal": ideal, "sources": sources}
 
     def _pipe_rate(self, sources: int) -> float:
@@ -208,6 +216,45 @@ class _Estimator:
         the input's pipes (:func:`~pybuda.perf.pipes.gather_sources`)."""
         graph = self.op_graph.get(op.name)
         return gather_sources(self.pipes_of(graph, op).get(index, ()) if graph is not None else ())
+
+    def _spread_endpoints(self, acc: Dict[Tuple[int, int, int, str], float], q: QueueDef, nbytes: float,
+                          kind: str) -> None:
+        """Add ``nbytes`` to the DRAM NoC endpoints of the queue's buffers, evenly, as :meth:`_spread` does
+        to their channels (see :meth:`_endpoint_cycles`). A buffer is read through the endpoint its
+        ``read_ports`` entry names and written through its ``write_ports`` entry (NBS §1.2: one per buffer,
+        "picks the DRAM sub-channel NoC endpoint"), whichever core reads it; a queue without them has its
+        buffers on one channel take that channel's endpoints in turn [D] (PyBuda's balancer spread DRAM
+        readers over channels·subchannels, NBS §5.4). Only channels with several endpoints (Wormhole:
+        3 per channel, NBS §5.1) are counted: on a single-endpoint channel the channel's own rate is all."""
+        allocs = q.dram or ()
+        ports = self.endpoints_per_channel
+        if not allocs or ports <= 1:
+            return
+        given = q.read_ports if kind == "r" else q.write_ports
+        chip = _chip_of(q.target_device)
+        share = nbytes / len(allocs)
+        turn: Dict[int, int] = {}
+        for i, (channel, _addr) in enumerate(allocs):
+            channel = int(channel)
+            if given and i < len(given):
+                port = int(given[i]) % ports
+            else:
+                port = turn.get(channel, 0) % ports
+                turn[channel] = turn.get(channel, 0) + 1
+            key = (chip, channel, port, kind)
+            acc[key] = acc.get(key, 0.0) + share
+
+    def _endpoint_cycles(self, key: Tuple[int, int, int, str], nbytes: float) -> float:
+        """Cycles per input one DRAM NoC endpoint needs for its reads (``kind`` "r") or writes ("w").
+
+        A queue buffer is reached through one NoC endpoint of its channel, and an endpoint injects read data
+        into the NoC and absorbs write data at tt-npe's DRAM endpoint rates (NBS §6.3:
+        ``dram_read_endpoint_bytes_per_cycle``, ``dram_write_endpoint_bytes_per_cycle``), below a Wormhole
+        channel's controller rate: a channel whose traffic goes through one endpoint cannot reach its
+        controller's bandwidth (NBS §5.4: PyBuda's balancer saw at most 20.4 B/cycle from a WH DRAM reader)."""
+        rate = (self.cfg.dram_read_endpoint_bytes_per_cycle if key[3] == "r"
+                else self.cfg.dram_write_endpoint_bytes_per_cycle)
+        return nbytes / min(rate, self.bw.dram_per_channel)
 
     @staticmethod
     def _spread(acc: Dict[Tuple[int, int], float], q: QueueDef, nbytes: float) -> None:
@@ -228,6 +275,7 @@ class _Estimator:
         rows: Dict[str, OpPerf] = {}
         info: Dict[str, Dict[str, Any]] = {}
         channel_bytes: Dict[Tuple[int, int], float] = {}
+        endpoint_bytes: Dict[Tuple[int, int, int, str], float] = {}
         host_bytes_total = 0.0
         eth_bytes_pair: Dict[Tuple[int, int], float] = {}
         for ex in group:
@@ -236,6 +284,8 @@ class _Estimator:
                 info[op.name] = {"ex": ex, "op": op, **b}
                 for key, nbytes in b["dram_bytes"].items():
                     channel_bytes[key] = channel_bytes.get(key, 0.0) + nbytes
+                for key, nbytes in b["endpoint_bytes"].items():
+                    endpoint_bytes[key] = endpoint_bytes.get(key, 0.0) + nbytes
                 host_bytes_total += b["host_bytes"]
                 for pair, nbytes in b["eth_bytes"].items():
                     eth_bytes_pair[pair] = eth_bytes_pair.get(pair, 0.0) + nbytes
@@ -243,6 +293,7 @@ class _Estimator:
         # Shared links: cycles per input each must spend.
         channel_cycles = {key: nbytes / (self.bw.dram_total if key[1] < 0 else self.bw.dram_per_channel)
                           for key, nbytes in channel_bytes.items()}
+        endpoint_cycles = {key: self._endpoint_cycles(key, nbytes) for key, nbytes in endpoint_bytes.items()}
         pcie_cycles = host_bytes_total / self.bw.pcie if host_bytes_total else 0.0
         eth_cycles = {pair: (nbytes / self.eth_rate if self.eth_rate else 0.0)
                       for pair, nbytes in eth_bytes_pair.items()}
@@ -253,7 +304,7 @@ class _Estimator:
             op: NetlistOp = d["op"]
             ex: _Exec = d["ex"]
             bounds = dict(d["bounds"])
-            touched = [channel_cycles[k] for k in d["dram_bytes"]]
+            touched = [channel_cycles[k] for k in d["dram_bytes"]] + [endpoint_cycles[k] for k in d["endpoint_bytes"]]
             if touched:
                 bounds["dram"] = max(bounds["dram"], int(math.ceil(max(touched))))
             if d["host_bytes"]:
@@ -285,7 +336,8 @@ class _Estimator:
                 steady, bottleneck = int(cycles), name
         # A shared link busier than every op bounds the epoch by itself (e.g. PCIe for host queues).
         link_bound = "kernel"
-        for label, cyc in (("dram", max(channel_cycles.values(), default=0.0)), ("pcie", pcie_cycles),
+        dram_link = max(max(channel_cycles.values(), default=0.0), max(endpoint_cycles.values(), default=0.0))
+        for label, cyc in (("dram", dram_link), ("pcie", pcie_cycles),
                            ("eth", max(eth_cycles.values(), default=0.0))):
             if cyc > steady:
                 steady, link_bound, bottleneck = int(math.ceil(cyc)), label, None
@@ -347,6 +399,8 @@ class _Estimator:
             math_utilization=(ideal_core_cycles * input_count) / (cores_available * total) if total else 0.0,
             switch_breakdown={k: float(v) for k, v in breakdown.items()},
             dram_channel_cycles={f"{c}:{ch}": int(math.ceil(v)) for (c, ch), v in sorted(channel_cycles.items())},
+            dram_endpoint_cycles={f"{c}:{ch}.{port}:{kind}": int(math.ceil(v))
+                                  for (c, ch, port, kind), v in sorted(endpoint_cycles.items())},
             pcie_cycles_per_input=int(math.ceil(pcie_cycles)), prologue_bytes=int(prologue_total),
             binary_bytes=int(binary_total), host_binary_bytes=int(host_binary_total))
 

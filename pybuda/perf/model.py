@@ -72,6 +72,20 @@ Calibration mechanisms (perf_calibration §1; the same parameters for every mode
   kernel-bound on the stem sparse matmul); BERT-Large e150 111 → ~145 sen/s — its former +12 % match
   was an artefact of the single-channel 384×1024 input queue, so BERT-Large is now ~1.5–1.6× fast on
   *both* cards: the missing mechanism is BERT-specific.
+* **A DRAM buffer moves its bytes through one NoC endpoint of its channel** (estimator ``_endpoint_cycles``,
+  ``PerfConfig.dram_read_endpoint_bytes_per_cycle`` / ``dram_write_endpoint_bytes_per_cycle``): a queue
+  buffer's ``read_ports``/``write_ports`` entry picks one of its channel's endpoints (NBS §1.2; Wormhole has
+  3 per channel, NBS §5.1), and a DRAM endpoint injects reads at 23.2 B/cycle and absorbs writes at 24.0
+  (tt-npe, NBS §6.3) — below the 40.8 B/cycle of a Wormhole channel's two measured blocks (NBS §5.4; PyBuda's
+  balancer used an observed 20.4 B/cycle per WH reader). A queue without ports has its buffers on one channel
+  take the endpoints in turn [D]. The channel's own rate still bounds reads plus writes; Grayskull (one
+  endpoint per channel, 9.4 B/cycle channels) is unchanged. HRNet-V2-W64 n150 1.36 → 1.08; no other
+  calibration point moves (the balancer does not see it: epoch-level link sharing is the estimator's, as
+  for the channels). Caveats: the endpoints that bind there carry the streamed picker tables of our
+  nearest-upsample lowering (``upsample_nearest2d_*.rows0T_0.sparse``, one buffer per channel of several
+  queues, all on the first endpoint), which TT-Buda did not have; and the default port matters — taking a
+  channel's endpoints in turn across all its queues' buffers gives HRNet n150 1.20, the routing module's
+  nearest-endpoint-per-pipe rule 1.22.
 * **Sparse matmul tables stay in L1** (legalizer + netlist validator, ``sparse_table_tiles_per_core``):
   a picker's unique tiles and its grid row's share of the index are prologue, as in TT-Buda. The
   validator used to size them as ``t`` output mblocks, so the ResNet stem's 161 KB index (49 taps) did

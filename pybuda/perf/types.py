@@ -109,6 +109,9 @@ class EpochPerf:
     math_utilization: float
     switch_breakdown: Dict[str, float] = field(default_factory=dict)
     dram_channel_cycles: Dict[str, int] = field(default_factory=dict)
+    #: Cycles per input each DRAM NoC endpoint spends on the epoch's reads or writes (Wormhole: 3 endpoints
+    #: per channel), keyed ``chip:channel.port:r`` / ``…:w`` (see ``PerfConfig.dram_read_endpoint_bytes_per_cycle``).
+    dram_endpoint_cycles: Dict[str, int] = field(default_factory=dict)
     pcie_cycles_per_input: int = 0
     prologue_bytes: int = 0
     #: Kernel binaries and overlay blobs the switch loaded from DRAM (0 when nothing was reloaded).

@@ -12,6 +12,7 @@ import torch
 
 from pybuda.dtypes import DataFormat
 from pybuda.errors import CompileError, InputError, PybudaError
+from pybuda.netlist.tms import TMError, tms_shape
 from pybuda.runtime.training_programs import (Program, _Stage, accumulate_format, compile_optimizer, compile_stage,
                                               gradient_layouts, junk_padded_gradients, junk_padded_outputs)
 
@@ -400,6 +401,14 @@ def _link(grid: Tuple[int, int], kind: str, target: Any, target_queue: str, alia
     from pybuda.netlist import training as tn
 
     if tms is None:
+        return None
+    # The alias's readers were compiled for its own tile shape: a producer that pads (the host crops such an
+    # output when it pops it) writes more tiles than they read.
+    try:
+        held = tms_shape(tuple(target.netlist.queues[target_queue].shape), tms)
+    except TMError:
+        return None
+    if tuple(held) != tuple(alias.netlist.queues[alias_queue].shape):
         return None
     if tn.readers_accept(alias.netlist, alias_queue, tms):
         return tn.Link(kind, target.key, target_queue, alias.key, alias_queue, tms)

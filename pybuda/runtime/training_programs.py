@@ -17,7 +17,7 @@ import torch
 
 from pybuda.dtypes import DataFormat
 from pybuda.errors import CompileError
-from pybuda.ir.graph import JUNK_PADDED_INPUT, RUNTIME_UPDATED
+from pybuda.ir.graph import JUNK_PADDED_INPUT, RUNTIME_UPDATED, WRITTEN_IN_PLACE
 from pybuda.runtime.backend_api import CPUReferenceExecutor, create_executor
 
 log = logging.getLogger("pybuda.runtime.training")
@@ -111,6 +111,9 @@ def compile_stage(name: str, graph: Any, *, input_grads: Sequence[str], device_d
     tg = build_training_graphs(graph, recompute=bool(getattr(config, "enable_recompute", False)),
                                input_grads=list(input_grads))
     _add_sample_dim(tg.backward, list(tg.param_grads.values()))
+    for node in tg.backward.outputs:  # parameter gradients: accumulated in place on the device
+        if node.name in tg.param_grads.values():
+            node.tags[WRITTEN_IN_PLACE] = True
     save_inputs_on_device(tg)
     # Activations the forward saves stay in device DRAM for the backward (one training netlist): the
     # backward reads them in the forward's layout, so their TMs run on the device, not on a host.
@@ -238,6 +241,8 @@ def compile_optimizer(name: str, optimizer: Any, shapes: Mapping[str, Sequence[i
                                                         if n in shapes})
     for node in update.graph.inputs:  # gradients: read from the backward's accumulators on the device
         node.tags[DEVICE_RESIDENT] = True
+    for node in update.graph.outputs:  # new parameters and state: written in place on the device
+        node.tags[WRITTEN_IN_PLACE] = True
     for param in junk_gradients:
         if param in update.grad_inputs:
             update.graph[update.grad_inputs[param]].tags[JUNK_PADDED_INPUT] = True

@@ -194,6 +194,24 @@ def test_integer_results_of_the_cpu_pass_through_the_device_exactly():
     assert got.dtype == torch.int64 and torch.equal(got, TopK()(x))
 
 
+def test_float_results_of_a_model_wholly_on_the_cpu_come_back_unrounded():
+    # A determinant has no device op, so the whole model runs on the CPU; its float result still passed through
+    # default-format (Float16_b) device queues on the way out and came back rounded (93.958 -> 93.5).
+    import pybuda
+
+    class Det(nn.Module):
+        def forward(self, x):
+            return torch.linalg.det(x)
+
+    x = 3 * torch.randn(2, 4, 4, generator=torch.Generator().manual_seed(5))
+    pybuda.TTDevice("tt0", module=pybuda.PyTorchModule("det", Det()), arch=pybuda.BackendDevice.Wormhole_B0)
+    try:
+        got = pybuda.run_inference(inputs=[(x,)]).get(timeout=600)[0].value()
+    finally:
+        pybuda.shutdown()
+    assert torch.equal(got, Det()(x))
+
+
 def test_data_dependent_control_flow_is_a_clear_compile_error():
     class Branchy(nn.Module):
         def forward(self, x):

@@ -129,3 +129,32 @@ def test_minus_infinity_scores_soften_to_zero_with_the_chips_fidelity():
     assert not torch.isnan(got).any()
     assert calculate_pcc(got, expected) >= 0.99
     assert torch.allclose(got, expected, atol=5e-2, rtol=5e-2)
+
+
+class FilledByConstant(torch.nn.Module):
+    """``where(mask, scores, fill)`` with a full-size ``finfo.min`` constant, as JAX/Flax and Keras build padding
+    masks, then softmax, over rows of 24 (not a whole tile)."""
+
+    def __init__(self, seq=24):
+        super().__init__()
+        self.register_buffer("fill", torch.full((1, 4, seq, seq), torch.finfo(torch.float32).min))
+
+    def forward(self, scores, keep):
+        return torch.where(keep, scores, self.fill).softmax(-1)
+
+
+@pytest.mark.parametrize("arch", [pybuda.BackendDevice.Grayskull, pybuda.BackendDevice.Wormhole_B0])
+def test_rows_masked_by_a_lowest_float_constant_are_uniform_not_nan(arch):
+    # The reduce max's tile-padding mask (-1e30) was above finfo.min, so a fully masked row took its max from the
+    # padding: every exp was 0, the sum 0, and the row NaN (384 NaN with no error). Torch: 1/24 in each.
+    seq = 24
+    scores = torch.randn(1, 4, seq, seq, generator=torch.Generator().manual_seed(0))
+    valid = torch.arange(seq) < 20
+    keep = (valid[:, None] & valid[None, :]).expand(1, 4, seq, seq).clone()
+    m = FilledByConstant(seq).eval()
+    expected = m(scores, keep)
+    pybuda.TTDevice("tt0", module=pybuda.PyTorchModule("m", m), arch=arch)
+    got = pybuda.run_inference(inputs=[(scores, keep)]).get()[0].value()
+    assert torch.isfinite(got).all()
+    assert torch.allclose(got[..., 20:, :], expected[..., 20:, :], atol=1e-3)  # the uniform rows
+    assert calculate_pcc(got, expected) >= 0.99

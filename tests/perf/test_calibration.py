@@ -52,9 +52,7 @@ GOAL = 0.15
 _OPTIMISTIC_N150 = ("the model is optimistic on n150 for the CNNs with many small convolutions, for a reason not found "
                     "yet: their n150 epochs are bound by the stem's im2col and by kernel-bound small convolutions, and "
                     "the modelled n150/e150 ratio exceeds the published one (VoVNet 4.4 against 2.0, Inception-v4 4.1 "
-                    "against 2.3, HRNet 1.7 against 1.4) while the Grayskull points of the same models land")
-_UPSAMPLE = ("bound by nearest-upsample lowerings (dense row/column pickers, DRAM-bound) TT-Buda does not have; "
-             "needs a direct upsample lowering before the model can be judged")
+                    "against 2.3) while the Grayskull points of the same models land")
 #: Ratios measured with inference batch norms folded into their convolutions (passes/graph/fold_batchnorm, as
 #: TT-Buda's TVM path folded them), BBE's sparse matmul formulas, padded K for sparse matmuls and the
 #: im2col activation streamed once per input (cost._activation_slices); in parentheses the ratio before
@@ -64,10 +62,22 @@ KNOWN_GAPS: dict = {
                            "bounds the first epoch; cause not found yet (n150 lands at 1.01x)",
     ("vovnet_v2", "gs_e150"): "0.63x (0.90x): 15 epochs (e75: 17, 0.95x), bound by DRAM-streamed weights of the "
                               "one-shot aggregation 1x1 convolutions (conv2d_7.folded); Ribbon's e150 cut differs",
-    ("vovnet_v2", "wh_n150"): "1.41x (1.21x): " + _OPTIMISTIC_N150,
-    ("inception_v4", "wh_n150"): "1.63x (1.82x): " + _OPTIMISTIC_N150,
-    ("hrnet", "wh_n150"): "1.36x (1.50x): " + _OPTIMISTIC_N150 + "; and " + _UPSAMPLE,
-    ("unet", "gs_e75"): "1.16x (0.57x): just outside (e150 0.98x, n150 1.08x); bound by a 256x256 im2col row band "
+    # HRNet-V2-W64 n150 (1.36x) lands at 1.08x since each DRAM buffer's traffic is charged to one NoC endpoint of
+    # its channel (pybuda/perf/estimator._endpoint_cycles, tt-npe's 23.2/24.0 B/cycle).
+    ("vovnet_v2", "wh_n150"): "1.41x (1.21x): " + _OPTIMISTIC_N150 + "; probed with one parameter set (full Ribbon "
+                              "compiles), none lands it without pushing a landed point out: Wormhole sparse matmuls "
+                              "1.5x dearer give 1.08 but ResNet-50 n150 0.77 (its stem is the same kind of im2col); "
+                              "Ribbon pricing B0 sparse matmuls with the V1 formula, as TT-Buda's balancer did "
+                              "(perf_calibration §5.1), 1.30 (HRNet n150 0.87); re-streaming a sparse matmul's "
+                              "activation per output t slice when m_k > 1 (its intermediate buffer holds one mblock, "
+                              "NBS §5.3) 1.06 but U-Net 0.52-0.63 and ResNet-50 e150 0.67; gather pipes, a packer "
+                              "bound and the DRAM endpoint limit change nothing",
+    ("inception_v4", "wh_n150"): "1.63x (1.82x): " + _OPTIMISTIC_N150 + "; bound by the one-tile-wide (32-channel) "
+                                 "stem im2cols (ublock 2x1, conv2d_1.folded.im2col); no probe lands it: Wormhole "
+                                 "sparse matmuls 1.5x dearer 1.36, Ribbon on the V1 sparse formula 1.62, activation "
+                                 "re-streamed per t slice when m_k > 1 1.60, gather pipes / packer bound / DRAM "
+                                 "endpoints unchanged; the stem's lowering or placement must differ from TT-Buda's",
+    ("unet", "gs_e75"): "1.16x (0.57x): just outside (e150 0.98x, n150 1.07x); bound by a 256x256 im2col row band "
                         "on e75's 96 cores",
 }
 

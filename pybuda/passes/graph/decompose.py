@@ -51,7 +51,7 @@ from typing import Any, Optional, Sequence
 
 import torch
 
-from pybuda.ir.graph import CONSTANT, HOLDS_OPERAND, INPUT, SIGN_EXACT, Graph, Node
+from pybuda.ir.graph import CONSTANT, HOLDS_OPERAND, INPUT, OUTPUT, SIGN_EXACT, Graph, Node
 from pybuda.ops import registry
 from pybuda.ops.common import normalize_dim
 from pybuda.passes.context import CompileContext
@@ -93,9 +93,12 @@ def decompose_high_level_ops(graph: Graph, ctx: CompileContext) -> Graph:
             kept.tags.setdefault("exact_df", "Float32")
     for out in new.outputs:  # the output's copy to the host keeps the format too
         src = new[out.operands[0]]
-        # An integer input passed straight through (the indices of a topk the CPU computed) is integer data as well.
-        if src.tags.get("exact_df") or (src.kind == INPUT and _is_integer(src.dtype)):
+        # An input passed straight through (what a CPU stage computed, such as a topk's indices) comes back as it
+        # went in: the device computes nothing on it, so its output format must not round it.
+        if src.tags.get("exact_df") or src.kind == INPUT:
             out.tags.setdefault("exact_df", "Float32")
+        if src.kind == INPUT and all(new[user].kind == OUTPUT for user in new.users(src.name)):
+            src.tags.setdefault("exact_df", "Float32")  # nothing on the device reads it: its queue keeps it too
     return _push_integer_inputs_exact(new, ctx)
 
 

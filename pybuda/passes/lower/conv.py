@@ -235,6 +235,7 @@ class ConvPoolLowering:
         wv, bias = ops[1], (ops[2] if len(ops) == 3 else None)
         wshape = tuple(self.g[node.operands[1]].shape)
         cout_w, cin_g, kh, kw = wshape
+        held = self.held_shape(wv, wshape)  # a trained weight's queue may hold it compact: [Cout, Cin/g·kk]
         ho, wo = self.g[node.name].shape[1:3]
         direct = picked is x
         if direct:
@@ -251,7 +252,7 @@ class ConvPoolLowering:
         if depthwise and not direct:
             # [kk, 32, C]: slice ``pos`` holds w[c, 0, pos] in every row (replicated for a broadcast over r).
             emap = idx[:, 0, :].t()[:, None, :].expand(kk, TILE, cout).contiguous()
-            wrows = self.move(wv, wshape, (kk, TILE, cout), emap.reshape(-1), f"{node.name}.dw_rows")
+            wrows = self.move(wv, held, (kk, TILE, cout), emap.reshape(-1), f"{node.name}.dw_rows")
             wrows = replace(wrows, r=TILE, pad_r=REP)
             out = self._depthwise_apply(node, picked, replace(wrows, r=1), kk, out_hw, out_rp, cin)
             if bq is not None:
@@ -265,11 +266,11 @@ class ConvPoolLowering:
         # padding stay zero.
         cin_pad = tiles(cin) * TILE
         cout_g = cout // groups
-        w3, w3_shape = wv, wshape  # a 1x1 kernel's [Cout, Cin/g, 1, 1] has the element order of [Cout, Cin/g, 1]
+        w3, w3_shape = wv, held  # [Cout, Cin/g, kh, kw] has the element order of [Cout, Cin/g, kk]
         # A [Cout, Cin/g, 1, 1] queue holds one element per slice: moving it straight to [Cin_pad, Cout] needs
         # more picker parts than a gather may have once Cout and Cin/g both pass a tile; via [Cout, Cin/g, 1]
-        # (as for kernels with more taps) it takes two small moves.
-        if kh * kw > 1 or (cin_g > TILE and cout > TILE):
+        # (as for kernels with more taps) it takes two small moves. A compact queue moves in one.
+        if len(held) == 4 and (kh * kw > 1 or (cin_g > TILE and cout > TILE)):
             w3_shape = (cout, cin_g, kk)
             w3 = self.move(wv, wshape, w3_shape, torch.arange(cout * cin_g * kk), f"{node.name}.w_taps")
         idx3 = torch.arange(cout * cin_g * kk).reshape(cout, cin_g, kk)

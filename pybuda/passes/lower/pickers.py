@@ -32,8 +32,13 @@ from pybuda.golden import kernels as golden_kernels
 from pybuda.netlist.tms import TileShape3
 
 TILE = 32
-#: Added where a max must ignore a position (padding of pools and of unaligned reduce-max dims).
+#: Added where a max must ignore a position (padding of pools).
 NEG_LARGE = -1.0e30
+#: Added to the tile padding of an unaligned reduce-max dim: float32's lowest finite value, which every format
+#: stores as its own lowest (Float16_b truncates it to bfloat16's, an A format saturates), so no datum lies
+#: below it. With -1e30 a row of ``finfo.min`` scores (a fully masked attention row, filled by a constant)
+#: took its max from the padding, every exp was 0, and the softmax's sum of zeros made the row NaN.
+PAD_LOWEST = float(torch.finfo(torch.float32).min)
 
 
 def align(n: int) -> int:
@@ -85,16 +90,16 @@ def col_mask(c: int) -> torch.Tensor:
 
 
 def neg_col_mask(c: int) -> torch.Tensor:
-    """``[32, align(c)]``: 0 on columns < c, NEG_LARGE on padding columns (added before a row max)."""
+    """``[32, align(c)]``: 0 on columns < c, PAD_LOWEST on padding columns (added before a row max)."""
     t = torch.zeros(TILE, align(c))
-    t[:, c:] = NEG_LARGE
+    t[:, c:] = PAD_LOWEST
     return t
 
 
 def neg_row_mask(r: int) -> torch.Tensor:
-    """``[align(r), 32]``: 0 on rows < r, NEG_LARGE on padding rows (added before a column max)."""
+    """``[align(r), 32]``: 0 on rows < r, PAD_LOWEST on padding rows (added before a column max)."""
     t = torch.zeros(align(r), TILE)
-    t[r:, :] = NEG_LARGE
+    t[r:, :] = PAD_LOWEST
     return t
 
 

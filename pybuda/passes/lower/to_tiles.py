@@ -66,14 +66,14 @@ import torch
 
 from pybuda.errors import CompileError
 from pybuda.ir.graph import (CONSTANT, HOLDS_OPERAND, INPUT, JUNK_PADDED_INPUT, OP, PARAMETER, RUNTIME_UPDATED,
-                             SIGN_EXACT, Graph, Node)
+                             SIGN_EXACT, WRITTEN_IN_PLACE, Graph, Node)
 from pybuda.ops import registry
 from pybuda.passes.lower import pickers
 from pybuda.perf import sparse as sparse_work
 from pybuda.ir.lowered import BudaGraph, BudaOp, BudaQueue, TileShape
 from pybuda.passes.context import CompileContext
 from pybuda.passes.lowered.exact_pickers import COPIES_INPUT
-from pybuda.netlist.host_io import canonical_zrc, tiles
+from pybuda.netlist.host_io import canonical_zrc, compact_shape, tiles
 from pybuda.netlist.tms import TM, Broadcast, Transpose, VSlice, VStack, tms_shape
 from pybuda.dtypes import DataFormat
 from pybuda.passes.lower.common import (
@@ -101,6 +101,7 @@ class _Lowering(ConvPoolLowering, ReductionLowering, DataMovementLowering):
         self.vals: Dict[str, DVal] = {}
         self.pending: Dict[str, Tuple[str, torch.Tensor, Dict[str, Any], bool]] = {}
         self.values: Dict[str, torch.Tensor] = {}  # framework values of queue-backed DVals
+        self.compact_leaves: Dict[str, Tuple[int, int]] = {}  # parameters whose queue holds compact_shape
         self.cache: Dict[Any, Any] = {}
         self._unshared = itertools.count()  # numbers the constants of pickers that share with none
         self.node: Optional[Node] = None
@@ -163,6 +164,7 @@ class _Lowering(ConvPoolLowering, ReductionLowering, DataMovementLowering):
                 "framework_shape": tuple(node.tags.get("framework_shape", node.shape)),
                 # Integer data pushed in a float format (ids, masks): the format must hold it exactly.
                 "integer_values": not node.dtype.is_floating_point and node.dtype != torch.bool,
+                "exact_df": node.tags.get("exact_df"),  # an input only outputs read: kept as pushed
                 "value_range": node.tags.get("value_range")}
         q = BudaQueue(node.name, "input", TileShape(1, z, tiles(r), tiles(c)),
                       original_shape=tags["framework_shape"], requires_grad=node.requires_grad, tags=tags)
@@ -186,10 +188,38 @@ class _Lowering(ConvPoolLowering, ReductionLowering, DataMovementLowering):
         fixed = not node.tags.get(RUNTIME_UPDATED)
         if not fixed:
             tags[RUNTIME_UPDATED] = True
+        compact = None if fixed or node.kind != PARAMETER else compact_shape(value.shape)
+        if compact is not None:
+            tags["device_shape"] = compact
         self.pending[node.name] = (kind, value, tags, node.requires_grad)
         self.values[node.name] = value
-        z, r, c = canonical_zrc(value.shape)
-        return DVal(node.name, (), z, r, c, is_queue_value=fixed)
+        z, r, c = canonical_zrc(compact or value.shape)
+        held = DVal(node.name, (), z, r, c, is_queue_value=fixed)
+        if compact is None:
+            return held
+        # Held compact (a trained conv weight): consumers read it through a reshape, which a convolution takes
+        # as it is (:meth:`held_weight`) and any other op resolves as a move.
+        self.compact_leaves[node.name] = compact
+        return Lazy(held, compact, (("reshape", _hashable({"shape": tuple(value.shape)})),), tuple(value.shape),
+                    node.name)
+
+    def held_weight(self, name: str) -> DVal:
+        """The value of IR node ``name`` as a convolution takes its weight: a trained parameter held compact
+        (:func:`compact_shape`) as its queue, in that shape (the same element order as the node's; see
+        :meth:`held_shape`), and anything else as :meth:`_get` lowers it."""
+        v = self.vals[name]
+        if isinstance(v, Lazy) and v.base.src in self.compact_leaves and not v.base.tms \
+                and all(op_type == "reshape" for op_type, _ in v.ops):
+            return v.base
+        return self._get(name)
+
+    def held_shape(self, v: DVal, shape: Tuple[int, ...]) -> Tuple[int, ...]:
+        """The logical shape ``v`` holds: its compact shape when it is a parameter's compact queue as
+        :meth:`held_weight` gives it, else ``shape`` (the IR node's)."""
+        compact = self.compact_leaves.get(v.src)
+        if compact is not None and not v.tms and (v.z, v.r, v.c) == canonical_zrc(compact):
+            return compact
+        return shape
 
     def _queue_value(self, base: DVal, purpose: str, value: torch.Tensor, extra_tags: Optional[dict] = None) -> DVal:
         """A queue derived at compile time from a parameter/constant (replicated, reshaped, ...)."""
@@ -230,7 +260,7 @@ class _Lowering(ConvPoolLowering, ReductionLowering, DataMovementLowering):
     def _ensure_queue(self, v: DVal) -> None:
         if v.src in self.pending:
             kind, value, tags, requires_grad = self.pending.pop(v.src)
-            q = BudaQueue(v.src, kind, TileShape(1, *_tile3(canonical_zrc(value.shape))),
+            q = BudaQueue(v.src, kind, TileShape(1, *_tile3(canonical_zrc(tags.get("device_shape", value.shape)))),
                           original_shape=tuple(value.shape), requires_grad=requires_grad, tags=dict(tags))
             if tags.get("df") == "RawUInt32":
                 q.df = DataFormat.RawUInt32
@@ -343,7 +373,7 @@ class _Lowering(ConvPoolLowering, ReductionLowering, DataMovementLowering):
             if isinstance(src, Lazy):
                 return Lazy(src.base, src.base_shape, src.ops + ((t, attrs),), tuple(node.shape), node.name)
             return Lazy(src, tuple(self.g[node.operands[0]].shape), ((t, attrs),), tuple(node.shape), node.name)
-        ops = [self._get(o) for o in node.operands]
+        ops = [self.held_weight(o) if t == "conv2d" and i == 1 else self._get(o) for i, o in enumerate(node.operands)]
         if t in ("conv2d", "max_pool2d", "avg_pool2d"):
             return self._conv_or_pool(node, ops)
         if t in UNARY:
@@ -683,7 +713,8 @@ class _Lowering(ConvPoolLowering, ReductionLowering, DataMovementLowering):
         src_shape = tuple(self.g[node.operands[0]].shape)
         tags = {"device_shape": src_shape, "batched": bool(node.tags.get("batched")),
                 "host_tms": list(node.tags.get("host_tms", [])),
-                "framework_shape": tuple(node.tags.get("framework_shape", node.shape))}
+                "framework_shape": tuple(node.tags.get("framework_shape", node.shape)),
+                WRITTEN_IN_PLACE: bool(node.tags.get(WRITTEN_IN_PLACE))}
         # What the queue's tile padding holds matters to a program that reads the queue on the device.
         tags[JUNK_PADDING] = bool((v.r % TILE and v.pad_r != ZERO) or (v.c % TILE and v.pad_c != ZERO))
         q = BudaQueue(node.name, "output", TileShape(1, v.z, tiles(v.r), tiles(v.c)), producer=v.src,

@@ -38,7 +38,7 @@ Order of application (later wins):
 4b. Exact maxima: every r/c reduce max returns one of its operand's elements bit for bit (argmax, argmin and
    ``x == x.max(d)`` compare with it). The ops tagged ``HOLDS_OPERAND`` (the padding mask before the reduce,
    the negations of a min) get output and Dest formats that hold their operand's values (a plain format: a
-   block format would take NEG_LARGE's exponent), and the reduce an output format that holds its operand's.
+   block format would take PAD_LOWEST's exponent), and the reduce an output format that holds its operand's.
    On Grayskull, whose Dest holds no Float32, Float32 values those ops read are stored as Float16_b where they
    are made (inputs, constants, ops; not parameters or integer inputs). A z-reduce keeps its input's format
    and gathers maxima from different blocks, so block-format data the z-reduce of a reduce_max reads is stored
@@ -100,6 +100,8 @@ def set_data_formats(bg: BudaGraph, ctx: CompileContext) -> BudaGraph:
             # Integer data (embedding ids) pushed in a float format: Float32 keeps it exact up to 2**24,
             # where a block or 16-bit default would silently merge neighbouring ids.
             q.df = DF.Float32
+        elif q.kind == "input" and q.tags.get("exact_df"):
+            q.df = DF.from_json(q.tags["exact_df"])  # read by output copies only: what the host pushed comes back
         elif q.kind == "input":
             dtype = q.tags.get("dtype", "float32")
             q.df = _DTYPE_DF.get(dtype, default) if cfg.default_df_override is None or dtype in _INT_DTYPES else default
@@ -350,7 +352,7 @@ _MAN_BITS = {DF.Bfp8: 7, DF.Bfp8_b: 7, DF.Bfp4: 3, DF.Bfp4_b: 3, DF.Bfp2: 1, DF.
 
 def _holds(dst: DF, src: DF, single: bool = False) -> bool:
     """Whether every value of format ``src`` is exactly a value of ``dst``. A block format holds nothing
-    beside NEG_LARGE (a mask's padding takes the shared exponent and flushes its neighbours), except with
+    beside PAD_LOWEST (a mask's padding takes the shared exponent and flushes its neighbours), except with
     ``single``: a value alone in its block (a reduce's result, zeros around it), which a block format of the
     same exponent family and at least as many mantissa bits keeps."""
     if dst.is_bfp:
@@ -432,7 +434,7 @@ def _exact_maxima(bg: BudaGraph) -> None:
                 op.out_df = op.intermed_df = hold
             if not _holds(op.acc_df, src) and hold in ACC_FORMATS:
                 op.acc_df = hold  # Grayskull's Float32 operands are Float16_b by now
-            for other in op.inputs:  # the mask's NEG_LARGE: an A format would saturate it near -2**17
+            for other in op.inputs:  # the mask's PAD_LOWEST: an A format would saturate it near -2**17
                 q = bg.queues.get(other)
                 if (other != name and q is not None and q.kind == "constant" and q.df.exponent_family == "a"
                         and hold != DF.Float16):
