@@ -504,6 +504,19 @@ class OnnxModule(Module):
         object.__setattr__(self, "onnx_path", onnx_path)
         object.__setattr__(self, "_session", None)
 
+    @property
+    def static_batch(self) -> Optional[int]:
+        """The batch (dim 0) the model's first input declares, when it is a fixed size above 1 (an export with a
+        static batch): a push of that many samples is one run of the model, not that many runs of one."""
+        from pybuda.frontend.onnx import model as onnx_model
+
+        inputs = onnx_model.graph_inputs(self.module)
+        t = inputs[0].type if inputs else None
+        if t is None or not t.HasField("tensor_type") or not t.tensor_type.HasField("shape"):
+            return None
+        dims = t.tensor_type.shape.dim
+        return int(dims[0].dim_value) if dims and dims[0].HasField("dim_value") and dims[0].dim_value > 1 else None
+
     def to_graph(self, *sample_inputs: SomeTensor, graph_name: Optional[str] = None, config: Any = None,
                  for_device: bool = True, **kwargs: Any):
         """Import the model for the sample inputs: an :class:`~pybuda.frontend.onnx.OnnxCapture` (device

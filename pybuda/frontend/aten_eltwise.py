@@ -8,11 +8,13 @@ from __future__ import annotations
 
 import math
 import operator
+from typing import Optional, Tuple
 
 import torch
 
 from pybuda.frontend.aten_builder import (_as_bool, _reduce_max_or_min, negated, out_shape_of, Builder, Const, converts, Missing, out_dtype, out_shape, Unsupported, _is_number, _norm_dim, _promote)
 from pybuda.frontend.fx_program import meta_val, op_name
+from pybuda.ir.graph import INPUT, OP, PARAMETER, SIGN_EXACT
 
 # --- elementwise binary ---------------------------------------------------------------------------
 @converts("add", "sub", "rsub")
@@ -115,8 +117,186 @@ _COMPARE = {"eq": "equal", "ne": "not_equal", "gt": "greater", "lt": "less", "ge
 def _compare(b: Builder, n, p):
     x, y = p["self"], p["other"]
     dt = _promote(b, x, y)
-    r = b.binary(_COMPARE[op_name(n.target)], x, y, dt)
+    kind = _COMPARE[op_name(n.target)]
+    if dt.is_floating_point:
+        special = _nonfinite_compare(b, kind, x, y, dt)
+        if special is not None:
+            return b.cast(special, torch.bool)
+    r = b.binary(kind, x, y, dt)
     return b.cast(r, torch.bool)
+
+
+# --- NaN and infinity tests -------------------------------------------------------------------------
+#
+# The chip has no compare op: a comparison is a heaviside step of a difference (pybuda.passes.graph.decompose).
+# Differences of infinities are NaN (inf - inf) and a NaN steps to 0 (heaviside(NaN, v) = 0: "NaN > 0" and
+# "NaN == 0" are both false), so ``x == inf``, ``x == x`` at inf and ``x != x`` at NaN come out wrong through
+# the difference. The tests below step on x itself, or on ``x - x`` (0 for every finite x, NaN for +-inf and
+# NaN), never on a difference of two different values, so no rounding, overflow or flush can change them:
+#
+#   notnan(x)   = heaviside(|x|, 1)      1 for every number (0 included), 0 for NaN
+#   isnan(x)    = 1 - notnan(x)
+#   isfinite(x) = heaviside(x - x, 1)    x - x is exactly 0 for every finite x, whatever its magnitude
+#   isinf(x)    = notnan(x) - isfinite(x)
+#   isposinf(x) = isinf(x) * heaviside(x, 0),  isneginf(x) = isinf(x) - isposinf(x)
+#
+# Every value is 0 or 1, exact in any format and through the multiplier. What matters is that the NaNs and
+# infinities reach the steps: |x| and x - x are tagged SIGN_EXACT (kept in Float16_b or Float32, which hold
+# them; Float16 saturates both, a block format turns a NaN into an infinity and flushes its block), and so is
+# the op producing x (or x is pushed in Float32 when it is a graph input; a bfloat16 input in Float16_b).
+
+
+def _hold_nonfinite(b: Builder, x: str) -> None:
+    """Ask the data-format pass to keep ``x``'s NaNs and infinities where ``x`` is made (see above)."""
+    node = b.graph[x]
+    while node.kind == OP and node.op_type in _MOVES and len(node.operands) == 1:
+        node = b.graph[node.operands[0]]
+    if node.kind == OP:
+        node.tags[SIGN_EXACT] = True
+    elif node.kind in (INPUT, PARAMETER) and node.dtype.is_floating_point:
+        node.tags.setdefault("exact_df", "Float16_b" if node.dtype == torch.bfloat16 else "Float32")
+
+
+#: Registry ops that move data without computing (their operand's format reaches the reader).
+_MOVES = frozenset({"reshape", "transpose", "squeeze", "unsqueeze", "nop", "identity", "broadcast", "select",
+                    "index"})
+
+
+def _sign_exact(b: Builder, name: str) -> str:
+    if b.graph[name].kind == OP:  # not folded into a constant
+        b.graph[name].tags[SIGN_EXACT] = True
+    return name
+
+
+def _float_operand(b: Builder, x, dtype=None) -> Tuple[str, torch.dtype]:
+    name = b.tensor(x)
+    dt = b.dtype(name)
+    if not dt.is_floating_point:
+        raise Unsupported("NaN/infinity test of non-float data")  # callers answer integers themselves
+    _hold_nonfinite(b, name)
+    return name, dt
+
+
+def notnan_of(b: Builder, x) -> str:
+    """1.0 where ``x`` is a number (finite or infinite), 0.0 where it is NaN, in ``x``'s float dtype."""
+    x, dt = _float_operand(b, x)
+    return b.binary("heaviside", _sign_exact(b, b.op("abs", [x])), 1.0, dt)
+
+
+def isnan_of(b: Builder, x) -> str:
+    """1.0 where ``x`` is NaN, else 0.0 (``x``'s float dtype)."""
+    dt = b.dtype(x)
+    return b.binary("subtract", 1.0, notnan_of(b, x), dt)
+
+
+def isfinite_of(b: Builder, x) -> str:
+    """1.0 where ``x`` is finite, 0.0 at +-inf and NaN (``x``'s float dtype)."""
+    x, dt = _float_operand(b, x)
+    return b.binary("heaviside", _sign_exact(b, b.op("subtract", [x, x])), 1.0, dt)
+
+
+def isinf_of(b: Builder, x, positive: bool = True, negative: bool = True) -> str:
+    """1.0 where ``x`` is an infinity of a detected sign, else 0.0 (``x``'s float dtype)."""
+    x, dt = _float_operand(b, x)
+    inf = b.op("subtract", [notnan_of(b, x), isfinite_of(b, x)])
+    if positive and negative:
+        return inf
+    pos = b.op("multiply", [inf, b.binary("heaviside", x, 0.0, dt)])
+    if positive:
+        return pos
+    if negative:
+        return b.op("subtract", [inf, pos])
+    return b.binary("multiply", inf, 0.0, dt)  # no sign detected: 0 everywhere
+
+
+def _infinity(b: Builder, v) -> float:
+    """+-1.0 when ``v`` is a Python number or a constant whose every element is +-inf, else 0.0."""
+    if isinstance(v, (int, float)) and not isinstance(v, bool):
+        return math.copysign(1.0, v) if math.isinf(v) else 0.0
+    if isinstance(v, Const) and v.value.dtype.is_floating_point and v.value.numel():
+        if bool(torch.all(v.value == math.inf)):
+            return 1.0
+        if bool(torch.all(v.value == -math.inf)):
+            return -1.0
+    return 0.0
+
+
+_SWAPPED = {"equal": "equal", "not_equal": "not_equal", "greater": "less", "less": "greater",
+            "greater_equal": "less_equal", "less_equal": "greater_equal"}
+
+
+def _nonfinite_compare(b: Builder, kind: str, x, y, dt) -> Optional[str]:
+    """The comparisons whose heaviside-of-a-difference form is wrong at NaN or infinity, as exact tests (see
+    above): ``x OP x`` and ``x OP +-inf``; None for every other comparison (the generic form is right there:
+    ``x > inf`` and ``x < -inf`` are always false, which the difference gives too)."""
+    if isinstance(x, str) and isinstance(y, str) and b.tensor(x) == b.tensor(y):
+        if kind in ("equal", "greater_equal", "less_equal"):  # true for every number, false for NaN
+            return notnan_of(b, b.tensor(x, dt))
+        if kind == "not_equal":
+            return isnan_of(b, b.tensor(x, dt))
+        return None  # x > x, x < x: false everywhere; heaviside(x - x, 0) is 0 for 0 and NaN alike
+    sign = _infinity(b, y)
+    if not sign:
+        sign = _infinity(b, x)
+        if not sign:
+            return None
+        kind, x = _SWAPPED[kind], y
+    if not b.is_tensor(x):
+        return None
+    v = b.tensor(x, dt)
+    if (kind == "greater" and sign > 0) or (kind == "less" and sign < 0):
+        return None
+    hit = isinf_of(b, v, positive=sign > 0, negative=sign < 0)  # x == the infinity
+    if kind == "equal":
+        return hit
+    if kind == "not_equal":
+        return b.binary("subtract", 1.0, hit, dt)
+    if kind in ("greater_equal", "less_equal"):
+        # x >= inf and x <= -inf: x is that infinity; x <= inf and x >= -inf: x is a number
+        return hit if (kind == "greater_equal") == (sign > 0) else notnan_of(b, v)
+    # x < inf, x > -inf: a number other than that infinity
+    return b.op("subtract", [notnan_of(b, v), hit])
+
+
+@converts("isnan")
+def _isnan(b: Builder, n, p):
+    x = p["self"]
+    if not b.dtype(x).is_floating_point:
+        return Const(torch.zeros(out_shape(n), dtype=torch.bool), f"{n.name}.none")
+    return b.cast(isnan_of(b, b.tensor(x)), torch.bool)
+
+
+@converts("isinf", "isposinf", "isneginf")
+def _isinf(b: Builder, n, p):
+    x = p["self"]
+    if not b.dtype(x).is_floating_point:
+        return Const(torch.zeros(out_shape(n), dtype=torch.bool), f"{n.name}.none")
+    name = op_name(n.target)
+    return b.cast(isinf_of(b, b.tensor(x), positive=name != "isneginf", negative=name != "isposinf"), torch.bool)
+
+
+@converts("isfinite")
+def _isfinite(b: Builder, n, p):
+    x = p["self"]
+    if not b.dtype(x).is_floating_point:
+        return Const(torch.ones(out_shape(n), dtype=torch.bool), f"{n.name}.all")
+    return b.cast(isfinite_of(b, b.tensor(x)), torch.bool)
+
+
+@converts("nan_to_num")
+def _nan_to_num(b: Builder, n, p):
+    x = b.tensor(p["self"])
+    dt = b.dtype(x)
+    if not dt.is_floating_point:
+        return x
+    big = float(torch.finfo(dt).max)
+    nan = float(p.get("nan") or 0.0)
+    posinf = float(p["posinf"]) if p.get("posinf") is not None else big
+    neginf = float(p["neginf"]) if p.get("neginf") is not None else -big
+    rank = b.rank(x)
+    out = b.op("where", [b.cast(isnan_of(b, x), torch.bool), b.scalar(nan, dt, rank), x])
+    out = b.op("where", [b.cast(isinf_of(b, x, negative=False), torch.bool), b.scalar(posinf, dt, rank), out])
+    return b.op("where", [b.cast(isinf_of(b, x, positive=False), torch.bool), b.scalar(neginf, dt, rank), out])
 
 
 

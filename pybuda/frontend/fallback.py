@@ -34,7 +34,7 @@ import logging
 import operator
 import re
 from dataclasses import dataclass, field
-from typing import Any, Dict, Iterable, List, Mapping, Sequence, Set, Tuple
+from typing import Any, Collection, Dict, Iterable, List, Mapping, Sequence, Set, Tuple
 
 import torch
 import torch.fx
@@ -257,9 +257,22 @@ def plan_stages(prog: FxProgram, part: Partition) -> StagePlan:
 _ATTR_SAFE = re.compile(r"[^0-9a-zA-Z_]")
 
 
+def not_batch_first(outputs: Sequence[Any], user_inputs: Sequence[torch.fx.Node]) -> Set[torch.fx.Node]:
+    """The CPU stage ``outputs`` whose dim 0 cannot be the samples': their length there differs from the user
+    inputs' (a sequence-first RNN output ``[seq, 1, hidden]`` of a one-sample capture), or they have none."""
+    batch = {tensor_meta(n)[0][0] for n in user_inputs if isinstance(meta_val(n), torch.Tensor) and tensor_meta(n)[0]}
+    if len(batch) != 1:
+        return set()
+    (b,) = batch
+    return {o for o in outputs if isinstance(o, torch.fx.Node) and o not in user_inputs
+            and isinstance(meta_val(o), torch.Tensor) and (not tensor_meta(o)[0] or tensor_meta(o)[0][0] != b)}
+
+
 def build_cpu_stage(prog: FxProgram, nodes: Sequence[torch.fx.Node], inputs: Sequence[torch.fx.Node],
-                    outputs: Sequence[Any], class_name: str) -> Tuple[torch.fx.GraphModule, List[str]]:
-    """A ``torch.fx.GraphModule`` running ``nodes`` on CPU: ``forward(*inputs) -> tuple(outputs)``.
+                    outputs: Sequence[Any], class_name: str,
+                    lead: Collection[torch.fx.Node] = ()) -> Tuple[torch.fx.GraphModule, List[str]]:
+    """A ``torch.fx.GraphModule`` running ``nodes`` on CPU: ``forward(*inputs) -> tuple(outputs)``; outputs in
+    ``lead`` get a leading dim of 1 (:func:`not_batch_first`).
 
     Parameters become attributes holding the model's own ``nn.Parameter`` objects (shared, not
     copied); constants become buffers. Returns the module and the parameter names it uses.
@@ -327,6 +340,8 @@ def build_cpu_stage(prog: FxProgram, nodes: Sequence[torch.fx.Node], inputs: Seq
             copy.target = checked_embedding
             copy.kwargs = {**copy.kwargs, "label": _ids_label(node)}
     out_values = [lookup(o) if isinstance(o, torch.fx.Node) else o for o in outputs]
+    out_values = [graph.call_function(torch.ops.aten.unsqueeze.default, (v, 0)) if o in lead else v
+                  for o, v in zip(outputs, out_values)]
     graph.output(tuple(out_values))
     graph.lint()
     gm = torch.fx.GraphModule(root, graph, class_name=class_name)

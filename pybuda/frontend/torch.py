@@ -22,7 +22,7 @@ from __future__ import annotations
 import logging
 import time
 from dataclasses import dataclass, field
-from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple, Union
+from typing import Any, Callable, Collection, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
 import torch
 import torch.fx
@@ -213,10 +213,17 @@ def split_for_devices(module: Any, sample_inputs: Any, graph_name: Optional[str]
 
 
 # --- mapping --------------------------------------------------------------------------------------
-def _initial_env(prog: FxProgram, graph: Graph, inputs: Sequence[torch.fx.Node]) -> Dict[torch.fx.Node, Any]:
+def _initial_env(prog: FxProgram, graph: Graph, inputs: Sequence[torch.fx.Node],
+                 lead: Collection[torch.fx.Node] = ()) -> Dict[torch.fx.Node, Any]:
+    """Graph inputs, parameters and constants for the device graph; inputs in ``lead`` arrive with a leading
+    sample dim (see :func:`fallback.not_batch_first`), which a reshape drops."""
     env: Dict[torch.fx.Node, Any] = {}
     for node in inputs:
         shape, dtype = fallback.tensor_meta(node)
+        if node in lead:
+            held = graph.add_input(graph.unique_name(node.name), (1,) + shape, dtype).name
+            env[node] = graph.add_op(graph.unique_name(f"{node.name}.sample"), "reshape", [held], {"shape": shape}).name
+            continue
         env[node] = graph.add_input(graph.unique_name(node.name), shape, dtype).name
     for node, (pname, tensor) in prog.params.items():
         value = tensor.detach()
@@ -309,9 +316,12 @@ def _map_program(prog: FxProgram, config: Any, for_device: bool = False) -> Capt
     plan = fallback.plan_stages(prog, part)
     pre = post = None
     shared: List[str] = []
+    # Values the CPU stage hands the device whose dim 0 is not the samples' (a sequence-first RNN output): the
+    # runtime cuts and joins pushes along dim 0, so they cross with a leading sample dim of their own.
+    lead = fallback.not_batch_first(plan.pre_outputs, prog.user_inputs) if plan.pre_nodes else set()
     if plan.pre_nodes:
         pre, used = fallback.build_cpu_stage(prog, plan.pre_nodes, prog.user_inputs, plan.pre_outputs,
-                                             f"{_class_name(prog.name)}CpuPre")
+                                             f"{_class_name(prog.name)}CpuPre", lead=lead)
         shared += used
     if plan.post_nodes:
         final = [o for o in prog.output_leaves if isinstance(o, torch.fx.Node)]
@@ -321,7 +331,7 @@ def _map_program(prog: FxProgram, config: Any, for_device: bool = False) -> Capt
 
     graph = Graph(prog.name)
     b = Builder(graph)
-    env = _initial_env(prog, graph, plan.device_inputs)
+    env = _initial_env(prog, graph, plan.device_inputs, lead)
     for node in plan.device_nodes:
         try:
             env[node] = aten_map.convert_node(b, node, env)

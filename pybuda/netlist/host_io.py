@@ -172,6 +172,11 @@ class QueueIO:
     # even) before writing them, because every reader multiplies them at a fidelity that reads only that
     # many (pybuda.passes.lowered.lofi_weights).
     mantissa_bits: Optional[int] = None
+    # Outputs: the input (its record's name) this output returns unchanged. The host hands the pushed tensor
+    # back itself: a value the device only copies (one a CPU stage computed, on its way to the outputs) would
+    # come back in the device's formats, rounded (on Grayskull, whose Dest holds no Float32, even an integer
+    # past 256), from a trip that computes nothing.
+    copy_of: Optional[str] = None
 
     def __post_init__(self) -> None:
         self.framework_shape = _shape(self.framework_shape) or ()
@@ -201,7 +206,7 @@ class QueueIO:
                 "device_shape": None if self.device_shape is None else list(self.device_shape),
                 "dtype": self.dtype, "batched": self.batched, "host_tms": [tm.to_dict() for tm in self.host_tms],
                 "tensor": self.tensor, "value_range": None if self.value_range is None else list(self.value_range),
-                "mantissa_bits": self.mantissa_bits}
+                "mantissa_bits": self.mantissa_bits, "copy_of": self.copy_of}
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> "QueueIO":
@@ -210,7 +215,7 @@ class QueueIO:
                    framework_shape=d.get("framework_shape", ()), device_shape=d.get("device_shape"),
                    dtype=str(d.get("dtype", "float32")), batched=bool(d.get("batched", False)),
                    host_tms=[HostTM.from_dict(t) for t in d.get("host_tms", ())], tensor=d.get("tensor"),
-                   value_range=d.get("value_range"), mantissa_bits=d.get("mantissa_bits"))
+                   value_range=d.get("value_range"), mantissa_bits=d.get("mantissa_bits"), copy_of=d.get("copy_of"))
 
 
 @dataclass
@@ -356,6 +361,12 @@ def build_host_io(lowered: Any, framework: Any, consteval_trace: Mapping[str, Ma
         inputs.append(queue_io(lowered.queues[qname], name=node.name, dtype=dtype_name(node.dtype)))
     outputs = [queue_io(lowered.queues[qname], name=node.name, dtype=dtype_name(node.dtype))
                for qname, node in zip(lowered.output_order, output_nodes)]
+    by_name = {rec.name: rec for rec in inputs}
+    for rec, node in zip(outputs, output_nodes):
+        copied = by_name.get(_copied_input(framework, node))
+        if copied is not None and not copied.host_tms and not rec.host_tms and copied.batched == rec.batched \
+                and copied.framework_shape == rec.framework_shape and copied.dtype == rec.dtype:
+            rec.copy_of = copied.name
     ram = []
     for qname, q in lowered.queues.items():
         if q.kind in ("parameter", "constant"):
@@ -376,6 +387,15 @@ def build_host_io(lowered: Any, framework: Any, consteval_trace: Mapping[str, Ma
     consteval = {name: [str(s) for s in trace.get("sources", ())] for name, trace in consteval_trace.items()}
     return HostIO(graph=str(getattr(lowered, "name", "")), microbatch=max(1, int(microbatch)), program=program,
                   inputs=inputs, outputs=outputs, ram_queues=ram, parameters=parameters, consteval=consteval)
+
+
+def _copied_input(framework: Any, output: Any) -> Optional[str]:
+    """The graph input that graph output ``output`` is, read directly or through one ``nop`` (a frontend's
+    passthrough), or None."""
+    src = framework[output.operands[0]]
+    if src.kind == "op" and src.op_type == "nop" and len(src.operands) == 1:
+        src = framework[src.operands[0]]
+    return src.name if src.kind == "input" else None
 
 
 # --- layout conversions ----------------------------------------------------------------------------------------

@@ -385,7 +385,7 @@ SAMPLE_CHECK_ATOL_REL = 1e-4
 
 
 def check_samples_independent(module: Any, sample_inputs: Sequence[torch.Tensor], microbatch: int) -> None:
-    """CompileError when a PyTorch module (in eval mode) mixes the samples of a microbatch.
+    """CompileError when a framework module (a PyTorch one in eval mode) mixes the samples of a microbatch.
 
     Superseded by the static analysis of the graph traced for the whole push (:func:`trace_whole_push`,
     :func:`pybuda.passes.graph.microbatch.batch_mixing_ops`) with which :func:`compile_modules` keeps such
@@ -397,7 +397,8 @@ def check_samples_independent(module: Any, sample_inputs: Sequence[torch.Tensor]
     are run together and alone in torch; outputs that differ are such an op, and a wrong number must not
     come back without an error. Modules in training mode (dropout, batch statistics) are not checked."""
     torch_module = getattr(module, "module", None)
-    if microbatch < 2 or not isinstance(torch_module, torch.nn.Module) or torch_module.training:
+    if microbatch < 2 or not callable(getattr(module, "forward", None)) or \
+            (isinstance(torch_module, torch.nn.Module) and torch_module.training):
         return
 
     def rows(lo: int, hi: int) -> List[Any]:
@@ -405,8 +406,24 @@ def check_samples_independent(module: Any, sample_inputs: Sequence[torch.Tensor]
                 for t in sample_inputs]
 
     try:
-        together = module.forward(*rows(0, 2))
+        whole = module.forward(*sample_inputs)
         alone = [module.forward(*rows(k, k + 1)) for k in (0, 1)]
+    except Exception:  # noqa: BLE001 -- a model that cannot run on these slices is left to the compile
+        return
+    for j, out in enumerate(whole):
+        # One sample's output, repeated per sample, must be the push's: a value with a batch-sized dim 0 of its
+        # own (a parameter broadcast against the batch) gives per-sample outputs of another shape.
+        one = alone[0][j] if j < len(alone[0]) else None
+        if isinstance(out, torch.Tensor) and isinstance(one, torch.Tensor) and out.dim() and one.dim() \
+                and (one.shape[0] * microbatch, *one.shape[1:]) != tuple(out.shape) \
+                and not (one.shape == out.shape and torch.equal(one, out)):  # not one that ignores the samples
+            raise CompileError(f"module '{module.name}' mixes the samples of a microbatch: its output {j} is "
+                               f"{list(out.shape)} for the push of {microbatch} but {list(one.shape)} for one sample "
+                               f"(a value whose dim 0 meets the batch's, such as a parameter broadcast against it). "
+                               f"The device runs a microbatch sample by sample; compile it with microbatch 1 or run "
+                               f"it on a CPUDevice", stage="INIT_COMPILE")
+    try:
+        together = module.forward(*rows(0, 2))
     except Exception:  # noqa: BLE001 -- a model that cannot run on these slices is left to the compile
         return
     for j, out in enumerate(together):

@@ -148,6 +148,10 @@ def _translate_tt(device: Device, config: Any, counter: List[int]) -> Tuple[Opti
     # Data parallel compiles for half a push; training compiles forward and backward for one sample.
     whole = mb > 1 and len(device.modules) == 1 and isinstance(device.modules[0], PyTorchModule) \
         and not data_parallel_requested() and not getattr(device, "training", False)
+    # A model exported with a static batch (ONNX) takes the whole push as one run; a push of any other size gets
+    # the frontend's shape error against what the user pushed.
+    whole = whole or (len(device.modules) == 1 and getattr(device.modules[0], "static_batch", None) is not None
+                      and not getattr(device, "training", False))
     values = list(sample.tensors) if whole else [t[0:1] if t.dim() else t for t in sample.tensors]
     names = sample.names
     translated: List[Module] = []

@@ -194,9 +194,11 @@ def test_integer_results_of_the_cpu_pass_through_the_device_exactly():
     assert got.dtype == torch.int64 and torch.equal(got, TopK()(x))
 
 
-def test_float_results_of_a_model_wholly_on_the_cpu_come_back_unrounded():
+@pytest.mark.parametrize("arch", ["Grayskull", "Wormhole_B0"])
+def test_float_results_of_a_model_wholly_on_the_cpu_come_back_unrounded(arch):
     # A determinant has no device op, so the whole model runs on the CPU; its float result still passed through
-    # default-format (Float16_b) device queues on the way out and came back rounded (93.958 -> 93.5).
+    # default-format (Float16_b) device queues on the way out and came back rounded (93.958 -> 93.5). The host
+    # now hands back what it pushed (QueueIO.copy_of): on Grayskull no device format would have kept it.
     import pybuda
 
     class Det(nn.Module):
@@ -204,12 +206,37 @@ def test_float_results_of_a_model_wholly_on_the_cpu_come_back_unrounded():
             return torch.linalg.det(x)
 
     x = 3 * torch.randn(2, 4, 4, generator=torch.Generator().manual_seed(5))
-    pybuda.TTDevice("tt0", module=pybuda.PyTorchModule("det", Det()), arch=pybuda.BackendDevice.Wormhole_B0)
+    pybuda.TTDevice("tt0", module=pybuda.PyTorchModule("det", Det()), arch=getattr(pybuda.BackendDevice, arch))
     try:
         got = pybuda.run_inference(inputs=[(x,)]).get(timeout=600)[0].value()
     finally:
         pybuda.shutdown()
     assert torch.equal(got, Det()(x))
+
+
+def test_grayskull_returns_cpu_integers_past_256_beside_device_outputs():
+    # argmax over 300 columns of the input runs on the CPU (its indices pass what Grayskull keeps exact) and was
+    # routed through the device to the outputs, whose push was then refused: "holds values from 19 to 290".
+    import pybuda
+
+    class LinearAndArgmax(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.fc = nn.Linear(300, 16)
+
+        def forward(self, x):
+            return self.fc(x), x.argmax(-1)
+
+    torch.manual_seed(0)
+    m = LinearAndArgmax().eval()
+    x = torch.randn(1, 4, 300)
+    pybuda.TTDevice("tt0", module=pybuda.PyTorchModule("m", m), arch=pybuda.BackendDevice.Grayskull)
+    try:
+        got = [t.value() for t in pybuda.run_inference(inputs=[(x,)]).get(timeout=600)]
+    finally:
+        pybuda.shutdown()
+    want = m(x)
+    assert torch.equal(got[1], want[1]) and calculate_pcc(got[0], want[0]) >= 0.99
 
 
 def test_data_dependent_control_flow_is_a_clear_compile_error():
@@ -285,3 +312,27 @@ def test_post_stage_views_take_device_outputs_of_any_layout():
     with torch.no_grad():
         want = model(x)
     assert torch.allclose(post(*transposed)[0], want, atol=1e-5)
+
+
+class SequenceFirstOnTheCpu(nn.Module):
+    def forward(self, x):  # x: [b, 12, 16]
+        y = torch.atan(x.transpose(0, 1))  # no device op: a CPU stage whose output is [12, b, 16]
+        return (y * 2 + 1).transpose(0, 1)
+
+
+@pytest.mark.parametrize("samples", [1, 3])
+def test_a_cpu_stage_output_whose_dim_0_is_not_the_batch_crosses_to_the_device(samples):
+    # The runtime cuts pushes along dim 0; a sequence-first value from a CPU stage ([seq, 1, hidden], as an RNN
+    # that falls back gives) was taken for 12 samples and failed to run ("cannot reshape 16 elements into
+    # (1, 12, 16)"). It now crosses with a leading sample dim, which the device graph drops.
+    import pybuda
+
+    x = torch.randn(samples, 12, 16, generator=torch.Generator().manual_seed(0))
+    pybuda.TTDevice("tt0", module=pybuda.PyTorchModule("seq", SequenceFirstOnTheCpu()),
+                    arch=pybuda.BackendDevice.Wormhole_B0)
+    try:
+        got = pybuda.run_inference(inputs=[(x,)]).get(timeout=600)[0].value()
+    finally:
+        pybuda.shutdown()
+    want = SequenceFirstOnTheCpu()(x)
+    assert got.shape == want.shape and calculate_pcc(got, want) >= 0.999

@@ -58,19 +58,33 @@ class _IntPlusOne(nn.Module):
         return x + 1
 
 
+class _IntHalved(nn.Module):
+    def forward(self, x):
+        return x.float() * 0.5  # the device reads the integers
+
+
 def test_integer_input_beyond_the_queue_format_is_input_error_not_a_clamped_number():
-    """Integer inputs are pushed as Float32, exact to 2**24: an int64 value beyond it would come back rounded."""
-    pybuda.TTDevice("tt0", module=pybuda.PyTorchModule("m", _IntPlusOne()), arch=pybuda.BackendDevice.Wormhole_B0)
+    """Integer inputs the device reads are pushed as Float32, exact to 2**24: an int64 value beyond it would be
+    read rounded."""
+    pybuda.TTDevice("tt0", module=pybuda.PyTorchModule("m", _IntHalved()), arch=pybuda.BackendDevice.Wormhole_B0)
     x = torch.tensor([[2 ** 40 + 1, 5]], dtype=torch.int64)
-    with pytest.raises(InputError, match=r"holds values from 6 to 1099511627778; the simulated chip keeps integers exact"):
+    with pytest.raises(InputError, match=r"holds values from 5 to 1099511627777; the simulated chip keeps integers exact"):
         pybuda.run_inference(inputs=[(x,)]).get()
 
 
 def test_integer_input_beyond_float32_exact_integers_is_input_error():
     """2**30 + 1 fits Int32, but the golden device's float32 math would round it to 2**30."""
-    pybuda.TTDevice("tt0", module=pybuda.PyTorchModule("m", _IntPlusOne()), arch=pybuda.BackendDevice.Wormhole_B0)
+    pybuda.TTDevice("tt0", module=pybuda.PyTorchModule("m", _IntHalved()), arch=pybuda.BackendDevice.Wormhole_B0)
     with pytest.raises(InputError, match=r"keeps integers exact in \[-16777216, 16777216\]"):
-        pybuda.run_inference(inputs=[(torch.tensor([[2 ** 30, 1]], dtype=torch.int64),)]).get()
+        pybuda.run_inference(inputs=[(torch.tensor([[2 ** 30 + 1, 1]], dtype=torch.int64),)]).get()
+
+
+def test_integer_values_a_cpu_stage_computes_come_back_exactly():
+    """Captured with 2**40 + 1, ``x + 1`` runs on the CPU (beyond what the device keeps exact), and the host hands
+    its result back itself (``QueueIO.copy_of``) rather than through a device copy that would round it."""
+    pybuda.TTDevice("tt0", module=pybuda.PyTorchModule("m", _IntPlusOne()), arch=pybuda.BackendDevice.Wormhole_B0)
+    x = torch.tensor([[2 ** 40 + 1, 5]], dtype=torch.int64)
+    assert torch.equal(pybuda.run_inference(inputs=[(x,)]).get()[0].value(), x + 1)
 
 
 def test_integer_input_within_the_queue_format_runs():

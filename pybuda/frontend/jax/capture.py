@@ -43,6 +43,8 @@ STAGE = "GENERATE_INITIAL_GRAPH"
 INLINED = ("pjit", "jit", "closed_call", "core_call", "custom_jvp_call", "custom_vjp_call",
            "custom_vjp_call_jaxpr", "remat", "checkpoint", "remat2", "custom_lin")
 _SUBJAXPR_KEYS = ("jaxpr", "call_jaxpr", "fun_jaxpr")
+#: Primitives with a sub-jaxpr that are loops, not calls: never inlined (their body runs many times).
+_LOOPS = ("scan", "for", "while", "cond")
 
 
 def _jax():
@@ -55,8 +57,34 @@ def _jax():
 
 
 # --- dtypes and values -------------------------------------------------------------------------------
+def is_key_dtype(dtype: Any) -> bool:
+    """Whether ``dtype`` is a typed PRNG key dtype (``key<fry>``: ``jax.random.key``, Flax RNN carries).
+
+    Such values have no tensor form: the capture folds them at capture time when they are constant, else
+    the equations reading or producing them run in JAX on the host (CPU fallback)."""
+    if dtype is None or isinstance(dtype, (np.dtype, torch.dtype)):
+        return False
+    try:
+        jax = _jax()
+        return bool(jax.dtypes.issubdtype(dtype, jax.dtypes.prng_key))
+    except Exception:  # not a dtype JAX knows
+        return False
+
+
+def is_key_value(value: Any) -> bool:
+    """Whether ``value`` is a JAX array of typed PRNG keys."""
+    return is_key_dtype(getattr(value, "dtype", None))
+
+
+def _key_note(dtype: Any) -> str:
+    return (f"PRNG key values ({dtype}) have no pybuda tensor type (use jax.random.key_data(key) to pass "
+            f"the raw key bits as a uint32 array)")
+
+
 def torch_dtype(dtype: Any) -> torch.dtype:
     """The torch dtype of a JAX/numpy dtype (bfloat16 included)."""
+    if is_key_dtype(dtype):
+        raise CompileError(_key_note(dtype), stage=STAGE)
     dt = np.dtype(dtype)
     if dt.name == "bfloat16":
         return torch.bfloat16
@@ -71,6 +99,9 @@ def to_torch(value: Any) -> torch.Tensor:
         return value.detach()
     if hasattr(value, "value") and callable(value.value) and not isinstance(value, np.ndarray):
         return value.value().detach()  # a pybuda Tensor
+    if is_key_value(value):
+        raise InputError(f"a {value.dtype}{list(value.shape)} array cannot become a pybuda tensor: "
+                         f"{_key_note(value.dtype)}")
     arr = np.asarray(value)
     if arr.dtype.name == "bfloat16":
         return torch.from_numpy(arr.astype(np.float32)).to(torch.bfloat16)
@@ -81,6 +112,8 @@ def to_jax_array(value: Any) -> Any:
     """A torch tensor, pybuda Tensor, numpy array or scalar as a JAX array (torch int64 stays int64 only
     when JAX's x64 mode is on; otherwise JAX narrows it, as it does for numpy)."""
     jnp = _jax().numpy
+    if is_key_value(value):
+        return value  # typed PRNG keys stay as they are
     if hasattr(value, "value") and callable(value.value) and not isinstance(value, (np.ndarray, torch.Tensor)):
         value = value.value()
     if isinstance(value, torch.Tensor):
@@ -103,7 +136,13 @@ def parameter_names(params: Any) -> List[Tuple[str, Any]]:
     """``(name, leaf)`` for every array of a params pytree, in ``jax.tree_util`` flatten order.
 
     Names join the path with dots; a leading Flax ``params`` collection is dropped
-    (``{'params': {'Dense_0': {'kernel': ..}}}`` -> ``Dense_0.kernel``)."""
+    (``{'params': {'Dense_0': {'kernel': ..}}}`` -> ``Dense_0.kernel``). Typed PRNG key leaves are not
+    parameters (they have no tensor form; the capture keeps them on the JAX side) and are left out."""
+    return [(n, leaf) for n, leaf in _all_parameter_names(params) if not is_key_value(leaf)]
+
+
+def _all_parameter_names(params: Any) -> List[Tuple[str, Any]]:
+    """:func:`parameter_names` with the PRNG key leaves too (one per jaxpr parameter invar)."""
     jax = _jax()
     leaves = jax.tree_util.tree_flatten_with_path(params)[0]
     out: List[Tuple[str, Any]] = []
@@ -122,12 +161,15 @@ def parameter_names(params: Any) -> List[Tuple[str, Any]]:
     return out
 
 
-def _trainable(params: Any) -> List[bool]:
-    """Which params leaves are trainable: all but Flax collections other than ``params``."""
+def _trainable(params: Any, with_keys: bool = False) -> List[bool]:
+    """Which params leaves (those of :func:`parameter_names`; all of them ``with_keys``) are trainable: all
+    but Flax collections other than ``params``."""
     jax = _jax()
     leaves = jax.tree_util.tree_flatten_with_path(params)[0]
     out = []
-    for path, _ in leaves:
+    for path, leaf in leaves:
+        if is_key_value(leaf) and not with_keys:
+            continue
         first = _key_str(path[0]) if path else ""
         is_flax_vars = isinstance(params, Mapping) and "params" in params
         out.append(not is_flax_vars or first == "params")
@@ -193,6 +235,14 @@ def input_names(fn_or_module: Any, count: int, with_params: bool = True) -> List
 
 
 # --- the builder --------------------------------------------------------------------------------------
+@dataclass(eq=False)
+class HostValue:
+    """A value known at capture time that only JAX can hold (typed PRNG keys): the input of equations folded
+    at capture time (:meth:`_Mapper.run_eqn`), never a graph tensor."""
+
+    value: Any
+
+
 class JaxBuilder(Builder):
     """The ATen mapper's :class:`~pybuda.frontend.aten_builder.Builder`, driven by jaxpr equations.
 
@@ -230,8 +280,9 @@ class JaxCaptureResult:
     pre: Optional[Callable[..., Any]] = None
     post: Optional[Callable[..., Any]] = None
     report: Any = None
-    #: dtypes of the model's inputs (the graph's inputs differ when a CPU pre stage reads them).
-    input_dtypes: List[torch.dtype] = field(default_factory=list)
+    #: dtypes of the model's inputs (the graph's inputs differ when a CPU pre stage reads them); None for
+    #: a typed PRNG key input, which only the CPU pre stage reads.
+    input_dtypes: List[Optional[torch.dtype]] = field(default_factory=list)
 
     def split_for_devices(self):
         """``(pre, graph, post)``; the stages are None when the whole model is in the graph."""
@@ -239,12 +290,22 @@ class JaxCaptureResult:
 
     def flatten_inputs(self, *args: Any, **kwargs: Any) -> List[torch.Tensor]:
         """The inputs as the flat list of torch tensors the first stage takes."""
-        flat = [to_torch(a) for a in args] + [to_torch(kwargs[k]) for k in kwargs]
         dtypes = self.input_dtypes or [node.dtype for node in self.graph.inputs]
-        if len(flat) != len(dtypes):
+        values = list(args) + [kwargs[k] for k in kwargs]
+        if len(values) != len(dtypes):
             raise InputError(f"graph '{self.graph.name}' takes {len(dtypes)} input(s) "
-                             f"{self.input_names}, got {len(flat)}")
-        return [t.to(dt) if t.dtype != dt else t for t, dt in zip(flat, dtypes)]
+                             f"{self.input_names}, got {len(values)}")
+        flat = []
+        for i, (v, dt) in enumerate(zip(values, dtypes)):
+            if dt is None:  # a typed PRNG key input: read by the CPU pre stage, in JAX
+                if not is_key_value(v):
+                    raise InputError(f"input {i} of '{self.graph.name}' must be a typed PRNG key "
+                                     f"(jax.random.key), got {type(v).__name__}")
+                flat.append(v)
+                continue
+            t = to_torch(v)
+            flat.append(t.to(dt) if t.dtype != dt else t)
+        return flat
 
     def run(self, *args: Any, parameters: Optional[Mapping[str, torch.Tensor]] = None) -> List[torch.Tensor]:
         """Run CPU pre -> the graph on the CPU reference -> CPU post; returns the flat outputs as torch tensors."""
@@ -291,6 +352,8 @@ def _unwrap(closed: Any) -> Tuple[Any, List[Tuple[Any, Any]]]:
     jaxpr, consts = closed.jaxpr, list(zip(closed.jaxpr.constvars, closed.consts))
     while len(jaxpr.eqns) == 1:
         eqn = jaxpr.eqns[0]
+        if eqn.primitive.name in _LOOPS:
+            break
         sub = next((eqn.params[k] for k in _SUBJAXPR_KEYS if k in eqn.params), None)
         if sub is None or not (hasattr(sub, "eqns") or hasattr(sub, "jaxpr")):
             break
@@ -335,6 +398,10 @@ def capture(fn_or_module: Any, sample_inputs: Sequence[Any], params: Any = None,
     if not isinstance(sample_inputs, (list, tuple)):
         sample_inputs = (sample_inputs,)
     closed, out_tree = make_jaxpr(fn_or_module, sample_inputs, params)
+    for i, var in enumerate(closed.jaxpr.outvars):
+        if is_key_dtype(var.aval.dtype):
+            raise CompileError(f"output {i} of the model is a PRNG key array ({var.aval.dtype}"
+                               f"{list(var.aval.shape)}): {_key_note(var.aval.dtype)}", stage=STAGE)
     name = graph_name or getattr(fn_or_module, "__name__", None) or type(fn_or_module).__name__
     if fallback is None:
         fallback = for_device and _fallback_enabled(config)
@@ -343,24 +410,25 @@ def capture(fn_or_module: Any, sample_inputs: Sequence[Any], params: Any = None,
     jaxpr, const_pairs = _unwrap(closed)
     env: Dict[Any, Any] = {}
 
-    param_entries = parameter_names(params) if params is not None else []
-    trainable = _trainable(params) if params is not None else []
+    param_entries = _all_parameter_names(params) if params is not None else []
+    trainable = _trainable(params, with_keys=True) if params is not None else []
     n_params = len(param_entries)
     if len(jaxpr.invars) != n_params + len(sample_inputs):
         raise CompileError(f"the jaxpr takes {len(jaxpr.invars)} arrays, expected {n_params} params and "
                            f"{len(sample_inputs)} inputs (inputs must be arrays, not pytrees)", stage=STAGE)
-    for var, (pname, leaf), req in zip(jaxpr.invars[:n_params], param_entries, trainable):
-        value = to_torch(leaf)
-        env[var] = graph.add_parameter(graph.unique_name(pname), value, requires_grad=bool(req and
-                                       value.dtype.is_floating_point)).name
+    _bind_parameters(graph, env, jaxpr.invars[:n_params], param_entries, trainable)
     in_names = list(names) if names else input_names(fn_or_module, len(sample_inputs), params is not None)
     for var, iname in zip(jaxpr.invars[n_params:], in_names):
         aval = var.aval
+        if is_key_dtype(aval.dtype):  # only JAX on the host can read it: the equations using it fall back
+            env[var] = Missing(f"input '{iname}' is a PRNG key ({aval.dtype}), read in JAX on the host")
+            continue
         env[var] = graph.add_input(graph.unique_name(_clean(iname)), tuple(aval.shape), torch_dtype(aval.dtype)).name
     for i, (var, value) in enumerate(const_pairs):
-        env[var] = Const(to_torch(value), f"const_{i}")
+        env[var] = HostValue(value) if is_key_value(value) else Const(to_torch(value), f"const_{i}")
     user_vars = list(jaxpr.invars[n_params:])
-    input_dtypes = [graph[env[v]].dtype for v in user_vars]
+    input_dtypes = [None if isinstance(env[v], Missing) else graph[env[v]].dtype for v in user_vars]
+    key_inputs = any(isinstance(env[v], Missing) for v in user_vars)
 
     mapper = _Mapper(b, for_device)
     host: Dict[int, str] = {}
@@ -372,12 +440,27 @@ def capture(fn_or_module: Any, sample_inputs: Sequence[Any], params: Any = None,
             host[i] = reason if prim == eqn.primitive.name else f"jax.lax.{prim} inside it: {reason}"
     if mapper.unsupported and not fallback:
         raise UnsupportedOpError(mapper.report())
-    if host:
+    if host or key_inputs:
         bound = {v: to_jax_array(leaf) for v, (_, leaf) in zip(jaxpr.invars[:n_params], param_entries)}
         bound.update({v: value for v, value in const_pairs})
+        # PRNG keys folded at capture time: the stages and the device graph read them from here.
+        top_outs = {v for e in jaxpr.eqns for v in e.outvars}
+        bound.update({v: env[v].value for v in top_outs if isinstance(env.get(v), HostValue)})
         return _split(fn_or_module, name, jaxpr, host, bound, param_entries, trainable, user_vars,
                       in_names, input_dtypes, for_device, out_tree, closed, dict(mapper.counts))
     return _finish(graph, b, mapper, env, jaxpr.outvars, param_entries, out_tree, closed, input_dtypes)
+
+
+def _bind_parameters(graph: Graph, env: Dict[Any, Any], invars: Sequence[Any],
+                     param_entries: Sequence[Tuple[str, Any]], trainable: Sequence[bool]) -> None:
+    """Graph parameters for the params leaves; a typed PRNG key leaf stays a JAX value (:class:`HostValue`)."""
+    for var, (pname, leaf), req in zip(invars, param_entries, trainable):
+        if is_key_value(leaf):
+            env[var] = HostValue(leaf)
+            continue
+        value = to_torch(leaf)
+        env[var] = graph.add_parameter(graph.unique_name(pname), value, requires_grad=bool(req and
+                                       value.dtype.is_floating_point)).name
 
 
 def _finish(graph: Graph, b: "JaxBuilder", mapper: "_Mapper", env: Dict[Any, Any], outvars: Sequence[Any],
@@ -398,7 +481,8 @@ def _finish(graph: Graph, b: "JaxBuilder", mapper: "_Mapper", env: Dict[Any, Any
             src = graph.add_op(graph.unique_name(f"output_{i}.passthrough"), "nop", [src]).name
         out_names.append(graph.add_output(graph.unique_name(f"{graph.name}.output_{i}"), src).name)
     graph.eliminate_dead_code()
-    return JaxCaptureResult(graph, [n.name for n in graph.inputs], out_names, [n for n, _ in param_entries],
+    return JaxCaptureResult(graph, [n.name for n in graph.inputs], out_names,
+                            [n for n, leaf in param_entries if not is_key_value(leaf)],
                             out_tree, closed, dict(mapper.counts), pre, post, report, input_dtypes)
 
 
@@ -411,14 +495,22 @@ def _split(fn_or_module: Any, name: str, jaxpr: Any, host: Mapping[int, str], bo
     from pybuda.frontend.jax import fallback as jf
 
     eqns = list(jaxpr.eqns)
-    stage, side, moved = jf.partition(eqns, host)
-    dev_inputs, dev_outputs = jf.plan(eqns, stage, user_vars, jaxpr.outvars, bound)
+    # Equations reading PRNG keys go before the device, so that no key crosses the device graph.
+    key_readers = {i for i in host if any(not _is_literal(v) and is_key_dtype(v.aval.dtype)
+                                          for v in eqns[i].invars)}
+    stage, side, moved = jf.partition(eqns, host, force_pre=key_readers)
+    key_inputs = [v for v in user_vars if is_key_dtype(v.aval.dtype)]
+    dev_inputs, dev_outputs = jf.plan(eqns, stage, user_vars, jaxpr.outvars, bound, need_pre=bool(key_inputs))
+    for v in list(dev_inputs) + list(dev_outputs):  # pragma: no cover - the partition rules this out
+        if not _is_literal(v) and is_key_dtype(v.aval.dtype):
+            raise CompileError(f"CPU fallback: a PRNG key value ({v.aval.dtype}) would cross the device graph: "
+                               f"{_key_note(v.aval.dtype)}", stage=STAGE)
     pre_idx = [i for i in range(len(eqns)) if stage[i] == shared.PRE]
     dev_idx = [i for i in range(len(eqns)) if stage[i] == shared.DEVICE]
     post_idx = [i for i in range(len(eqns)) if stage[i] == shared.POST]
     label = _clean(name)
     pre = jf.JaxStage(f"{label}_cpu_pre", [eqns[i] for i in pre_idx], user_vars, dev_inputs, bound) \
-        if pre_idx else None
+        if pre_idx or key_inputs else None
     post = jf.JaxStage(f"{label}_cpu_post", [eqns[i] for i in post_idx], dev_outputs, jaxpr.outvars, bound) \
         if post_idx else None
 
@@ -426,13 +518,15 @@ def _split(fn_or_module: Any, name: str, jaxpr: Any, host: Mapping[int, str], bo
     b = JaxBuilder(graph)
     env: Dict[Any, Any] = {}
     n_params = len(param_entries)
-    for var, (pname, leaf), req in zip(jaxpr.invars[:n_params], param_entries, trainable):
-        value = to_torch(leaf)
-        env[var] = graph.add_parameter(graph.unique_name(pname), value, requires_grad=bool(req and
-                                       value.dtype.is_floating_point)).name
+    _bind_parameters(graph, env, jaxpr.invars[:n_params], param_entries, trainable)
     for i, var in enumerate(jaxpr.constvars):
         if var in bound:
-            env[var] = Const(to_torch(bound[var]), f"const_{i}")
+            env[var] = HostValue(bound[var]) if is_key_value(bound[var]) else Const(to_torch(bound[var]),
+                                                                                   f"const_{i}")
+    top_outs = {v for e in eqns for v in e.outvars}
+    for var, value in bound.items():  # PRNG keys folded at capture time
+        if var in top_outs:
+            env[var] = HostValue(value)
     user_names = dict(zip(user_vars, in_names))
     for k, var in enumerate(dev_inputs):
         iname = user_names.get(var, f"host_{k}")
@@ -446,10 +540,12 @@ def _split(fn_or_module: Any, name: str, jaxpr: Any, host: Mapping[int, str], bo
     decisions = [shared.FallbackOp(f"eqn_{u}", f"jax.lax.{eqns[u].primitive.name}", source_location(eqns[u]),
                                    host[u], side[u], moved[u]) for u in sorted(host)]
     describe = [f"eqn_{i} ({eqns[i].primitive.name})" for i in range(len(eqns))]
-    report = shared.FallbackReport(label, True, decisions, [describe[i] for i in pre_idx],
-                                   [describe[i] for i in post_idx], len(dev_idx))
-    if not shared.warn_if_large(report):
-        log.info("%s", report)
+    report = None
+    if host:  # (a CPU pre stage that only takes a PRNG key input off the device is no fallback)
+        report = shared.FallbackReport(label, True, decisions, [describe[i] for i in pre_idx],
+                                       [describe[i] for i in post_idx], len(dev_idx))
+        if not shared.warn_if_large(report):
+            log.info("%s", report)
     result = _finish(graph, b, mapper, env, dev_outputs, param_entries, out_tree, closed, input_dtypes, pre, post,
                      report)
     result.primitive_counts = counts
@@ -492,7 +588,10 @@ class _Mapper:
             self.run_eqn(eqn, env)
 
     def _inline(self, eqn: Any, env: Dict[Any, Any]) -> bool:
-        # Any primitive carrying a sub-jaxpr (the INLINED ones, and newer call-like primitives) is inlined.
+        # Any primitive carrying a sub-jaxpr (the INLINED ones, and newer call-like primitives) is inlined;
+        # loops (scan: flax nn.RNN, nn.scan, lax.fori_loop) are not calls and stay unmapped.
+        if eqn.primitive.name in _LOOPS:
+            return False
         sub = next((eqn.params[k] for k in _SUBJAXPR_KEYS if k in eqn.params), None)
         if sub is None or not (hasattr(sub, "eqns") or hasattr(sub, "jaxpr")):
             return False
@@ -536,6 +635,9 @@ class _Mapper:
     def run_eqn(self, eqn: Any, env: Dict[Any, Any]) -> None:
         prim = eqn.primitive.name
         b = self.b
+        if _touches_key(eqn):
+            self._key_eqn(eqn, env)
+            return
         conv = self.converters.get(prim)
         if conv is None and prim in ("jit", "pjit") and self._call(eqn, env):
             return
@@ -575,6 +677,50 @@ class _Mapper:
         for var, value in zip(eqn.outvars, fixed):
             env[var] = value
 
+    def _key_eqn(self, eqn: Any, env: Dict[Any, Any]) -> None:
+        """An equation reading or producing typed PRNG keys. With every operand known at capture time
+        (``jax.random.key(0)``, ``split``, ``normal(key, shape)`` of such a key) JAX evaluates it here: keys
+        stay :class:`HostValue` s and arrays become constants. Otherwise it cannot be on the device: keys
+        have no tensor form, so it runs in JAX on the host (CPU fallback) or is an UnsupportedOpError."""
+        prim = eqn.primitive.name
+        self.counts[prim] = self.counts.get(prim, 0) + 1
+        values = []
+        for var in eqn.invars:
+            if _is_literal(var):
+                values.append(var.val)
+                continue
+            value = env[var]
+            if isinstance(value, HostValue):
+                values.append(value.value)
+            elif isinstance(value, Const):
+                values.append(to_jax_array(value.value).astype(var.aval.dtype))
+            elif isinstance(value, (bool, int, float)):
+                values.append(_jax().numpy.asarray(value, dtype=var.aval.dtype))
+            else:
+                values = None
+                break
+        outs = None
+        if values is not None:
+            from pybuda.frontend.jax.fallback import eval_eqn
+
+            try:
+                outs = eval_eqn(eqn, values)
+            except Exception as e:  # JAX refused: leave it to the host at run time
+                log.debug("folding %s at capture time failed: %s", prim, e)
+        if outs is None:
+            dtypes = ", ".join(dict.fromkeys(str(v.aval.dtype) for v in list(eqn.invars) + list(eqn.outvars)
+                                             if not _is_literal(v) and is_key_dtype(v.aval.dtype)))
+            self._fail(eqn, f"reads or produces PRNG keys ({dtypes}) computed at run time; keys have no pybuda "
+                            f"tensor type, so it can only run in JAX on the host (CPU fallback)")
+            self._standins(eqn, env)
+            return
+        stack = _clean(name_stack(eqn).replace("/", ".")) if name_stack(eqn) else ""
+        for i, (var, value) in enumerate(zip(eqn.outvars, outs)):
+            if is_key_value(value):
+                env[var] = HostValue(value)
+            else:
+                env[var] = Const(to_torch(value), f"{stack + '.' if stack else ''}{prim}_folded_{i}")
+
     def _fail(self, eqn: Any, reason: str) -> None:
         self.unsupported.append((eqn.primitive.name, source_location(eqn), reason))
 
@@ -583,6 +729,9 @@ class _Mapper:
         g = self.b.graph
         for i, var in enumerate(eqn.outvars):
             aval = var.aval
+            if is_key_dtype(aval.dtype):
+                env[var] = Missing(f"a PRNG key ({aval.dtype}) from jax.lax.{eqn.primitive.name}")
+                continue
             env[var] = g.add_input(g.unique_name(f"unmapped.{eqn.primitive.name}.{i}"),
                                    tuple(int(d) for d in aval.shape), torch_dtype(aval.dtype)).name
 
@@ -614,6 +763,12 @@ def _device_unsupported(graph: Graph, created: Sequence[str]) -> Optional[str]:
 
 def _is_literal(var: Any) -> bool:
     return type(var).__name__ == "Literal"
+
+
+def _touches_key(eqn: Any) -> bool:
+    """Whether the equation reads or produces a typed PRNG key."""
+    return any(not _is_literal(v) and is_key_dtype(getattr(v.aval, "dtype", None))
+               for v in list(eqn.invars) + list(eqn.outvars))
 
 
 def _literal_value(var: Any) -> Any:

@@ -42,22 +42,25 @@ class JaxStage:
             from pybuda.errors import InputError
 
             raise InputError(f"CPU stage '{self.name}' takes {len(self.inputs)} input(s), got {len(tensors)}")
+        from pybuda.frontend.jax.capture import is_key_dtype
+
         env: Dict[Any, Any] = dict(self.bound)
-        for var, t in zip(self.inputs, tensors):
+        for i, (var, t) in enumerate(zip(self.inputs, tensors)):
+            if is_key_dtype(var.aval.dtype):  # a typed PRNG key input: passed as it is
+                if not is_key_dtype(getattr(t, "dtype", None)):
+                    from pybuda.errors import InputError
+
+                    raise InputError(f"CPU stage '{self.name}': input {i} must be a typed PRNG key "
+                                     f"({var.aval.dtype}, from jax.random.key), got {type(t).__name__}")
+                env[var] = t
+                continue
             env[var] = to_jax_array(t).astype(var.aval.dtype)
 
         def read(v: Any) -> Any:
             return v.val if _is_literal(v) else env[v]
 
         for eqn in self.eqns:
-            # As jax.core.eval_jaxpr does; older JAX versions return (subfuns, params).
-            params = eqn.primitive.get_bind_params(eqn.params)
-            subfuns: Sequence[Any] = ()
-            if isinstance(params, tuple):
-                subfuns, params = params
-            out = eqn.primitive.bind(*subfuns, *[read(v) for v in eqn.invars], **params)
-            outs = out if eqn.primitive.multiple_results else [out]
-            for var, value in zip(eqn.outvars, outs):
+            for var, value in zip(eqn.outvars, eval_eqn(eqn, [read(v) for v in eqn.invars])):
                 env[var] = value
         return tuple(to_torch(np.asarray(read(v))) for v in self.outputs)
 
@@ -65,12 +68,27 @@ class JaxStage:
         return f"JaxStage({self.name!r}, {len(self.eqns)} equation(s): {', '.join(self.primitives)})"
 
 
+def eval_eqn(eqn: Any, values: Sequence[Any]) -> List[Any]:
+    """The outputs of jaxpr equation ``eqn`` on ``values`` (its operands), evaluated by JAX."""
+    # As jax.core.eval_jaxpr does; older JAX versions return (subfuns, params).
+    params = eqn.primitive.get_bind_params(eqn.params)
+    subfuns: Sequence[Any] = ()
+    if isinstance(params, tuple):
+        subfuns, params = params
+    out = eqn.primitive.bind(*subfuns, *values, **params)
+    return list(out) if eqn.primitive.multiple_results else [out]
+
+
 def _is_literal(var: Any) -> bool:
     return type(var).__name__ == "Literal"
 
 
-def partition(eqns: Sequence[Any], host: Mapping[int, str]) -> Tuple[Dict[int, str], Dict[int, str], Dict[int, int]]:
-    """``(stage per equation index, side per host equation, ops moved with each)`` by the shared rule."""
+def partition(eqns: Sequence[Any], host: Mapping[int, str], force_pre: Set[int] = frozenset()
+              ) -> Tuple[Dict[int, str], Dict[int, str], Dict[int, int]]:
+    """``(stage per equation index, side per host equation, ops moved with each)`` by the shared rule.
+
+    The host equations in ``force_pre`` (those reading PRNG keys, which cannot cross the device graph) go
+    before the device whatever their size; a host equation upstream of a pre one then goes there too."""
     from pybuda.frontend.fallback import DEVICE, POST, PRE, assign_sides
 
     producer = {v: i for i, e in enumerate(eqns) for v in e.outvars}
@@ -95,15 +113,31 @@ def partition(eqns: Sequence[Any], host: Mapping[int, str]) -> Tuple[Dict[int, s
     anc = {u: closure(u, True) for u in host}
     desc = {u: closure(u, False) for u in host}
     side, pre, post = assign_sides(host, anc, desc, STAGE)
+    if any(side[u] != PRE for u in force_pre if u in side):
+        for u in force_pre:
+            if u in side:
+                side[u] = PRE
+        while True:
+            pre = set().union(*[anc[u] | {u} for u in host if side[u] == PRE])
+            flip = [u for u in host if side[u] == POST and u in pre]
+            if not flip:
+                break
+            for u in flip:
+                side[u] = PRE
+        post = set().union(*[desc[u] | {u} for u in host if side[u] == POST])
+        if pre & post:  # pragma: no cover - a post op upstream of a pre one is flipped above
+            raise CompileError("CPU fallback: an op was placed both before and after the device graph "
+                               "(internal partitioning error)", stage=STAGE)
     stage = {i: PRE if i in pre else POST if i in post else DEVICE for i in range(len(eqns))}
     moved = {u: len(anc[u]) if side[u] == PRE else len(desc[u]) for u in host}
     return stage, side, moved
 
 
 def plan(eqns: Sequence[Any], stage: Mapping[int, str], user_inputs: Sequence[Any], outputs: Sequence[Any],
-         bound: Mapping[Any, Any]) -> Tuple[List[Any], List[Any]]:
+         bound: Mapping[Any, Any], need_pre: bool = False) -> Tuple[List[Any], List[Any]]:
     """``(device inputs, device outputs)`` as jaxpr variables, in a deterministic order (the torch
-    frontend's :func:`~pybuda.frontend.fallback.plan_stages` contract)."""
+    frontend's :func:`~pybuda.frontend.fallback.plan_stages` contract). ``need_pre``: there is a CPU pre
+    stage even without pre equations (it takes PRNG key inputs off the device)."""
     from pybuda.frontend.fallback import DEVICE, POST, PRE
 
     producer = {v: i for i, e in enumerate(eqns) for v in e.outvars}
@@ -121,7 +155,7 @@ def plan(eqns: Sequence[Any], stage: Mapping[int, str], user_inputs: Sequence[An
 
     finals = [v for v in outputs if not _is_literal(v) and v not in bound]
     has_post = any(s == POST for s in stage.values())
-    has_pre = any(s == PRE for s in stage.values())
+    has_pre = need_pre or any(s == PRE for s in stage.values())
     if has_post:
         need = {v for v in reads(POST) if where(v) != POST} | {v for v in finals if where(v) != POST}
         dev_outputs = sorted(need, key=order.__getitem__)

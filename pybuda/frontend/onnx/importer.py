@@ -37,7 +37,7 @@ import logging
 import math
 import re
 from dataclasses import dataclass, field
-from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Set, Tuple
+from typing import Any, Callable, Collection, Dict, List, Mapping, Optional, Sequence, Set, Tuple
 
 import numpy as np
 import torch
@@ -270,7 +270,18 @@ class _Importer:
         self.graph = Graph(self.name)
         self.b = OnnxBuilder(self.graph)
 
-    def _initial_env(self, device_inputs: Optional[Sequence[str]] = None) -> Dict[str, Any]:
+    def _not_batch_first(self, dev_inputs: Sequence[str], user_inputs: Sequence[str]) -> Set[str]:
+        """The CPU stage's values for the device whose dim 0 cannot be the samples' (a sequence-first RNN output
+        ``[seq, 1, hidden]``): its length there differs from the user inputs'. The runtime cuts and joins pushes
+        along dim 0, so they cross with a leading sample dim of their own (the torch frontend's rule)."""
+        batch = {self.info[v][0][0] for v in user_inputs if v in self.info and self.info[v][0]}
+        if len(batch) != 1:
+            return set()
+        (b,) = batch
+        return {v for v in dev_inputs if v not in user_inputs and self.info.get(v, (None, None))[0] is not None
+                and (not self.info[v][0] or self.info[v][0][0] != b)}
+
+    def _initial_env(self, device_inputs: Optional[Sequence[str]] = None, lead: Collection[str] = ()) -> Dict[str, Any]:
         env: Dict[str, Any] = {"": None}
         for k, arr in self.inits.items():
             try:
@@ -290,6 +301,11 @@ class _Importer:
                                        f"type torch cannot hold", stage=STAGE)
                 # e.g. bfloat16/float8/int4 inputs: only host nodes can read them.
                 env[k] = Missing(f"input '{k}' has an element type the device cannot hold")
+                continue
+            if k in lead:  # arrives with a leading sample dim (see _not_batch_first)
+                held = self.graph.add_input(self.graph.unique_name(_safe(k)), (1,) + tuple(shape), dtype).name
+                env[k] = self.graph.add_op(self.graph.unique_name(f"{_safe(k)}.sample"), "reshape", [held],
+                                           {"shape": tuple(shape)}).name
                 continue
             env[k] = self.graph.add_input(self.graph.unique_name(_safe(k)), shape, dtype).name
         return env
@@ -504,15 +520,17 @@ class _Importer:
 
         pre = post = None
         host_inits: Set[str] = set()
+        lead: Set[str] = set()
         if pre_nodes:
-            pre = build_stage(self, pre_nodes, user_inputs, dev_inputs, consts, f"{self.name}_cpu_pre")
+            lead = self._not_batch_first(dev_inputs, user_inputs)
+            pre = build_stage(self, pre_nodes, user_inputs, dev_inputs, consts, f"{self.name}_cpu_pre", lead=lead)
             host_inits |= set(pre.initializers)
         if post_nodes:
             post = build_stage(self, post_nodes, dev_outputs, outputs, consts, f"{self.name}_cpu_post")
             host_inits |= set(post.initializers)
 
         self._fresh()
-        env = self._initial_env(dev_inputs)
+        env = self._initial_env(dev_inputs, lead)
         env.update(consts)
         for i in dev_nodes:
             try:

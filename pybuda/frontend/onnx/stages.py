@@ -19,7 +19,7 @@ Runtime kernel reads the ONNX definition otherwise than ONNX's reference impleme
 from __future__ import annotations
 
 import logging
-from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
+from typing import Any, Collection, Dict, List, Mapping, Optional, Sequence, Tuple
 
 import numpy as np
 import torch
@@ -164,8 +164,9 @@ class OnnxStage:
 
 
 def build_stage(imp: Any, node_idx: Sequence[int], inputs: Sequence[str], outputs: Sequence[str],
-                consts: Mapping[str, Any], name: str) -> OnnxStage:
-    """An OnnxStage running nodes ``node_idx`` of the importer's model: ``inputs`` -> ``outputs``."""
+                consts: Mapping[str, Any], name: str, lead: Collection[str] = ()) -> OnnxStage:
+    """An OnnxStage running nodes ``node_idx`` of the importer's model: ``inputs`` -> ``outputs``; outputs in
+    ``lead`` get a leading dim of 1 (the importer's ``_not_batch_first``)."""
     nodes = [imp.nodes[i] for i in node_idx]
     produced = {o for n in nodes for o in n.output if o}
     in_set = set(inputs)
@@ -209,7 +210,18 @@ def build_stage(imp: Any, node_idx: Sequence[int], inputs: Sequence[str], output
         seen_out.add(v)
         info = imp.info.get(v)
         et = imp.elem.get(v) or (_elem_type(info[1]) if info and info[1] is not None else onnx.TensorProto.FLOAT)
-        vis_out.append(helper.make_tensor_value_info(out_name, et, list(info[0]) if info and info[0] else None))
+        shape = list(info[0]) if info and info[0] is not None else None
+        if v in lead:
+            src, out_name = out_name, f"{v}__stage_lead_{k}"  # the value, or the Identity that renamed it
+            opset = next((o.version for o in imp.model.opset_import if o.domain in ("", "ai.onnx")), 13)
+            if opset >= 13:  # axes became an input in opset 13
+                axes = f"{out_name}__axes"
+                inits[axes] = np.array([0], dtype=np.int64)
+                extra.append(helper.make_node("Unsqueeze", [src, axes], [out_name]))
+            else:
+                extra.append(helper.make_node("Unsqueeze", [src], [out_name], axes=[0]))
+            shape = [1] + (shape or [])
+        vis_out.append(helper.make_tensor_value_info(out_name, et, shape or None))
     graph = helper.make_graph(list(nodes) + extra, name, vis_in, vis_out,
                               [numpy_helper.from_array(np.asarray(a), k) for k, a in inits.items()])
     model = helper.make_model(graph, opset_imports=list(imp.model.opset_import), ir_version=imp.model.ir_version)

@@ -12,6 +12,7 @@ from pybuda.config import CompilerConfig
 from pybuda.errors import InputError, ModuleError, PybudaError, UnsupportedOpError
 from pybuda.frontend.onnx import OnnxStage, import_model
 from pybuda.frontend.onnx.backend import PybudaBackend
+from pybuda.verify import calculate_pcc
 
 
 def _model(nodes, inputs, outputs, inits=(), opset=17):
@@ -122,3 +123,33 @@ def test_onnx_module_api(tmp_path):
     cap = mod.to_graph(x)
     assert cap.report.has_fallback
     assert mod.get_parameters() == []
+
+
+class _GruThenLinear(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.rnn = torch.nn.GRU(16, 24, batch_first=True)
+        self.fc = torch.nn.Linear(24, 8)
+
+    def forward(self, x):
+        return self.fc(self.rnn(x)[0])
+
+
+@pytest.mark.parametrize("samples", [1, 2])
+def test_a_sequence_first_rnn_output_from_the_cpu_feeds_the_device(samples, tmp_path):
+    # The exported GRU runs in ONNX Runtime and hands the device its [seq, dirs, batch, hidden] output; the device
+    # took its dim 0 (12) for the microbatch: "reshape mixes the samples of a microbatch". Every ONNX or Keras
+    # (tf2onnx) model with an LSTM, GRU or SimpleRNN feeding device ops failed so.
+    torch.manual_seed(0)
+    m = _GruThenLinear().eval()
+    path = str(tmp_path / "gru.onnx")
+    torch.onnx.export(m, (torch.randn(1, 12, 16),), path, dynamo=False, opset_version=17,
+                      dynamic_axes={"x": {0: "b"}}, input_names=["x"])
+    x = torch.randn(samples, 12, 16, generator=torch.Generator().manual_seed(1))
+    pybuda.TTDevice("tt0", module=pybuda.OnnxModule("gru", path), arch=pybuda.BackendDevice.Wormhole_B0)
+    try:
+        got = pybuda.run_inference(inputs=[(x,)]).get(timeout=600)[0].value()
+    finally:
+        pybuda.shutdown()
+    want = torch.as_tensor(ort_run(onnx.load(path), [x.numpy()])[0])
+    assert got.shape == want.shape and calculate_pcc(got, want) >= 0.999

@@ -8,6 +8,7 @@ import torch
 
 from onnx_helpers import ort_run
 import pybuda
+from pybuda.errors import InputError
 from pybuda.frontend.onnx.backend import PybudaBackend
 from pybuda.verify import calculate_pcc
 
@@ -63,6 +64,21 @@ def test_small_cnn_on_a_ttdevice():
     mod = pybuda.OnnxModule("cnn", model)
     out = pybuda.run_inference(mod, inputs=[(x,)]).get()
     _check([out[0].value().numpy()], ort_run(model, [x.numpy()]))
+
+
+def test_a_model_exported_with_a_static_batch_runs_on_a_ttdevice():
+    # Exported with batch 2: a push of 2 samples is one run of the model. The device used to take one sample of
+    # it, which the model refused ("dim 0 is 2, got a sample of shape [1, 8]", a shape the user never pushed).
+    torch.manual_seed(0)
+    x = torch.randn(2, 3, 16, 16)
+    model = _export(SmallCNN(), (x,), ["x"])
+    got = pybuda.run_inference(pybuda.OnnxModule("cnn_b2", model), inputs=[(x,)]).get()[0].value()
+    want = torch.as_tensor(ort_run(model, [x.numpy()])[0])
+    assert got.shape == want.shape and calculate_pcc(got, want) >= PCC_MIN
+    assert torch.allclose(got, want, atol=3e-3)  # default formats, as test_small_cnn_on_a_ttdevice (1e-3 there)
+    pybuda.shutdown()
+    with pytest.raises(InputError, match=r"dim 0 is 2, got a sample of shape \[4, 3, 16, 16\]"):
+        pybuda.run_inference(pybuda.OnnxModule("cnn_b2", model), inputs=[(torch.randn(4, 3, 16, 16),)]).get()
 
 
 def _bert(layers: int, hidden: int, heads: int, inter: int):

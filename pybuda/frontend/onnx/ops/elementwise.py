@@ -8,8 +8,9 @@ import numpy as np
 import torch
 
 from pybuda.frontend.aten_builder import Const, Unsupported, _as_bool
-from pybuda.frontend.aten_eltwise import _hardsigmoid_of, _softplus_of
-from pybuda.frontend.onnx.converter import NodeCtx, converts
+from pybuda.frontend.aten_eltwise import (_hardsigmoid_of, _hold_nonfinite, _sign_exact, _softplus_of, isinf_of,
+                                         isnan_of)
+from pybuda.frontend.onnx.converter import NodeCtx, converts, inf_standin
 from pybuda.frontend.onnx import model as onnx_model
 from pybuda.frontend.onnx.ops.common import _float_out
 
@@ -110,6 +111,59 @@ def _infinite_constant(ctx: NodeCtx, k: int) -> float:
     if bool(torch.all(t == math.inf)):
         return 1.0
     return -1.0 if bool(torch.all(t == -math.inf)) else 0.0
+
+
+@converts("IsNaN")
+def _isnan(ctx: NodeCtx):
+    """Exact on the device (:func:`pybuda.frontend.aten_eltwise.isnan_of`). Of a softmax in a graph whose infinite
+    constants are finite stand-ins (an additive ``-inf`` attention mask, see ``inf_standin``), also 1 on every
+    row ONNX Runtime's softmax makes NaN: a row whose scores are all "infinite" (|row max| at or beyond the
+    stand-in: a fully masked row, whose exp(-inf - -inf) is NaN there, but on the device exp(0)). That is the
+    Softmax -> IsNaN -> Where(isnan, 0, softmax) of torch's exported scaled_dot_product_attention: such rows
+    become 0 as in ONNX Runtime."""
+    _float_in(ctx)
+    b = ctx.b
+    x = ctx.x(0)
+    dt = b.dtype(x)
+    out = isnan_of(b, x)
+    src = b.graph[x]
+    if getattr(b.graph, "inf_standins", False) and src.kind == "op" and src.op_type == "softmax":
+        scores = src.operands[0]
+        big = _sign_exact(b, b.op("abs", [b.op("reduce_max", [scores], dim=src.attrs["dim"])]))
+        masked = b.binary("greater_equal", big, inf_standin(dt), dt)
+        out = b.op("maximum", [out, masked])
+    return b.cast(out, torch.bool)
+
+
+@converts("IsInf")
+def _isinf(ctx: NodeCtx):
+    """Exact on the device (:func:`pybuda.frontend.aten_eltwise.isinf_of`); in a graph whose infinite constants
+    are finite stand-ins, a value at or beyond the stand-in counts as infinite too (as ``Equal`` against
+    infinity and the host's restoring of outputs have it)."""
+    _float_in(ctx)
+    b = ctx.b
+    pos = bool(ctx.attr("detect_positive", 1, (int,)))
+    neg = bool(ctx.attr("detect_negative", 1, (int,)))
+    x = ctx.x(0)
+    dt = b.dtype(x)
+    if not getattr(b.graph, "inf_standins", False):
+        return b.cast(isinf_of(b, x, positive=pos, negative=neg), torch.bool)
+    big = inf_standin(dt)
+    _hold_nonfinite(b, x)
+    if pos and neg:
+        out = b.binary("greater_equal", _sign_exact(b, b.op("abs", [x])), big, dt)
+    elif pos:
+        out = b.binary("greater_equal", x, big, dt)
+    elif neg:
+        out = b.binary("less_equal", x, -big, dt)
+    else:
+        out = b.binary("multiply", b.binary("greater", x, 0.0, dt), 0.0, dt)
+    return b.cast(out, torch.bool)
+
+
+def _float_in(ctx: NodeCtx) -> None:
+    if not ctx.dtype(0).is_floating_point:
+        raise Unsupported(f"{ctx.op_type} on {str(ctx.dtype(0)).replace('torch.', '')} data")
 
 
 @converts("And", "Or", "Xor")
