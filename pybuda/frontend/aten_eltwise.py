@@ -262,7 +262,7 @@ def _nonfinite_compare(b: Builder, kind: str, x, y, dt) -> Optional[str]:
 def _isnan(b: Builder, n, p):
     x = p["self"]
     if not b.dtype(x).is_floating_point:
-        return Const(torch.zeros(out_shape(n), dtype=torch.bool), f"{n.name}.none")
+        return _all_or_none(n, False)
     return b.cast(isnan_of(b, b.tensor(x)), torch.bool)
 
 
@@ -270,7 +270,7 @@ def _isnan(b: Builder, n, p):
 def _isinf(b: Builder, n, p):
     x = p["self"]
     if not b.dtype(x).is_floating_point:
-        return Const(torch.zeros(out_shape(n), dtype=torch.bool), f"{n.name}.none")
+        return _all_or_none(n, False)
     name = op_name(n.target)
     return b.cast(isinf_of(b, b.tensor(x), positive=name != "isneginf", negative=name != "isposinf"), torch.bool)
 
@@ -279,8 +279,13 @@ def _isinf(b: Builder, n, p):
 def _isfinite(b: Builder, n, p):
     x = p["self"]
     if not b.dtype(x).is_floating_point:
-        return Const(torch.ones(out_shape(n), dtype=torch.bool), f"{n.name}.all")
+        return _all_or_none(n, True)
     return b.cast(isfinite_of(b, b.tensor(x)), torch.bool)
+
+
+def _all_or_none(n, value: bool) -> Const:
+    """The constant answer of a NaN/infinity test on integer data (every integer is a finite number)."""
+    return Const(torch.full(out_shape(n), value, dtype=torch.bool), f"{n.name}.{'all' if value else 'none'}")
 
 
 @converts("nan_to_num")

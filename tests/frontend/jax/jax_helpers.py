@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 import torch
 
+import pybuda
 from pybuda.verify import calculate_pcc
 
 jax = pytest.importorskip("jax")
@@ -53,3 +54,13 @@ def check(fn, *inputs, params=None, atol=ATOL, rtol=RTOL, primitive=None):
             f"'{primitive}' is not in the jaxpr: {sorted(result.primitive_counts)}"
     assert_matches(result.run(*inputs), jax_outputs(fn, inputs, params), atol=atol, rtol=rtol)
     return result
+
+
+def run_on_tt(module, *inputs):
+    """Compile for a Wormhole TTDevice at Float32 (HiFi4) and return the outputs as torch tensors."""
+    pybuda.set_configuration_options(default_df_override=pybuda.DataFormat.Float32,
+                                     default_math_fidelity=pybuda.MathFidelity.HiFi4)
+    tt = pybuda.TTDevice("tt0", module=module, arch=pybuda.BackendDevice.Wormhole_B0)
+    tt.push_to_inputs(*inputs)
+    out = pybuda.run_inference().get(timeout=300)
+    return [o.value() if hasattr(o, "value") else o for o in out]

@@ -12,7 +12,7 @@ jnp = jax.numpy
 import pybuda  # noqa: E402
 from pybuda.verify import calculate_pcc  # noqa: E402
 
-from jax_helpers import DEVICE_ATOL, DEVICE_RTOL, PCC, assert_matches  # noqa: E402
+from jax_helpers import DEVICE_ATOL, DEVICE_RTOL, PCC, assert_matches, run_on_tt  # noqa: E402
 
 
 class MLP(nn.Module):
@@ -65,16 +65,6 @@ def _perturb(variables, seed=1, scale=0.1):
         noise = r.standard_normal(leaf.shape).astype(np.float32) * scale
         new.append(np.abs(leaf + noise) + 0.5 if leaf.ndim == 1 and np.all(leaf == 1) else leaf + noise)
     return jax.tree_util.tree_unflatten(tree, new)
-
-
-def run_on_tt(module, *inputs):
-    """Compile for a Wormhole TTDevice at Float32 (HiFi4) and return the outputs as torch tensors."""
-    pybuda.set_configuration_options(default_df_override=pybuda.DataFormat.Float32,
-                                     default_math_fidelity=pybuda.MathFidelity.HiFi4)
-    tt = pybuda.TTDevice("tt0", module=module, arch=pybuda.BackendDevice.Wormhole_B0)
-    tt.push_to_inputs(*inputs)
-    out = pybuda.run_inference().get(timeout=300)
-    return [o.value() if hasattr(o, "value") else o for o in out]
 
 
 # A transformer block chains five matmuls (q/k/v, scores, context, output, MLP) through softmax and two

@@ -16,17 +16,7 @@ from pybuda.errors import CompileError, UnsupportedOpError  # noqa: E402
 from pybuda.frontend.jax import capture  # noqa: E402
 from pybuda.verify import calculate_pcc  # noqa: E402
 
-from jax_helpers import DEVICE_ATOL, DEVICE_RTOL, PCC, assert_matches, jax_outputs  # noqa: E402
-
-
-def run_on_tt(module, *inputs):
-    """Compile for a Wormhole TTDevice at Float32 (HiFi4) and return the outputs as torch tensors."""
-    pybuda.set_configuration_options(default_df_override=pybuda.DataFormat.Float32,
-                                     default_math_fidelity=pybuda.MathFidelity.HiFi4)
-    tt = pybuda.TTDevice("tt0", module=module, arch=pybuda.BackendDevice.Wormhole_B0)
-    tt.push_to_inputs(*inputs)
-    out = pybuda.run_inference().get(timeout=300)
-    return [o.value() if hasattr(o, "value") else o for o in out]
+from jax_helpers import DEVICE_ATOL, DEVICE_RTOL, PCC, assert_matches, jax_outputs, run_on_tt  # noqa: E402
 
 
 def _on_device_matches(module, x):
