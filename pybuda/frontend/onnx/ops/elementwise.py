@@ -8,8 +8,7 @@ import numpy as np
 import torch
 
 from pybuda.frontend.aten_builder import Const, Unsupported, _as_bool
-from pybuda.frontend.aten_eltwise import (_hardsigmoid_of, _hold_nonfinite, _sign_exact, _softplus_of, isinf_of,
-                                         isnan_of)
+from pybuda.frontend.aten_eltwise import _hardsigmoid_of, _hold_nonfinite, _sign_exact, _softplus_of, isnan_of
 from pybuda.frontend.onnx.converter import NodeCtx, converts, inf_standin
 from pybuda.frontend.onnx import model as onnx_model
 from pybuda.frontend.onnx.ops.common import _float_out
@@ -137,17 +136,16 @@ def _isnan(ctx: NodeCtx):
 
 @converts("IsInf")
 def _isinf(ctx: NodeCtx):
-    """Exact on the device (:func:`pybuda.frontend.aten_eltwise.isinf_of`); in a graph whose infinite constants
-    are finite stand-ins, a value at or beyond the stand-in counts as infinite too (as ``Equal`` against
-    infinity and the host's restoring of outputs have it)."""
+    """A value at or beyond the finite stand-in for infinity counts as infinite (as ``Equal`` against infinity and
+    the host's restoring of outputs have it): the ONNX backend pushes an input's infinities as that stand-in
+    (``finite_standins``), and a graph's infinite constants are stand-ins too, so the exact test
+    (:func:`pybuda.frontend.aten_eltwise.isinf_of`) would call them finite."""
     _float_in(ctx)
     b = ctx.b
     pos = bool(ctx.attr("detect_positive", 1, (int,)))
     neg = bool(ctx.attr("detect_negative", 1, (int,)))
     x = ctx.x(0)
     dt = b.dtype(x)
-    if not getattr(b.graph, "inf_standins", False):
-        return b.cast(isinf_of(b, x, positive=pos, negative=neg), torch.bool)
     big = inf_standin(dt)
     _hold_nonfinite(b, x)
     if pos and neg:
