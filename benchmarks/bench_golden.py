@@ -27,7 +27,7 @@ of the golden run <= 1.5x PyTorch's.
 
     .venv/bin/python benchmarks/bench_golden.py [--microbatch 1 8] [--repeat 5] [--df Bfp8_b] [--fidelity LoFi]
                                                 [--model bert --variant base --seq-len 128] [--threads N]
-                                                [--profile] [--no-memory]
+                                                [--profile [--profile-rows N]] [--no-memory]
 """
 
 from __future__ import annotations
@@ -137,6 +137,7 @@ def main(argv: List[str] = None) -> int:
     ap.add_argument("--device-config", default="wh_n150")
     ap.add_argument("--threads", type=int, default=0, help="torch intra-op threads (0: torch's default)")
     ap.add_argument("--profile", action="store_true", help="print a cProfile of one golden run per microbatch")
+    ap.add_argument("--profile-rows", type=int, default=15, help="functions the --profile listing shows")
     ap.add_argument("--no-memory", action="store_true", help="skip the peak-memory children")
     ap.add_argument("--memory-child", choices=("torch", "golden", "fast"), help=argparse.SUPPRESS)
     ap.add_argument("--memory-microbatch", type=int, default=1, help=argparse.SUPPRESS)
@@ -185,7 +186,7 @@ def main(argv: List[str] = None) -> int:
             prof = cProfile.Profile()
             prof.runcall(precise.run, inputs)
             out = io.StringIO()
-            pstats.Stats(prof, stream=out).sort_stats("tottime").print_stats(int(os.environ.get("BENCH_PROFILE_ROWS", "15")))
+            pstats.Stats(prof, stream=out).sort_stats("tottime").print_stats(args.profile_rows)
             print(out.getvalue())
     return 0
 
