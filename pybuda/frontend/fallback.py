@@ -258,14 +258,29 @@ _ATTR_SAFE = re.compile(r"[^0-9a-zA-Z_]")
 
 
 def not_batch_first(outputs: Sequence[Any], user_inputs: Sequence[torch.fx.Node]) -> Set[torch.fx.Node]:
-    """The CPU stage ``outputs`` whose dim 0 cannot be the samples': their length there differs from the user
-    inputs' (a sequence-first RNN output ``[seq, 1, hidden]`` of a one-sample capture), or they have none."""
-    batch = {tensor_meta(n)[0][0] for n in user_inputs if isinstance(meta_val(n), torch.Tensor) and tensor_meta(n)[0]}
+    """The CPU stage ``outputs`` whose dim 0 cannot be the samples' (:func:`off_batch`), as FX nodes."""
+    def shapes(nodes):
+        return {n: tensor_meta(n)[0] for n in nodes if isinstance(n, torch.fx.Node) and isinstance(meta_val(n), torch.Tensor)}
+    return off_batch(shapes(user_inputs), shapes(outputs))
+
+
+def off_batch(user_inputs: Mapping[Any, Sequence[int]], values: Mapping[Any, Sequence[int]]) -> Set[Any]:
+    """The keys of ``values`` (a CPU stage's results for the device: key -> shape) whose dim 0 cannot be the
+    samples': its length differs from the user inputs' (a sequence-first RNN output ``[seq, 1, hidden]`` of a
+    one-sample capture), or they have none. The runtime cuts and joins pushes along dim 0, so such values cross
+    with a leading sample dim of their own (:func:`add_sample_input`). Shared by the torch and ONNX frontends."""
+    batch = {tuple(s)[0] for s in user_inputs.values() if len(s)}
     if len(batch) != 1:
         return set()
     (b,) = batch
-    return {o for o in outputs if isinstance(o, torch.fx.Node) and o not in user_inputs
-            and isinstance(meta_val(o), torch.Tensor) and (not tensor_meta(o)[0] or tensor_meta(o)[0][0] != b)}
+    return {k for k, s in values.items() if k not in user_inputs and (not len(s) or tuple(s)[0] != b)}
+
+
+def add_sample_input(graph: Any, name: str, shape: Sequence[int], dtype: torch.dtype) -> str:
+    """A device-graph input for a value that crosses with a leading sample dim (:func:`off_batch`): the input
+    ``[1, *shape]`` and a reshape that drops the dim; returns the reshape's name."""
+    held = graph.add_input(graph.unique_name(name), (1,) + tuple(shape), dtype).name
+    return graph.add_op(graph.unique_name(f"{name}.sample"), "reshape", [held], {"shape": tuple(shape)}).name
 
 
 def build_cpu_stage(prog: FxProgram, nodes: Sequence[torch.fx.Node], inputs: Sequence[torch.fx.Node],

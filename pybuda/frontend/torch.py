@@ -221,8 +221,7 @@ def _initial_env(prog: FxProgram, graph: Graph, inputs: Sequence[torch.fx.Node],
     for node in inputs:
         shape, dtype = fallback.tensor_meta(node)
         if node in lead:
-            held = graph.add_input(graph.unique_name(node.name), (1,) + shape, dtype).name
-            env[node] = graph.add_op(graph.unique_name(f"{node.name}.sample"), "reshape", [held], {"shape": shape}).name
+            env[node] = fallback.add_sample_input(graph, node.name, shape, dtype)
             continue
         env[node] = graph.add_input(graph.unique_name(node.name), shape, dtype).name
     for node, (pname, tensor) in prog.params.items():

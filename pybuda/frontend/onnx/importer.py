@@ -44,7 +44,7 @@ import torch
 
 from pybuda.errors import CompileError, InputError, UnsupportedOp, UnsupportedOpError
 from pybuda.frontend.aten_builder import Const, Missing, Unsupported
-from pybuda.frontend.fallback import FallbackOp, FallbackReport, assign_sides, warn_if_large
+from pybuda.frontend.fallback import FallbackOp, FallbackReport, add_sample_input, assign_sides, off_batch, warn_if_large
 from pybuda.frontend.onnx import model as onnx_model
 from pybuda.frontend.onnx.converter import CONVERTERS, STAGE, NodeCtx, OnnxAttributeError, OnnxBuilder, Param
 from pybuda.frontend.onnx.model import onnx
@@ -271,15 +271,11 @@ class _Importer:
         self.b = OnnxBuilder(self.graph)
 
     def _not_batch_first(self, dev_inputs: Sequence[str], user_inputs: Sequence[str]) -> Set[str]:
-        """The CPU stage's values for the device whose dim 0 cannot be the samples' (a sequence-first RNN output
-        ``[seq, 1, hidden]``): its length there differs from the user inputs'. The runtime cuts and joins pushes
-        along dim 0, so they cross with a leading sample dim of their own (the torch frontend's rule)."""
-        batch = {self.info[v][0][0] for v in user_inputs if v in self.info and self.info[v][0]}
-        if len(batch) != 1:
-            return set()
-        (b,) = batch
-        return {v for v in dev_inputs if v not in user_inputs and self.info.get(v, (None, None))[0] is not None
-                and (not self.info[v][0] or self.info[v][0][0] != b)}
+        """The CPU stage's values for the device whose dim 0 cannot be the samples' (the torch frontend's rule,
+        :func:`pybuda.frontend.fallback.off_batch`)."""
+        def shapes(names):
+            return {v: self.info[v][0] for v in names if self.info.get(v, (None, None))[0] is not None}
+        return off_batch(shapes(user_inputs), shapes(dev_inputs))
 
     def _initial_env(self, device_inputs: Optional[Sequence[str]] = None, lead: Collection[str] = ()) -> Dict[str, Any]:
         env: Dict[str, Any] = {"": None}
@@ -303,9 +299,7 @@ class _Importer:
                 env[k] = Missing(f"input '{k}' has an element type the device cannot hold")
                 continue
             if k in lead:  # arrives with a leading sample dim (see _not_batch_first)
-                held = self.graph.add_input(self.graph.unique_name(_safe(k)), (1,) + tuple(shape), dtype).name
-                env[k] = self.graph.add_op(self.graph.unique_name(f"{_safe(k)}.sample"), "reshape", [held],
-                                           {"shape": tuple(shape)}).name
+                env[k] = add_sample_input(self.graph, _safe(k), shape, dtype)
                 continue
             env[k] = self.graph.add_input(self.graph.unique_name(_safe(k)), shape, dtype).name
         return env
