@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import logging
 import operator
-import os
 import re
 import time
 from dataclasses import dataclass, field
@@ -31,6 +30,7 @@ import torch.fx
 import torch.utils._pytree as pytree
 
 from pybuda.errors import CompileError, UnsupportedOp, UnsupportedOpError
+from pybuda.frontend import source_lines
 
 log = logging.getLogger(__name__)
 
@@ -80,8 +80,8 @@ def qualified_op_name(target: Any) -> str:
 
 
 # --- source locations -----------------------------------------------------------------------------
-_TORCH_DIR = os.path.dirname(torch.__file__) + os.sep
-_PYBUDA_FRONTEND_DIR = os.path.dirname(__file__) + os.sep
+_TORCH_DIR = source_lines.TORCH_DIR
+_PYBUDA_FRONTEND_DIR = source_lines.FRONTEND_DIR
 _FRAME = re.compile(r'File "([^"]+)", line (\d+), in (\S+)')
 
 
@@ -238,7 +238,8 @@ def run_export(module: torch.nn.Module, args: Tuple[Any, ...], kwargs: Mapping[s
     """
     register_cache_pytrees(module)
     try:
-        return torch.export.export(module, tuple(args), kwargs=dict(kwargs) if kwargs else None, strict=False)
+        with source_lines.recording():  # each node's model source line, without torch's full stack traces
+            return torch.export.export(module, tuple(args), kwargs=dict(kwargs) if kwargs else None, strict=False)
     except Exception as e:  # torch raises many unrelated exception types here
         unknown = _UNKNOWN_OUTPUT.search(str(e))
         if unknown:

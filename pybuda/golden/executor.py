@@ -24,8 +24,10 @@ from pybuda.netlist.host_io import HostIO, from_device_layout, to_device_layout,
 
 log = logging.getLogger(__name__)
 
-#: Bytes of weights written between two trims of the C heap while a device is built.
-TRIM_EVERY_BYTES = 64 << 20
+#: Bytes of weights written between two trims of the C heap while a device is built: small enough that the
+#: weights' freed temporaries never lift the build's peak above the run's own (BERT-base: a build peak of
+#: 1.04-1.08 GB at 64 MiB, 0.99 GB at 4 MiB, under the run's 1.00-1.05 GB), at no measurable cost.
+TRIM_EVERY_BYTES = 4 << 20
 
 
 class GoldenExecutor:

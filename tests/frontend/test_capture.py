@@ -78,6 +78,20 @@ def _line(marker):
     raise AssertionError(marker)
 
 
+def test_source_lines_without_torch_stack_traces():
+    """Capture records each op's model line itself (torch's per-node stack traces are off while it runs,
+    and back on after); a module written wholly in torch is located by its module path."""
+    result = capture(Outer().eval(), inputs(), graph_name="outer")
+    sources = {op.tags["source"] for op in result.graph.ops if op.tags.get("layer", "").endswith("query")}
+    assert sources == {f"{THIS_FILE}:{_line('query')}"}
+    assert torch.fx.config.do_not_emit_stack_traces is False
+    plain = torch.export.export(Block().eval(), inputs(), strict=False)  # outside capture: torch's own traces
+    traced = [n for n in plain.graph.nodes if n.op == "call_function" and n.meta.get("stack_trace")]
+    assert traced and any(n.meta["stack_trace"].count("File ") > 1 for n in traced)  # not our one frame
+    seq = capture(nn.Sequential(nn.Linear(8, 8)).eval(), (torch.randn(2, 8),), graph_name="seq")
+    assert {op.tags["source"] for op in seq.graph.ops if op.op_type == "matmul"} == {"<0>"}
+
+
 def test_keyword_sample_inputs():
     model = Block().eval()
     x, mask = inputs()
