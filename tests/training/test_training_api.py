@@ -762,6 +762,34 @@ def test_optimizer_steps_match_torch_from_the_same_gradients(optimizer):
             assert torch.allclose(step_dev, step_torch, rtol=1e-2, atol=1e-4), name
 
 
+@pytest.mark.parametrize("df", [pybuda.DataFormat.Float16_b, pybuda.DataFormat.Bfp8_b])
+def test_adam_steps_by_the_learning_rate_at_low_precision_formats(df):
+    # Adam's first step is lr·sign(g) for every element. The optimizer program computed in the model's format:
+    # at Float16_b, β2 = 0.999 rounded and the bias correction 1 − β2 came out 4x too large, so every step
+    # was 2x lr; at Bfp8_b a block flushed small gradients' squares to zero and m / (√v + ε) made parameters
+    # infinite. No error either way. The parameters themselves are stored in the model's format, so the new
+    # values round to it: a few of its units in the last place (2^-8 relative for Float16_b).
+    pybuda.set_configuration_options(default_df_override=df)
+    torch.manual_seed(0)
+    model = torch.nn.Linear(32, 32)
+    initial = {k: p.detach().clone() for k, p in model.named_parameters()}
+    tt0 = pybuda.TTDevice("tt0", module=pybuda.PyTorchModule("lin", model),
+                          optimizer=pybuda.optimizers.Adam(learning_rate=0.01), arch=pybuda.BackendDevice.Wormhole_B0)
+    cpu = pybuda.CPUDevice("cpu0")
+    cpu.place_loss_module(pybuda.PyTorchModule("mse", torch.nn.MSELoss()))
+    g = torch.Generator().manual_seed(0)
+    tt0.push_to_inputs(torch.randn(1, 4, 32, generator=g))
+    cpu.push_to_target_inputs(torch.randn(1, 4, 32, generator=g))
+    pybuda.run_training(steps=1)
+    after = pybuda.get_parameter_checkpoint(tt0)[0]
+    for name, before in initial.items():
+        got = after[name].value().reshape(before.shape)
+        assert torch.isfinite(got).all(), name
+        step = (got - before).abs()
+        # One step of 0.01, give or take the rounding of the stored parameter (|p| < 0.25: 2^-10 per unit).
+        assert float(step.max()) < 0.01 + 3 * 2 ** -10 and float(step.median()) == pytest.approx(0.01, rel=0.1), name
+
+
 def test_recompute_trains_as_torch_without_saving_activations():
     # enable_recompute was refused as "pybuda does not train yet" although training honours it.
     from pybuda.runtime import training
