@@ -261,12 +261,13 @@ def optimizer_config(config: Any) -> Any:
     bias correction 1 − β2ᵗ is off by 4x (the first steps came out twice torch's) or zero, and a Bfp8_b
     block flushes a small gradient's square to zero, which made ``m / (√v + ε)`` infinite. TT-Buda's
     documentation gives optimizer ops Float32/HiFi4 too. ``amp_properties`` rules still apply (a rule may
-    target ``epoch_type="opt"``); the model's ``amp_level`` does not."""
+    target ``epoch_type="opt"``); the model's ``amp_level`` does not. Grayskull's Dest holds no Float32, so
+    there the rules still round through Float16_b."""
     from pybuda.dtypes import MathFidelity
 
     cfg = copy.deepcopy(config)
     cfg.default_df_override = DataFormat.Float32
-    cfg.default_accumulate_df = DataFormat.Float32
+    cfg.default_accumulate_df = None  # Float32 after a Float32 default, where the chip's Dest holds it
     cfg.default_math_fidelity = MathFidelity.HiFi4
     cfg.amp_level = None
     return cfg
