@@ -188,7 +188,7 @@ class ModuleGraph:
 
 def module_to_graph(module: Module, samples: Sequence[Any], input_names: Optional[Sequence[str]] = None, *,
                     graph_name: Optional[str] = None, config: Optional[CompilerConfig] = None,
-                    for_device: bool = False, allow_cpu_stages: bool = False) -> ModuleGraph:
+                    for_device: bool = False, allow_cpu_stages: bool = False, training: bool = False) -> ModuleGraph:
     """Turn ``module`` into a graph for the sample inputs ``samples`` (torch tensors, positional, or named
     by ``input_names``).
 
@@ -200,7 +200,8 @@ def module_to_graph(module: Module, samples: Sequence[Any], input_names: Optiona
       ``(graph, outputs)``.
 
     A capture split into CPU pre/post stages is a CompileError unless ``allow_cpu_stages`` (only a
-    pipeline can add the CPU devices that run them). Nothing is run on the CPU here; see
+    pipeline can add the CPU devices that run them). ``training``: the split will be trained, so a PyTorch
+    capture keeps each parameter on one side of it. Nothing is run on the CPU here; see
     :class:`ModuleGraph` for the sample values.
     """
     from pybuda.module import PyBudaModule, PyTorchModule
@@ -223,7 +224,8 @@ def module_to_graph(module: Module, samples: Sequence[Any], input_names: Optiona
         from pybuda.frontend.torch import capture
 
         args = dict(zip(names, samples)) if names else tuple(samples)
-        result = capture(module, args, graph_name=graph_name or module.name, config=config, for_device=for_device)
+        result = capture(module, args, graph_name=graph_name or module.name, config=config, for_device=for_device,
+                         training=training)
     else:
         to_graph = getattr(module, "to_graph", None)
         if to_graph is None:

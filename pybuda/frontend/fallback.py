@@ -175,13 +175,43 @@ def assign_sides(host: Iterable[Any], anc: Mapping[Any, Set[Any]], desc: Mapping
     return side, pre, post
 
 
-def partition(prog: FxProgram, host: Mapping[torch.fx.Node, str]) -> Partition:
+def _parameter_readers(prog: FxProgram, compute: Set[torch.fx.Node]) -> Dict[str, List[torch.fx.Node]]:
+    """The compute nodes reading each parameter tensor, keyed by the first name it has. Tied weights (one
+    ``nn.Parameter`` under two names) count as one parameter, whichever placeholders export gave them."""
+    names: Dict[int, str] = {}
+    readers: Dict[str, List[torch.fx.Node]] = {}
+    for node, (pname, tensor) in prog.params.items():
+        key = names.setdefault(id(tensor), pname)
+        readers.setdefault(key, []).extend(u for u in node.users if u in compute)
+    return readers
+
+
+def partition(prog: FxProgram, host: Mapping[torch.fx.Node, str], one_side_parameters: bool = False) -> Partition:
     """Assign every compute node of ``prog`` to pre, device or post, given the ops that must run on
-    the host (``host``: node -> reason). See the module doc for the rule."""
+    the host (``host``: node -> reason). See the module doc for the rule.
+
+    With ``one_side_parameters`` (training), a parameter is never read both on the host and on the device: the
+    CPU stages train the model's own ``nn.Parameter`` and the device a copy of it, so each would step with
+    only its side's share of the gradient and the two copies would drift apart (a tied embedding and LM head,
+    say). Device ops reading a parameter a host op reads join the host, as TT-Buda moved shared parameters'
+    users there, until no parameter is read on both sides."""
     compute = set(prog.compute)
-    anc = {u: _closure(u, compute, up=True) for u in host}
-    desc = {u: _closure(u, compute, up=False) for u in host}
-    side, pre, post = assign_sides(host, anc, desc, "GENERATE_INITIAL_GRAPH")
+    host = dict(host)
+    readers = _parameter_readers(prog, compute) if one_side_parameters else {}
+    while True:
+        anc = {u: _closure(u, compute, up=True) for u in host}
+        desc = {u: _closure(u, compute, up=False) for u in host}
+        side, pre, post = assign_sides(host, anc, desc, "GENERATE_INITIAL_GRAPH")
+        on_host = pre | post
+        moved: Dict[torch.fx.Node, str] = {}
+        for pname, users in readers.items():
+            host_user = next((u for u in users if u in on_host), None)
+            if host_user is not None:
+                moved.update({u: f"reads parameter '{pname}', which CPU op '{host_user.name}' reads too "
+                                 f"(training steps one copy of it)" for u in users if u not in on_host})
+        if not moved:
+            break
+        host.update(moved)
     # A tuple result (split, max.dim ...) never crosses stages: its getitems follow their producer.
     for node in prog.compute:
         if node.target is operator.getitem and node.args[0] in pre:

@@ -143,7 +143,7 @@ def _fallback_set(config: Any) -> Tuple[bool, set]:
 def capture(module: Union["torch.nn.Module", Any], sample_inputs: Any, graph_name: Optional[str] = None,
             config: Any = None, *, decompose: Union[bool, str] = "auto",
             input_parameters: Optional[Mapping[int, Tuple[str, torch.Tensor]]] = None,
-            for_device: bool = False) -> CaptureResult:
+            for_device: bool = False, training: bool = False) -> CaptureResult:
     """Capture a PyTorch model into a pybuda graph (plus CPU fallback stages).
 
     Args:
@@ -161,6 +161,8 @@ def capture(module: Union["torch.nn.Module", Any], sample_inputs: Any, graph_nam
             (``pybuda.passes.lower.capabilities``: integer math, ops without a lowering) count as unsupported
             too: they fall back to the CPU, or are listed in UnsupportedOpError with fallback off.
             Without it the graph only has to run on the CPU reference.
+        training: the split will be trained: no parameter is read both by a CPU stage and by the device
+            (:func:`pybuda.frontend.fallback.partition`'s ``one_side_parameters``).
 
     Raises:
         UnsupportedOpError: fallback is disabled and some ops have no mapping (lists every one with its
@@ -194,7 +196,7 @@ def capture(module: Union["torch.nn.Module", Any], sample_inputs: Any, graph_nam
     prog = fx_program.prepare(ep, name, nn_module, input_parameters)
     timings["fold"] = prog.timings["fold"]
     t = time.perf_counter()
-    result = _map_program(prog, config, for_device)
+    result = _map_program(prog, config, for_device, training)
     timings["map"] = time.perf_counter() - t
     result.timings = timings
     result._kwarg_order = list(kwargs)
@@ -267,7 +269,7 @@ def _device_unsupported(graph: Graph, created: Sequence[str]) -> Optional[str]:
     return None
 
 
-def _map_program(prog: FxProgram, config: Any, for_device: bool = False) -> CaptureResult:
+def _map_program(prog: FxProgram, config: Any, for_device: bool = False, training: bool = False) -> CaptureResult:
     enabled, fallback_names = _fallback_set(config)
     graph = Graph(prog.name)
     b = Builder(graph)
@@ -311,7 +313,7 @@ def _map_program(prog: FxProgram, config: Any, for_device: bool = False) -> Capt
         report = FallbackReport(prog.name, enabled, device_ops=len(prog.compute))
         return CaptureResult(graph, report, None, None, [n.name for n in prog.user_inputs], out_names, prog)
 
-    part = fallback.partition(prog, host)
+    part = fallback.partition(prog, host, one_side_parameters=training)
     plan = fallback.plan_stages(prog, part)
     pre = post = None
     shared: List[str] = []

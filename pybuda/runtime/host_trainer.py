@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Set, Tuple
 
 import torch
 
@@ -17,7 +17,12 @@ class HostTrainer:
     A PyBudaModule (model or loss) is traced once for one sample and run per sample with the op registry's
     torch references, its parameters as torch leaves, so torch autograd trains it like a torch module."""
 
-    def __init__(self, device: Any, sample: InputItem, targets: Optional[InputItem], optimizer_owner: Any):
+    def __init__(self, device: Any, sample: InputItem, targets: Optional[InputItem], optimizer_owner: Any,
+                 stepped: Optional[Set[int]] = None):
+        """``optimizer_owner``: the TTDevice whose optimizer a CPU-fallback stage trains with. ``stepped``: ids of
+        the parameters another trainer's optimizer already steps, shared by the session's trainers: the CPU pre
+        and post stages of one model hold the very same ``nn.Parameter`` where both read it, and stepping it
+        from both would apply its update twice."""
         from pybuda.module import PyBudaModule, PyTorchModule
         from pybuda.runtime.stages import CpuFallbackModule
 
@@ -43,18 +48,32 @@ class HostTrainer:
                     self.torch_params.setdefault(framework.get(p.data_ptr(), n), p)
         self.optimizer = None
         self.scheduler = None
-        params = list(dict.fromkeys(self.torch_params.values()))
+        self.stepped = stepped if stepped is not None else set()
+        params = self.unstepped_parameters()
         if getattr(device, "optimizer_f", None) is not None:
             target = self.modules[0].module if isinstance(self.modules[0], PyTorchModule) and \
                 len(self.modules) == 1 else params
             self.optimizer = device.optimizer_f(target)
+            self.stepped.update(id(p) for p in params)
             if getattr(device, "scheduler_f", None) is not None:
                 self.scheduler = device.scheduler_f(self.optimizer)
         elif optimizer_owner is not None and params:
-            self.optimizer = optimizer_owner.get_pytorch_optimizer(params)
+            self.set_optimizer(optimizer_owner)
         self.has_loss = self.loss is not None
         outs, _ = self.forward(sample.tensors, targets.tensors if targets is not None else None, keep=False)
         self.sample_outputs = [o.detach() for o in outs]
+
+    def unstepped_parameters(self) -> List[torch.nn.Parameter]:
+        """This trainer's parameters that no other trainer's optimizer steps yet (each once)."""
+        return [p for p in dict.fromkeys(self.torch_params.values()) if id(p) not in self.stepped]
+
+    def set_optimizer(self, owner: Any) -> None:
+        """Train with ``owner``'s optimizer (a pybuda optimizer): its torch twin over the parameters no other
+        trainer steps, which this trainer steps from now on."""
+        params = self.unstepped_parameters()
+        if params:
+            self.optimizer = owner.get_pytorch_optimizer(params)
+            self.stepped.update(id(p) for p in params)
 
     def forward(self, inputs: Sequence[torch.Tensor], targets: Optional[Sequence[torch.Tensor]],
                 keep: bool = True) -> Tuple[List[torch.Tensor], Any]:

@@ -172,7 +172,8 @@ def _translate_tt(device: Device, config: Any, counter: List[int]) -> Tuple[Opti
             check_samples_independent(module, sample.tensors, int(sample.tensors[0].shape[0]))
         with target_arch(getattr(device, "arch", None)):  # what the chip keeps exact decides what runs there
             captured = module_to_graph(module, values, names, graph_name=module.name, config=config,
-                                       for_device=True, allow_cpu_stages=True)
+                                       for_device=True, allow_cpu_stages=True,
+                                       training=bool(getattr(device, "training", False)))
         pre, graph, post = captured.pre, captured.graph, captured.post
         if (pre is not None or post is not None) and len(device.modules) > 1:
             raise CompileError(f"TTDevice '{device.name}': module '{module.name}' needs CPU fallback, which is only "

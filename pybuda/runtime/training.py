@@ -39,7 +39,7 @@ import logging
 import queue
 from collections import deque
 from dataclasses import dataclass, field
-from typing import Any, Deque, Dict, List, Mapping, Optional, Sequence
+from typing import Any, Deque, Dict, List, Mapping, Optional, Sequence, Set
 
 import torch
 
@@ -258,6 +258,7 @@ def start(devices: Sequence[Device], config: Any, output_queue: Any, checkpoint_
     microbatch = item.microbatch
     tt_optimizer = None
     trainers: List[Any] = []
+    stepped: Set[int] = set()  # parameters some host trainer's optimizer steps (HostTrainer's ``stepped``)
     for k, d in enumerate(devices):
         owner = d._fallback_of
         optimizer_owner = getattr(owner, "optimizer", None) if owner is not None else None
@@ -271,16 +272,15 @@ def start(devices: Sequence[Device], config: Any, output_queue: Any, checkpoint_
             item = InputItem(tuple(fold_microbatch([trainer.sample_outputs] * trainer.microbatch))) \
                 if trainer.sample_outputs else None
         else:
-            trainer = HostTrainer(d, item, targets, optimizer_owner)
+            trainer = HostTrainer(d, item, targets, optimizer_owner, stepped)
             item = InputItem(tuple(trainer.sample_outputs))
         trainers.append(trainer)
     # CPU-fallback stages of a TTDevice train with its optimizer: the pre device was built before it.
     for t in trainers:
         if isinstance(t, HostTrainer) and t.optimizer is None and t.device._fallback_of is not None:
             opt = getattr(t.device._fallback_of, "optimizer", None)
-            params = list(dict.fromkeys(t.torch_params.values()))
-            if opt is not None and params:
-                t.optimizer = opt.get_pytorch_optimizer(params)
+            if opt is not None:
+                t.set_optimizer(opt)
     _current = TrainingSession(list(devices), trainers, output_queue, checkpoint_queue)
     return _current
 

@@ -8,6 +8,8 @@ the CPU reference where the compiler cannot place it; plus the per-stage record 
 
 from __future__ import annotations
 
+import copy
+
 import logging
 import math
 from dataclasses import dataclass, field
@@ -247,8 +249,28 @@ def compile_optimizer(name: str, optimizer: Any, shapes: Mapping[str, Sequence[i
         if param in update.grad_inputs:
             update.graph[update.grad_inputs[param]].tags[JUNK_PADDED_INPUT] = True
     program = compile_program(f"opt_{name}", update.graph, epoch_type="opt", device_desc=device_desc,
-                              devtype=devtype, config=config, microbatch=1, run=run)
+                              devtype=devtype, config=optimizer_config(config), microbatch=1, run=run)
     return update, program
+
+
+def optimizer_config(config: Any) -> Any:
+    """``config`` for an optimizer program: its ops compute in Float32 at HiFi4, whatever the model's formats.
+
+    An update is small against its parameter (which is stored in Float32 for that reason), and the rules hold
+    constants a 16-bit or block format cannot: at Float16_b, Adam's β2 = 0.999 rounds to 1 or to 0.996, so the
+    bias correction 1 − β2ᵗ is off by 4x (the first steps came out twice torch's) or zero, and a Bfp8_b
+    block flushes a small gradient's square to zero, which made ``m / (√v + ε)`` infinite. TT-Buda's
+    documentation gives optimizer ops Float32/HiFi4 too. ``amp_properties`` rules still apply (a rule may
+    target ``epoch_type="opt"``); the model's ``amp_level`` does not. Grayskull's Dest holds no Float32, so
+    there the rules still round through Float16_b."""
+    from pybuda.dtypes import MathFidelity
+
+    cfg = copy.deepcopy(config)
+    cfg.default_df_override = DataFormat.Float32
+    cfg.default_accumulate_df = None  # Float32 after a Float32 default, where the chip's Dest holds it
+    cfg.default_math_fidelity = MathFidelity.HiFi4
+    cfg.amp_level = None
+    return cfg
 
 
 def gradient_layouts(graphs: Any, backward: Program) -> Dict[str, Tuple[Tuple[int, ...], Tuple[Any, ...]]]:

@@ -456,11 +456,11 @@ def test_cpu_fallback_stages_train_beside_the_device_part():
         tt0.update_device_parameters({"nope": torch.zeros(1)})
 
 
-def _torch_module_with_a_cpu_loss(model, name):
-    """``model`` on a TTDevice (SGD 0.05, Float32) and a torch MSE on a CPUDevice after it: ``(tt0, cpu)``."""
+def _torch_module_with_a_cpu_loss(model, name, lr=0.05):
+    """``model`` on a TTDevice (SGD ``lr``, Float32) and a torch MSE on a CPUDevice after it: ``(tt0, cpu)``."""
     float32_everywhere()
     tt0 = pybuda.TTDevice("tt0", module=pybuda.PyTorchModule(name, model),
-                          optimizer=pybuda.optimizers.SGD(learning_rate=0.05), fp32_fallback=pybuda.DataFormat.Float32,
+                          optimizer=pybuda.optimizers.SGD(learning_rate=lr), fp32_fallback=pybuda.DataFormat.Float32,
                           arch=pybuda.BackendDevice.Wormhole_B0)
     cpu = pybuda.CPUDevice("cpu0")
     cpu.place_loss_module(pybuda.PyTorchModule("mse", torch.nn.MSELoss()))
@@ -655,6 +655,73 @@ def test_training_with_an_unbatched_tensor_from_the_cpu_pre_stage_at_microbatch_
     assert got == pytest.approx(want, rel=RTOL)
 
 
+class TiedEmbedding(torch.nn.Module):
+    """An LM-style model whose output head is its input embedding (one ``nn.Parameter`` under two names): the
+    embedding runs on a CPU pre-stage (integer ids)."""
+
+    def __init__(self, vocab=50, d=32):
+        super().__init__()
+        torch.manual_seed(0)
+        self.emb = torch.nn.Embedding(vocab, d)
+        self.mid = torch.nn.Linear(d, d)
+        self.head = torch.nn.Linear(d, vocab, bias=False)
+        self.head.weight = self.emb.weight
+
+    def forward(self, ids):
+        return self.head(torch.tanh(self.mid(self.emb(ids))))
+
+
+class SharedBySortStages(torch.nn.Module):
+    """Linear ``a`` read by the CPU pre-stage (before one sort) and by the CPU post-stage (after another)."""
+
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(0)
+        self.a, self.b, self.c = torch.nn.Linear(16, 16), torch.nn.Linear(16, 16), torch.nn.Linear(16, 16)
+
+    def forward(self, x):
+        h = torch.relu(self.b(torch.sort(self.a(x), dim=-1).values))
+        return self.a(torch.sort(self.c(h), dim=-1).values)
+
+
+def _tied_data(steps):
+    g = torch.Generator().manual_seed(0)
+    return [(torch.randint(0, 50, (2, 6), generator=g), torch.randn(2, 6, 50, generator=g)) for _ in range(steps)]
+
+
+def _sorted_data(steps):
+    g = torch.Generator().manual_seed(0)
+    return [(torch.randn(1, 4, 16, generator=g), torch.randn(1, 4, 16, generator=g)) for _ in range(steps)]
+
+
+@pytest.mark.parametrize("model, data, lr", [(TiedEmbedding, _tied_data, 0.5), (SharedBySortStages, _sorted_data, 0.1)],
+                         ids=["tied_embedding_and_head", "parameter_of_both_cpu_stages"])
+def test_a_parameter_read_in_two_stages_steps_once_with_its_whole_gradient(model, data, lr):
+    # The tied head ran on the device with a copy of the embedding table, which the CPU pre-stage trained
+    # too: each copy stepped with its own share of the gradient and they drifted apart (the checkpoint held
+    # both, 'head.weight' and 'emb.weight', 25 apart after one step). A parameter both CPU stages read was
+    # stepped by both stages' optimizers: twice torch's step. No error either way.
+    model = model()
+    twin = copy.deepcopy(model)
+    tt0, cpu = _torch_module_with_a_cpu_loss(model, "shared", lr)
+    samples = data(2)
+    for x, y in samples:
+        tt0.push_to_inputs(x)
+        cpu.push_to_target_inputs(y)
+    pybuda.run_training(steps=len(samples))
+    after = {k: v.value() for k, v in pybuda.get_parameter_checkpoint(tt0)[0].items()}
+    opt = torch.optim.SGD(twin.parameters(), lr=lr)
+    for x, y in samples:
+        opt.zero_grad()
+        torch.nn.functional.mse_loss(twin(x), y).backward()
+        opt.step()
+    assert set(after) == {n for n, _ in twin.named_parameters()}
+    for name, p in twin.named_parameters():
+        # TF32 products at a large learning rate: within 1 % of the parameter's range (the bug was 6x that).
+        scale = float(p.detach().abs().max())
+        assert torch.allclose(after[name].reshape(p.shape), p.detach(), rtol=RTOL, atol=1e-2 * scale), name
+
+
 @pytest.mark.parametrize("optimizer", ["adam", "adamw", "lars"])
 def test_optimizer_steps_match_torch_from_the_same_gradients(optimizer):
     # Each step, torch's optimizer steps from the device's own parameters and gradients: what is left is the
@@ -693,6 +760,34 @@ def test_optimizer_steps_match_torch_from_the_same_gradients(optimizer):
             step_dev = after[name].reshape(p.shape) - before[name].reshape(p.shape)
             step_torch = p.detach() - before[name].reshape(p.shape)
             assert torch.allclose(step_dev, step_torch, rtol=1e-2, atol=1e-4), name
+
+
+@pytest.mark.parametrize("df", [pybuda.DataFormat.Float16_b, pybuda.DataFormat.Bfp8_b])
+def test_adam_steps_by_the_learning_rate_at_low_precision_formats(df):
+    # Adam's first step is lr·sign(g) for every element. The optimizer program computed in the model's format:
+    # at Float16_b, β2 = 0.999 rounded and the bias correction 1 − β2 came out 4x too large, so every step
+    # was 2x lr; at Bfp8_b a block flushed small gradients' squares to zero and m / (√v + ε) made parameters
+    # infinite. No error either way. The parameters themselves are stored in the model's format, so the new
+    # values round to it: a few of its units in the last place (2^-8 relative for Float16_b).
+    pybuda.set_configuration_options(default_df_override=df)
+    torch.manual_seed(0)
+    model = torch.nn.Linear(32, 32)
+    initial = {k: p.detach().clone() for k, p in model.named_parameters()}
+    tt0 = pybuda.TTDevice("tt0", module=pybuda.PyTorchModule("lin", model),
+                          optimizer=pybuda.optimizers.Adam(learning_rate=0.01), arch=pybuda.BackendDevice.Wormhole_B0)
+    cpu = pybuda.CPUDevice("cpu0")
+    cpu.place_loss_module(pybuda.PyTorchModule("mse", torch.nn.MSELoss()))
+    g = torch.Generator().manual_seed(0)
+    tt0.push_to_inputs(torch.randn(1, 4, 32, generator=g))
+    cpu.push_to_target_inputs(torch.randn(1, 4, 32, generator=g))
+    pybuda.run_training(steps=1)
+    after = pybuda.get_parameter_checkpoint(tt0)[0]
+    for name, before in initial.items():
+        got = after[name].value().reshape(before.shape)
+        assert torch.isfinite(got).all(), name
+        step = (got - before).abs()
+        # One step of 0.01, give or take the rounding of the stored parameter (|p| < 0.25: 2^-10 per unit).
+        assert float(step.max()) < 0.01 + 3 * 2 ** -10 and float(step.median()) == pytest.approx(0.01, rel=0.1), name
 
 
 def test_recompute_trains_as_torch_without_saving_activations():
