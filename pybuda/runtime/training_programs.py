@@ -9,7 +9,6 @@ the CPU reference where the compiler cannot place it; plus the per-stage record 
 from __future__ import annotations
 
 import copy
-
 import logging
 import math
 from dataclasses import dataclass, field
@@ -259,8 +258,7 @@ def optimizer_config(config: Any) -> Any:
     An update is small against its parameter (which is stored in Float32 for that reason), and the rules hold
     constants a 16-bit or block format cannot: at Float16_b, Adam's β2 = 0.999 rounds to 1 or to 0.996, so the
     bias correction 1 − β2ᵗ is off by 4x (the first steps came out twice torch's) or zero, and a Bfp8_b
-    block flushes a small gradient's square to zero, which made ``m / (√v + ε)`` infinite. TT-Buda's
-    documentation gives optimizer ops Float32/HiFi4 too. ``amp_properties`` rules still apply (a rule may
+    block flushes a small gradient's square to zero, which made ``m / (√v + ε)`` infinite. ``amp_properties`` rules still apply (a rule may
     target ``epoch_type="opt"``); the model's ``amp_level`` does not. Grayskull's Dest holds no Float32, so
     there the rules still round through Float16_b."""
     from pybuda.dtypes import MathFidelity
