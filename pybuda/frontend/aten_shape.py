@@ -421,5 +421,10 @@ def _gather(b: Builder, n, p):
 
 @converts("embedding")
 def _embedding(b: Builder, n, p):
+    """A table lookup. Ids known at capture time (``embed_positions(torch.arange(seq))``) are a constant
+    gather of the table's rows, which the device runs (:func:`const_gather`: a slice for a run of ids);
+    ids computed at run time use the ``embedding`` op."""
     weight, indices = p["weight"], p["indices"]
+    if isinstance(indices, Const) and not isinstance(weight, Const):
+        return b.reshape(const_gather(b, weight, indices.value, 0, n.name), out_shape(n))
     return b.op("embedding", [weight, indices])

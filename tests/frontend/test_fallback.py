@@ -287,6 +287,37 @@ def test_a_fallback_op_that_reads_no_input_is_folded_and_the_model_runs_batched(
     assert torch.allclose(got, want, rtol=0.02, atol=0.05)
 
 
+@pytest.mark.parametrize("ids", [torch.arange(3, 19), torch.tensor([[5, 1, 9, 9, 0], [2, 2, 7, 3, 1]])],
+                         ids=["positions", "scattered"])
+def test_an_embedding_with_ids_known_at_capture_runs_on_the_device(ids, tmp_path):
+    # Whisper's decoder looks its positions up with torch.arange: a constant gather of the table's rows (a
+    # slice for a run of ids, a one-hot matmul otherwise), not a CPU stage reading int64 ids.
+    import pybuda
+    from pybuda.compile import pybuda_compile
+    from pybuda.golden.executor import create_executor
+
+    class Lookup(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.pos = nn.Embedding(40, 32)
+            self.proj = nn.Linear(32, 32)
+
+        def forward(self, x):
+            return self.proj(x + self.pos(ids).reshape(-1, 32)[:16])
+
+    model = Lookup().eval()
+    x = torch.randn(2, 16, 32, generator=torch.Generator().manual_seed(2)) if ids.dim() == 1 else \
+        torch.randn(2, 10, 32, generator=torch.Generator().manual_seed(2))
+    result = capture(model, (x[:1],), for_device=True)
+    assert not result.report.fallback_ops and result.pre is None
+    cfg = CompilerConfig(backend_output_dir=str(tmp_path))
+    results = pybuda_compile(pybuda.PyTorchModule("lookup", model), "lookup", x, compiler_cfg=cfg, microbatch_size=2)
+    (got,) = create_executor(results).run([x])
+    with torch.no_grad():
+        want = model(x)
+    assert calculate_pcc(got, want) >= 0.999 and torch.allclose(got, want, rtol=0.02, atol=0.05)
+
+
 class ViewAfterFallback(nn.Module):
     """A view in the CPU post stage of a value that follows the layout of a device output."""
 
