@@ -31,7 +31,10 @@
   epoch overhead). Ribbons are compared by the epoch's time plus an estimate of the rest (the
   remaining ops' cores at the target, packed as densely as NLP's estimate), so a ribbon that leaves
   more work behind does not win on a locally good ratio. The best ribbon's epoch is committed; the op
-  after it becomes an epoch break.
+  after it becomes an epoch break. As in TT-Buda's Ribbon, a sparse matmul and the dense matmul (or reduce)
+  of the same framework op that alone reads it go into one epoch together (:func:`sparse_dense_partner`):
+  when the pair does not fit after the ops already placed, the epoch ends before the sparse matmul, so a
+  convolution's im2col output never goes through a DRAM queue.
 * **CNN** (deprecated in TT-Buda) runs Ribbon; an unknown name falls back to MinimizeGrid, as
   ``policy_from_string`` does.
 
