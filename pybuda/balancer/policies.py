@@ -31,7 +31,10 @@
   epoch overhead). Ribbons are compared by the epoch's time plus an estimate of the rest (the
   remaining ops' cores at the target, packed as densely as NLP's estimate), so a ribbon that leaves
   more work behind does not win on a locally good ratio. The best ribbon's epoch is committed; the op
-  after it becomes an epoch break.
+  after it becomes an epoch break. As in TT-Buda's Ribbon, a sparse matmul and the dense matmul (or reduce)
+  of the same framework op that alone reads it go into one epoch together (:func:`sparse_dense_partner`):
+  when the pair does not fit after the ops already placed, the epoch ends before the sparse matmul, so a
+  convolution's im2col output never goes through a DRAM queue.
 * **CNN** (deprecated in TT-Buda) runs Ribbon; an unknown name falls back to MinimizeGrid, as
   ``policy_from_string`` does.
 
@@ -93,6 +96,32 @@ def epoch_break_flags(graph: Any, config: Any) -> List[bool]:
     return flags
 
 
+def _root_name(name: str) -> str:
+    """The framework op an op was lowered from: its name up to the first dot (``conv2d_7`` for
+    ``conv2d_7.folded.im2col`` and ``conv2d_7.folded``), the lowering's naming convention."""
+    return name.split(".", 1)[0]
+
+
+def sparse_dense_partner(ops: Sequence[Any], consumers: Sequence[Sequence[Tuple[int, int]]], i: int) -> Optional[int]:
+    """The op TT-Buda's Ribbon placed atomically with op ``i``, or None.
+
+    TT-Buda's Ribbon (policy_ribbon2 / policy_utils ``place_sparse_dense_pair``) pairs a sparse matmul with the
+    next op in the schedule when that op is a dense matmul or a reduce lowered from the same framework op
+    (``should_pair_with_sparse``: the same ``original_op_name``) and is the sparse matmul's only consumer, and
+    places the two in one epoch whenever both fit on an empty chip: when they do not fit in the current
+    epoch, the epoch ends *before* the sparse matmul. So a convolution's im2col output — its kernel taps,
+    ``kh·kw`` times the activation — never crosses an epoch boundary through a DRAM queue."""
+    op = ops[i]
+    if op.type not in _MATMUL or not op.attrs.get("identity") or i + 1 >= len(ops):
+        return None
+    nxt = ops[i + 1]
+    dense = (nxt.type in _MATMUL and not nxt.attrs.get("identity")) or nxt.type == "reduce"
+    if not dense or _root_name(nxt.name) != _root_name(op.name):
+        return None
+    users = {ci for ci, _k in consumers[i]}
+    return i + 1 if users == {i + 1} else None
+
+
 class _Context:
     """State shared by the policies: ops in order, candidates, producer edges, chosen models."""
 
@@ -135,6 +164,10 @@ class _Context:
         self.queue_write: List[float] = [float(op.shape.tiles * cost.tile_size_bytes(op.out_df)) for op in self.ops]
         #: each op's (producer op, input index) edges
         self.input_edges: List[List[Tuple[int, int]]] = [[(pi, k) for pi, k, _ in edges] for edges in self.producers]
+        #: per op: the index of the op Ribbon places atomically with it (a sparse matmul's dense partner,
+        #: see :func:`sparse_dense_partner`), or None
+        self.partner: List[Optional[int]] = [sparse_dense_partner(self.ops, self.consumers, i)
+                                             for i in range(len(self.ops))]
         # stream_compatible answers per (op, edge, producer model, model): the target searches ask the
         # same pairs tens of thousands of times. The models are kept in the value, so an id reused by a
         # new model after an old one was freed is never served the old answer.
@@ -592,29 +625,60 @@ def _ribbon_epoch(ctx: _Context, targets: _Targets, start: int, ribbon: Optional
     i = start
     n = len(ctx.ops)
     dram = 0.0
+
+    def pick(k: int) -> OpModel:
+        ranked = targets.ranked(k, target, None) if ribbon is None else targets.ribbon_ranked(k, target, ribbon)
+        return ctx.select(k, ranked, chosen)
+
     while i < n:
         if i > start and ctx.breaks[i]:
             break
-        ranked = targets.ranked(i, target, None) if ribbon is None else targets.ribbon_ranked(i, target, ribbon)
-        model = ctx.select(i, ranked, chosen)
+        model = pick(i)
         # The DRAM channels are shared like the cores: an op whose streaming would push the epoch's
         # channels past the target starts the next epoch instead.
         dram += model.dram_bytes
         if i > start and dram / ctx.bandwidth.dram_total > max(target, model.cycles):
             break
         start_pos, transpose = ctx.place_args[i]
+        before = (packer.occupied, packer.free)
         if packer.place(model.grid_shape[0], model.grid_shape[1], start=start_pos, transpose=transpose) is None:
             if i == start:
                 chosen[i] = model  # does not fit an empty grid with this start; the placer reports it
                 i += 1
             break
         chosen[i] = model
+        j = ctx.partner[i]
+        if j is not None and not ctx.breaks[j]:
+            # A sparse matmul and its dense partner go into one epoch together (sparse_dense_partner): if
+            # the partner does not fit after it, the epoch ends before the sparse matmul — unless the pair
+            # does not fit even an empty chip, in which case the sparse matmul stays here alone.
+            dense = pick(j)
+            jpos, jtr = ctx.place_args[j]
+            if packer.place(dense.grid_shape[0], dense.grid_shape[1], start=jpos, transpose=jtr) is not None:
+                dram += dense.dram_bytes
+                chosen[j] = dense
+                i = j + 1
+                continue
+            if i > start and _pair_fits_empty(ctx, i, model, j, dense):
+                packer.occupied, packer.free = before
+                chosen[i] = None
+                break
         i += 1
     # Read the models back: a compatibility repair may have replaced a producer in this epoch.
     models = [m for m in chosen[start:i] if m is not None]
     for k in range(start, i):
         chosen[k] = None
     return i, models
+
+
+def _pair_fits_empty(ctx: _Context, i: int, model: OpModel, j: int, dense: OpModel) -> bool:
+    """Whether op ``i`` with ``model`` and its partner ``j`` with ``dense`` fit one empty chip together."""
+    packer = GridPacker(ctx.rows, ctx.cols, ctx.placements)
+    for k, m in ((i, model), (j, dense)):
+        start_pos, transpose = ctx.place_args[k]
+        if packer.place(m.grid_shape[0], m.grid_shape[1], start=start_pos, transpose=transpose) is None:
+            return False
+    return True
 
 
 def _repack(ctx: _Context, start: int, models: List[OpModel]) -> bool:
@@ -630,6 +694,8 @@ def _trim_to_fit(ctx: _Context, start: int, models: List[OpModel], keep: int) ->
     """The longest prefix of ``models`` that still holds op ``keep`` and packs on one chip, or None.
     Stream compatibility is unaffected: dropping consumers only turns edges into epoch-to-epoch queues."""
     for length in range(len(models) - 1, keep, -1):
+        if ctx.partner[start + length - 1] == start + length:
+            continue  # never between a sparse matmul and its dense partner (sparse_dense_partner)
         if any(m.stream_factor > 1 and any(ci >= start + length for ci, _kk in ctx.consumers[start + j])
                for j, m in enumerate(models[:length])):
             continue  # a t-streamed producer cannot feed a queue

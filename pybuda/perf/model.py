@@ -141,6 +141,13 @@ Calibration mechanisms (perf_calibration §1; the same parameters for every mode
   L1 are sliced into row bands joined by a splice (``passes/lower/conv.row_bands``; Inception-v4 and U-Net
   compile on Grayskull). Tile-aligned channel concatenation is a ``splice`` (costed by the n-ary formula,
   each input charged its share of the tiles), as in TT-Buda.
+* **Ribbon keeps a convolution's im2col with its weight matmul** (balancer/policies ``sparse_dense_partner``;
+  a placement change, not a model constant): TT-Buda's Ribbon placed a sparse matmul and the dense matmul
+  or reduce of the same op that alone reads it in one epoch (policy_utils ``place_sparse_dense_pair``),
+  ending the epoch before the sparse matmul when the pair did not fit. Ours cut between them, so the kh·kw
+  taps of a full activation went through a DRAM queue: VoVNet's first stage on Grayskull was bound by
+  7.4 MB/image of im2col output on the channels. VoVNet e150 0.63 → 0.81, e75 0.95 → 1.05, ResNet-50
+  e150 0.79 → 0.83, Inception-v4 e75 1.10 → 1.15; the Wormhole points move by ≤ 2 %.
 * **Probed for issue #16 and left off** (Ribbon netlists of the 18 points re-estimated, modelled/published;
   these probes predate BBE's sparse formulas, so their ratios are under the former sparse stand-in):
   no single mechanism moves a family into ±15 % without pushing another out, so none was adopted.
@@ -164,6 +171,10 @@ Calibration mechanisms (perf_calibration §1; the same parameters for every mode
     (ResNet-50 1.39, VoVNet 1.29, Inception-v4 1.28, HRNet 1.28; BERT 1.06, U-Net 1.07), which points at
     something Wormhole-wide in the convolution path (LoFi Bfp8 kernels leave data movement and per-tile
     overheads exposed), not at the per-model structure.
+  - *The e150's DRAM data rate* (3.7 GT/s LPDDR4, 118 GB/s, against the 3.2 GT/s / 102 GB/s that BBE's
+    12.8 / 10.5 GiB/s per-channel figures describe: e75): with the sparse/dense pairing, ResNet-50 e150
+    0.83 → 0.87 and VoVNet e150 stays 0.81, but Inception-v4 e150 0.91 → 1.19 and HRNet e150 1.13 → 1.19
+    (Ribbon re-cuts both into more epochs), so the descriptors keep BBE's rate on both Grayskull cards.
 """
 
 from __future__ import annotations
