@@ -199,17 +199,27 @@ def _layer_norm(b: Builder, n, p):
     return out
 
 
-@converts("batch_norm", "_native_batch_norm_legit_no_training", "native_batch_norm", "_native_batch_norm_legit")
+@converts("batch_norm", "_native_batch_norm_legit_no_training", "native_batch_norm", "_native_batch_norm_legit",
+          "_native_batch_norm_legit_functional")
 def _batch_norm(b: Builder, n, p):
     name = op_name(n.target)
+    # The functional form (a model in training mode, whose running statistics the export made pure) also
+    # returns the updated running statistics, which inference has no use for.
+    extra = (Missing("batch_norm running_mean update"), Missing("batch_norm running_var update")) \
+        if name == "_native_batch_norm_legit_functional" else ()
     training = p.get("training", False)
     x = b.tensor(p["input"])
     if training:
         if b.reads_inputs(x):
+            if p.get("running_mean") is None:
+                # No running statistics to switch to: .eval() would change nothing.
+                raise Unsupported("batch norm over the batch's own statistics (training=True without running "
+                                  "statistics, as a BatchNorm with track_running_stats=False does in eval mode "
+                                  "too): they span the samples of a batch, which the device runs one at a time")
             raise Unsupported("batch norm in training mode (batch statistics); call model.eval() before compiling")
         out = _batch_statistics_norm(b, x, p)  # of weights (BiT's weight standardisation): mixes no samples
         return out if name == "batch_norm" else (out, Missing("batch_norm save_mean"),
-                                                 Missing("batch_norm save_invstd"))
+                                                 Missing("batch_norm save_invstd")) + extra
     channels = b.shape(x)[1]
     dt = b.dtype(x)
     mean, var = p.get("running_mean"), p.get("running_var")
@@ -220,7 +230,7 @@ def _batch_norm(b: Builder, n, p):
     out = b.op("batchnorm", [x, w, bias, mean, var], epsilon=float(p["eps"]))
     if name == "batch_norm":
         return out
-    return out, Missing("batch_norm save_mean"), Missing("batch_norm save_invstd")
+    return (out, Missing("batch_norm save_mean"), Missing("batch_norm save_invstd")) + extra
 
 
 def _standardize(b: Builder, rows: str, eps: float, dt: torch.dtype) -> str:
@@ -255,6 +265,33 @@ def _batch_statistics_norm(b: Builder, x: str, p) -> str:
         normed = b.transpose(b.reshape(normed, (shape[1], shape[0]) + tuple(shape[2:])), 0, 1)
     else:
         normed = b.reshape(normed, shape)
+    return _channel_affine(b, normed, p.get("weight"), p.get("bias"))
+
+
+@converts("instance_norm")
+def _instance_norm(b: Builder, n, p):
+    """Instance norm (``nn.InstanceNorm1d/2d/3d``, ``F.instance_norm``): each sample's channels standardised
+    over their own spatial dims, then the per-channel affine. Its statistics never span samples, so it runs
+    on the device in eval mode and in training mode alike; only a layer that tracks running statistics, in
+    eval mode (``use_input_stats`` False), normalises with those instead, as a batch norm does. (Kept as one
+    aten op: torch's decomposition folds the batch into the channels of a training-mode batch norm.)"""
+    x = b.tensor(p["input"])
+    shape = b.shape(x)
+    if len(shape) < 3:
+        raise Unsupported(f"instance norm of a rank-{len(shape)} input (it needs batch, channel and spatial dims)")
+    dt = b.dtype(x)
+    eps = float(p["eps"])
+    if not p.get("use_input_stats", True):
+        mean, var = p.get("running_mean"), p.get("running_var")
+        if mean is None or var is None:
+            raise Unsupported("instance norm with use_input_stats=False and no running statistics")
+        channels = shape[1]
+        w = _param_or(b, p.get("weight"), 1.0, channels, dt, f"{n.name}.weight")
+        bias = _param_or(b, p.get("bias"), 0.0, channels, dt, f"{n.name}.bias")
+        x4 = b.reshape(x, (shape[0], channels, math.prod(shape[2:]), 1)) if len(shape) != 4 else x
+        return b.reshape(b.op("batchnorm", [x4, w, bias, mean, var], epsilon=eps), shape)
+    rows = b.reshape(x, (shape[0], shape[1], math.prod(shape[2:])))
+    normed = b.reshape(_standardize(b, rows, eps, dt), shape)
     return _channel_affine(b, normed, p.get("weight"), p.get("bias"))
 
 

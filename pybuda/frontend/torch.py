@@ -173,7 +173,7 @@ def capture(module: Union["torch.nn.Module", Any], sample_inputs: Any, graph_nam
 
     config = config if config is not None else _get_global_compiler_config()
     nn_module, name = _unwrap(module, graph_name)
-    if nn_module.training:
+    if nn_module.training and _mode_matters(nn_module):
         log.warning("model '%s' is in training mode: dropout stays random and batch norm uses batch "
                     "statistics (which the device does not support); call .eval() to capture for inference",
                     name)
@@ -202,6 +202,15 @@ def capture(module: Union["torch.nn.Module", Any], sample_inputs: Any, graph_nam
     result._kwarg_order = list(kwargs)
     log.debug("captured '%s': %s", name, ", ".join(f"{k} {v:.3f}s" for k, v in timings.items()))
     return result
+
+
+def _mode_matters(module: "torch.nn.Module") -> bool:
+    """Whether ``module``'s forward can depend on its ``training`` flag. A GraphModule that calls no submodule
+    (what dynamo hands the torch.compile backend, always flagged as training) had each op's mode baked in
+    when it was traced, so its flag means nothing."""
+    if isinstance(module, torch.fx.GraphModule):
+        return any(n.op == "call_module" for n in module.graph.nodes)
+    return True
 
 
 def split_for_devices(module: Any, sample_inputs: Any, graph_name: Optional[str] = None, config: Any = None):

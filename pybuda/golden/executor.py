@@ -89,11 +89,10 @@ class GoldenExecutor:
         pushed = {rec.name: x for rec, x in zip(host_inputs, inputs)}
         for rec, parts in zip(outputs, popped):
             if rec.copy_of is not None:  # the device only copies it: the host returns what was pushed
-                outs.append(pushed[rec.copy_of].clone())
+                # (in the output's dtype, which the record only lets differ when a stage before cast it)
+                outs.append(pushed[rec.copy_of].to(torch_dtype(rec.dtype), copy=True))
                 continue
-            value = from_device_layout(rec, torch.cat(parts))
-            dtype = torch_dtype(rec.dtype)
-            outs.append(value if dtype.is_floating_point else integer_output(rec.name, value, dtype))
+            outs.append(framework_output(rec.name, from_device_layout(rec, torch.cat(parts)), torch_dtype(rec.dtype)))
         return outs
 
     def get_parameters(self) -> Dict[str, torch.Tensor]:
@@ -136,6 +135,15 @@ _INTEGER_RANGES = {
 }
 #: The golden device carries values through float32 math, where integers are exact up to 2**24.
 _FLOAT32_EXACT = exact_integer_bound(DataFormat.Float32)
+
+
+def framework_output(name: str, value: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """A device output as its framework tensor's dtype (``dtype``, from the captured graph's output): the
+    device's float32 values of a bfloat16 or float16 model come back in that dtype, as the framework would
+    return them; integer and boolean outputs go through :func:`integer_output`."""
+    if not dtype.is_floating_point:
+        return integer_output(name, value, dtype)
+    return value if value.dtype == dtype else value.to(dtype)
 
 
 def integer_output(name: str, value: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:

@@ -32,7 +32,8 @@ Executor contract (what a backend provides to run compiled netlists)
     was pushed. They are framework tensors: the executor applies the host-side TMs, pads to tiles and
     converts to each queue's data format itself. It returns one tensor per graph output, in order, in
     framework shape (padding removed, output host TMs applied), with ``mb`` folded into dim 0 as above,
-    as float32 (or the output's integer dtype) holding the values the chip would produce;
+    in the output's framework dtype (its ``QueueIO.dtype``: a bfloat16 model's float outputs as bfloat16,
+    integer and boolean outputs as theirs) holding the values the chip would produce;
   - ``get_parameters() -> dict[str, torch.Tensor]``: current parameter values by graph node name;
   - ``update_parameters(params: Mapping[str, torch.Tensor]) -> None``: replace some of them; unknown
     names or wrong shapes raise :class:`pybuda.errors.InputError` before anything changes;

@@ -29,7 +29,8 @@ class CPUDevice(Device):
 
     ``optimizer_f(module) -> torch.optim.Optimizer`` and ``scheduler_f(optimizer)`` are used in
     training pipelines. Inputs in float16/bfloat16 are cast to float32 before the
-    forward pass, unless ``input_dtypes`` gives a dtype per input. ``mp_context`` and
+    forward pass, unless ``input_dtypes`` gives a dtype per input or the (first) model holds float16/bfloat16
+    weights itself (it then runs in its dtype, as in torch). ``mp_context`` and
     ``retain_backward_graph`` are accepted for API compatibility.
     """
 
@@ -52,11 +53,14 @@ class CPUDevice(Device):
     upcast_low_precision = True
 
     def _cast_inputs(self, tensors: Sequence[torch.Tensor]) -> List[torch.Tensor]:
+        # A model whose own weights are float16/bfloat16 runs in that dtype, as in torch: float32 inputs
+        # would not even multiply its weights, and its outputs must come back in its dtype.
+        upcast = self.upcast_low_precision and not (self.modules and _low_precision_model(self.modules[0]))
         out = []
         for i, t in enumerate(tensors):
             if self.input_dtypes is not None and i < len(self.input_dtypes) and self.input_dtypes[i] is not None:
                 t = t.to(self.input_dtypes[i])
-            elif self.input_dtypes is None and self.upcast_low_precision and t.dtype in _LOW_PRECISION:
+            elif self.input_dtypes is None and upcast and t.dtype in _LOW_PRECISION:
                 t = t.float()
             out.append(t)
         return out
@@ -199,6 +203,16 @@ class CPUDevice(Device):
                     dict(module.module.named_parameters())[k].copy_(v)
             else:
                 module.set_parameter(k, v)
+
+
+def _low_precision_model(module: Any) -> bool:
+    """Whether ``module`` is a PyTorch model holding float16/bfloat16 weights or buffers."""
+    from pybuda.module import PyTorchModule
+
+    if not isinstance(module, PyTorchModule):
+        return False
+    tensors = list(module.module.parameters()) + list(module.module.buffers())
+    return any(t.dtype in _LOW_PRECISION for t in tensors)
 
 
 def _runs_natively(module: Any) -> bool:

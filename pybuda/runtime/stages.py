@@ -110,6 +110,10 @@ def _fallback_device(module: "CpuFallbackModule", counter: List[int]) -> Device:
 
     with state.unregistered():
         dev = CPUDevice(f"cpu{counter[0]}_fallback", module=module)
+    # A stage runs the model's own ops on the dtypes it was captured with: a bfloat16 model's stage holds
+    # bfloat16 weights and constants, which float32 inputs would not multiply, and its outputs must come
+    # back in the model's dtype.
+    dev.upcast_low_precision = False
     counter[0] += 1
     return dev
 

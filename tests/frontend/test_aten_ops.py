@@ -105,6 +105,10 @@ CASES = {
     "layer_norm": (lambda x, w, b: F.layer_norm(x, (8,), w, b, 1e-6) + F.layer_norm(x, (3, 8)) + F.layer_norm(x, (8,)),
                    (r(*X), r(8), r(8, seed=3))),
     "group_norm": (lambda x, w, b: F.group_norm(x, 2, w, b), (r(2, 4, 3, 3), r(4), r(4, seed=3))),
+    "instance_norm": (lambda x, w, b, m, v: F.instance_norm(x, weight=w, bias=b, eps=1e-3) + F.instance_norm(x)
+                      + F.instance_norm(x, m, v.abs() + 0.5, w, b, use_input_stats=False)
+                      + F.instance_norm(x[:, :, 0], weight=w, bias=b)[:, :, None],
+                      (r(2, 4, 3, 5), r(4), r(4, seed=3), r(4, seed=4), r(4, seed=5))),
     # matmul family
     "matmul_batched": (lambda a, b: a @ b + torch.matmul(a, b[0]), (r(2, 3, 4, 5), r(2, 1, 5, 6))),
     "matmul_1d": (lambda a, v: (a @ v, v @ a.transpose(-1, -2), v @ v), (r(3, 5), r(5))),

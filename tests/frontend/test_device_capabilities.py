@@ -61,3 +61,33 @@ def test_model_with_integer_preprocessing_runs_on_the_simulated_chip():
         pybuda.pybuda_reset()
     with torch.no_grad():
         assert calculate_pcc(model(x, mask), out) >= 0.99
+
+
+class Lookup(torch.nn.Module):
+    def __init__(self, vocab: int):
+        super().__init__()
+        self.emb = torch.nn.Embedding(vocab, 32)
+        self.proj = torch.nn.Linear(32, 32)
+
+    def forward(self, ids):
+        return self.proj(self.emb(ids))
+
+
+def test_an_embedding_of_pushed_ids_is_device_work_once_out_of_cpu_fallback_ops():
+    # Its int64 ids used to be refused ("'embedding' reads int64 operand"), so removing embedding from
+    # cpu_fallback_ops still left it on the CPU of a TTDevice; the device's one-hot embedding takes them.
+    config = pybuda.CompilerConfig(cpu_fallback_ops=[])
+    ids = torch.randint(0, 1000, (1, 16), generator=torch.Generator().manual_seed(0))
+    assert capture(Lookup(1000).eval(), (ids,), config=config, for_device=True).report.fallback_ops == []
+    (op,) = capture(Lookup(3000).eval(), (ids,), config=config, for_device=True).report.fallback_ops
+    assert "3000-row table" in op.reason
+
+
+def test_boolean_masks_pass_through_a_nop_on_the_device():
+    from pybuda.ir.graph import Graph
+    from pybuda.passes.lower.capabilities import unsupported_reason
+
+    graph = Graph("mask")
+    mask = graph.add_input("mask", (1, 32), torch.bool)
+    nop = graph.add_op("copy", "nop", [mask.name])
+    assert unsupported_reason(graph, nop) is None

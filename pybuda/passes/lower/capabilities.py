@@ -12,8 +12,13 @@ movement (reshape, permute, slice, pad, concat ...) is checked with lowering's o
 (:func:`pybuda.passes.lower.gather_plan.unsupported_movement`): a move no plan realises falls back too.
 
 Booleans are the exception to "floats only": a mask is a float 0/1 on the device, exact in every format, so
-comparisons, their casts to bool, logical and/not, ``where``/``masked_fill`` and data movement of masks run
-there (:data:`BOOL_OPS`); the host turns boolean outputs back into ``torch.bool``.
+comparisons, their casts to bool, logical and/not, ``where``/``masked_fill``, identities (``nop``: an ONNX Expand
+or Identity that changes nothing) and data movement of masks run there (:data:`BOOL_OPS`); the host turns
+boolean outputs back into ``torch.bool``.
+
+An ``embedding`` reads integer ids when they are pushed (a graph input, or one reshaped/transposed): the device
+looks them up as a one-hot matmul, and the host checks every push against the table's rows; tables beyond
+``decompose.EMBEDDING_MAX_VOCAB`` rows stay on the host (their ids would not be exact in the source registers).
 
 Integer data runs there too when it is *integer-valued* within what the device keeps exact
 (:mod:`pybuda.ops.integer`): each op's registry rule says whether its result is an integer given its
@@ -45,8 +50,9 @@ def device_op_types() -> FrozenSet[str]:
 
 
 #: Ops that produce or read booleans on the device. A boolean lives there as a float 0/1 (exact in every
-#: format): masks from comparisons, their logical combinations, where/masked_fill, and moving them around.
-BOOL_OPS: FrozenSet[str] = frozenset({"cast", "logical_and", "logical_not", "where"})
+#: format): masks from comparisons, their logical combinations, where/masked_fill, identities, and moving them
+#: around.
+BOOL_OPS: FrozenSet[str] = frozenset({"cast", "logical_and", "logical_not", "where", "nop"})
 
 
 def unsupported_reason(graph: Graph, node: Node) -> Optional[str]:
@@ -80,8 +86,31 @@ def unsupported_reason(graph: Graph, node: Node) -> Optional[str]:
         why = _exact_reason(node, r)
         if why is not None:
             return why
+    if op_type == "embedding":
+        return _embedding_reason(graph, node)
     why = _integer_operand_reason(graph, node, memo)
     return why if why is not None else _movement_reason(graph, node)
+
+
+def _embedding_reason(graph: Graph, node: Node) -> Optional[str]:
+    """Why the device cannot look ``node``'s ids up in its table (None when it can). The device embedding is a
+    one-hot matmul (``decompose._embedding``): its integer ids must be pushed (a graph input, moved only by
+    reshapes/transposes), where the host checks each push against the table's rows, and the table must be
+    small enough for the ids to stay exact in the chip's source registers."""
+    from pybuda.passes.graph.decompose import EMBEDDING_MAX_VOCAB
+
+    table, ids = graph[node.operands[0]], graph[node.operands[1]]
+    if table.shape[0] > EMBEDDING_MAX_VOCAB:
+        return (f"'embedding' of a {table.shape[0]}-row table; the device's one-hot embedding takes up to "
+                f"{EMBEDDING_MAX_VOCAB} rows (larger ids are not exact in its 19-bit source registers)")
+    if ids.dtype.is_floating_point:
+        return None
+    root = ids
+    while root.kind == "op" and root.op_type in ("reshape", "transpose") and len(root.operands) == 1:
+        root = graph[root.operands[0]]
+    if root.kind != "input":
+        return f"'embedding' reads {str(ids.dtype).replace('torch.', '')} ids computed by ops, not pushed as an input"
+    return None
 
 
 def _exact_reason(node: Node, r) -> Optional[str]:

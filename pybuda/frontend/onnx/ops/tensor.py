@@ -12,7 +12,7 @@ import torch
 from pybuda.frontend.aten_builder import Const, Unsupported
 from pybuda.frontend.aten_nn import _matmul
 from pybuda.frontend.aten_shape import _adv_index, _index_range, _permute_by
-from pybuda.frontend.onnx.converter import NodeCtx, converts, inf_standin
+from pybuda.frontend.onnx.converter import NodeCtx, Param, converts, inf_standin
 from pybuda.frontend.onnx import model as onnx_model
 from pybuda.frontend.onnx.ops.common import _F32, _float_out
 
@@ -123,7 +123,20 @@ def _gather(ctx: NodeCtx):
         idx = Const(torch.where(iv < 0, iv + size, iv), idx.name)
         if idx.value.numel() == 0:
             raise Unsupported("Gather with no indices")
+    elif _is_embedding_lookup(ctx, axis):
+        # What aten.embedding is in the torch frontend, so the same rules place it (cpu_fallback_ops, the
+        # device's one-hot embedding); a run-time adv_index would carry the integer ids through int64 moves.
+        return ctx.b.op("embedding", [ctx.x(0), ctx.x(1)])
     return _adv_index(ctx.b, ctx.x(0), idx, axis, ctx.out_shape())
+
+
+def _is_embedding_lookup(ctx: NodeCtx, axis: int) -> bool:
+    """A Gather of rows of a float weight table (an initializer, ``[V, D]``) by integer ids computed at run
+    time: an embedding lookup (word, token-type embeddings)."""
+    table, ids = ctx.value(0), ctx.value(1)
+    return (isinstance(table, Param) and axis == 0 and ctx.rank(0) == 2 and table.value.is_floating_point()
+            and not isinstance(ids, Const) and ctx.rank(1) >= 1 and not ctx.b.dtype(ids).is_floating_point
+            and ctx.b.dtype(ids) != torch.bool)
 
 
 @converts("GatherElements")

@@ -1,0 +1,126 @@
+"""ONNX embedding lookups (a Gather of a weight initializer's rows by run-time integer ids) are the registry's
+``embedding``, placed by the same rules as the torch frontend's ``aten.embedding``: on the CPU while
+``embedding`` is in ``cpu_fallback_ops`` (TT-Buda's default), on the device (a one-hot matmul) otherwise.
+
+A Hugging Face BERT exported with ``torch.onnx.export`` used to run its word and token-type Gathers on the CPU
+because the run-time ids went through int64 moves the device does not keep, and its attention-mask Expand (an
+identity on a boolean mask, a ``nop``) because booleans were refused for anything but comparisons and selects.
+"""
+
+import io
+
+import numpy as np
+import onnx
+import pytest
+import torch
+from onnx import TensorProto, helper, numpy_helper
+
+import pybuda
+from pybuda.config import CompilerConfig
+from pybuda.frontend.onnx import import_model
+from pybuda.verify import calculate_pcc
+
+from onnx_helpers import ort_run
+
+#: The simulated chip at its default formats (bfloat16 activations) against ONNX Runtime in float32.
+DEVICE_PCC = 0.99
+
+
+def _config(embedding_on_cpu: bool) -> CompilerConfig:
+    cfg = CompilerConfig()
+    cfg.cpu_fallback_ops = ["embedding"] if embedding_on_cpu else []
+    return cfg
+
+
+def _lookup_model(vocab: int) -> onnx.ModelProto:
+    """``relu(table[ids] @ w)`` with the table and ``w`` initializers."""
+    rng = np.random.default_rng(0)
+    table = numpy_helper.from_array(rng.standard_normal((vocab, 32)).astype(np.float32), "table")
+    w = numpy_helper.from_array((rng.standard_normal((32, 32)) / 6).astype(np.float32), "w")
+    nodes = [helper.make_node("Gather", ["table", "ids"], ["e"]), helper.make_node("MatMul", ["e", "w"], ["m"]),
+             helper.make_node("Relu", ["m"], ["y"])]
+    graph = helper.make_graph(nodes, "lookup", [helper.make_tensor_value_info("ids", TensorProto.INT64, [1, 16])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 16, 32])], [table, w])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def _ids(vocab: int, shape=(1, 16)) -> torch.Tensor:
+    return torch.randint(0, vocab, shape, generator=torch.Generator().manual_seed(1))
+
+
+def test_a_gather_of_table_rows_is_an_embedding_placed_by_cpu_fallback_ops():
+    model, ids = _lookup_model(100), _ids(100)
+    default = import_model(model, ids.numpy(), config=_config(True), for_device=True)
+    (op,) = default.report.fallback_ops
+    assert op.reason == "'embedding' is in cpu_fallback_ops"
+    on_device = import_model(model, ids.numpy(), config=_config(False), for_device=True)
+    assert not on_device.report.has_fallback, str(on_device.report)
+    assert "embedding" in {n.op_type for n in on_device.graph.ops}
+
+
+def test_a_table_beyond_the_device_embedding_says_why():
+    vocab = 3000
+    cap = import_model(_lookup_model(vocab), _ids(vocab).numpy(), config=_config(False), for_device=True)
+    (op,) = cap.report.fallback_ops
+    assert "3000-row table" in op.reason and "2048" in op.reason
+
+
+def test_an_embedding_runs_on_the_device():
+    model, ids = _lookup_model(100), _ids(100)
+    pybuda.remove_cpu_fallback_ops("embedding")
+    tt = pybuda.TTDevice("tt0", module=pybuda.OnnxModule("lookup", model))
+    got = pybuda.run_inference(inputs=[(ids,)]).get(timeout=300)[0].value()
+    assert tt.cpu_fallback_device_pre is None and tt.cpu_fallback_device_post is None
+    want = torch.from_numpy(ort_run(model, [ids.numpy()])[0])
+    assert calculate_pcc(got, want) >= DEVICE_PCC
+
+
+def _bert_onnx():
+    transformers = pytest.importorskip("transformers")
+    cfg = transformers.BertConfig(vocab_size=1000, hidden_size=64, num_hidden_layers=2, num_attention_heads=2,
+                                  intermediate_size=128, max_position_embeddings=64)
+    torch.manual_seed(0)
+    bert = transformers.BertModel(cfg).eval()
+
+    class Outputs(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.bert = bert
+
+        def forward(self, input_ids, attention_mask, token_type_ids):
+            out = self.bert(input_ids=input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids)
+            return out.last_hidden_state, out.pooler_output
+
+    ids = _ids(1000, (1, 32))
+    mask = torch.ones(1, 32, dtype=torch.int64)
+    mask[0, 26:] = 0
+    types = torch.zeros(1, 32, dtype=torch.int64)
+    types[0, 12:] = 1
+    buf = io.BytesIO()
+    torch.onnx.export(Outputs().eval(), (ids, mask, types), buf, opset_version=17, dynamo=False,
+                      input_names=["input_ids", "attention_mask", "token_type_ids"])
+    return onnx.load_from_string(buf.getvalue()), (ids, mask, types)
+
+
+def test_bert_embeddings_and_mask_expand_map_like_the_torch_frontend():
+    model, inputs = _bert_onnx()
+    arrays = [t.numpy() for t in inputs]
+    default = import_model(model, *arrays, config=_config(True), for_device=True)
+    # Only the two lookups by run-time ids stay on the CPU (cpu_fallback_ops), as aten.embedding does in the
+    # torch frontend; the position lookup (constant ids) and the mask's Expand run on the device.
+    assert sorted(op.aten_op for op in default.report.fallback_ops) == ["Gather", "Gather"]
+    assert {op.reason for op in default.report.fallback_ops} == {"'embedding' is in cpu_fallback_ops"}
+    assert default.report.host_fraction < 0.03, str(default.report)
+    on_device = import_model(model, *arrays, config=_config(False), for_device=True)
+    assert not on_device.report.has_fallback, str(on_device.report)
+
+
+def test_bert_runs_wholly_on_the_device_against_onnx_runtime():
+    model, inputs = _bert_onnx()
+    pybuda.remove_cpu_fallback_ops("embedding")
+    tt = pybuda.TTDevice("tt0", module=pybuda.OnnxModule("bert", model))
+    got = [o.value() for o in pybuda.run_inference(inputs=[inputs]).get(timeout=600)]
+    assert tt.cpu_fallback_device_pre is None and tt.cpu_fallback_device_post is None
+    want = ort_run(model, [t.numpy() for t in inputs])
+    for g, w in zip(got, want):
+        assert calculate_pcc(g.float(), torch.from_numpy(w)) >= DEVICE_PCC
