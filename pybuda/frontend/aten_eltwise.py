@@ -143,7 +143,8 @@ def _compare(b: Builder, n, p):
 # Every value is 0 or 1, exact in any format and through the multiplier. What matters is that the NaNs and
 # infinities reach the steps: |x| and x - x are tagged SIGN_EXACT (kept in Float16_b or Float32, which hold
 # them; Float16 saturates both, a block format turns a NaN into an infinity and flushes its block), and so is
-# the op producing x (or x is pushed in Float32 when it is a graph input; a bfloat16 input in Float16_b).
+# the op producing x (or x is pushed in Float32 when it is a graph input; a bfloat16 input in Float16_b), and
+# every op between it and where a NaN or infinity can be made (pybuda.passes.graph.nonfinite).
 
 
 def _hold_nonfinite(b: Builder, x: str) -> None:

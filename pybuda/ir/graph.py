@@ -40,6 +40,10 @@ HOLDS_OPERAND = "holds_operand"
 #: to zero (Float16_b or Float32; Float16 flushes magnitudes below 2**-14, a block format the small values of a
 #: block beside large ones), so that close values never compare equal.
 SIGN_EXACT = "sign_exact"
+#: Tag of a value that must keep its NaNs and infinities because a NaN/infinity test or a comparison reads it,
+#: directly or through the ops between (pybuda.passes.graph.nonfinite): the data-format pass keeps such ops in
+#: Float16_b or Float32, which hold both (Float16 and the block formats do not).
+NONFINITE_SAFE = "nonfinite_safe"
 
 
 def dtype_name(dtype: torch.dtype) -> str:

@@ -117,8 +117,10 @@ def _post_autograd(s: _State) -> None:
 
 def _pre_lowering(s: _State) -> None:
     from pybuda.passes.graph.microbatch import strip_microbatch
+    from pybuda.passes.graph.nonfinite import hold_nonfinite
 
     s.graph = strip_microbatch(s.graph, s.ctx)
+    s.graph = hold_nonfinite(s.graph, s.ctx)  # on the graph lowered: every op between a NaN and its test is there
     s.results.graph = s.graph
 
 

@@ -80,7 +80,7 @@ class NanMadeOnDevice(torch.nn.Module):
 @pytest.mark.parametrize("df", ["default", "bfp8_b"])
 def test_a_nan_made_by_the_producer_survives_a_block_format_default(df):
     """The op making the tested value keeps a format that holds NaN and inf (a block format would turn the NaN
-    into inf). Upstream of it data has the default's formats: a NaN made earlier is an inf in a block format."""
+    into inf), and so does every op upstream of it (tests/frontend/test_nan_inf_comparisons_on_device.py)."""
     _configure(df)
     g = torch.Generator().manual_seed(1)
     # magnitudes a block format keeps: its rounding of the inputs is not what is tested here

@@ -87,7 +87,9 @@ def test_close_small_values_never_compare_equal_in_float16(device, op, reference
     assert torch.equal(quantize(b, DF.Float16), b)  # both exact in Float16
     results, (got,) = _run(g, device, DF.Float16, a, b)
     signed = [o for o in results.lowered_graph.ops.values() if o.tags.get(SIGN_EXACT)]
-    assert signed and all(o.out_df == DF.Float16_b and o.acc_df == DF.Float16_b for o in signed)
+    # Float16_b, or Float32 in place of Float16 (as precise) off Grayskull
+    no_flush = (DF.Float16_b, DF.Float32)
+    assert signed and all(o.out_df in no_flush and o.acc_df in no_flush for o in signed)
     assert torch.equal(got, reference(a, b).float())
 
 

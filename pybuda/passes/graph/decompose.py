@@ -20,8 +20,13 @@ combine (batchnorm statistics, layernorm weights) become constant-only subgraphs
   which are then pushed in a float format) and inference ``dropout`` vanish.
 - comparisons -> ``heaviside`` of a difference (the chip has no compare op; TT-Buda used the same step):
   ``a > b`` = ``heaviside(a - b, 0)``, ``a >= b`` = ``heaviside(a - b, 1)``, ``<``/``<=`` swap the operands,
-  ``a == b`` = ``heaviside(-|a - b|, 1)``, ``a != b`` = ``heaviside(|a - b|, 0)``; 0.0/1.0 in float.
-- ``argmax(x, dim)`` -> ``hit = (x == reduce_max(x))`` as above, ``N - reduce_max(heaviside(hit - 1, N - i))``
+  ``a == b`` = ``heaviside(0 - |a - b|, 1)``, ``a != b`` = ``heaviside(|a - b|, 0)``; 0.0/1.0 in float. IEEE's
+  NaN and infinity cases add terms only where an operand may hold them (:func:`may_be_nonfinite`): ``!=`` of
+  a possible NaN is ``1 - (a == b)``, and where both operands may be infinite (``inf - inf`` is NaN)
+  ``a == b`` = ``numbers(a, b)`` where not ``apart = heaviside(|a - b|, 0)`` (else 0), ``a >= b`` =
+  ``numbers(a, b)`` where not ``a < b``, with ``numbers(a, b) = heaviside(|a| + |b|, 1)`` (0 where either is
+  NaN), picked by ``heaviside(0 - mask, numbers)`` so that the result stays a 0/1 mask.
+- ``argmax(x, dim)`` -> ``hit = (x == reduce_max(x))`` as above (a NaN maximum hits the NaNs), ``N - reduce_max(heaviside(hit - 1, N - i))``
   with a constant ``N - i`` along dim, so ties give the first index (torch's rule), or with ``last``
   ``reduce_max(heaviside(hit - 1, i + 1)) - 1``; dim None flattens first. No multiplier touches an index.
 - integer data (:mod:`pybuda.ops.integer`): comparisons, logical ops, where, casts work on it as on floats
@@ -55,6 +60,7 @@ from pybuda.ir.graph import CONSTANT, HOLDS_OPERAND, INPUT, OUTPUT, SIGN_EXACT, 
 from pybuda.ops import registry
 from pybuda.ops.common import normalize_dim
 from pybuda.passes.context import CompileContext
+from pybuda.passes.graph.nonfinite import may_be_nonfinite
 from pybuda.passes.graph.rewrite import Rewriter
 
 #: Ops that must have been split off to the CPU by the frontend (TT-Buda's ``cpu_fallback_ops``). Empty:
@@ -377,6 +383,9 @@ def _cast(rw, node, ops, ctx):
 
     src = rw.node(ops[0])
     if node.dtype == torch.bool and src.dtype != torch.bool:
+        r = integer_range(rw.new, ops[0])
+        if r is not None and r[0] >= 0 and r[1] <= 1:
+            return ops[0]  # already 0/1 (a comparison's result): the mask itself
         return _as_mask(rw, node, ops[0], "nz")  # bool(x) is x != 0, a 0/1 float on the device
     if src.dtype == torch.bool or (node.dtype.is_floating_point and src.dtype.is_floating_point):
         return ops[0]  # a device boolean already is a 0/1 float; formats come from the data-format pass
@@ -411,14 +420,53 @@ def _heaviside(rw, node, x: str, at_zero: float, tag: str) -> str:
     return rw.op(f"{node.name}.{tag}", "heaviside", [x, _scalar(rw, node, f"{tag}_at0", at_zero)])
 
 
-def _equal_of(rw, node, a: str, b: str, tag: str = "eq", negate: bool = False) -> str:
-    """1.0 where a == b (0.0 where negate), else the other: a step of ``|a - b|``."""
+def _negated(rw, node, x: str, tag: str) -> str:
+    """``0 - x``: exact for every value, subnormals included (``x * -1`` passes the multiplier, whose source
+    registers flush them to zero)."""
+    return rw.op(f"{node.name}.{tag}_neg", "subtract", [_scalar(rw, node, f"{tag}_zero", 0.0), x], tags=_SIGN)
+
+
+def _numbers(rw, node, a: str, b: str, tag: str) -> str:
+    """1.0 where neither ``a`` nor ``b`` is NaN, else 0.0: ``|a| + |b|`` is NaN exactly then, and >= 0 (+inf at
+    most) otherwise."""
+    both = rw.op(f"{node.name}.{tag}_mags", "add", [rw.op(f"{node.name}.{tag}_abs_a", "abs", [a], tags=_SIGN),
+                                                   rw.op(f"{node.name}.{tag}_abs_b", "abs", [b], tags=_SIGN)],
+                 tags=_SIGN)
+    return _heaviside(rw, node, both, 1.0, f"{tag}_numbers")
+
+
+def _equal_of(rw, node, a: str, b: str, tag: str = "eq", negate: bool = False, nan_hits: bool = False) -> str:
+    """1.0 where a == b (0.0 where negate), else the other, as IEEE compares: NaN equals nothing, +-inf equals
+    itself. Terms for NaN and infinity are added only where an operand may hold them (:func:`may_be_nonfinite`).
+
+    ``d = a - b`` is 0 exactly where finite operands are equal (a subtraction of different floats is never 0)
+    and NaN where an operand is NaN or both are the same infinity, so ``heaviside(-|d|, 1)`` is right unless
+    both operands may be infinite; then ``numbers(a, b)`` where ``d`` is not a nonzero number separates the
+    equal infinities (1) from a NaN (0). ``nan_hits``: NaN counts as equal (argmax's hit, where torch picks a NaN)."""
     diff = rw.op(f"{node.name}.{tag}_diff", "subtract", [a, b], tags=_SIGN)
     mag = rw.op(f"{node.name}.{tag}_abs", "abs", [diff], tags=_SIGN)
+    fa, fb = may_be_nonfinite(rw.new, a), may_be_nonfinite(rw.new, b)
+    if not (fa or fb) and not nan_hits:  # neither holds NaN: != is the step of |d|
+        if negate:
+            return _heaviside(rw, node, mag, 0.0, tag)
+        return _heaviside(rw, node, _negated(rw, node, mag, tag), 1.0, tag)
+    if fa and fb:
+        numbers = _numbers(rw, node, a, b, tag)
+        apart = _heaviside(rw, node, mag, 0.0, f"{tag}_apart")  # 1 where d is a nonzero number
+        if negate and not nan_hits:  # apart - numbers: -1 where equal, 0 where a NaN, 1 where apart
+            ne = rw.op(f"{node.name}.{tag}_ne", "subtract", [apart, numbers])
+            return _heaviside(rw, node, ne, 1.0, f"{tag}_ne")
+        # numbers where not apart, else 0 (heaviside's pick keeps the result a 0/1 mask for a bool cast)
+        eq = rw.op(f"{node.name}.{tag}_eq", "heaviside", [_negated(rw, node, apart, f"{tag}_apart"), numbers])
+    else:
+        eq = _heaviside(rw, node, _negated(rw, node, mag, tag), 1.0, tag)
+    if nan_hits:  # + isnan(a) = 1 - heaviside(|a|, 1); where a is NaN, eq is 0
+        num = _heaviside(rw, node, rw.op(f"{node.name}.{tag}_abs_x", "abs", [a], tags=_SIGN), 1.0, f"{tag}_num_x")
+        nan = rw.op(f"{node.name}.{tag}_nan", "subtract", [_scalar(rw, node, f"{tag}_one", 1.0), num])
+        eq = rw.op(f"{node.name}.{tag}_or_nan", "add", [eq, nan])
     if negate:
-        return _heaviside(rw, node, mag, 0.0, tag)
-    neg = rw.op(f"{node.name}.{tag}_neg", "multiply", [mag, _scalar(rw, node, f"{tag}_m1", -1.0)], tags=_SIGN)
-    return _heaviside(rw, node, neg, 1.0, tag)
+        return rw.op(f"{node.name}.{tag}_ne", "subtract", [_scalar(rw, node, f"{tag}_one_ne", 1.0), eq])
+    return eq
 
 
 #: The differences a comparison steps on keep their sign and whether they are zero (``SIGN_EXACT``).
@@ -426,13 +474,24 @@ _SIGN = {SIGN_EXACT: True}
 
 
 def _compare(kind: str):
+    """``a OP b`` as IEEE compares (torch, ONNX Runtime): false where an operand is NaN (true for !=), and an
+    infinity compares equal to itself. ``heaviside(a - b, 0)`` is exactly ``a > b``: the difference keeps its
+    sign (SIGN_EXACT formats), overflows to the right infinity, and is NaN (a step of 0) where an operand is
+    NaN or both are the same infinity. ``heaviside(a - b, 1)`` (``>=``) misses only the equal infinities, so
+    where both operands may be infinite ``a >= b`` is ``numbers(a, b)`` where not ``a < b`` (else 0). Integer
+    operands work alike (their difference is exact up to 2**24) and take the plain forms."""
     def rule(rw, node, ops, ctx):
-        # Integer operands work alike: their difference keeps its sign (and is exact up to 2**24).
         a, b = ops
         if kind in ("equal", "not_equal"):
             return _equal_of(rw, node, a, b, "cmp", negate=kind == "not_equal")
         if kind in ("less", "less_equal"):
             a, b = b, a
+        if kind.endswith("equal") and may_be_nonfinite(rw.new, a) and may_be_nonfinite(rw.new, b):
+            below = rw.op(f"{node.name}.diff", "subtract", [b, a], tags=_SIGN)
+            lt = _heaviside(rw, node, below, 0.0, "below")
+            # numbers(a, b) where not a < b, else 0
+            numbers = _numbers(rw, node, a, b, "cmp")
+            return rw.op(f"{node.name}.step", "heaviside", [_negated(rw, node, lt, "below"), numbers])
         diff = rw.op(f"{node.name}.diff", "subtract", [a, b], tags=_SIGN)
         return _heaviside(rw, node, diff, 1.0 if kind.endswith("equal") else 0.0, "step")
     return rule
@@ -456,8 +515,12 @@ def _argmax(rw, node, ops, ctx):
     # Index math must stay exact: in a block format the row maximum, rounded with its neighbours, may no
     # longer equal any element, and indices above 127 are not representable. The data-format pass keeps
     # ops tagged ``exact_df`` in that format whatever the default is.
+    # Float32 also holds every sign, NaN and infinity, so the ops need no SIGN_EXACT, which would make the data-format
+    # pass keep the whole network above the argmax in a NaN-holding format (pybuda.passes.graph.nonfinite): the
+    # values ranked are the model's, in its formats.
     for name in set(rw.new.nodes) - before:
         rw.new.nodes[name].tags["exact_df"] = "Float32"
+        rw.new.nodes[name].tags.pop(SIGN_EXACT, None)
     return idx
 
 
@@ -486,7 +549,10 @@ def _argmax_ops(rw, node, ops):
     rank = len(rw.shape(x))
     size = rw.shape(x)[d]
     m = rw.op(f"{node.name}.max", "reduce_max", [x], {"dim": d})
-    hit = _equal_of(rw, node, x, m, "hit")
+    # A maximum of +inf is hit by the infinities, and where a NaN is the maximum (the reduce propagates it) the
+    # NaNs are hit: torch's argmax picks the first NaN.
+    special = may_be_nonfinite(rw.new, x)
+    hit = _equal_of(rw, node, x, m, "hit", nan_hits=special)
     # Score at the maxima (0 elsewhere): N - i, whose largest is the first maximum (torch's rule), or with
     # ``last`` i + 1, whose largest is the last one. heaviside(hit - 1, score) is the score where hit is 1.
     last = node.attrs.get("last", False)
@@ -495,6 +561,11 @@ def _argmax_ops(rw, node, ops):
     miss = rw.op(f"{node.name}.miss", "subtract", [hit, _scalar(rw, node, "one", 1.0)])
     score = rw.op(f"{node.name}.score", "heaviside", [miss, rw.constant(f"{node.name}.scores", scores)])
     best = rw.op(f"{node.name}.best", "reduce_max", [score], {"dim": d})
+    if special:
+        # A row of -inf only: its maximum is the reduce's padding (float32's lowest), which no element equals.
+        # torch picks the first element (``last``: the last), whose score is N: best + heaviside(0 - best, N).
+        none = rw.op(f"{node.name}.no_hit", "heaviside", [_negated(rw, node, best, "best"), _scalar(rw, node, "all", size)])
+        best = rw.op(f"{node.name}.best_or_all", "add", [best, none])
     if last:
         idx = rw.op(f"{node.name}.index", "subtract", [best, _scalar(rw, node, "one_off", 1.0)])
     else:

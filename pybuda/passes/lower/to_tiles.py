@@ -66,7 +66,7 @@ import torch
 
 from pybuda.errors import CompileError
 from pybuda.ir.graph import (CONSTANT, HOLDS_OPERAND, INPUT, JUNK_PADDED_INPUT, OP, PARAMETER, RUNTIME_UPDATED,
-                             SIGN_EXACT, WRITTEN_IN_PLACE, Graph, Node)
+                             NONFINITE_SAFE, SIGN_EXACT, WRITTEN_IN_PLACE, Graph, Node)
 from pybuda.ops import registry
 from pybuda.passes.lower import pickers
 from pybuda.perf import sparse as sparse_work
@@ -291,8 +291,9 @@ class _Lowering(ConvPoolLowering, ReductionLowering, DataMovementLowering):
                    "ir_op_type": self.node.op_type if self.node is not None and self.node.kind == OP else None}
         if self.node is not None and self.node.tags.get("exact_df"):
             op_tags["exact_df"] = self.node.tags["exact_df"]
-        if self.node is not None and self.node.tags.get(SIGN_EXACT):
-            op_tags[SIGN_EXACT] = True
+        for tag in (SIGN_EXACT, NONFINITE_SAFE):
+            if self.node is not None and self.node.tags.get(tag):
+                op_tags[tag] = True
         op_tags.update(tags or {})
         op = BudaOp(self._name(name), op_type, srcs, TileShape(1, z, tiles(r), tiles(c)), attrs=dict(attrs or {}),
                     input_tms=in_tms, tags=op_tags)

@@ -26,7 +26,10 @@ Order of application (later wins):
    the parameter/constant feeding that input, or of the producing op when ``include_activations``).
 3b. Ops tagged ``exact_df`` (index math, integer data) take that format, HiFi4 and, off Grayskull, Float32
    accumulation; ops computing a comparison's difference (``SIGN_EXACT``) keep Float16_b or Float32 output
-   and accumulation, which flush no small difference to zero (Float16 and block formats do).
+   and accumulation, which flush no small difference to zero (Float16 and block formats do); ops whose NaNs
+   and infinities a test or comparison reads (``NONFINITE_SAFE``, :mod:`pybuda.passes.graph.nonfinite`) keep
+   Float16_b or Float32, which hold them (Float32 in place of Float16, whose precision Float16_b lacks, except
+   on Grayskull).
 4. Legalisation (netlist spec §1.3, §4.5): on Grayskull Float32/Int32 accumulation becomes Float16_b;
    accumulating ops (matmuls) never spill to Bfp4/Bfp2 (Bfp8 of the same exponent family instead) and
    keep ``intermed_df`` in ``out_df``'s exponent family; integer data needs HiFi4 and Int32 accumulation;
@@ -52,7 +55,7 @@ import logging
 import re
 from typing import Optional, Set
 
-from pybuda.ir.graph import HOLDS_OPERAND, SIGN_EXACT
+from pybuda.ir.graph import HOLDS_OPERAND, NONFINITE_SAFE, SIGN_EXACT
 from pybuda.ir.lowered import BudaGraph, BudaOp
 from pybuda.netlist.device_ops import ops_where
 from pybuda.passes.context import CompileContext
@@ -171,12 +174,14 @@ def set_data_formats(bg: BudaGraph, ctx: CompileContext) -> BudaGraph:
                 op.acc_df = DF.Float32
             if op.name not in explicit_fidelity:
                 op.math_fidelity = MF.HiFi4
-        # 3c. the differences comparisons step on: a format that flushes no small difference to zero
-        if op.tags.get(SIGN_EXACT) and not op.out_df.is_integer:
+        # 3c. the differences comparisons step on: a format that flushes no small difference to zero; the values
+        # NaN/infinity tests and comparisons read (NONFINITE_SAFE): a format that holds NaN and infinity. Both
+        # are Float16_b or Float32.
+        if (op.tags.get(SIGN_EXACT) or op.tags.get(NONFINITE_SAFE)) and not op.out_df.is_integer:
             if op.out_df not in _NO_FLUSH and op.name not in explicit_out:
-                op.out_df = op.intermed_df = DF.Float16_b
+                op.out_df = op.intermed_df = _no_flush_like(op.out_df, ctx.is_grayskull)
             if op.acc_df not in _NO_FLUSH and op.name not in explicit_acc:
-                op.acc_df = DF.Float16_b
+                op.acc_df = _no_flush_like(op.acc_df, ctx.is_grayskull)
 
     # 4. legalise
     for op in bg.ops.values():
@@ -211,6 +216,13 @@ def set_data_formats(bg: BudaGraph, ctx: CompileContext) -> BudaGraph:
 _INT_DTYPES = {"int8", "uint8", "int32", "int64", "int16"}
 #: Formats in which a nonzero difference of two values stays nonzero with its sign (SIGN_EXACT).
 _NO_FLUSH = (DF.Float16_b, DF.Float32)
+
+
+def _no_flush_like(df: DF, grayskull: bool) -> DF:
+    """The format of ``_NO_FLUSH`` (which hold NaN, infinity and every small difference) replacing ``df``: Float16_b,
+    as precise as a block format; for Float16's 11 significant bits Float32, except on Grayskull, whose Dest
+    holds no Float32 (there every op result passes Float16_b anyway)."""
+    return DF.Float32 if df == DF.Float16 and not grayskull else DF.Float16_b
 
 
 def _check_input_df_indices(rule, matched) -> None:

@@ -1,0 +1,93 @@
+"""Which values may hold NaN or infinity, and keeping those that a NaN/infinity test or a comparison reads.
+
+The chip's Float16_b and Float32 formats hold NaN and +-inf; the others do not: Float16 (fp16 "A") and the A
+block formats saturate both to a finite number, and the B block formats turn a NaN into an infinity and flush
+the rest of its 16-value block to zero (reference/netlist_backend_spec.md §4). With such a default format a NaN
+made anywhere upstream of ``isnan(x)`` or ``x != y`` is gone by the time the test reads it: ``isnan(a / b)``
+(``a * reciprocal(b)`` on the device) sees the reciprocal's infinity packed, multiplied and packed again.
+
+:func:`hold_nonfinite` therefore walks up from every op tagged ``SIGN_EXACT`` (the NaN/infinity tests of
+:mod:`pybuda.frontend.aten_eltwise` and the differences comparisons step on,
+:mod:`pybuda.passes.graph.decompose`) through every value that may hold NaN or infinity, and tags it
+``NONFINITE_SAFE``: the data-format pass keeps such ops in Float16_b or Float32 (output, intermediate and Dest),
+and such graph inputs are pushed in one of them where the default format holds neither NaN nor infinity
+(:func:`_held_format`). Values that cannot hold either stop the walk (:func:`may_be_nonfinite`):
+integer data, masks, and constants whose values are all finite. The cost is formats, never ops, and only where
+the default format could not hold NaN or infinity anyway.
+"""
+
+from __future__ import annotations
+
+from typing import Dict, Optional
+
+import torch
+
+from pybuda.ir.graph import CONSTANT, INPUT, NONFINITE_SAFE, OP, PARAMETER, SIGN_EXACT, Graph
+from pybuda.passes.context import CompileContext
+
+
+def may_be_nonfinite(graph: Graph, name: str, memo: Optional[Dict] = None) -> bool:
+    """False when node ``name`` of ``graph`` can hold neither NaN nor an infinity on the device: integer-valued
+    data within Float32's exact range (integer and boolean inputs, masks, comparison results, argmax indices;
+    :func:`pybuda.ops.integer.integer_range`) and constants whose every value is finite. True for everything
+    else: float inputs and parameters (which the user may update) can hold anything, and float arithmetic can
+    overflow to an infinity or make a NaN from finite operands. ``memo`` caches the integer-range analysis of
+    one graph across calls."""
+    from pybuda.ops.integer import integer_range
+
+    node = graph[name]
+    if node.dtype == torch.bool:
+        return False
+    if node.kind == CONSTANT and name in graph.tensors:
+        value = graph.tensors[name]
+        return value.dtype.is_floating_point and not bool(torch.isfinite(value).all())
+    if node.kind == PARAMETER:
+        return node.dtype.is_floating_point
+    return integer_range(graph, name, memo) is None
+
+
+def hold_nonfinite(graph: Graph, ctx: CompileContext) -> Graph:
+    """Tag every value a ``SIGN_EXACT`` op reads, directly or through other ops, that may hold NaN or infinity
+    (see the module docstring); returns ``graph`` (tagged in place)."""
+    memo: Dict = {}
+    held = set()
+    stack = [o for node in graph.ops if node.tags.get(SIGN_EXACT) for o in node.operands]
+    for name in stack:
+        node = graph[name]
+        if node.kind == CONSTANT and node.dtype.is_floating_point:
+            # What a comparison steps on is compared as the framework has it: ``x < 1e30`` against 1e30 itself, not
+            # its rounding in the default format (a block format keeps 7 bits of it)
+            node.tags.setdefault("exact_df", "Float32")
+    while stack:
+        name = stack.pop()
+        if name in held:
+            continue
+        held.add(name)
+        node = graph[name]
+        if not may_be_nonfinite(graph, name, memo):
+            continue
+        if node.kind == OP:
+            node.tags[NONFINITE_SAFE] = True
+            stack.extend(node.operands)
+        elif node.kind in (INPUT, PARAMETER, CONSTANT) and node.dtype.is_floating_point:
+            df = _held_format(ctx, node.dtype)
+            if df is not None:
+                node.tags.setdefault("exact_df", df)
+    return graph
+
+
+def _held_format(ctx: CompileContext, dtype: torch.dtype) -> Optional[str]:
+    """The format a queue of ``dtype`` data that may hold NaN or infinity is kept in, or None when its default
+    (``default_df_override``, else Float16_b for float32 data and its own format for 16-bit data) holds them:
+    Float16_b in place of a block format (as precise), Float32 in place of Float16 (Float16_b is less precise).
+    Only the formats change: the values stay the default's precision class, so comparisons of them fuse as
+    before."""
+    from pybuda.dtypes import DataFormat as DF
+
+    override = ctx.config.default_df_override
+    if override is None:
+        return "Float32" if dtype == torch.float16 else None  # Float16 saturates; Float16_b and Float32 hold both
+    df = DF.from_json(override)
+    if df in (DF.Float16_b, DF.Float32):
+        return None
+    return "Float32" if df == DF.Float16 else "Float16_b"
