@@ -25,6 +25,7 @@ from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
 
 import torch
 
+from pybuda.dtypes import DataFormat
 from pybuda.errors import ConfigError
 from pybuda.ir.graph import Graph
 from pybuda.netlist.host_io import compact_shape
@@ -80,6 +81,30 @@ def _check_lr(owner: str, value: Any) -> float:
     return _non_negative(owner, "learning_rate", value)
 
 
+# --- decayed state and the formats that carry it -------------------------------------------------------
+
+#: The largest relative error :meth:`UpdateGraph.imprecise_state` lets a format put on a decayed state's
+#: per-step change ``1 − β``. An error there compounds: it is the error of the moment's time constant (at
+#: 10 %, an SGD momentum of 0.9 acts like one of 0.89, within what bfloat16 training tolerates) and, for
+#: Adam's ``β2^t``, of the bias correction itself.
+DECAY_TOLERANCE = 0.1
+
+
+def decay_error(beta: float, df: DataFormat) -> float:
+    """Worst relative error of the per-step change ``(1 − β)·x`` of a state ``x ← β·x`` computed or stored
+    in format ``df``: the rounding of the new value, one unit in its last place (the packer truncates), is
+    up to ``2^-m·x`` for ``m`` mantissa bits (Float32 23, Float16 10, Float16_b 7), against a change of
+    ``(1 − β)·x``. At Float16_b, β2 = 0.999's change is 0.001·x against a unit of up to 0.0078·x: the
+    variance stops decaying (or decays 8x too fast) and ``1 − β2^t`` is off by up to 8x. 0 for β = 0 (no
+    state kept); infinite for an integer format."""
+    from pybuda.golden.formats import format_info
+
+    info = format_info(df)
+    if info.is_integer:
+        return math.inf
+    return 0.0 if beta <= 0 else 2.0 ** -info.man_bits / (1.0 - beta)
+
+
 # --- the update graph ---------------------------------------------------------------------------------------
 
 
@@ -117,6 +142,26 @@ class UpdateGraph:
     grad_layouts: Dict[str, Tuple[Tuple[int, ...], Tuple[Tuple[str, Dict[str, Any]], ...]]] = field(
         default_factory=dict)
     _initial_state: Dict[str, torch.Tensor] = field(default_factory=dict, repr=False)
+    #: State tensors the rule decays each step, ``x ← β·x`` (a moment, a momentum buffer, a ``β^t`` power):
+    #: state name -> β. See :meth:`imprecise_state`.
+    state_decays: Dict[str, float] = field(default_factory=dict)
+
+    def imprecise_state(self, formats: Mapping[str, Sequence[DataFormat]],
+                        tolerance: float = DECAY_TOLERANCE) -> List[Tuple[str, float, DataFormat, float]]:
+        """The decayed state tensors whose per-step change ``1 − β`` the given formats cannot carry:
+        ``(state, β, format, error)`` for each whose :func:`decay_error` in the least precise of its
+        ``formats`` (state name -> the formats its update passes through: the Dest format it is computed in,
+        the format it is stored in) exceeds ``tolerance``."""
+        out = []
+        for state, beta in self.state_decays.items():
+            dfs = [DataFormat.from_json(df) for df in formats.get(state, ())]
+            if not dfs:
+                continue
+            worst = max(dfs, key=lambda df: decay_error(beta, df))
+            err = decay_error(beta, worst)
+            if err > tolerance:
+                out.append((state, beta, worst, err))
+        return out
 
     def initial_state(self) -> Dict[str, torch.Tensor]:
         """Fresh values for every state tensor (zeros for moments, ones for the ``beta^t`` powers)."""
@@ -196,6 +241,7 @@ class _UpdateGraphBuilder:
         self.initial_state: Dict[str, torch.Tensor] = {}
         self.state_owner: Dict[str, str] = {}
         self.state_next: Dict[str, str] = {}
+        self.decays: Dict[str, float] = {}
 
     def constant(self, value: float, rank: int, dtype: torch.dtype) -> str:
         name = f"const.{_const_label(value)}.r{rank}.{str(dtype).replace('torch.', '')}"
@@ -303,10 +349,14 @@ class OptimizerTraceContext:
         as ``x - x * (1 - value)``: the multiplier reads its operands through source registers of 10
         mantissa bits or fewer, which turn β2 = 0.999 into 0.998 and so double 1 - β2 (Adam's steps came
         out 20 % long), while a subtraction is exact and the truncation then touches only the small
-        product."""
+        product. Scaling a state tensor by a factor below 1 records it as decayed
+        (:attr:`UpdateGraph.state_decays`): decay state through here, so that the compiler can check that
+        the device's formats carry ``1 − β``."""
         value = float(value)
         if value == 1.0:
             return x
+        if x in self._b.state_owner and 0.0 <= value < 1.0:  # a decayed state: its format must carry 1 − β
+            self._b.decays[x] = max(value, self._b.decays.get(x, 0.0))
         if 0.5 <= value < 1.0:
             return self.op("subtract", [x, self.op("multiply", [x, self.constant(1.0 - value)])])
         return self.op("multiply", [x, self.constant(value)])
@@ -497,7 +547,7 @@ class Optimizer:
                            param_outputs=param_outputs, state_outputs=state_outputs,
                            state_names=dict(builder.state_owner), hyper_names=list(self._hyper_keys()),
                            grad_layouts={p: v for p, v in layouts.items() if v[0] != specs[p][0] or v[1]},
-                           _initial_state=builder.initial_state)
+                           _initial_state=builder.initial_state, state_decays=dict(builder.decays))
 
     # --- the torch form -----------------------------------------------------------------------------
     def get_pytorch_optimizer(self, parameters: Union[Mapping[str, torch.Tensor], Iterable[torch.Tensor]],

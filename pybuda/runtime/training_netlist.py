@@ -14,7 +14,8 @@ from pybuda.dtypes import DataFormat
 from pybuda.errors import CompileError, InputError, PybudaError
 from pybuda.netlist.tms import TMError, tms_shape
 from pybuda.runtime.training_programs import (Program, _Stage, accumulate_format, compile_optimizer, compile_stage,
-                                              gradient_layouts, junk_padded_gradients, junk_padded_outputs)
+                                              gradient_layouts, junk_padded_gradients, junk_padded_outputs,
+                                              parameter_formats)
 
 
 class TrainingDevice:
@@ -247,12 +248,13 @@ def model_training(name: str, graph: Any, optimizer: Any, *, device_desc: Any, c
     shapes = {n: tuple(tg.forward[n].shape) for n in tg.param_grads}
     stages = [_Stage(name, tg, fwd, bwd, 0, 0, [])]
     common["junk_gradients"] = junk_padded_gradients(tg, bwd)
+    common["parameter_formats"] = parameter_formats([fwd])
     update, opt = compile_optimizer(name, optimizer, shapes, **common) if shapes and optimizer is not None \
         else (None, None)
     step = dict(microbatch=microbatch, acc_df=accumulate_format(config), microbatch_count=microbatch_count,
                 accumulation_steps=accumulation_steps)
     tnl, perf = model_training_step(name, tg, fwd, bwd, update, opt, **step)
-    layouts = gradients_via_host(tnl, stages, update) if opt is not None else {}
+    layouts = gradients_via_host(tnl, stages, update) if opt is not None and opt.on_device else {}
     if layouts:  # as a TTDevice does: the optimizer reads those gradients in the backward's layout
         try:
             update2, opt2 = compile_optimizer(name, optimizer, shapes, grad_layouts=layouts, **common)

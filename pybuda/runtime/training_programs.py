@@ -19,6 +19,7 @@ import torch
 from pybuda.dtypes import DataFormat
 from pybuda.errors import CompileError
 from pybuda.ir.graph import JUNK_PADDED_INPUT, RUNTIME_UPDATED, WRITTEN_IN_PLACE
+from pybuda.optimizers import DECAY_TOLERANCE, OUTPUT_SUFFIX
 from pybuda.runtime.backend_api import CPUReferenceExecutor, create_executor
 
 log = logging.getLogger("pybuda.runtime.training")
@@ -230,11 +231,17 @@ def with_input_layouts(graph: Any, layouts: Mapping[str, Tuple[Tuple[int, ...], 
 def compile_optimizer(name: str, optimizer: Any, shapes: Mapping[str, Sequence[int]], *, device_desc: Any,
                       devtype: Any, config: Any, run: bool = True,
                       grad_layouts: Optional[Mapping[str, Sequence[int]]] = None,
-                      junk_gradients: Collection[str] = ()) -> Tuple[Any, Program]:
+                      junk_gradients: Collection[str] = (),
+                      parameter_formats: Optional[Mapping[str, DataFormat]] = None) -> Tuple[Any, Program]:
     """The optimizer's update graph over the parameters ``shapes`` and its program: ``(UpdateGraph, opt)``.
     ``grad_layouts``: gradients read in another shape than their parameter's (:func:`gradient_layouts`);
     ``junk_gradients``: parameters whose gradient the backward leaves with junk tile padding
-    (:func:`junk_padded_gradients`), zeroed as the optimizer reads it."""
+    (:func:`junk_padded_gradients`), zeroed as the optimizer reads it; ``parameter_formats``: the formats the
+    forward programs store the parameters in (:func:`parameter_formats`).
+
+    The program runs on the host CPU, with a warning and its reason in ``placement``, where the compiled
+    program cannot carry what the optimizer accumulates from step to step
+    (:func:`imprecise_optimizer_state`)."""
     from pybuda.passes.graph.optimize_tms import DEVICE_RESIDENT
 
     update = optimizer.build_update_graph({n: (tuple(s), torch.float32) for n, s in shapes.items()},
@@ -249,18 +256,117 @@ def compile_optimizer(name: str, optimizer: Any, shapes: Mapping[str, Sequence[i
             update.graph[update.grad_inputs[param]].tags[JUNK_PADDED_INPUT] = True
     program = compile_program(f"opt_{name}", update.graph, epoch_type="opt", device_desc=device_desc,
                               devtype=devtype, config=optimizer_config(config), microbatch=1, run=run)
+    if program.on_device:
+        why = imprecise_optimizer_state(update, program.compile_results, parameter_formats)
+        if why:
+            # The device would train with another rule than the optimizer's (Adam's variance stops decaying
+            # at Float16_b and its first step comes out twice torch's): the host runs the update in float32.
+            log.warning("optimizer program '%s' runs on the host CPU: %s", program.name, why)
+            if program.executor is not None:
+                program.executor.close()
+            program = Program(program.name, update.graph, CPUReferenceExecutor(update.graph, 1) if run else None,
+                              None, f"host: {why}")
     return update, program
+
+
+def parameter_formats(programs: Sequence[Optional[Program]]) -> Dict[str, DataFormat]:
+    """Parameter -> the format of its queue in the compiled (forward) ``programs``: where the device keeps it,
+    which the optimizer writes in place on the training netlist. Programs run on the host are skipped."""
+    out: Dict[str, DataFormat] = {}
+    for program in programs:
+        lowered = getattr(getattr(program, "compile_results", None), "lowered_graph", None)
+        if lowered is not None:
+            out.update({name: q.df for name, q in lowered.queues.items() if q.kind == "parameter"})
+    return out
+
+
+def _dest_formats(lowered: Any, output: str) -> List[DataFormat]:
+    """The Dest formats (``acc_df``) of the ops of ``lowered`` that compute output queue ``output``, back to the
+    queues they read."""
+    out = lowered.queues.get(output)
+    todo = [out.producer] if out is not None and out.producer else []
+    seen: Set[str] = set()
+    dfs: List[DataFormat] = []
+    while todo:
+        op_name = todo.pop()
+        if op_name in seen or op_name not in lowered.ops:
+            continue
+        seen.add(op_name)
+        op = lowered.ops[op_name]
+        dfs.append(op.acc_df)
+        todo.extend(i for i in op.inputs if i in lowered.ops)
+    return dfs
+
+
+def imprecise_optimizer_state(update: Any, results: Any,
+                              parameter_formats: Optional[Mapping[str, DataFormat]] = None) -> str:
+    """Why the compiled optimizer program ``results`` of UpdateGraph ``update`` cannot carry what the optimizer
+    accumulates from step to step, or ``""`` when it can. Two things, each in the least precise format it passes
+    through (the Dest format, ``acc_df``, of every op that computes its next value, and its queues' formats):
+
+    * a decayed state ``x ← β·x`` (:meth:`pybuda.optimizers.UpdateGraph.imprecise_state`): its per-step change
+      ``1 − β`` must survive the rounding. Grayskull's Dest holds no Float32, and its Float16_b cannot carry
+      Adam's and LAMB's β2 = 0.999 (nor a momentum above about 0.92);
+    * a parameter stored in a format more precise than the Dest format its update is computed in (Float32
+      parameters on Grayskull): the device would round it to the Dest format every step, so updates below
+      that format's last-place unit are lost (LARS's small steps came out 3x torch's). A parameter stored in
+      the Dest format (Float16_b on Grayskull) keeps the precision its format was chosen with.
+
+    ``parameter_formats``: where the parameters are stored (:func:`parameter_formats`); the program's own
+    parameter queues otherwise."""
+    from pybuda.golden.formats import format_info
+
+    lowered = getattr(results, "lowered_graph", None)
+    if lowered is None:
+        return ""
+    details = []
+    formats: Dict[str, List[Any]] = {}
+    for state in update.state_decays:
+        dfs = [lowered.queues[q].df for q in (state, state + OUTPUT_SUFFIX) if q in lowered.queues]
+        formats[state] = dfs + _dest_formats(lowered, state + OUTPUT_SUFFIX)
+    groups: Dict[Tuple[float, Any, float], List[str]] = {}
+    for state, beta, df, error in update.imprecise_state(formats):
+        groups.setdefault((beta, df, error), []).append(state)
+    for (beta, df, error), states in groups.items():
+        details.append(f"β = {beta:g} (a per-step change 1 − β = {1 - beta:.3g}) of {_names(states)} in {df.name}, "
+                       f"whose last-place unit is up to {error:.0%} of that change, where at most "
+                       f"{DECAY_TOLERANCE:.0%} is allowed")
+    rounded: Dict[Tuple[DataFormat, DataFormat], List[str]] = {}
+    for param, out_name in update.param_outputs.items():
+        queue = lowered.queues.get(param)
+        stored = (parameter_formats or {}).get(param, queue.df if queue is not None else None)
+        dests = [df for df in _dest_formats(lowered, out_name) if not format_info(df).is_integer]
+        if stored is None or not dests or format_info(stored).is_integer:
+            continue
+        dest = min(dests, key=lambda df: format_info(df).man_bits)
+        if format_info(dest).man_bits < format_info(stored).man_bits:
+            rounded.setdefault((stored, dest), []).append(param)
+    for (stored, dest), params in rounded.items():
+        details.append(f"{_names(params)} stored in {stored.name} would be updated through a {dest.name} Dest, "
+                       f"which rounds them to {dest.name} every step and loses the updates below its last-place "
+                       f"unit")
+    if not details:
+        return ""
+    return (f"the device cannot carry what the {type(update.optimizer).__name__} optimizer accumulates over steps: "
+            f"{'; '.join(details)}. A Float32 Dest would carry it; Grayskull's holds no Float32")
+
+
+def _names(names: Sequence[str], shown: int = 3) -> str:
+    """``'a', 'b', 'c' and 2 more``."""
+    text = ", ".join(f"'{n}'" for n in names[:shown])
+    return text + (f" and {len(names) - shown} more" if len(names) > shown else "")
 
 
 def optimizer_config(config: Any) -> Any:
     """``config`` for an optimizer program: its ops compute in Float32 at HiFi4, whatever the model's formats.
 
-    An update is small against its parameter (which is stored in Float32 for that reason), and the rules hold
-    constants a 16-bit or block format cannot: at Float16_b, Adam's β2 = 0.999 rounds to 1 or to 0.996, so the
-    bias correction 1 − β2ᵗ is off by 4x (the first steps came out twice torch's) or zero, and a Bfp8_b
-    block flushes a small gradient's square to zero, which made ``m / (√v + ε)`` infinite. ``amp_properties`` rules still apply (a rule may
-    target ``epoch_type="opt"``); the model's ``amp_level`` does not. Grayskull's Dest holds no Float32, so
-    there the rules still round through Float16_b."""
+    An update is small against its parameter, and the rules hold constants a 16-bit or block format cannot: at
+    Float16_b, Adam's β2 = 0.999 rounds to 1 or to 0.996, so the bias correction 1 − β2ᵗ is off by 4x (the
+    first steps came out twice torch's) or zero, and a Bfp8_b block flushes a small gradient's square to zero,
+    which made ``m / (√v + ε)`` infinite. ``amp_properties`` rules still apply (a rule may target
+    ``epoch_type="opt"``); the model's ``amp_level`` does not. Grayskull's Dest holds no Float32, so there the
+    rules still round through Float16_b: :func:`compile_optimizer` runs the program on the host where that
+    cannot carry the optimizer's state (:func:`imprecise_optimizer_state`)."""
     from pybuda.dtypes import MathFidelity
 
     cfg = copy.deepcopy(config)

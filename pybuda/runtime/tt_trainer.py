@@ -17,7 +17,7 @@ from pybuda.runtime.training_netlist import (NetlistProgram, TrainingDevice, _ou
                                              training_netlist_performance)
 from pybuda.runtime.training_programs import (Program, _batched, _round, _Stage, _sum_over_samples, accumulate_format,
                                               compile_optimizer, compile_stage, junk_padded_gradients,
-                                              to_gradient_layout)
+                                              parameter_formats, to_gradient_layout)
 
 log = logging.getLogger("pybuda.runtime.training")
 
@@ -123,9 +123,14 @@ class TTTrainer:
             return
         self.update, self.optimizer_program = compile_optimizer(
             self.device.name, optimizer, {n: self.shapes[n] for n in chosen}, device_desc=self.desc,
-            devtype=self.device.devtype, config=self.config, junk_gradients=self._junk_gradients())
+            devtype=self.device.devtype, config=self.config, junk_gradients=self._junk_gradients(),
+            parameter_formats=self._parameter_formats())
         self.report.append(f"{self.optimizer_program.name}: {self.optimizer_program.placement}")
         self.optimizer_state = {k: v.detach().clone() for k, v in self.update.initial_state().items()}
+
+    def _parameter_formats(self) -> Dict[str, Any]:
+        """The formats the forward programs store the parameters in (the optimizer updates them there)."""
+        return parameter_formats([s.forward for s in self.stages])
 
     def _junk_gradients(self) -> Set[str]:
         """Parameters whose gradient a backward leaves with junk tile padding (the optimizer zeroes it)."""
@@ -176,7 +181,8 @@ class TTTrainer:
                                              device_desc=self.desc, saved_microbatches=capacity)
         try:
             built = assemble()
-            if built is not None and self.optimizer_program is not None:
+            # An optimizer on the host reads every gradient from the host: no layout to change.
+            if built is not None and self.optimizer_program is not None and self.optimizer_program.on_device:
                 layouts = gradients_via_host(built[0], self.stages, self.update)
                 if layouts:
                     # The optimizer reads those gradients in the backward's layout instead (one recompile).
@@ -184,7 +190,7 @@ class TTTrainer:
                     self.update, self.optimizer_program = compile_optimizer(
                         self.device.name, self.device.optimizer, {n: self.shapes[n] for n in self.update.param_names},
                         device_desc=self.desc, devtype=self.device.devtype, config=self.config, grad_layouts=layouts,
-                        junk_gradients=self._junk_gradients())
+                        junk_gradients=self._junk_gradients(), parameter_formats=self._parameter_formats())
                     if self.optimizer_program.on_device:
                         first[1].executor.close()
                         built = assemble()
