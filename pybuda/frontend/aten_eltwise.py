@@ -14,7 +14,8 @@ import torch
 
 from pybuda.frontend.aten_builder import (_as_bool, _reduce_max_or_min, negated, out_shape_of, Builder, Const, converts, Missing, out_dtype, out_shape, Unsupported, _is_number, _norm_dim, _promote)
 from pybuda.frontend.fx_program import meta_val, op_name
-from pybuda.ir.graph import INPUT, OP, PARAMETER, SIGN_EXACT
+from pybuda.ir.graph import INPUT, OP, PARAMETER, SIGN_EXACT, TESTS_NONFINITE
+from pybuda.passes.graph.nonfinite import DATA_MOVES
 
 # --- elementwise binary ---------------------------------------------------------------------------
 @converts("add", "sub", "rsub")
@@ -159,13 +160,14 @@ def _hold_nonfinite(b: Builder, x: str) -> None:
 
 
 #: Registry ops that move data without computing (their operand's format reaches the reader).
-_MOVES = frozenset({"reshape", "transpose", "squeeze", "unsqueeze", "nop", "identity", "broadcast", "select",
-                    "index"})
+_MOVES = DATA_MOVES
 
 
 def _sign_exact(b: Builder, name: str) -> str:
+    """Tag a NaN/infinity test's ``|x|`` or ``x - x`` (see above)."""
     if b.graph[name].kind == OP:  # not folded into a constant
         b.graph[name].tags[SIGN_EXACT] = True
+        b.graph[name].tags[TESTS_NONFINITE] = True
     return name
 
 

@@ -40,10 +40,13 @@ HOLDS_OPERAND = "holds_operand"
 #: to zero (Float16_b or Float32; Float16 flushes magnitudes below 2**-14, a block format the small values of a
 #: block beside large ones), so that close values never compare equal.
 SIGN_EXACT = "sign_exact"
-#: Tag of a value that must keep its NaNs and infinities because a NaN/infinity test or a comparison reads it,
-#: directly or through the ops between (pybuda.passes.graph.nonfinite): the data-format pass keeps such ops in
-#: Float16_b or Float32, which hold both (Float16 and the block formats do not).
+#: Tag of a value that must keep its NaNs and infinities because a NaN/infinity test reads it, directly or through
+#: the ops between, or a comparison reads it directly (pybuda.passes.graph.nonfinite): the data-format pass keeps
+#: such ops in Float16_b or Float32, which hold both (Float16 and the block formats do not).
 NONFINITE_SAFE = "nonfinite_safe"
+#: Tag of the ops of an explicit NaN/infinity test (``isnan``, ``isinf``, ``x != x`` ...: ``|x|`` and ``x - x``):
+#: everything upstream of them that may make a NaN or infinity is NONFINITE_SAFE.
+TESTS_NONFINITE = "tests_nonfinite"
 
 
 def dtype_name(dtype: torch.dtype) -> str:

@@ -225,3 +225,29 @@ def test_comparisons_that_cannot_meet_nan_or_infinity_keep_their_plain_form():
     # per comparison one difference and one step (== and != add |d| and a negation); no |a| + |b|
     assert types.count("add") == 0 and types.count("heaviside") == 4, types
     assert len(types) <= 4 * 2 + 2 * 2 + 2, types
+
+
+class CompareOrTest(torch.nn.Module):
+    def __init__(self, test_nan: bool):
+        super().__init__()
+        self.first, self.second, self.test_nan = torch.nn.Linear(32, 32), torch.nn.Linear(32, 32), test_nan
+
+    def forward(self, x):
+        y = self.second(torch.relu(self.first(x)))
+        return torch.isnan(y) if self.test_nan else torch.where(y > 0, y, 0.1 * y)
+
+
+@pytest.mark.parametrize("test_nan", [False, True], ids=["comparison", "isnan"])
+def test_a_comparison_holds_its_operand_and_a_nan_test_everything_above(test_nan):
+    """``y > 0`` keeps ``y``'s NaNs and infinities (the op making it is held) and leaves the layers above in the
+    user's formats (a Bfp8_b network stays Bfp8_b), where ``isnan(y)`` holds every op between a possible NaN and
+    the test."""
+    from pybuda.ir.graph import NONFINITE_SAFE
+
+    module = pybuda.PyTorchModule("cmp_or_test", CompareOrTest(test_nan).eval())
+    graph = _decomposed(module, torch.randn(1, 32, 32))
+    held = {n.name for n in graph.ops if n.tags.get(NONFINITE_SAFE)}
+    first = {n.name for n in graph.ops if n.tags.get("layer", "").startswith("first")}
+    second = {n.name for n in graph.ops if n.tags.get("layer", "").startswith("second")}
+    assert first and second and (second & held)
+    assert bool(first & held) == test_nan

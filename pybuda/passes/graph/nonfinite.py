@@ -6,14 +6,18 @@ the rest of its 16-value block to zero (reference/netlist_backend_spec.md §4). 
 made anywhere upstream of ``isnan(x)`` or ``x != y`` is gone by the time the test reads it: ``isnan(a / b)``
 (``a * reciprocal(b)`` on the device) sees the reciprocal's infinity packed, multiplied and packed again.
 
-:func:`hold_nonfinite` therefore walks up from every op tagged ``SIGN_EXACT`` (the NaN/infinity tests of
-:mod:`pybuda.frontend.aten_eltwise` and the differences comparisons step on,
-:mod:`pybuda.passes.graph.decompose`) through every value that may hold NaN or infinity, and tags it
-``NONFINITE_SAFE``: the data-format pass keeps such ops in Float16_b or Float32 (output, intermediate and Dest),
-and such graph inputs are pushed in one of them where the default format holds neither NaN nor infinity
-(:func:`_held_format`). Values that cannot hold either stop the walk (:func:`may_be_nonfinite`):
-integer data, masks, and constants whose values are all finite. The cost is formats, never ops, and only where
-the default format could not hold NaN or infinity anyway.
+:func:`hold_nonfinite` therefore walks up from every explicit NaN/infinity test (ops tagged ``TESTS_NONFINITE``
+by :mod:`pybuda.frontend.aten_eltwise`: ``isnan``, ``isinf``, ``x != x`` ...) through every value that may hold
+NaN or infinity, and tags it ``NONFINITE_SAFE``: the data-format pass keeps such ops in Float16_b or Float32
+(output, intermediate and Dest), and such graph inputs are pushed in one of them where the default format holds
+neither NaN nor infinity (:func:`_held_format`). Values that cannot hold either stop the walk
+(:func:`may_be_nonfinite`): integer data, masks, and constants whose values are all finite. A comparison
+(:mod:`pybuda.passes.graph.decompose`: the differences it steps on are ``SIGN_EXACT``) holds only the values it
+reads directly (through data movement): its own operands keep their NaNs and infinities, but the model above
+them keeps the formats the user chose. Holding everything upstream of every comparison would move a whole
+Bfp8_b network to Float16_b for one ``torch.where(x > 0, ...)``, to keep NaNs that only a model already
+producing NaNs would have; a test for NaN is what asks for them. The cost is formats, never ops, and only
+where the default format could not hold NaN or infinity anyway.
 """
 
 from __future__ import annotations
@@ -22,7 +26,7 @@ from typing import Dict, Optional
 
 import torch
 
-from pybuda.ir.graph import CONSTANT, INPUT, NONFINITE_SAFE, OP, PARAMETER, SIGN_EXACT, Graph
+from pybuda.ir.graph import CONSTANT, INPUT, NONFINITE_SAFE, OP, PARAMETER, SIGN_EXACT, TESTS_NONFINITE, Graph
 from pybuda.passes.context import CompileContext
 
 
@@ -46,29 +50,39 @@ def may_be_nonfinite(graph: Graph, name: str, memo: Optional[Dict] = None) -> bo
     return integer_range(graph, name, memo) is None
 
 
+#: Registry ops that move data without computing: a value read through them keeps its producer's format.
+DATA_MOVES = frozenset({"reshape", "transpose", "squeeze", "unsqueeze", "nop", "identity", "broadcast", "select",
+                        "index"})
+
+
 def hold_nonfinite(graph: Graph, ctx: CompileContext) -> Graph:
-    """Tag every value a ``SIGN_EXACT`` op reads, directly or through other ops, that may hold NaN or infinity
-    (see the module docstring); returns ``graph`` (tagged in place)."""
+    """Tag every value that may hold NaN or infinity and that a NaN/infinity test reads, directly or through
+    other ops, or that a comparison reads directly (through data movement); see the module docstring. Returns
+    ``graph`` (tagged in place)."""
     memo: Dict = {}
     held = set()
-    stack = [o for node in graph.ops if node.tags.get(SIGN_EXACT) for o in node.operands]
-    for name in stack:
+    # (value, whether the walk goes on past its producer): a test's values are walked to their sources, a
+    # comparison's only to the op that makes them.
+    stack = [(o, bool(node.tags.get(TESTS_NONFINITE))) for node in graph.ops if node.tags.get(SIGN_EXACT)
+             for o in node.operands]
+    for name, _ in stack:
         node = graph[name]
         if node.kind == CONSTANT and node.dtype.is_floating_point:
             # What a comparison steps on is compared as the framework has it: ``x < 1e30`` against 1e30 itself, not
             # its rounding in the default format (a block format keeps 7 bits of it)
             node.tags.setdefault("exact_df", "Float32")
     while stack:
-        name = stack.pop()
-        if name in held:
+        name, upstream = stack.pop()
+        if (name, upstream) in held or (name, True) in held:
             continue
-        held.add(name)
+        held.add((name, upstream))
         node = graph[name]
         if not may_be_nonfinite(graph, name, memo):
             continue
         if node.kind == OP:
             node.tags[NONFINITE_SAFE] = True
-            stack.extend(node.operands)
+            if upstream or node.op_type in DATA_MOVES:
+                stack.extend((o, upstream) for o in node.operands)
         elif node.kind in (INPUT, PARAMETER, CONSTANT) and node.dtype.is_floating_point:
             df = _held_format(ctx, node.dtype)
             if df is not None:
