@@ -251,7 +251,7 @@ def model_training(name: str, graph: Any, optimizer: Any, *, device_desc: Any, c
     common["parameter_formats"] = parameter_formats([fwd])
     update, opt = compile_optimizer(name, optimizer, shapes, **common) if shapes and optimizer is not None \
         else (None, None)
-    step = dict(microbatch=microbatch, acc_df=accumulate_format(config), microbatch_count=microbatch_count,
+    step = dict(microbatch=microbatch, acc_df=accumulate_format(config, device_desc), microbatch_count=microbatch_count,
                 accumulation_steps=accumulation_steps)
     tnl, perf = model_training_step(name, tg, fwd, bwd, update, opt, **step)
     layouts = gradients_via_host(tnl, stages, update) if opt is not None and opt.on_device else {}

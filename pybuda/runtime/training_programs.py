@@ -25,15 +25,22 @@ from pybuda.runtime.backend_api import CPUReferenceExecutor, create_executor
 log = logging.getLogger("pybuda.runtime.training")
 
 
-def accumulate_format(config: Any) -> DataFormat:
+def accumulate_format(config: Any, device_desc: Any = None) -> DataFormat:
     """The format gradients accumulate in: the config's accumulate format, else Float32 when the compile is
-    Float32, else Float16_b (TT-Buda's default for gradient accumulation queues)."""
+    Float32, else Float16_b (TT-Buda's default for gradient accumulation queues). On Grayskull (``device_desc``'s
+    arch), whose Dest holds no Float32, Float32 becomes Float16_b, as the data-format pass makes every op's
+    accumulation there: a training netlist accumulating in Float32 would not validate."""
     explicit = getattr(config, "default_accumulate_df", None)
     if explicit is not None:
-        return explicit
-    if getattr(config, "default_df_override", None) == DataFormat.Float32:
-        return DataFormat.Float32
-    return DataFormat.Float16_b
+        acc = DataFormat.from_json(explicit)
+    elif getattr(config, "default_df_override", None) == DataFormat.Float32:
+        acc = DataFormat.Float32
+    else:
+        acc = DataFormat.Float16_b
+    arch = getattr(getattr(device_desc, "arch", None), "value", getattr(device_desc, "arch", None))
+    if acc in (DataFormat.Float32, DataFormat.Int32) and str(arch).lower() == "grayskull":
+        return DataFormat.Float16_b
+    return acc
 
 
 def _round(value: torch.Tensor, df: DataFormat) -> torch.Tensor:

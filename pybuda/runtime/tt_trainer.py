@@ -41,7 +41,7 @@ class TTTrainer:
         self.config = config
         self.desc = device.get_device_config(config)
         self.microbatch = microbatch
-        self.acc_df = accumulate_format(config)
+        self.acc_df = accumulate_format(config, self.desc)
         self.report: List[str] = []
         modules = list(device._translated_modules or device.modules)
         if device.loss_module is not None:

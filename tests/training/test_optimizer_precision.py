@@ -182,3 +182,15 @@ def test_a_float16_b_parameter_moves_by_one_step_truncated_to_its_format():
         from_initial = (got - (before - lr * direction)).abs()
         assert bool((from_initial <= 2 * ulp + slack).all()), name
         assert float((from_initial / ulp).max()) > 1.0, name  # the two truncations do add up
+
+
+@pytest.mark.parametrize("override, explicit", [(DataFormat.Float32, None), (None, DataFormat.Float32)])
+def test_gradients_accumulate_in_a_format_the_chip_holds(override, explicit):
+    """A Float32 training run accumulates gradients in Float32 on Wormhole; Grayskull's Dest holds no Float32, so
+    there they accumulate in Float16_b (a training netlist accumulating in Float32 did not validate on Grayskull,
+    and the programs fell back to separate netlists)."""
+    from pybuda.runtime.training_programs import accumulate_format
+
+    cfg = CompilerConfig(default_df_override=override, default_accumulate_df=explicit)
+    assert accumulate_format(cfg, get_device_descriptor(WH)) == DataFormat.Float32
+    assert accumulate_format(cfg, get_device_descriptor(GS)) == DataFormat.Float16_b
