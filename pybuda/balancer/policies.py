@@ -164,6 +164,8 @@ class _Context:
         self.queue_write: List[float] = [float(op.shape.tiles * cost.tile_size_bytes(op.out_df)) for op in self.ops]
         #: each op's (producer op, input index) edges
         self.input_edges: List[List[Tuple[int, int]]] = [[(pi, k) for pi, k, _ in edges] for edges in self.producers]
+        #: per op: how many ops back its farthest producer is (0: none), for segment's window signatures
+        self.producer_reach: List[int] = [max([i - pi for pi, _ in edges] + [0]) for i, edges in enumerate(self.input_edges)]
         #: per op: the index of the op Ribbon places atomically with it (a sparse matmul's dense partner,
         #: see :func:`sparse_dense_partner`), or None
         self.partner: List[Optional[int]] = [sparse_dense_partner(self.ops, self.consumers, i)

@@ -30,21 +30,66 @@ class _WindowMemo:
     window ``[i, stop)``: up to the op that no longer fits, or the whole window when some walk reaches its
     end. An answer is kept under the signature of the ops it read (``reads`` holds the distinct
     ``(ops read, reached the end)`` kinds), so windows that differ only beyond that prefix share it (the
-    last layers of a transformer, whose windows are cut short by the end of the graph)."""
+    last layers of a transformer, whose windows are cut short by the end of the graph).
+
+    A signature is a tuple of small ints, one per op: ``ids`` numbers each distinct op description of
+    :func:`_window_ops` the first time it is seen, and ``described`` remembers the number of op ``k`` seen
+    ``offset`` ops into a window (offsets past the op's farthest producer all describe it alike), so the
+    descriptions are built once per op rather than once per window and the keys hash fast."""
 
     def __init__(self) -> None:
         self.reads: set = set()
         self.options: Dict[Any, Dict[int, Tuple[float, int, int]]] = {}
+        self.ids: Dict[Any, int] = {}
+        self.described: Dict[Tuple[int, int], int] = {}
 
 
-def _window_ops(ctx: Any, i: int, length: int) -> Tuple[Any, ...]:
-    """What decides the epochs starting at op ``i`` over ``length`` ops: their candidate lists, placement
-    overrides, which of their inputs come from inside the epoch (as offsets, with the input index: an
-    input from before ``i`` is an epoch-to-epoch queue read) and how far on their last consumer is
+def _describe(ctx: Any, k: int, offset: int) -> Any:
+    """What decides op ``k``'s part in an epoch that starts ``offset`` ops before it: its candidate list,
+    placement overrides, which of its inputs come from inside the epoch (as offsets, with the input index:
+    an input from before the epoch is an epoch-to-epoch queue read) and how far on its last consumer is
     (whether the op writes a queue for a later epoch)."""
-    return tuple((id(ctx.cands[k]), ctx.place_args[k], tuple([(k - p if p >= i else -1, e) for p, e in ctx.input_edges[k]]),
-                  ctx.last_consumer[k] - k if ctx.last_consumer[k] >= 0 else -1)
-                 for k in range(i, i + length))
+    return (id(ctx.cands[k]), ctx.place_args[k],
+            tuple([(k - p if k - p <= offset else -1, e) for p, e in ctx.input_edges[k]]),
+            ctx.last_consumer[k] - k if ctx.last_consumer[k] >= 0 else -1)
+
+
+def _window_ops(ctx: Any, i: int, length: int, memo: _WindowMemo) -> Tuple[int, ...]:
+    """The signature of the epochs starting at op ``i`` over ``length`` ops: each op's description
+    (:func:`_describe`) as its number in ``memo``. Two windows get the same signature exactly when their
+    ops' descriptions are equal, as when the descriptions themselves were compared."""
+    described = memo.described
+    out = []
+    for k in range(i, i + length):
+        # only whether each producer lies inside the window depends on the offset: past the farthest one,
+        # every offset describes the op alike, so the offset is capped there (fewer distinct keys)
+        offset = k - i
+        reach = ctx.producer_reach[k]
+        key = (k, offset if offset < reach else reach)
+        num = described.get(key)
+        if num is None:
+            desc = _describe(ctx, k, offset)
+            num = described[key] = memo.ids.setdefault(desc, len(memo.ids))
+        out.append(num)
+    return tuple(out)
+
+
+def _queue_bytes(ctx: Any, i: int, stop: int) -> List[float]:
+    """``[s]``: bytes per input the epoch-to-epoch queues of an epoch holding ops ``[i, i + s)`` write
+    (the outputs of its ops whose last consumer lies past it). It depends on the ops only, not on their
+    models, so every walk of :func:`_epoch_options` reads it; the sums run in the order the walks once
+    ran them, so the numbers are the same to the last bit."""
+    pending = 0.0
+    expiring: Dict[int, float] = {}
+    out = [0.0]
+    for j in range(i, stop):
+        last = ctx.last_consumer[j]
+        if last > j:
+            pending += ctx.queue_write[j]
+            expiring[last + 1] = expiring.get(last + 1, 0.0) + ctx.queue_write[j]
+        pending -= expiring.pop(j + 1, 0.0)
+        out.append(pending)
+    return out
 
 
 def _epoch_options(ctx: Any, targets: Any, i: int, ladder: Sequence[int],
@@ -54,7 +99,14 @@ def _epoch_options(ctx: Any, targets: Any, i: int, ladder: Sequence[int],
 
     The answer depends only on the ops the walks read (their candidate lists, breaks, placement overrides
     and which of their producers are inside the epoch), so repeated blocks (a transformer's layers) are
-    computed once (see :class:`_WindowMemo`)."""
+    computed once (see :class:`_WindowMemo`).
+
+    Each target walks the ops from ``i`` until one no longer fits. Consecutive targets often pick the same
+    models for the first ops, and a walk's state after ``s`` ops depends only on the models of those ``s``
+    ops: a walk resumes from the state the latest walk had where their picks first differ (and a target
+    picking the same models as the latest walk up to the op that ended it is skipped: its epochs are the
+    same). The skipped epochs are the same numbers the latest walk priced, and a later target never
+    replaces an equal option (the smaller target keeps a tie), so the answer is exactly the full walks'."""
     n = len(ctx.ops)
     stop = min(n, i + ctx.rows * ctx.cols)
     for k in range(i + 1, stop):
@@ -65,42 +117,55 @@ def _epoch_options(ctx: Any, targets: Any, i: int, ladder: Sequence[int],
     # that did not fit needs that op inside the window.
     kinds = [(length, end) for length, end in memo.reads if ((stop - i == length) if end else (stop - i >= length))]
     if kinds:
-        ops = _window_ops(ctx, i, max(length for length, _ in kinds))
+        ops = _window_ops(ctx, i, max(length for length, _ in kinds), memo)
         for length, reached_end in kinds:
             hit = memo.options.get((length, reached_end, ops[:length]))
             if hit is not None:
                 return {i + n_ops: v for n_ops, v in hit.items()}
     hit = {}
     mb = ctx.microbatch
+    # epoch-to-epoch queues: the writes of ops with consumers past the end (here), reads of producers
+    # before i (below)
+    pending = _queue_bytes(ctx, i, stop)
+    # The latest walk, per step s (op i + s): the model it picked (including the op that ended it), the
+    # packer's occupancy and the accumulator's totals after the op joined, and the op's slice times.
+    picked: List[OpModel] = []
+    after: List[Tuple[int, int, Any]] = []
+    times: List[Any] = []
     read = 0  # ops the walks read, from i
     j = i
     for target in ladder:
+        s = 0
+        while s < len(picked) and targets.pick(i + s, target) is picked[s]:
+            s += 1
+        if picked and s == len(picked):
+            continue  # the latest walk's models up to the op that ended it: the same epochs
+        del picked[s:], after[s:], times[s:]
         packer = GridPacker(ctx.rows, ctx.cols, ctx.placements)
         acc = wholecost.EpochAccumulator(ctx.switch)
-        # epoch-to-epoch queues: reads of producers before i, writes of ops with consumers past the end
-        pending = 0.0
-        expiring: Dict[int, float] = {}
-        j = i
+        if s:
+            packer.occupied, packer.free, totals = after[s - 1]
+            acc.restore(totals, dict(zip(range(i, i + s), times)))
+        j = i + s
         while j < stop:
             model = targets.pick(j, target)
+            picked.append(model)
             read = max(read, j - i + 1)
             start_pos, transpose = ctx.place_args[j]
             if packer.place(model.grid_shape[0], model.grid_shape[1], start=start_pos,
                             transpose=transpose) is None and j > i:
                 break
             acc.add(j, model, ctx.first_slice_edges[j], ctx.prologue(j, model))
+            times.append(acc.slice_times(j))
             for p, k in ctx.input_edges[j]:
                 if p < i:
                     acc.dram += ctx.read_bytes(j, k, model)
-            last = ctx.last_consumer[j]
-            if last > j:
-                pending += ctx.queue_write[j]
-                expiring[last + 1] = expiring.get(last + 1, 0.0) + ctx.queue_write[j]
             j += 1
-            pending -= expiring.pop(j, 0.0)
-            acc.dram += pending
+            queued = pending[j - i]
+            acc.dram += queued
             total = acc.device_cycles(mb)
-            acc.dram -= pending
+            acc.dram -= queued
+            after.append((packer.occupied, packer.free, acc.totals()))
             prev = hit.get(j - i)
             if prev is None or total < prev[0]:
                 hit[j - i] = (total, acc.cores, target)
@@ -108,7 +173,7 @@ def _epoch_options(ctx: Any, targets: Any, i: int, ladder: Sequence[int],
             break  # the epoch reaches a hard break or the end: larger targets only slow it down
     reached_end = j >= stop
     memo.reads.add((read, reached_end))
-    memo.options[(read, reached_end, _window_ops(ctx, i, read))] = hit
+    memo.options[(read, reached_end, _window_ops(ctx, i, read, memo))] = hit
     return {i + n_ops: v for n_ops, v in hit.items()}
 
 

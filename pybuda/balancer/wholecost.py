@@ -145,6 +145,20 @@ class EpochAccumulator:
         if times[3] > self.fill:  # its last slice
             self.fill = times[3]
 
+    def totals(self) -> Tuple[float, float, float, int, float, float]:
+        """The running totals (everything but the per-op slice times), for :meth:`restore`."""
+        return (self.steady, self.dram, self.queues, self.cores, self.prologue, self.fill)
+
+    def slice_times(self, index: int) -> Any:
+        """The slice times op ``index`` got when it joined (:func:`pybuda.perf.fill.op_fill`)."""
+        return self._path[index]
+
+    def restore(self, totals: Tuple[float, float, float, int, float, float], path: dict) -> None:
+        """Set the state to one :meth:`totals` returned, with ``path`` (op index → slice times) the ops
+        that had joined by then: the accumulator then goes on exactly as the one those came from."""
+        self.steady, self.dram, self.queues, self.cores, self.prologue, self.fill = totals
+        self._path = path
+
     def device_cycles(self, microbatch: int) -> float:
         """Cycles of this epoch per microbatch: switch, fill and the steady state."""
         steady = self.dram / self.costs.dram_total  # conditionals, not max(): ~10^5 calls per compile
