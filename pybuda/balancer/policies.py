@@ -177,6 +177,11 @@ class _Context:
         self._slices: Dict[Tuple[int, int, int, int], Tuple[OpModel, OpModel, int]] = {}  # the same for the fill
         #: every packer of the candidate epochs shares one placement memo (see GridPacker)
         self.placements: PlacementMemo = {}
+        #: _whole_score's answers by (the models' ids, breaks, exact_fill): its value is a function of those
+        #: alone (every cache it reads is one too), and NLP scores the same solution more than once (targets
+        #: that assign the same models, the chosen target again). The models are kept in the value, so their
+        #: ids cannot be reused by other models while the key is held.
+        self.whole_scores: Dict[Tuple[Any, ...], Tuple[Sequence[OpModel], Tuple[float, int]]] = {}
         overrides = config.placer_op_overrides
         self.place_args: List[Tuple[Optional[Tuple[int, int]], Optional[bool]]] = []
         for op in self.ops:
@@ -449,7 +454,18 @@ def _whole_score(ctx: _Context, models: Sequence[OpModel], breaks: Optional[List
     prologue, fill, DRAM sharing, epoch-to-epoch queues, binary-cache overflow), epochs from the placer's
     packer and ``breaks`` (default: the user's and epoch-type breaks). The fill reads every producer
     from its first slice (``first_slice_edges``) unless ``exact_fill`` follows the edges' TMs
-    (:meth:`_Context.fill_edges`). Returns (cycles per input, epochs)."""
+    (:meth:`_Context.fill_edges`). Returns (cycles per input, epochs); answered once per solution
+    (:attr:`_Context.whole_scores`)."""
+    key = (tuple(map(id, models)), None if breaks is None else tuple(breaks), exact_fill)
+    hit = ctx.whole_scores.get(key)
+    if hit is None:
+        hit = ctx.whole_scores[key] = (tuple(models), _whole_score_of(ctx, models, breaks, exact_fill))
+    return hit[1]
+
+
+def _whole_score_of(ctx: _Context, models: Sequence[OpModel], breaks: Optional[List[bool]],
+                    exact_fill: bool) -> Tuple[float, int]:
+    """:func:`_whole_score` computed."""
     shapes = [m.grid_shape for m in models]
     epochs = count_epochs(shapes, ctx.breaks if breaks is None else breaks, ctx.rows, ctx.cols,
                           ctx.allow_transpose, ctx.placements)
