@@ -473,9 +473,10 @@ class Legalizer(L1Fit):
         if any(int(i) < f.n_inputs and int(i) not in pset for i in in_mult):
             min_tiles = tuple(self._stream_buffer_tiles(f, i, ub[0], ub[1], mb, u_kt) * int(in_mult[i])
                               if i in in_mult and i not in pset else 0 for i in range(f.n_inputs))
-        model = OpModel(grid_shape=grid, t=t, mblock=mb, ublock=ub, ublock_order="r", u_kt=u_kt, m_k=m_k,
-                        buf_size_mb=buf, t_stream_dir=direction, t_stream_factor=stream, prologue_inputs=pset,
-                        l1_bytes=int(l1), dram_inputs=dram, input_buf_min_size_tiles=min_tiles)
+        layout = dict(grid_shape=grid, t=t, mblock=mb, ublock=ub, ublock_order="r", u_kt=u_kt, m_k=m_k,
+                      buf_size_mb=buf, t_stream_dir=direction, t_stream_factor=stream, prologue_inputs=pset,
+                      l1_bytes=int(l1), dram_inputs=dram, input_buf_min_size_tiles=min_tiles)
+        model = OpModel(**layout)
         sources = []
         for i, kind in enumerate(f.in_kinds):
             if kind == "op":
@@ -491,10 +492,13 @@ class Legalizer(L1Fit):
         priced = op
         if op.attrs.get("approximate_mode") and op.type != "fused_op" and not self.prices_approximate_mode:
             priced = dataclasses.replace(op, attrs={k: v for k, v in op.attrs.items() if k != "approximate_mode"})
-        br = cost.op_cycle_breakdown(priced, model, self.device, ctx,
-                                     fused_ops=getattr(self.graph, "fused_ops", None), bandwidth=self.bandwidth)
-        return dataclasses.replace(model, cycles=br.cycles, kernel_cycles=br.kernel,
-                                   dram_bytes=cost.dram_bytes_per_input(op, model, ctx))
+        fused_ops = getattr(self.graph, "fused_ops", None)
+        if priced is op:  # the usual case: both figures from one blocking and one set of operand fetches
+            br, dram_bytes = cost.op_costs(op, model, self.device, ctx, fused_ops=fused_ops, bandwidth=self.bandwidth)
+        else:
+            br = cost.op_cycle_breakdown(priced, model, self.device, ctx, fused_ops=fused_ops, bandwidth=self.bandwidth)
+            dram_bytes = cost.dram_bytes_per_input(op, model, ctx)
+        return OpModel(**layout, cycles=br.cycles, kernel_cycles=br.kernel, dram_bytes=dram_bytes)
 
 
 def _operand_padding(op_type: str, sparse: bool, i: int, pad: Tuple[int, int]) -> Tuple[int, int]:

@@ -54,6 +54,7 @@ __all__ = [
     "sparse_table_tiles_per_core",
     "operand_fetches",
     "dram_bytes_per_input",
+    "op_costs",
 ]
 
 CYCLES_CLAMP = 1 << 30  # spec §6.1: "The result is clamped to [0, 2^30]".
@@ -542,12 +543,30 @@ def op_cycle_breakdown(op: Any, op_model: Any, device: Any, input_bandwidth_cont
     bound is the slowest source's time. Prologue operands cost nothing per input.
     """
     ctx = input_bandwidth_context or BandwidthContext()
-    bw = bandwidth or device_bandwidth(device)
     b = _blocking(op_model)
+    return _breakdown(op, b, device, ctx, fused_ops, bandwidth, _operand_fetches(op, b, ctx.input_tile_caps))
+
+
+def op_costs(op: Any, op_model: Any, device: Any, input_bandwidth_context: BandwidthContext, *,
+             fused_ops: Optional[Mapping[Any, Any]] = None, bandwidth: Optional[DeviceBandwidth] = None
+             ) -> Tuple[CycleBreakdown, float]:
+    """(:func:`op_cycle_breakdown`, :func:`dram_bytes_per_input`) of one op model, the same numbers, with
+    the blocking and operand fetches both read worked out once (the legalizer prices every layout it
+    keeps with both)."""
+    ctx = input_bandwidth_context
+    b = _blocking(op_model)
+    fetches = _operand_fetches(op, b, ctx.input_tile_caps)
+    return _breakdown(op, b, device, ctx, fused_ops, bandwidth, fetches), _dram_bytes(op, b, ctx, fetches)
+
+
+def _breakdown(op: Any, b: _Blocking, device: Any, ctx: BandwidthContext, fused_ops: Optional[Mapping[Any, Any]],
+               bandwidth: Optional[DeviceBandwidth], fetches: Sequence[Tuple[float, int]]) -> CycleBreakdown:
+    """:func:`op_cycle_breakdown` of blocking ``b`` whose operand fetches are ``fetches``."""
+    bw = bandwidth or device_bandwidth(device)
     kernel = _kernel_of(op, b, _arch_key(device), fused_ops)
     cores = max(1, b.grid_r * b.grid_c)
     per_source: Dict[str, float] = {}
-    for i, (nbytes, fetchers) in enumerate(_operand_fetches(op, b, ctx.input_tile_caps)):
+    for i, (nbytes, fetchers) in enumerate(fetches):
         src = ctx.source(i)
         if src == "prologue":
             continue
@@ -591,8 +610,12 @@ def dram_bytes_per_input(op: Any, op_model: Any, input_bandwidth_context: Bandwi
     because all ops of an epoch share the channels."""
     ctx = input_bandwidth_context
     b = _blocking(op_model)
-    total = sum(nbytes * fetchers for i, (nbytes, fetchers) in enumerate(_operand_fetches(op, b, ctx.input_tile_caps))
-                if ctx.source(i) == "dram")
+    return _dram_bytes(op, b, ctx, _operand_fetches(op, b, ctx.input_tile_caps))
+
+
+def _dram_bytes(op: Any, b: _Blocking, ctx: BandwidthContext, fetches: Sequence[Tuple[float, int]]) -> float:
+    """:func:`dram_bytes_per_input` of blocking ``b`` whose operand fetches are ``fetches``."""
+    total = sum(nbytes * fetchers for i, (nbytes, fetchers) in enumerate(fetches) if ctx.source(i) == "dram")
     if ctx.output_dest == "dram":
         total += b.t * b.tiles * tile_size_bytes(op.out_df) * max(1, b.grid_r * b.grid_c)
     return total
