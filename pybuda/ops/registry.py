@@ -12,9 +12,11 @@ Frontends map framework ops onto registry names, the tracer and the graph builde
 
 from __future__ import annotations
 
+import contextlib
 import numbers
+import threading
 from dataclasses import dataclass, field
-from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple
 
 import torch
 
@@ -228,9 +230,91 @@ def infer(op_type: str, shapes: Sequence[Shape], dtypes: Sequence[torch.dtype], 
     Returns ``(shape, dtype, attrs)`` where ``attrs`` are validated, defaults-filled and canonical.
     Shape and canonicalize functions raise ``ValueError`` with a short reason; it is re-raised as an
     OpError naming the op and the operand shapes, so the user sees exactly which call was wrong.
+    Inside :func:`memoized_inference` a repeated call is answered from its memo.
     """
     opdef = get(op_type)
     shapes = [tuple(int(d) for d in s) for s in shapes]
+    memo = getattr(_INFER_STATE, "memo", None)
+    if memo is None:
+        return _infer(opdef, op_type, shapes, dtypes, attrs, op_name)
+    try:
+        key = (op_type, tuple(shapes), tuple(dtypes), _freeze(attrs))
+        hit = memo.get(key)
+    except (_Unfrozen, TypeError):  # a value without a frozen form, or an unhashable dtype
+        return _infer(opdef, op_type, shapes, dtypes, attrs, op_name)
+    if hit is not None and hit[3] is opdef:
+        return hit[0], hit[1], _thaw(hit[2])
+    shape, dtype, full_attrs = _infer(opdef, op_type, shapes, dtypes, attrs, op_name)
+    try:
+        memo[key] = (shape, dtype, _freeze(full_attrs), opdef)
+    except _Unfrozen:
+        pass
+    return shape, dtype, full_attrs
+
+
+#: Per thread, ``memo``: the memo of :func:`infer` inside :func:`memoized_inference` (absent or None
+#: outside): answers by (op type, operand shapes, operand dtypes, attributes frozen by :func:`_freeze`), each
+#: with the OpDef that gave it. A compile builds the same ops again and again (every pass that rewrites a
+#: graph re-adds its ops, and a transformer repeats its layers), and :func:`infer` is a function of exactly
+#: that key: OpDef's validate/canonicalize/shape/dtype read nothing else (``op_name`` only names the op in
+#: errors, and an error is never memoised). Attributes come back rebuilt from the frozen form, so no two
+#: nodes share a mutable list or dict. (A thread-local attribute rather than a ContextVar: setting one
+#: replaces no object the compile's ``gc.freeze`` froze, so the frozen count stays as the caller left it.)
+_INFER_STATE = threading.local()
+
+
+@contextlib.contextmanager
+def memoized_inference() -> Iterator[None]:
+    """Within the block, :func:`infer` answers repeated calls from a memo (see :data:`_INFER_STATE`); the
+    memo lives as long as the block (one compile), so nothing is kept between compiles."""
+    outer = getattr(_INFER_STATE, "memo", None)
+    _INFER_STATE.memo = {}
+    try:
+        yield
+    finally:
+        _INFER_STATE.memo = outer
+
+
+class _Unfrozen(Exception):
+    """An attribute value :func:`_freeze` does not handle: :func:`infer` is not memoised for it."""
+
+
+_SCALARS = (type(None), bool, int, str, torch.dtype)
+
+
+def _freeze(value: Any) -> Any:
+    """A hashable form of an attribute value that tells apart everything :func:`infer` might (1, 1.0
+    and True; -0.0 and 0.0; a list and a tuple) and :func:`_thaw` turns back into an equal value of the
+    same types. Raises :class:`_Unfrozen` for any other kind of value (a tensor, say)."""
+    kind = type(value)
+    if kind in _SCALARS:
+        return (kind, value)
+    if kind is float:
+        return (kind, repr(value))  # the shortest text that reads back as this exact float (-0.0, nan)
+    if kind is tuple or kind is list:
+        return (kind, tuple([_freeze(v) for v in value]))
+    if kind is dict:
+        return (kind, tuple([(_freeze(k), _freeze(v)) for k, v in value.items()]))
+    raise _Unfrozen(kind.__name__)
+
+
+def _thaw(frozen: Any) -> Any:
+    """The value :func:`_freeze` froze, in new containers."""
+    kind, value = frozen
+    if kind is float:
+        return float(value)
+    if kind is tuple:
+        return tuple([_thaw(v) for v in value])
+    if kind is list:
+        return [_thaw(v) for v in value]
+    if kind is dict:
+        return {_thaw(k): _thaw(v) for k, v in value}
+    return value
+
+
+def _infer(opdef: "OpDef", op_type: str, shapes: List[Shape], dtypes: Sequence[torch.dtype],
+           attrs: Mapping[str, Any], op_name: Optional[str]) -> Tuple[Shape, torch.dtype, Dict[str, Any]]:
+    """:func:`infer` computed (``shapes`` already tuples of ints)."""
     full_attrs = _prepare(opdef, shapes, attrs, op_name)
     try:
         out_shape = tuple(int(d) for d in opdef.shape(list(shapes), full_attrs))

@@ -25,6 +25,7 @@ from pybuda.config import CompileDepth
 from pybuda.errors import CompileError, ConfigError, PybudaError
 from pybuda.ir.graph import Graph
 from pybuda.ir.lowered import BudaGraph
+from pybuda.ops.registry import memoized_inference
 from pybuda.passes.context import CompileContext
 
 if TYPE_CHECKING:  # pybuda.compile imports this module
@@ -283,13 +284,16 @@ def run_stages(graph: Graph, ctx: CompileContext, results: "CompileResults", ver
     is collectable again. When something is frozen already (a compile inside a compile, or the user's own
     ``gc.freeze``) the freeze is left as it is, so this never thaws what it did not freeze.
 
-    Stages that do not run the model use torch on one intra-op thread (:func:`_one_torch_thread`).
+    Stages that do not run the model use torch on one intra-op thread (:func:`_one_torch_thread`). The
+    passes re-add the same ops many times (every rewrite, every repeated layer): shape inference answers
+    repeats from a memo that lasts for this compile (:func:`pybuda.ops.registry.memoized_inference`).
     """
     owner = gc.get_freeze_count() == 0
     if owner:
         gc.freeze()
     try:
-        return _run_stages(graph, ctx, results, verify_cfg, inputs)
+        with memoized_inference():
+            return _run_stages(graph, ctx, results, verify_cfg, inputs)
     finally:
         if owner:
             gc.unfreeze()
