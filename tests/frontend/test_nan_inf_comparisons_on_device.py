@@ -10,8 +10,8 @@ import torch
 from onnx import TensorProto, helper
 
 import pybuda
+from nan_inf_helpers import configure, run_on_device
 
-ARCHS = {"wh": pybuda.BackendDevice.Wormhole_B0, "gs": pybuda.BackendDevice.Grayskull}
 FORMATS = {"default": None, "float32": pybuda.DataFormat.Float32, "bfp8_b": pybuda.DataFormat.Bfp8_b,
            "float16": pybuda.DataFormat.Float16}
 F = torch.finfo(torch.float32)
@@ -43,15 +43,7 @@ def _pairs(df: str):
 
 
 def _configure(df):
-    if FORMATS[df] is not None:
-        pybuda.set_configuration_options(default_df_override=FORMATS[df])
-
-
-def _run(module, inputs, arch):
-    tt = pybuda.TTDevice("tt0", module=module, arch=ARCHS[arch])
-    got = [t.value() for t in pybuda.run_inference(inputs=[inputs]).get()]
-    assert tt.cpu_fallback_device_pre is None and tt.cpu_fallback_device_post is None  # all on the device
-    return got
+    configure(FORMATS[df])
 
 
 def _assert_same(got, want, names):
@@ -75,7 +67,7 @@ def test_torch_comparisons_of_two_tensors_are_exact(arch, df):
     in a block format or Float16 also every NaN (an infinity or a finite number there)."""
     _configure(df)
     a, b = _pairs(df)
-    _assert_same(_run(pybuda.PyTorchModule("cmp", Comparisons().eval()), (a, b), arch), Comparisons()(a, b), NAMES)
+    _assert_same(run_on_device(pybuda.PyTorchModule("cmp", Comparisons().eval()), (a, b), arch), Comparisons()(a, b), NAMES)
 
 
 class AgainstNumbers(torch.nn.Module):
@@ -89,7 +81,7 @@ def test_comparisons_with_a_number_are_exact(df):
     _configure(df)
     a, _ = _pairs(df)
     a[0, 20, :3] = 0.5
-    _assert_same(_run(pybuda.PyTorchModule("num", AgainstNumbers().eval()), (a,), "wh"), AgainstNumbers()(a),
+    _assert_same(run_on_device(pybuda.PyTorchModule("num", AgainstNumbers().eval()), (a,), "wh"), AgainstNumbers()(a),
                  ("ne", "eq", "ge", "lt", "ne0"))
 
 
@@ -118,7 +110,7 @@ def test_a_nan_made_upstream_reaches_the_test(arch, df):
     y[0, ::2, ::5] = 0.0
     x[0, 1::4, 2::7] = -1.0
     want = Made()(x, y)
-    got = _run(pybuda.PyTorchModule("made", Made().eval()), (x, y), arch)
+    got = run_on_device(pybuda.PyTorchModule("made", Made().eval()), (x, y), arch)
     _assert_same(got, want, [f"output {i}" for i in range(len(want))])
 
 
@@ -142,7 +134,7 @@ def test_argmax_picks_infinities_and_nans_as_torch(df):
     x[0, 4, 3] = float("inf")
     x[0, 4, 11] = float("nan")
     x[0, 5, 2] = F.max
-    got = _run(pybuda.PyTorchModule("argmax", ArgMax().eval()), (x,), "wh")
+    got = run_on_device(pybuda.PyTorchModule("argmax", ArgMax().eval()), (x,), "wh")
     for g_, w in zip(got, ArgMax()(x)):
         assert torch.equal(g_.long(), w)
 
@@ -175,7 +167,7 @@ def test_onnx_comparisons_of_two_tensors_are_exact(arch, df):
     model, names = _onnx_comparisons()
     a, b = _pairs(df)
     want = _ort(model, [a.numpy(), b.numpy()])
-    _assert_same(_run(pybuda.OnnxModule("cmp", model), (a, b), arch), want, names)
+    _assert_same(run_on_device(pybuda.OnnxModule("cmp", model), (a, b), arch), want, names)
 
 
 @pytest.mark.parametrize("df", ["bfp8_b", "float16"])
@@ -193,7 +185,7 @@ def test_onnx_isnan_of_a_division(df):
     y[0, ::3, ::2] = 0.0
     want = _ort(model, [x.numpy(), y.numpy()])
     assert np.asarray(want[0]).any()
-    _assert_same(_run(pybuda.OnnxModule("div", model), (x, y), "wh"), want, ["nan"])
+    _assert_same(run_on_device(pybuda.OnnxModule("div", model), (x, y), "wh"), want, ["nan"])
 
 
 # --- what stays cheap ------------------------------------------------------------------------------------------------

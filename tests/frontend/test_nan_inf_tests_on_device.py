@@ -14,9 +14,9 @@ import torch.nn.functional as F
 from onnx import TensorProto, helper
 
 import pybuda
+from nan_inf_helpers import configure, run_on_device
 from pybuda.verify import calculate_pcc
 
-ARCHS = {"wh": pybuda.BackendDevice.Wormhole_B0, "gs": pybuda.BackendDevice.Grayskull}
 FORMATS = {"default": None, "float32": pybuda.DataFormat.Float32, "bfp8_b": pybuda.DataFormat.Bfp8_b}
 
 
@@ -33,15 +33,7 @@ def _special_values(shape=(1, 32, 64), seed=0):
 
 
 def _configure(df):
-    if FORMATS[df] is not None:
-        pybuda.set_configuration_options(default_df_override=FORMATS[df])
-
-
-def _run(module, inputs, arch):
-    tt = pybuda.TTDevice("tt0", module=module, arch=ARCHS[arch])
-    got = [t.value() for t in pybuda.run_inference(inputs=[inputs]).get()]
-    assert tt.cpu_fallback_device_pre is None and tt.cpu_fallback_device_post is None  # all on the device
-    return got
+    configure(FORMATS[df])
 
 
 class NanInfChecks(torch.nn.Module):
@@ -57,7 +49,7 @@ def test_torch_nan_inf_tests_are_exact(arch, df):
     _configure(df)
     x = _special_values()
     want = NanInfChecks()(x)
-    got = _run(pybuda.PyTorchModule("tests", NanInfChecks().eval()), (x,), arch)
+    got = run_on_device(pybuda.PyTorchModule("tests", NanInfChecks().eval()), (x,), arch)
     for i, (g, w) in enumerate(zip(got[:-1], want[:-1])):
         assert g.dtype == torch.bool and torch.equal(g, w), f"output {i}: {int((g != w).sum())} wrong"
     # nan_to_num: the replaced places exactly, the rest as the format rounds it (a block format also rounds the
@@ -88,7 +80,7 @@ def test_a_nan_made_by_the_producer_survives_a_block_format_default(df):
     y = torch.ones(1, 64, 64)
     y[0, ::7, ::3] = float("inf")
     want = NanMadeOnDevice()(x, y)
-    got = _run(pybuda.PyTorchModule("made", NanMadeOnDevice().eval()), (x, y), "wh")
+    got = run_on_device(pybuda.PyTorchModule("made", NanMadeOnDevice().eval()), (x, y), "wh")
     for g_, w in zip(got, want):
         assert torch.equal(g_, w), int((g_ != w).sum())
 
@@ -124,7 +116,7 @@ def test_onnx_isnan_isinf_are_exact(arch, df):
     # that large are left out here; the torch tests above keep them.
     x = torch.where(torch.isfinite(x) & (x.abs() >= 2.0 ** 125), torch.full_like(x, 3.0), x)
     want = _ort(model, [x.numpy()])
-    got = _run(pybuda.OnnxModule("nan_inf", model), (x,), arch)
+    got = run_on_device(pybuda.OnnxModule("nan_inf", model), (x,), arch)
     for g, w in zip(got, want):
         assert torch.equal(g, torch.from_numpy(w)), int((g != torch.from_numpy(w)).sum())
 
@@ -189,7 +181,7 @@ def test_exported_sdpa_matches_onnxruntime(tmp_path, arch, df, pcc, atol):
     path, x, mask = _export(tmp_path, causal=True)
     want = torch.from_numpy(_ort(path, [x.numpy(), mask.numpy()])[0])
     assert torch.isfinite(want).all()
-    got = _run(pybuda.OnnxModule("attn", path), (x, mask), arch)[0]
+    got = run_on_device(pybuda.OnnxModule("attn", path), (x, mask), arch)[0]
     assert calculate_pcc(got[0], want[0]) >= pcc
     assert torch.allclose(got[0], want[0], atol=atol, rtol=1e-2)
     # The fully masked sample: attention probabilities 0 (not uniform), so the output is the projection's bias.
@@ -217,7 +209,7 @@ def test_exported_sdpa_masked_rows_are_exactly_zero(tmp_path):
     mask[0, 5] = False
     mask[1, 17:] = False
     want = torch.from_numpy(_ort(model, [scores.numpy(), mask.numpy()])[0])
-    got = _run(pybuda.OnnxModule("masked", model), (scores, mask), "wh")[0]
+    got = run_on_device(pybuda.OnnxModule("masked", model), (scores, mask), "wh")[0]
     assert torch.equal(got == 0, want == 0)  # masked places and fully masked rows: exactly 0
     assert torch.all(got[0, 5] == 0) and torch.all(got[1, 17:] == 0)
     assert calculate_pcc(got, want) >= 0.99
@@ -241,7 +233,7 @@ def test_onnx_isinf_of_a_masked_value_in_a_graph_with_infinite_constants():
     xv[0, 0, :4] = torch.tensor([float("nan"), float("inf"), -float("inf"), 3.0e38])
     mask = torch.rand(1, 32, 32, generator=g) > 0.3
     want = _ort(model, [xv.numpy(), mask.numpy()])
-    got = _run(pybuda.OnnxModule("masked_inf", model), (xv, mask), "wh")
+    got = run_on_device(pybuda.OnnxModule("masked_inf", model), (xv, mask), "wh")
     for g_, w in zip(got, want):
         w = torch.from_numpy(w)
         w[0, 0, 3] = g_[0, 0, 3]  # 3e38 is beyond the stand-in: infinite by the device's convention, finite in ORT
