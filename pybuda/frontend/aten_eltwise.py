@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import math
 import operator
-from typing import Optional, Tuple
+from typing import Any, Optional, Tuple
 
 import torch
 
@@ -261,29 +261,29 @@ def _nonfinite_compare(b: Builder, kind: str, x, y, dt) -> Optional[str]:
     return b.op("subtract", [notnan_of(b, v), hit])
 
 
-@converts("isnan")
-def _isnan(b: Builder, n, p):
+def _nan_inf_test(b: Builder, n, p, on_integers: bool, test) -> Any:
+    """``test(b, x)`` as a bool tensor; on integer data the constant ``on_integers`` (see :func:`_all_or_none`)."""
     x = p["self"]
     if not b.dtype(x).is_floating_point:
-        return _all_or_none(n, False)
-    return b.cast(isnan_of(b, b.tensor(x)), torch.bool)
+        return _all_or_none(n, on_integers)
+    return b.cast(test(b, b.tensor(x)), torch.bool)
+
+
+@converts("isnan")
+def _isnan(b: Builder, n, p):
+    return _nan_inf_test(b, n, p, False, isnan_of)
 
 
 @converts("isinf", "isposinf", "isneginf")
 def _isinf(b: Builder, n, p):
-    x = p["self"]
-    if not b.dtype(x).is_floating_point:
-        return _all_or_none(n, False)
     name = op_name(n.target)
-    return b.cast(isinf_of(b, b.tensor(x), positive=name != "isneginf", negative=name != "isposinf"), torch.bool)
+    return _nan_inf_test(b, n, p, False, lambda b, x: isinf_of(b, x, positive=name != "isneginf",
+                                                               negative=name != "isposinf"))
 
 
 @converts("isfinite")
 def _isfinite(b: Builder, n, p):
-    x = p["self"]
-    if not b.dtype(x).is_floating_point:
-        return _all_or_none(n, True)
-    return b.cast(isfinite_of(b, b.tensor(x)), torch.bool)
+    return _nan_inf_test(b, n, p, True, isfinite_of)
 
 
 def _all_or_none(n, value: bool) -> Const:

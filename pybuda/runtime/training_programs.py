@@ -37,8 +37,9 @@ def accumulate_format(config: Any, device_desc: Any = None) -> DataFormat:
         acc = DataFormat.Float32
     else:
         acc = DataFormat.Float16_b
-    arch = getattr(getattr(device_desc, "arch", None), "value", getattr(device_desc, "arch", None))
-    if acc in (DataFormat.Float32, DataFormat.Int32) and str(arch).lower() == "grayskull":
+    from pybuda.arch.types import BackendDevice
+
+    if acc in (DataFormat.Float32, DataFormat.Int32) and getattr(device_desc, "arch", None) == BackendDevice.Grayskull:
         return DataFormat.Float16_b
     return acc
 
