@@ -7,12 +7,13 @@ Registered into :data:`pybuda.frontend.aten_builder.CONVERTERS` by the ``@conver
 from __future__ import annotations
 
 import math
-from typing import Any, List, Sequence, Tuple
+from typing import Any, List, Optional, Sequence, Tuple
 
 import torch
 
 from pybuda.frontend.aten_builder import (Builder, Const, converts, Missing, out_dtype, out_shape, Unsupported, _dims, _norm_dim)
 from pybuda.frontend.fx_program import meta_val, op_name
+from pybuda.ir.graph import CONSTANT
 
 # --- shape manipulation ---------------------------------------------------------------------------
 @converts("view", "_unsafe_view", "reshape", "flatten", "unflatten", "view_as", "reshape_as", "squeeze_copy",
@@ -253,12 +254,27 @@ def _pad(b: Builder, n, p):
         raise Unsupported("negative padding (cropping)")
     if all(v == 0 for v in pad):
         return x
-    if len(pad) > 4:
-        raise Unsupported(f"padding of more than two dims ({pad})")
-    # pybuda's pad covers the last two dims only; trailing zero pairs are dropped.
-    if len(pad) == 4 and pad[2] == 0 and pad[3] == 0:
-        pad = pad[:2]
-    return b.op("pad", [x], pad=tuple(pad), mode=mode, value=value, channel_last=False)
+    # pybuda's pad covers the last two dims only; trailing zero pairs are dropped (MobileBERT pads the
+    # sequence dim of a [batch, seq, hidden] tensor as [0, 0, 0, 1, 0, 0]).
+    while len(pad) > 2 and pad[-1] == 0 and pad[-2] == 0:
+        pad = pad[:-2]
+    rank = b.rank(x)
+    if len(pad) // 2 > rank:
+        raise Unsupported(f"padding of {len(pad) // 2} dims of a rank-{rank} tensor ({pad})")
+    v = x
+    if any(pad[:4]):
+        v = b.op("pad", [x], pad=tuple(pad[:4]), mode=mode, value=value, channel_last=False)
+    outer = pad[4:]
+    # Dims further out: move each to the last position, pad it there, move it back (any mode).
+    for i in range(len(outer) // 2):
+        before, after = outer[2 * i], outer[2 * i + 1]
+        if before == 0 and after == 0:
+            continue
+        dim = rank - 3 - i
+        v = b.transpose(v, dim, rank - 1)
+        v = b.op("pad", [v], pad=(before, after), mode=mode, value=value, channel_last=False)
+        v = b.transpose(v, dim, rank - 1)
+    return v
 
 
 @converts("tril", "triu")
@@ -398,13 +414,22 @@ def _index_select(b: Builder, n, p):
 
 @converts("gather")
 def _gather(b: Builder, n, p):
-    """``gather(x, dim, index)`` as one adv_index over the flattened ``x`` with computed flat indices."""
+    """``gather(x, dim, index)``: an index known at capture time (DeBERTa's relative-position tables) is a
+    constant gather the device runs (:func:`_const_index_gather`); a run-time index is one adv_index over the
+    flattened ``x`` with computed flat indices."""
     x, idx = p["self"], p["index"]
     xs, ish = b.shape(x), b.shape(idx)
     rank = len(xs)
     if rank == 0 or len(ish) != rank:
         raise Unsupported("gather on a scalar")
     dim = _norm_dim(p["dim"], rank)
+    if any(ish[k] > xs[k] for k in range(rank) if k != dim):
+        raise Unsupported(f"gather index of shape {list(ish)} is larger than the input {list(xs)} off dim {dim}")
+    known = _known_value(b, idx)
+    if known is not None and not isinstance(x, Const):
+        out = _const_index_gather(b, x, known, dim, n.name)
+        if out is not None:
+            return out
     strides = [math.prod(xs[k + 1:]) for k in range(rank)]
     # Offset of every index position in the flattened x, ignoring the gathered dim.
     base = torch.zeros(ish, dtype=torch.int64)
@@ -417,6 +442,56 @@ def _gather(b: Builder, n, p):
     flat = b.reshape(flat, (max(1, math.prod(ish)),))
     out = b.op("adv_index", [b.reshape(x, (math.prod(xs),)), flat], dim=0)
     return b.reshape(out, ish)
+
+
+def _known_value(b: Builder, v: Any) -> Optional[torch.Tensor]:
+    """The value of tensor ``v`` when it is known at capture time (a Const, or a constant node the builder
+    folded), else None."""
+    if isinstance(v, Const):
+        return v.value
+    if isinstance(v, str) and b.graph[v].kind == CONSTANT:
+        return b.graph.tensors[v]
+    return None
+
+
+def _const_index_gather(b: Builder, x: Any, index: torch.Tensor, dim: int, name: str) -> Optional[str]:
+    """``gather(x, dim, index)`` for an ``index`` known at capture time, in ops the device runs; None when the
+    selection would be too large (the caller keeps the run-time adv_index).
+
+    The dims other than ``dim`` split in two: those along which the index does not change (batch, heads) and
+    those along which it does (the query position of a relative-position table). The first become the rows of
+    one matrix, the second and ``dim`` its columns, and the gather is one :func:`const_gather` along the
+    columns: slices for a few runs, else a matmul with a one-hot matrix of (varying positions x size of
+    ``dim``) rows and (varying positions x gathered) columns.
+    """
+    rank = b.rank(x)
+    xs, ish = b.shape(x), tuple(index.shape)
+    index = index.to(torch.int64)
+    index = torch.where(index < 0, index + xs[dim], index)
+    if index.numel() == 0 or int(index.min()) < 0 or int(index.max()) >= xs[dim]:
+        return None
+    v = b.tensor(x)
+    for k in range(rank):  # gather reads only the leading ish[k] positions of every other dim
+        if k != dim and ish[k] < xs[k]:
+            v = _index_range(b, v, k, 0, ish[k])
+    varying = [k for k in range(rank) if k != dim and ish[k] > 1
+               and not bool((index == index.narrow(k, 0, 1)).all())]
+    steady = [k for k in range(rank) if k != dim and k not in varying]
+    order = steady + varying + [dim]
+    # The index with its steady dims dropped: [varying..., gathered].
+    reduced = index.permute(order)[(0,) * len(steady)] if steady else index.permute(order)
+    vary_count = math.prod(ish[k] for k in varying)
+    size, taken = xs[dim], ish[dim]
+    if vary_count * size * vary_count * taken > MAX_ONE_HOT_ELEMENTS:
+        return None
+    offsets = torch.arange(vary_count, dtype=torch.int64).reshape(-1, 1) * size
+    flat = (reduced.reshape(vary_count, taken) + offsets).reshape(-1)
+    rows = math.prod(ish[k] for k in steady)
+    moved = _permute_by(b, v, order)
+    out = const_gather(b, b.reshape(moved, (rows, vary_count * size)), flat, 1, name)
+    out = b.reshape(out, tuple(ish[k] for k in order))
+    inverse = [order.index(k) for k in range(rank)]
+    return _permute_by(b, out, inverse)
 
 
 @converts("embedding")

@@ -89,6 +89,10 @@ CASES = {
     "cat_stack": (lambda x, y: torch.cat([x, y, x * 2], -1).sum(-1) + torch.stack([x, y], 1).sum((1, 3)), (r(*X), r(*X, seed=2))),
     "pad": (lambda x: F.pad(x, (1, 2)) [..., :8] + F.pad(x, (0, 0, 1, 0))[:, :3] + F.pad(x, (1, 1), value=2.0)[..., 1:-1],
             (r(*X),)),
+    # pads of the dims before the last two (MobileBERT's [0, 0, 0, 1, 0, 0]: a trailing zero pair)
+    "pad_outer_dims": (lambda x: (F.pad(x, (0, 0, 0, 1, 0, 0)), F.pad(x, (1, 0, 0, 2, 2, 1), value=0.5),
+                                  F.pad(x, (0, 0, 0, 0, 1, 1)), F.pad(x[None], (0, 0, 1, 0, 0, 0, 1, 2))),
+                       (r(*X),)),
     "pad_reflect_replicate": (lambda x: F.pad(x, (2, 1, 1, 1), mode="reflect").sum() + F.pad(x, (1, 2, 0, 1), mode="replicate").sum(),
                               (r(1, 2, 5, 6),)),
     "tril_triu": (lambda x: torch.tril(x) + torch.triu(x, 1) * 2, (r(2, 5, 5),)),

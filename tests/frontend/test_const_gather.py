@@ -145,3 +145,76 @@ def test_window_shift_and_relative_bias_on_the_golden_device(fast):
     assert device.cpu_fallback_device_pre is None and device.cpu_fallback_device_post is None
     assert calculate_pcc(got, want) >= 0.999
     assert torch.allclose(got, want, atol=1e-5 if fast else 1e-2)
+
+
+class RelativeGather(torch.nn.Module):
+    """DeBERTa's disentangled attention: scores against 2 * span relative positions, gathered into
+    [query, key] by a constant table of clamped relative distances (along the last dim, and along the dim
+    before it for the transposed, position-to-content term)."""
+
+    def __init__(self, seq=6, span=4):
+        super().__init__()
+        rel = torch.arange(seq)[:, None] - torch.arange(seq)[None, :]
+        self.register_buffer("c2p", (rel + span).clamp(0, 2 * span - 1))
+        self.register_buffer("p2c", (-rel + span).clamp(0, 2 * span - 1))
+
+    def forward(self, content, positions, scores=None):  # [b, h, seq, d] @ [b, h, d, 2 * span]
+        scores = content @ positions if scores is None else scores
+        b, h, s, _ = scores.shape
+        c2p = torch.gather(scores, -1, self.c2p.expand(b, h, s, s))
+        p2c = torch.gather(scores.transpose(-1, -2), -2, self.p2c.t().expand(b, h, s, s))
+        return c2p + p2c
+
+
+def test_gather_by_a_constant_relative_position_table_runs_on_the_device(fe):
+    torch.manual_seed(0)
+    module = RelativeGather().eval()
+    inputs = (torch.randn(2, 3, 6, 5), torch.randn(2, 3, 5, 8))
+    result = _device_capture(module, *inputs)
+    fe.matches(result.run(*inputs), [module(*inputs)], atol=1e-5)
+
+
+class SmallerIndexGather(torch.nn.Module):
+    """gather reads only the leading positions of the other dims when the index is smaller there."""
+
+    def __init__(self):
+        super().__init__()
+        self.register_buffer("index", torch.tensor([[2, 0, 3], [1, 1, 0]]))
+
+    def forward(self, x):  # x [4, 5]: rows 0-1, columns picked per row
+        return torch.gather(x * 3.0, 1, self.index), torch.gather(x + 1.0, 0, self.index.t()[:2])
+
+
+def test_gather_by_a_smaller_constant_index(fe):
+    module = SmallerIndexGather().eval()
+    x = torch.randn(4, 5)
+    result = _device_capture(module, x)
+    fe.matches(result.run(x), list(module(x)), atol=1e-6)
+
+
+def test_gather_whose_selection_matrix_is_too_large_stays_on_the_host(fe, monkeypatch):
+    import pybuda.frontend.aten_shape as aten_shape
+
+    monkeypatch.setattr(aten_shape, "MAX_ONE_HOT_ELEMENTS", 64)
+    module = RelativeGather().eval()
+    inputs = (torch.randn(1, 2, 6, 5), torch.randn(1, 2, 5, 8))
+    result = capture(module, inputs, for_device=True)
+    assert set(result.report.op_names()) == {"aten.gather.default"}, str(result.report)
+    fe.matches(result.run(*inputs), [module(*inputs)], atol=1e-5)
+
+
+class RelativeGatherOfSums(RelativeGather):
+    def forward(self, content, positions):  # [b, h, seq, 1] + [b, h, 1, 2 * span]: no rounding before the gathers
+        return super().forward(content, positions, scores=content + positions)
+
+
+def test_constant_gather_is_exact_at_float32_on_the_golden_device():
+    torch.manual_seed(0)
+    module = RelativeGatherOfSums().eval()
+    inputs = (torch.randn(1, 2, 6, 1), torch.randn(1, 2, 1, 8))
+    want = module(*inputs)
+    pybuda.set_configuration_options(default_df_override=pybuda.DataFormat.Float32)
+    device = pybuda.TTDevice("tt0", module=pybuda.PyTorchModule("m", module), arch=pybuda.BackendDevice.Wormhole_B0)
+    got = pybuda.run_inference(inputs=[inputs]).get(timeout=300)[0].value()
+    assert device.cpu_fallback_device_pre is None and device.cpu_fallback_device_post is None
+    assert torch.allclose(got, want, rtol=0, atol=1e-6)  # the one-hot matmuls copy every value whole
