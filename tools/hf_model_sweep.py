@@ -308,6 +308,167 @@ MODELS: Dict[str, Callable[[], Tuple[nn.Module, Tuple[torch.Tensor, ...]]]] = {
 }
 
 
+def _with(build_fn: Callable[[], Tuple[nn.Module, Tuple[torch.Tensor, ...]]], **extra: Any):
+    """``build_fn``'s model called with extra keyword arguments (``output_hidden_states``, ``use_cache``...)
+    and returning the fields ``fields`` (default: what ``build_fn`` picks)."""
+    fields = extra.pop("fields", None)
+
+    def build():
+        module, inputs = build_fn()
+        module.extra.update(extra)
+        if fields:
+            module.fields = tuple(fields)
+        return module, inputs
+    return build
+
+
+def _seqcls_decoder(cfg_cls: str, model_cls: str, **kw):
+    """A decoder's sequence classification head: it picks the last non-pad token of each row (a run-time
+    index computed from the ids)."""
+    def build():
+        config = _cfg(cfg_cls, **{**DECODER, "pad_token_id": 0, "num_labels": 3, **kw})
+        model = _model(model_cls, config)
+        ids = _ids()
+        ids[:, -3:] = 0  # right padding
+        return Pick(model, ("input_ids",), ("logits",), extra=dict(use_cache=False)), (ids,)
+    return build
+
+
+def _seq2seq_loss():
+    config = _cfg("T5Config", **T5)
+    model = _model("T5ForConditionalGeneration", config)
+    labels = torch.randint(3, VOCAB, (1, 8), generator=_gen(3))
+    labels[:, -2:] = -100  # ignored positions
+    return Pick(model, ("input_ids", "labels"), ("loss", "logits")), (_ids(), labels)
+
+
+def _multiple_choice():
+    config = _cfg("BertConfig", **BERTISH)
+    model = _model("BertForMultipleChoice", config)
+    ids = torch.randint(3, VOCAB, (1, 3, SEQ), generator=_gen())
+    return Pick(model, ("input_ids",), ("logits",)), (ids,)
+
+
+def _layoutlm():
+    config = _cfg("LayoutLMConfig", **BERTISH, max_2d_position_embeddings=128)
+    model = _model("LayoutLMModel", config)
+    bbox = torch.randint(0, 60, (1, SEQ, 4), generator=_gen(4)).sort(-1).values[..., [0, 1, 2, 3]]
+    bbox = torch.stack([bbox[..., 0], bbox[..., 1], bbox[..., 0] + 10, bbox[..., 1] + 10], -1)
+    return Pick(model, ("input_ids", "bbox"), ("last_hidden_state",)), (_ids(), bbox)
+
+
+def _audio(cfg_cls: str, model_cls: str, field: str = "last_hidden_state", **kw):
+    def build():
+        config = _cfg(cfg_cls, hidden_size=32, num_hidden_layers=2, num_attention_heads=2, intermediate_size=64,
+                      conv_dim=(16, 16), conv_stride=(5, 2), conv_kernel=(10, 3), num_conv_pos_embeddings=16,
+                      num_conv_pos_embedding_groups=2, **kw)
+        model = _model(model_cls, config)
+        return Pick(model, ("input_values",), (field,)), (torch.randn(1, 400, generator=_gen(5)),)
+    return build
+
+
+def _ast():
+    config = _cfg("ASTConfig", hidden_size=64, num_hidden_layers=2, num_attention_heads=4, intermediate_size=128,
+                  patch_size=8, frequency_stride=8, time_stride=8, max_length=32, num_mel_bins=32, num_labels=5)
+    model = _model("ASTForAudioClassification", config)
+    return Pick(model, ("input_values",), ("logits",)), (torch.randn(1, 32, 32, generator=_gen(6)),)
+
+
+def _video(cfg_cls: str, model_cls: str, field: str = "last_hidden_state", **kw):
+    def build():
+        config = _cfg(cfg_cls, hidden_size=64, num_hidden_layers=2, num_attention_heads=4, intermediate_size=128,
+                      image_size=IMG, patch_size=8, num_frames=4, **kw)
+        model = _model(model_cls, config)
+        return Pick(model, ("pixel_values",), (field,)), (torch.randn(1, 4, 3, IMG, IMG, generator=_gen(7)),)
+    return build
+
+
+def _patchtst():
+    config = _cfg("PatchTSTConfig", num_input_channels=3, context_length=32, patch_length=8, patch_stride=8,
+                  d_model=32, num_attention_heads=4, num_hidden_layers=2, ffn_dim=64, prediction_length=8)
+    model = _model("PatchTSTForPrediction", config)
+    return Pick(model, ("past_values",), ("prediction_outputs",)), (torch.randn(1, 32, 3, generator=_gen(8)),)
+
+
+def _decision_transformer():
+    config = _cfg("DecisionTransformerConfig", state_dim=5, act_dim=3, hidden_size=64, n_layer=2, n_head=4,
+                  max_ep_len=64, n_positions=64)
+    model = _model("DecisionTransformerModel", config)
+    g = _gen(9)
+    t = 6
+    inputs = (torch.randn(1, t, 5, generator=g), torch.randn(1, t, 3, generator=g), torch.randn(1, t, 1, generator=g),
+              torch.randn(1, t, 1, generator=g), torch.arange(t)[None], torch.ones(1, t, dtype=torch.long))
+    return Pick(model, ("states", "actions", "rewards", "returns_to_go", "timesteps", "attention_mask"),
+                ("action_preds",)), inputs
+
+
+EXOTIC = {
+    "fnet": _encoder("FNetConfig", "FNetModel", mask=False, base=dict(vocab_size=VOCAB, hidden_size=64,
+                     num_hidden_layers=2, intermediate_size=128, max_position_embeddings=64)),
+    "xlnet": _encoder("XLNetConfig", "XLNetModel", base=dict(vocab_size=VOCAB, d_model=64, n_layer=2, n_head=4,
+                      d_inner=128)),
+    "convbert": _encoder("ConvBertConfig", "ConvBertModel", embedding_size=64, conv_kernel_size=3, head_ratio=2),
+    "canine": _encoder("CanineConfig", "CanineModel", base=dict(hidden_size=64, num_hidden_layers=2,
+                       num_attention_heads=4, intermediate_size=128, downsampling_rate=4, num_hash_functions=4,
+                       num_hash_buckets=64, local_transformer_stride=8, max_position_embeddings=64)),
+    "yoso": _encoder("YosoConfig", "YosoModel", use_expectation=True, conv_window=None),
+    "esm": _encoder("EsmConfig", "EsmModel", pad_token_id=1, position_embedding_type="rotary", token_dropout=False),
+    "rembert": _encoder("RemBertConfig", "RemBertModel", input_embedding_size=32, output_embedding_size=32),
+    "ibert": _encoder("IBertConfig", "IBertModel", pad_token_id=1, quant_mode=False),
+    "bigbird": _encoder("BigBirdConfig", "BigBirdModel", attention_type="original_full"),
+    "longformer": _encoder("LongformerConfig", "LongformerModel", attention_window=4, pad_token_id=1),
+    "luke": _encoder("LukeConfig", "LukeModel", entity_vocab_size=16, entity_emb_size=32, pad_token_id=1),
+    "layoutlm": _layoutlm,
+    "bert_multiple_choice": _multiple_choice,
+    "bert_qa": _with(_encoder("BertConfig", "BertForQuestionAnswering"), fields=("start_logits", "end_logits")),
+    "bert_hidden_states": _with(_encoder("BertConfig", "BertModel"), output_hidden_states=True,
+                                output_attentions=True, fields=("last_hidden_state", "hidden_states", "attentions")),
+    "qwen2_seqcls": _seqcls_decoder("Qwen2Config", "Qwen2ForSequenceClassification", num_key_value_heads=2),
+    "gpt2_seqcls": _seqcls_decoder("GPT2Config", "GPT2ForSequenceClassification", n_embd=64, n_layer=2, n_head=4,
+                                   n_positions=64),
+    "llama_kv_cache": _with(_causal("LlamaConfig", "LlamaForCausalLM", num_key_value_heads=2), use_cache=True,
+                            fields=("logits", "past_key_values")),
+    "t5_loss": _seq2seq_loss,
+    "mamba": _causal("MambaConfig", "MambaForCausalLM", state_size=8, expand=2, conv_kernel=4, time_step_rank=8),
+    "rwkv": _causal("RwkvConfig", "RwkvForCausalLM", attention_hidden_size=64, context_length=64),
+    "recurrent_gemma": _causal("RecurrentGemmaConfig", "RecurrentGemmaForCausalLM", num_key_value_heads=1,
+                               head_dim=16, lru_width=64, attention_window_size=8, block_types=["recurrent",
+                               "attention"], logits_soft_cap=30.0),
+    "cohere": _causal("CohereConfig", "CohereForCausalLM", num_key_value_heads=2),
+    "granite": _causal("GraniteConfig", "GraniteForCausalLM", num_key_value_heads=2),
+    "opt_350m_style": _causal("OPTConfig", "OPTForCausalLM", ffn_dim=128, word_embed_proj_dim=32,
+                              do_layer_norm_before=False),
+    "hubert": _audio("HubertConfig", "HubertModel"),
+    "sew": _audio("SEWConfig", "SEWModel", squeeze_factor=2),
+    "unispeech": _audio("UniSpeechConfig", "UniSpeechModel"),
+    "ast": _ast,
+    "videomae": _video("VideoMAEConfig", "VideoMAEModel", tubelet_size=2),
+    "timesformer": _video("TimesformerConfig", "TimesformerModel"),
+    "patchtst": _patchtst,
+    "decision_transformer": _decision_transformer,
+    "perceiver": _vision("PerceiverConfig", "PerceiverForImageClassificationLearned", num_latents=8, d_latents=32,
+                         d_model=32, num_blocks=1, num_self_attends_per_block=2, num_self_attention_heads=2,
+                         num_cross_attention_heads=1, image_size=IMG, num_labels=10),
+    "mobilevitv2": _vision("MobileViTV2Config", "MobileViTV2ForImageClassification", size=64, image_size=64,
+                           width_multiplier=0.25, num_labels=10),
+    "yolos": _vision("YolosConfig", "YolosForObjectDetection", field="pred_boxes", hidden_size=64, num_hidden_layers=2,
+                     num_attention_heads=4, intermediate_size=128, image_size=[IMG, IMG], patch_size=8,
+                     num_detection_tokens=4),
+    "dpt": _vision("DPTConfig", "DPTForDepthEstimation", field="predicted_depth", hidden_size=64, num_hidden_layers=4,
+                   num_attention_heads=4, intermediate_size=128, image_size=IMG, patch_size=8,
+                   backbone_out_indices=[0, 1, 2, 3], neck_hidden_sizes=[16, 32, 32, 64], fusion_hidden_size=32,
+                   reassemble_factors=[4, 2, 1, 0.5], head_in_index=-1),
+    "swin2sr": _vision("Swin2SRConfig", "Swin2SRForImageSuperResolution", field="reconstruction", image_size=16,
+                       size=16, patch_size=1, embed_dim=16, depths=[1], num_heads=[2], window_size=4, upscale=2),
+    "vitdet": _vision("VitDetConfig", "VitDetModel", field="last_hidden_state", hidden_size=64, num_hidden_layers=2,
+                      num_attention_heads=4, mlp_ratio=2, image_size=IMG, pretrain_image_size=IMG, patch_size=8,
+                      window_size=2, window_block_indices=[0], use_relative_position_embeddings=True),
+    "groupvit": _vision("GroupViTVisionConfig", "GroupViTVisionModel", field="pooler_output", hidden_size=64,
+                        depths=[1, 1], num_group_tokens=[8, 0], num_output_groups=[4, 4], num_attention_heads=4,
+                        intermediate_size=128, image_size=IMG, patch_size=8),
+}
+MODELS.update(EXOTIC)
+
 def build(name: str) -> Tuple[nn.Module, Tuple[torch.Tensor, ...]]:
     """``(module, inputs)`` of sweep model ``name``: an eval-mode module returning a tensor or tuple."""
     module, inputs = MODELS[name]()

@@ -32,6 +32,25 @@ class Const:
     name: str
 
 
+@dataclass(eq=False)
+class Complex:
+    """A complex tensor as two real tensors (graph node names or Consts): the device computes in real formats,
+    so complex arithmetic (an FFT, the real or imaginary part of its result) is carried out on the pair. ``im``
+    None is an imaginary part of zeros. An op that reads it as one tensor is unsupported (CPU fallback)."""
+
+    re: Any
+    im: Any = None
+
+
+@dataclass(eq=False)
+class RealView:
+    """``view_as_real`` of a :class:`Complex`: ``[..., 2]`` with the real and imaginary parts on the last dim.
+    Selecting either part reads it directly; any other use stacks the two (once)."""
+
+    value: Complex
+    stacked: Optional[str] = None
+
+
 @dataclass(frozen=True)
 class Missing:
     """A result that pybuda does not compute; ``reason`` says which."""
@@ -125,6 +144,12 @@ class Builder:
         """``v`` as a graph node name (materialising constants and scalars), cast to ``dtype`` if given."""
         if isinstance(v, Missing):
             raise Unsupported(f"uses a result pybuda does not compute ({v.reason})")
+        if isinstance(v, Complex):
+            raise Unsupported("reads a complex tensor as one tensor (the device computes in real formats)")
+        if isinstance(v, RealView):
+            if v.stacked is None:
+                v.stacked = self.op("stack", [v.value.re, self.imaginary(v.value)], axis=self.rank(v.value.re))
+            return self.tensor(v.stacked, dtype)
         if isinstance(v, str):
             name = v
         elif isinstance(v, Const):
@@ -226,6 +251,12 @@ class Builder:
         ops = [self.scalar(x, dtype, rank) if isinstance(x, (bool, int, float)) else self.tensor(x, dtype)
                for x in (a, b)]
         return self.op(op_type, ops)
+
+    def imaginary(self, v: Complex) -> str:
+        """The imaginary part of ``v`` as a tensor (zeros when it has none)."""
+        if v.im is not None:
+            return self.tensor(v.im)
+        return self.const(torch.zeros(self.shape(v.re), dtype=self.dtype(v.re)), "zeros")
 
     def negative(self, x: Any, dtype: torch.dtype) -> str:
         """``-x`` as ``0 - x``: exact, where a multiply by -1 reads ``x`` through the multiplier's source

@@ -12,7 +12,7 @@ from typing import Any, Optional, Tuple
 
 import torch
 
-from pybuda.frontend.aten_builder import (_as_bool, _reduce_max_or_min, negated, out_shape_of, Builder, Const, converts, Missing, out_dtype, out_shape, Unsupported, _is_number, _norm_dim, _promote)
+from pybuda.frontend.aten_builder import (_as_bool, _reduce_max_or_min, negated, out_shape_of, Builder, Complex, Const, converts, Missing, out_dtype, out_shape, Unsupported, _is_number, _norm_dim, _promote)
 from pybuda.frontend.fx_program import meta_val, op_name
 from pybuda.ir.graph import INPUT, OP, PARAMETER, SIGN_EXACT, TESTS_NONFINITE
 from pybuda.passes.graph.nonfinite import DATA_MOVES
@@ -362,6 +362,11 @@ _UNARY = {"abs": "abs", "exp": "exp", "log": "log", "reciprocal": "reciprocal", 
 
 @converts(*_UNARY)
 def _unary(b: Builder, n, p):
+    x = p["self"]
+    if isinstance(x, Complex) and op_name(n.target) == "abs":  # |z| = sqrt(re^2 + im^2)
+        if x.im is None:
+            return b.op("abs", [x.re])
+        return b.op("sqrt", [b.op("add", [b.op("multiply", [x.re, x.re]), b.op("multiply", [x.im, x.im])])])
     return b.op(_UNARY[op_name(n.target)], [b.tensor(p["self"], out_dtype(n))])
 
 
@@ -506,6 +511,10 @@ def _dropout(b: Builder, n, p):
 def _copy_or_cast(b: Builder, n, p):
     x = p.get("self", p.get("input"))
     dt = out_dtype(n)
+    if dt.is_complex or isinstance(x, Complex):  # a complex value is a pair of real tensors (aten_complex)
+        if isinstance(x, Complex):
+            return x if dt.is_complex else b.cast(x.re, dt)  # to a real dtype: the real part, as torch does
+        return Complex(b.cast(x, torch.float32), None)
     if dt == torch.bool and b.is_tensor(x) and not isinstance(x, Const):
         src = b.dtype(x)
         if not (src.is_floating_point or src == torch.bool):

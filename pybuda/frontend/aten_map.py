@@ -20,6 +20,8 @@ Values flowing between converters are:
   constant node only when an op uses it as an operand;
 - plain Python values (ints, floats, lists of ints, dtypes, None);
 - tuples/lists of the above (ops with several results, e.g. ``split``);
+- :class:`Complex` (a complex tensor as its real and imaginary parts) and :class:`RealView` (its
+  ``view_as_real``), from :mod:`pybuda.frontend.aten_complex`;
 - :class:`Missing`: a result pybuda does not compute (the indices of ``max_pool2d_with_indices``,
   the mean/rstd of ``native_layer_norm``); using one makes the user unsupported.
 """
@@ -34,9 +36,9 @@ import torch
 import torch.fx
 
 # The converter families register themselves with @converts on import.
-from pybuda.frontend import aten_eltwise, aten_nn, aten_shape  # noqa: F401
+from pybuda.frontend import aten_complex, aten_eltwise, aten_nn, aten_shape  # noqa: F401
 from pybuda.frontend.aten_builder import (  # noqa: F401  (re-exported: the frontend's names)
-    CONVERTERS, Builder, Const, Missing, Unsupported, converts,
+    CONVERTERS, Builder, Complex, Const, Missing, RealView, Unsupported, converts,
 )
 from pybuda.frontend.fx_program import bind, meta_val, op_name
 
@@ -96,6 +98,14 @@ def convert_node(b: Builder, node: torch.fx.Node, env: Mapping[torch.fx.Node, An
 def _conform(b: Builder, node: torch.fx.Node, value: Any, expected: Any) -> Any:
     if isinstance(expected, torch.Tensor):
         if isinstance(value, Missing):
+            return value
+        if isinstance(value, (Complex, RealView)):
+            # A pair of real tensors (aten_complex): the parts hold the shape torch has, less view_as_real's 2.
+            part = value.re if isinstance(value, Complex) else value.value.re
+            have = b.shape(part) + (() if isinstance(value, Complex) else (2,))
+            if have != tuple(int(d) for d in expected.shape) or expected.dtype.is_complex != isinstance(value, Complex):
+                raise Unsupported(f"internal mapping error: pybuda computes complex shape {list(have)}, torch "
+                                  f"{list(expected.shape)} ({expected.dtype})")
             return value
         if not isinstance(value, str):
             value = b.tensor(value)

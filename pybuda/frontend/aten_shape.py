@@ -11,7 +11,7 @@ from typing import Any, List, Optional, Sequence, Tuple
 
 import torch
 
-from pybuda.frontend.aten_builder import (Builder, Const, converts, Missing, out_dtype, out_shape, Unsupported, _dims, _norm_dim)
+from pybuda.frontend.aten_builder import (Builder, Const, converts, Missing, RealView, out_dtype, out_shape, Unsupported, _dims, _norm_dim)
 from pybuda.frontend.fx_program import meta_val, op_name
 from pybuda.ir.graph import CONSTANT
 
@@ -116,6 +116,9 @@ def _slice(b: Builder, n, p):
 @converts("select", "select_copy")
 def _select(b: Builder, n, p):
     x = p["self"]
+    if isinstance(x, RealView) and _norm_dim(p["dim"], b.rank(x.value.re) + 1) == b.rank(x.value.re):
+        # view_as_real(z)[..., 0] / [..., 1]: the real or the imaginary part, read directly.
+        return b.tensor(x.value.re) if p["index"] % 2 == 0 else b.imaginary(x.value)
     rank = b.rank(x)
     dim = _norm_dim(p["dim"], rank)
     idx = p["index"] % b.shape(x)[dim]

@@ -203,7 +203,7 @@ def partition(prog: FxProgram, host: Mapping[torch.fx.Node, str], one_side_param
         desc = {u: _closure(u, compute, up=False) for u in host}
         side, pre, post = assign_sides(host, anc, desc, "GENERATE_INITIAL_GRAPH")
         on_host = pre | post
-        moved: Dict[torch.fx.Node, str] = {}
+        moved: Dict[torch.fx.Node, str] = complex_crossings(prog, compute, on_host)
         for pname, users in readers.items():
             host_user = next((u for u in users if u in on_host), None)
             if host_user is not None:
@@ -224,6 +224,29 @@ def partition(prog: FxProgram, host: Mapping[torch.fx.Node, str], one_side_param
         decisions.append(FallbackOp(u.name, qualified_op_name(u.target), source_location(u), host[u], side[u],
                                     moved, source_code_line(u)))
     return Partition(stage, decisions)
+
+
+def is_complex(node: Any) -> bool:
+    """Whether FX ``node`` computes a complex tensor."""
+    val = node.meta.get("val") if isinstance(node, torch.fx.Node) else None
+    return isinstance(val, torch.Tensor) and val.dtype.is_complex
+
+
+def complex_crossings(prog: FxProgram, compute: Set[torch.fx.Node], on_host: Set[torch.fx.Node]) \
+        -> Dict[torch.fx.Node, str]:
+    """Device nodes that would pass a complex tensor to or from the host (or out of the model), each with the
+    reason it joins the host: the device holds a complex value as two real tensors (``aten_complex``), which a
+    stage boundary cannot carry."""
+    outputs = set(prog.output_nodes)
+    moved: Dict[torch.fx.Node, str] = {}
+    for node in prog.compute:
+        if node in on_host:
+            continue
+        if is_complex(node) and (node in outputs or any(u in on_host for u in node.users)):
+            moved[node] = "its complex result is read on the host (the device holds it as two real tensors)"
+        elif any(is_complex(i) and i in on_host for i in node.all_input_nodes if i in compute):
+            moved[node] = "reads a complex result of a CPU op (the device holds complex values as real pairs)"
+    return moved
 
 
 # --- stage boundaries -----------------------------------------------------------------------------

@@ -309,6 +309,9 @@ def _map_program(prog: FxProgram, config: Any, for_device: bool = False, trainin
             if hit is not None:
                 host[node] = f"'{hit}' is in cpu_fallback_ops"
 
+    # A complex model output (held as two real tensors) leaves the device through the host.
+    host.update({n: "its complex result is a model output (the device holds it as two real tensors)"
+                 for n in prog.output_nodes if fallback.is_complex(n) and n in prog.compute and n not in unsupported})
     if unsupported and not enabled:
         raise UnsupportedOpError([UnsupportedOp(qualified_op_name(n.target), source_location(n), reason)
                                   for n, reason in unsupported.items()])
