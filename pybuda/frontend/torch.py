@@ -196,7 +196,10 @@ def capture(module: Union["torch.nn.Module", Any], sample_inputs: Any, graph_nam
     prog = fx_program.prepare(ep, name, nn_module, input_parameters)
     timings["fold"] = prog.timings["fold"]
     t = time.perf_counter()
-    result = _map_program(prog, config, for_device, training)
+    from pybuda.ops.integer import exact_moves
+
+    with exact_moves(getattr(config, "exact_data_movement", None)):  # what the compile copies exactly
+        result = _map_program(prog, config, for_device, training)
     timings["map"] = time.perf_counter() - t
     result.timings = timings
     result._kwarg_order = list(kwargs)

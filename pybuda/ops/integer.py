@@ -107,11 +107,39 @@ def moves(ranges, shapes, attrs) -> Optional[IntRange]:
     return hull(*ranges)
 
 
+_EXACT_MOVES: "contextvars.ContextVar[Optional[bool]]" = contextvars.ContextVar("pybuda_exact_moves", default=None)
+
+
+@contextlib.contextmanager
+def exact_moves(enabled: Optional[bool]) -> Iterator[None]:
+    """Within this block, capability checks assume the compile copies data movement exactly (``enabled``: the
+    compile's ``exact_data_movement``) or not; None reads the global config."""
+    token = _EXACT_MOVES.set(None if enabled is None else bool(enabled))
+    try:
+        yield
+    finally:
+        _EXACT_MOVES.reset(token)
+
+
+def moves_limit() -> int:
+    """Largest integer magnitude a data-movement op keeps exact: where a picker matmul realises the move, the
+    multiplier's 2**10, unless the compile makes copying pickers exact (``exact_data_movement``,
+    :mod:`pybuda.passes.lowered.exact_pickers`, on chips whose Dest holds Float32): then what the chip's ops
+    keep exact (2**24)."""
+    enabled = _EXACT_MOVES.get()
+    if enabled is None:
+        from pybuda.config import _get_global_compiler_config
+
+        enabled = bool(getattr(_get_global_compiler_config(), "exact_data_movement", False))
+    return max(MULTIPLIER_EXACT_INT, exact_limit()) if enabled else MULTIPLIER_EXACT_INT
+
+
 def moves_data(ranges, shapes, attrs) -> Optional[IntRange]:
     """Data movement (reshape, transpose, concat, slices...): the result holds operand values only, but
-    lowering may realise the move as a picker matmul, so the values must pass the multiplier unrounded."""
+    lowering may realise the move as a picker matmul, so the values must pass it unrounded
+    (:func:`moves_limit`: an int64 attention mask moved to ``[batch, seq, 1]`` stays on the device)."""
     r = hull(*ranges)
-    return r if on_multiplier(r) else None
+    return r if r is not None and magnitude(r) <= moves_limit() else None
 
 
 def moves_first(ranges, shapes, attrs) -> Optional[IntRange]:

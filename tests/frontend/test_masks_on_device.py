@@ -6,6 +6,7 @@ import torch
 import torch.nn.functional as F
 
 import pybuda
+from pybuda.frontend.torch import capture
 from pybuda.verify import calculate_pcc
 
 
@@ -158,3 +159,30 @@ def test_rows_masked_by_a_lowest_float_constant_are_uniform_not_nan(arch):
     assert torch.isfinite(got).all()
     assert torch.allclose(got[..., 20:, :], expected[..., 20:, :], atol=1e-3)  # the uniform rows
     assert calculate_pcc(got, expected) >= 0.99
+
+
+class MovedIntegerMask(torch.nn.Module):
+    """ESM / DeBERTa / LUKE: an int64 attention mask moved to [batch, seq, 1] (a picker matmul on the device)
+    and multiplied into the embeddings; the moved ids come back exact."""
+
+    def forward(self, ids, h):
+        m = ids.unsqueeze(-1)
+        return m.transpose(0, 1), h * m.to(h.dtype)
+
+
+@pytest.mark.parametrize("exact", [True, False], ids=["exact_moves", "truncating_pickers"])
+def test_moved_integer_data_runs_on_the_device_when_pickers_copy_exactly(exact):
+    ids = torch.randint(-2 ** 20, 2 ** 20, (1, 40), generator=torch.Generator().manual_seed(0))
+    h = torch.randn(1, 40, 8)
+    module = MovedIntegerMask().eval()
+    pybuda.set_configuration_options(exact_data_movement=exact)
+    result = capture(module, (ids, h), for_device=True)
+    assert result.report.has_fallback != exact, str(result.report)
+    if not exact:
+        return
+    device = pybuda.TTDevice("tt0", module=pybuda.PyTorchModule("m", module), arch=pybuda.BackendDevice.Wormhole_B0)
+    got = [t.value() for t in pybuda.run_inference(inputs=[(ids, h)]).get(timeout=300)]
+    assert device.cpu_fallback_device_pre is None and device.cpu_fallback_device_post is None
+    want = module(ids, h)
+    assert got[0].dtype == torch.int64 and torch.equal(got[0], want[0])  # every id exact, to 2**20
+    assert calculate_pcc(got[1], want[1]) >= 0.99

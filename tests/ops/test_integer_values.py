@@ -97,7 +97,15 @@ def test_multiplier_refuses_integers_it_would_round():
     assert registry.get("reduce_sum").int_range([big], [(4, 8)], {"dim": 1}) is None
     assert registry.get("reduce_sum").int_range([small], [(4, 8)], {"dim": 1}) == (0.0, 24.0)
     assert registry.get("add").int_range([big, big], [(4,), (4,)], {}) == (0.0, 10000.0)  # adds are exact
-    assert registry.get("reshape").int_range([big], [(4, 8)], {"shape": (32,)}) is None  # may be a picker
+    reshape = registry.get("reshape").int_range
+    with integer.exact_moves(False):  # TT-Buda's pickers: a move may be a matmul that rounds beyond 2**10
+        assert reshape([big], [(4, 8)], {"shape": (32,)}) is None
+    with integer.exact_moves(True):  # exact_data_movement copies Float32 data whole: exact to 2**24
+        assert reshape([big], [(4, 8)], {"shape": (32,)}) == big
+        assert reshape([(0.0, 2.0 ** 25)], [(4, 8)], {"shape": (32,)}) is None
+        with integer.target_arch("grayskull"):  # no exact pickers there: the multiplier's bound
+            assert reshape([big], [(4, 8)], {"shape": (32,)}) is None
+            assert reshape([(0.0, 1000.0)], [(4, 8)], {"shape": (32,)}) == (0.0, 1000.0)
 
 
 def _graph():
