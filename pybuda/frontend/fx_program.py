@@ -248,13 +248,35 @@ def run_export(module: torch.nn.Module, args: Tuple[Any, ...], kwargs: Mapping[s
                 f"Return tensors (or tuples/dicts of them) from forward(); for a Hugging Face decoder that "
                 f"returns a cache, pass use_cache=False to get the logits alone.", stage=STAGE) from e
         if _is_data_dependent(e):
+            where = _model_frame(e)
             raise CompileError(
                 f"model '{name}' has data-dependent control flow (a Python branch, loop bound or shape "
-                f"that depends on tensor values), which cannot be captured as a static graph: "
-                f"{_essential_lines(e)}. Rewrite the branch with torch.where / torch.cond, or run the "
-                f"model on a CPUDevice.", stage=STAGE) from e
+                f"that depends on tensor values){' at ' + where if where else ''}, which cannot be captured as "
+                f"a static graph: {_essential_lines(e)}. Rewrite the branch with torch.where / torch.cond, or "
+                f"run the model on a CPUDevice.", stage=STAGE) from e
         raise CompileError(f"model '{name}' could not be captured with torch.export: {_essential_lines(e)}",
                            stage=STAGE) from e
+
+
+def _model_frame(e: BaseException) -> str:
+    """``file:line `code``` of the innermost frame of ``e``'s traceback in the model's code (not in torch,
+    pybuda or the standard library): where the model asked for a tensor's value. Empty when there is none."""
+    import linecache
+    import os
+    import sysconfig
+
+    skip = tuple(os.path.dirname(m.__file__) + os.sep for m in (torch,) if getattr(m, "__file__", None))
+    skip += (os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep,
+             sysconfig.get_paths()["stdlib"] + os.sep)
+    found = ""
+    tb = e.__traceback__
+    while tb is not None:
+        filename = tb.tb_frame.f_code.co_filename
+        if not filename.startswith(skip) and not filename.startswith("<"):
+            code = linecache.getline(filename, tb.tb_lineno).strip()
+            found = f"{filename}:{tb.tb_lineno}" + (f" `{code}`" if code else "")
+        tb = tb.tb_next
+    return found
 
 
 def has_mutations(graph: torch.fx.Graph) -> bool:

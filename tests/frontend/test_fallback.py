@@ -254,6 +254,23 @@ def test_data_dependent_control_flow_is_a_clear_compile_error():
     assert info.value.stage == "GENERATE_INITIAL_GRAPH"
 
 
+def test_a_branch_on_an_item_names_the_model_line():
+    # Longformer: `is_global_attn = mask.flatten().any().item()` then `if is_global_attn:`; torch's guard error
+    # names no line, the CompileError names the model's.
+    class ItemBranch(nn.Module):
+        def forward(self, x):
+            flag = (x > 0).any().item()
+            if flag:  # <item-branch>
+                return x * 2
+            return x
+
+    with pytest.raises(CompileError) as info:
+        capture(ItemBranch(), (x_input(),), graph_name="item_branch")
+    message = str(info.value)
+    assert "model 'item_branch' has data-dependent control flow" in message, message
+    assert f" at {THIS_FILE}:{line_of('item-branch')} `if flag:" in message, message
+
+
 def test_a_fallback_op_that_reads_no_input_is_folded_and_the_model_runs_batched(tmp_path):
     # A positional embedding looked up with constant positions (as Whisper's encoder does) computes the same
     # table for every sample. It stays in the device graph, where consteval folds it, instead of becoming a
