@@ -254,7 +254,20 @@ def _pad(b: Builder, n, p):
     value = p.get("value")
     value = float(value) if value is not None else 0.0
     if any(v < 0 for v in pad):
-        raise Unsupported("negative padding (cropping)")
+        if mode != "constant":
+            raise Unsupported(f"negative {mode} padding (cropping)")
+        # A negative pad crops (RWKV's time shift, ZeroPad2d((0, 0, 1, -1))): slice first, pad the rest.
+        rank = b.rank(x)
+        if len(pad) // 2 > rank:
+            raise Unsupported(f"padding of {len(pad) // 2} dims of a rank-{rank} tensor ({pad})")
+        for i in range(len(pad) // 2):
+            before, after = pad[2 * i], pad[2 * i + 1]
+            if before >= 0 and after >= 0:
+                continue
+            dim = rank - 1 - i
+            size = b.shape(x)[dim]
+            x = _index_range(b, x, dim, max(0, -before), size + min(0, after))
+            pad[2 * i], pad[2 * i + 1] = max(0, before), max(0, after)
     if all(v == 0 for v in pad):
         return x
     # pybuda's pad covers the last two dims only; trailing zero pairs are dropped (MobileBERT pads the

@@ -93,6 +93,9 @@ CASES = {
     "pad_outer_dims": (lambda x: (F.pad(x, (0, 0, 0, 1, 0, 0)), F.pad(x, (1, 0, 0, 2, 2, 1), value=0.5),
                                   F.pad(x, (0, 0, 0, 0, 1, 1)), F.pad(x[None], (0, 0, 1, 0, 0, 0, 1, 2))),
                        (r(*X),)),
+    # negative pads crop (RWKV's time shift: ZeroPad2d((0, 0, 1, -1)))
+    "pad_negative": (lambda x: (F.pad(x, (0, 0, 1, -1)), F.pad(x, (-2, 1)), F.pad(x, (1, -3, 0, 0, -1, 1), value=0.5)),
+                     (r(*X),)),
     "pad_reflect_replicate": (lambda x: F.pad(x, (2, 1, 1, 1), mode="reflect").sum() + F.pad(x, (1, 2, 0, 1), mode="replicate").sum(),
                               (r(1, 2, 5, 6),)),
     "tril_triu": (lambda x: torch.tril(x) + torch.triu(x, 1) * 2, (r(2, 5, 5),)),
