@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import math
 import operator
-from typing import Any, Optional, Tuple
+from typing import Any, Optional, Sequence, Tuple
 
 import torch
 
@@ -368,6 +368,52 @@ def _unary(b: Builder, n, p):
             return b.op("abs", [x.re])
         return b.op("sqrt", [b.op("add", [b.op("multiply", [x.re, x.re]), b.op("multiply", [x.im, x.im])])])
     return b.op(_UNARY[op_name(n.target)], [b.tensor(p["self"], out_dtype(n))])
+
+
+# Inverse trigonometric functions as polynomials (Abramowitz & Stegun 4.4.46 and 4.4.49, |error| <= 2e-8 in
+# float64): the chip has no such SFPU functions, but sqrt, multiply and add evaluate them to its precision.
+_ACOS = (1.5707963050, -0.2145988016, 0.0889789874, -0.0501743046, 0.0308918810, -0.0170881256, 0.0066700901,
+         -0.0012624911)  # acos(x) = sqrt(1 - x) * sum(a_i x^i) on [0, 1]
+_ATAN = (1.0, -0.3333314528, 0.1999355085, -0.1420889944, 0.1065626393, -0.0752896400, 0.0429096138,
+         -0.0161657367, 0.0028662257)  # atan(x) = x * sum(a_i x^2i) on [-1, 1]
+
+
+def _horner(b: Builder, x: str, coefficients: Sequence[float], dt: torch.dtype) -> str:
+    acc = b.scalar(coefficients[-1], dt, b.rank(x))
+    for c in reversed(coefficients[:-1]):
+        acc = b.binary("add", b.op("multiply", [acc, x]), c, dt)
+    return acc
+
+
+def _where_negative(b: Builder, x: str, negative: str, other: str, dt: torch.dtype) -> str:
+    return b.op("where", [b.cast(b.binary("less", x, 0.0, dt), torch.bool), negative, other])
+
+
+def _acos(b: Builder, x: str, dt: torch.dtype) -> str:
+    """acos on [-1, 1] (NaN outside, as torch): acos(-x) = pi - acos(x)."""
+    a = b.op("abs", [x])
+    r = b.op("multiply", [b.op("sqrt", [b.binary("subtract", 1.0, a, dt)]), _horner(b, a, _ACOS, dt)])
+    return _where_negative(b, x, b.binary("subtract", math.pi, r, dt), r, dt)
+
+
+@converts("acos", "asin", "atan")
+def _inverse_trig(b: Builder, n, p):
+    dt = out_dtype(n)
+    x = b.tensor(p["self"], dt)
+    name = op_name(n.target)
+    if name == "acos":
+        return _acos(b, x, dt)
+    if name == "asin":  # asin(x) = pi / 2 - acos(x)
+        return b.binary("subtract", math.pi / 2, _acos(b, x, dt), dt)
+    # atan(x) for |x| > 1: sign(x) * pi / 2 - atan(1 / x). 1 / x is x / max(|x|, 1)^2, which stays finite
+    # where |x| <= 1 (a where picking between 1 / x and x would see 1 / 0).
+    a = b.op("abs", [x])
+    big = b.cast(b.binary("greater", a, 1.0, dt), torch.bool)
+    d = b.binary("maximum", a, 1.0, dt)
+    inner = b.op("multiply", [x, b.op("reciprocal", [b.op("multiply", [d, d])])])
+    core = b.op("multiply", [inner, _horner(b, b.op("multiply", [inner, inner]), _ATAN, dt)])
+    half_pi = _where_negative(b, x, b.scalar(-math.pi / 2, dt, b.rank(x)), b.scalar(math.pi / 2, dt, b.rank(x)), dt)
+    return b.op("where", [big, b.op("subtract", [half_pi, core]), core])
 
 
 @converts("neg")

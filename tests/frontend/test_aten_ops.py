@@ -45,6 +45,8 @@ CASES = {
     "unary_math": (lambda x: torch.exp(x) + torch.log(x.abs() + 1) + torch.sqrt(x.abs()) + torch.rsqrt(x.abs() + 1)
                    + torch.reciprocal(x.abs() + 1) + torch.abs(x) - x.neg() + torch.square(x), (r(*X),)),
     "unary_trig": (lambda x: torch.sin(x) + torch.cos(x) + torch.tanh(x) + torch.sigmoid(x) + torch.erf(x), (r(*X),)),
+    "inverse_trig": (lambda x: (torch.acos(x.clamp(-1, 1)), torch.asin(torch.tanh(x)), torch.atan(x * 3),
+                                torch.acos(torch.tensor([-1.0, -0.5, 0.0, 0.5, 1.0]))), (r(*X),)),
     "log1p_expm1": (lambda x: torch.log1p(x.abs()) + torch.expm1(x), (r(*X),)),
     "activations": (lambda x: F.relu(x) + F.gelu(x) + F.gelu(x, approximate="tanh") + F.leaky_relu(x, 0.2)
                     + F.silu(x) + F.hardsigmoid(x) + F.hardswish(x) + F.elu(x) + F.softplus(x) + F.mish(x),
