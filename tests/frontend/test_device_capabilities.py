@@ -83,6 +83,39 @@ def test_an_embedding_of_pushed_ids_is_device_work_once_out_of_cpu_fallback_ops(
     assert "3000-row table" in op.reason
 
 
+class PaddingAwarePositions(torch.nn.Module):
+    """RoBERTa's position ids: ``cumsum(ids != pad) * mask + pad``, in [pad, pad + seq] whatever the ids."""
+
+    def __init__(self, rows: int, pad: int = 1):
+        super().__init__()
+        self.pad = pad
+        self.emb = torch.nn.Embedding(rows, 8, padding_idx=pad)
+
+    def forward(self, ids, h):
+        mask = ids.ne(self.pad).int()
+        positions = (torch.cumsum(mask, dim=1).type_as(mask) * mask).long() + self.pad
+        return h + self.emb(positions), positions
+
+
+def test_an_embedding_of_ids_provably_within_its_table_runs_on_the_device():
+    ids = torch.randint(2, 50, (1, 16), generator=torch.Generator().manual_seed(0))
+    ids[:, -4:] = 1
+    h = torch.randn(1, 16, 8)
+    config = pybuda.CompilerConfig(cpu_fallback_ops=[])
+    # 18 rows hold positions 1..17: provably in range. 17 rows would not (position 17 is possible).
+    (op,) = capture(PaddingAwarePositions(17).eval(), (ids, h), config=config, for_device=True).report.fallback_ops
+    assert "not provably within the table's 17 rows" in op.reason
+    module = PaddingAwarePositions(18).eval()
+    assert capture(module, (ids, h), config=config, for_device=True).report.fallback_ops == []
+    pybuda.set_configuration_options(cpu_fallback_ops=[], default_df_override=pybuda.DataFormat.Float32)
+    device = pybuda.TTDevice("tt0", module=pybuda.PyTorchModule("pos", module), arch=pybuda.BackendDevice.Wormhole_B0)
+    got = [t.value() for t in pybuda.run_inference(inputs=[(ids, h)]).get(timeout=300)]
+    assert device.cpu_fallback_device_pre is None and device.cpu_fallback_device_post is None
+    want = module(ids, h)
+    assert torch.equal(got[1], want[1])  # the positions, computed on the device, exact
+    assert calculate_pcc(got[0], want[0]) >= 0.999 and torch.allclose(got[0], want[0], atol=1e-2)
+
+
 def test_boolean_masks_pass_through_a_nop_on_the_device():
     from pybuda.ir.graph import Graph
     from pybuda.passes.lower.capabilities import unsupported_reason

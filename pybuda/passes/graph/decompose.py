@@ -755,12 +755,22 @@ def _embedding(rw, node, ops, ctx):
         while root.kind == "op" and root.op_type in ("reshape", "transpose") and len(root.operands) == 1:
             root = rw.node(root.operands[0])
         if root.kind != "input":
-            return None  # ids computed by integer ops: lowering names the op as unsupported
+            from pybuda.passes.lower.capabilities import ids_within_table
+
+            if not ids_within_table(rw.new, ids, vocab):
+                return None  # ids computed by integer ops, of unknown range: lowering names the op as unsupported
+            # Ids the device computes, provably within the table (capabilities.ids_within_table): no push to check.
+            return _lookup(rw, node, table, ids, vocab)
         # Integer ids are pushed in a float format, where they are exact (< 2**24 in Float32); the
         # data-format pass keeps integer-valued queues in Float32 whatever the default format is. The host
         # checks each push against the table's range: on the device an id outside it would select no row.
         root.tags["device_dtype"] = "float32"
         root.tags["value_range"] = (0, vocab - 1)
+    return _lookup(rw, node, table, ids, vocab)
+
+
+def _lookup(rw, node, table, ids, vocab):
+    """The embedding as a one-hot matmul: ``(ids[..., None] == arange(vocab)) @ table``."""
     col = rw.op(f"{node.name}.ids", "reshape", [ids], {"shape": tuple(rw.shape(ids)) + (1,)})
     # The id range stays Float32: in a block format neighbouring ids of a block round together.
     ids_range = rw.constant(f"{node.name}.range", torch.arange(vocab, dtype=torch.float32), tags={"exact_df": "Float32"})

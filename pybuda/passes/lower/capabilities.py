@@ -96,7 +96,8 @@ def _embedding_reason(graph: Graph, node: Node) -> Optional[str]:
     """Why the device cannot look ``node``'s ids up in its table (None when it can). The device embedding is a
     one-hot matmul (``decompose._embedding``): its integer ids must be pushed (a graph input, moved only by
     reshapes/transposes), where the host checks each push against the table's rows, and the table must be
-    small enough for the ids to stay exact in the chip's source registers."""
+    small enough for the ids to stay exact in the chip's source registers. Ids computed on the device may be
+    looked up when their integer range proves them within the table (:func:`ids_within_table`)."""
     from pybuda.passes.graph.decompose import EMBEDDING_MAX_VOCAB
 
     table, ids = graph[node.operands[0]], graph[node.operands[1]]
@@ -108,9 +109,18 @@ def _embedding_reason(graph: Graph, node: Node) -> Optional[str]:
     root = ids
     while root.kind == "op" and root.op_type in ("reshape", "transpose") and len(root.operands) == 1:
         root = graph[root.operands[0]]
-    if root.kind != "input":
-        return f"'embedding' reads {str(ids.dtype).replace('torch.', '')} ids computed by ops, not pushed as an input"
+    if root.kind != "input" and not ids_within_table(graph, ids.name, table.shape[0]):
+        return (f"'embedding' reads {str(ids.dtype).replace('torch.', '')} ids computed by ops, not pushed as an "
+                f"input, that are not provably within the table's {table.shape[0]} rows")
     return None
+
+
+def ids_within_table(graph: Graph, ids: str, rows: int) -> bool:
+    """Whether the integer ids ``ids`` (computed by ops) are provably in ``[0, rows)``
+    (:func:`pybuda.ops.integer.integer_range`): RoBERTa's padding-aware positions ``cumsum(ids != pad) * mask
+    + pad`` lie in ``[pad, pad + seq]``. Such ids need no check at push time: every lookup selects a row."""
+    r = integer.integer_range(graph, ids)
+    return r is not None and r[0] >= 0 and r[1] <= rows - 1
 
 
 def _exact_reason(node: Node, r) -> Optional[str]:
