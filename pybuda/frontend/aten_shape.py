@@ -441,6 +441,11 @@ def _gather(b: Builder, n, p):
     dim = _norm_dim(p["dim"], rank)
     if any(ish[k] > xs[k] for k in range(rank) if k != dim):
         raise Unsupported(f"gather index of shape {list(ish)} is larger than the input {list(xs)} off dim {dim}")
+    table = _known_value(b, x)
+    if table is not None and _known_value(b, idx) is None:
+        out = _gather_of_uniform_table(b, x, table, idx, dim, ish)
+        if out is not None:
+            return out
     known = _known_value(b, idx)
     if known is not None and not isinstance(x, Const):
         out = _const_index_gather(b, x, known, dim, n.name)
@@ -458,6 +463,24 @@ def _gather(b: Builder, n, p):
     flat = b.reshape(flat, (max(1, math.prod(ish)),))
     out = b.op("adv_index", [b.reshape(x, (math.prod(xs),)), flat], dim=0)
     return b.reshape(out, ish)
+
+
+def _gather_of_uniform_table(b: Builder, x: Any, table: torch.Tensor, idx: Any, dim: int,
+                             ish: Sequence[int]) -> Optional[str]:
+    """``gather(x, dim, idx)`` of a constant ``x`` that holds one value along ``dim`` (RoBERTa's all-zero
+    ``token_type_ids`` buffer gathered at the position ids): every index in range reads that value, so the result
+    is the constant itself, broadcast to the index's shape. Only when ``idx`` is provably in range (its integer
+    range, :mod:`pybuda.ops.integer`); torch raises on an index out of range. None when it does not apply."""
+    from pybuda.ops.integer import integer_range
+
+    if table.numel() == 0 or not bool((table == table.narrow(dim, 0, 1)).all()):
+        return None
+    r = integer_range(b.graph, b.tensor(idx)) if isinstance(idx, str) else None
+    if r is None or r[0] < -table.shape[dim] or r[1] > table.shape[dim] - 1:
+        return None
+    value = table.narrow(dim, 0, 1)
+    value = value[tuple(slice(0, ish[k]) if k != dim else slice(None) for k in range(table.dim()))]
+    return b.broadcast_to(b.const(value.contiguous(), "uniform_gather"), ish)
 
 
 def _known_value(b: Builder, v: Any) -> Optional[torch.Tensor]:

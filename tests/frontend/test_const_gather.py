@@ -218,3 +218,44 @@ def test_constant_gather_is_exact_at_float32_on_the_golden_device():
     got = pybuda.run_inference(inputs=[inputs]).get(timeout=300)[0].value()
     assert device.cpu_fallback_device_pre is None and device.cpu_fallback_device_post is None
     assert torch.allclose(got, want, rtol=0, atol=1e-6)  # the one-hot matmuls copy every value whole
+
+
+class BufferedTokenTypes(torch.nn.Module):
+    """RoBERTa without token_type_ids: its all-zero buffer gathered at the padding-aware position ids."""
+
+    def __init__(self):
+        super().__init__()
+        self.register_buffer("token_type_ids", torch.zeros(1, 32, dtype=torch.long))
+        self.types = torch.nn.Embedding(2, 8)
+
+    def forward(self, ids, h):
+        mask = ids.ne(1).int()
+        positions = (torch.cumsum(mask, dim=1).type_as(mask) * mask).long() + 1
+        types = torch.gather(self.token_type_ids.expand(ids.shape[0], -1), dim=1, index=positions)
+        return h + self.types(types)
+
+
+def test_gather_of_a_uniform_buffer_at_ids_in_range_is_the_buffer_value(fe):
+    ids = torch.randint(2, 50, (2, 16), generator=torch.Generator().manual_seed(0))
+    ids[:, -3:] = 1
+    h = torch.randn(2, 16, 8)
+    module = BufferedTokenTypes().eval()
+    result = capture(module, (ids, h), config=pybuda.CompilerConfig(cpu_fallback_ops=[]), for_device=True)
+    assert result.report.host_fraction == 0.0, str(result.report)
+    assert "adv_index" not in {n.op_type for n in result.graph.ops}
+    fe.matches(result.run(ids, h), [module(ids, h)], atol=1e-6)
+
+    class PushedIndex(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.register_buffer("zeros", torch.zeros(2, 6))
+
+        def forward(self, idx, h):
+            return torch.gather(self.zeros, 1, idx) + h
+
+    # A pushed index may be out of range (torch raises): the run-time gather stays, on the host.
+    module = PushedIndex().eval()
+    inputs = (torch.tensor([[5, 0, 1], [2, 2, 4]]), torch.randn(2, 3))
+    result = capture(module, inputs, for_device=True)
+    assert result.report.op_names() == ["aten.gather.default"], str(result.report)
+    fe.matches(result.run(*inputs), [module(*inputs)], atol=1e-6)
