@@ -18,6 +18,7 @@ Every model runs in its own subprocess (a crash or a hang does not take the swee
     python tools/hf_model_sweep.py                       # all models, Wormhole B0, Float32
     python tools/hf_model_sweep.py --filter 't5|bart'    # a regex over model names
     python tools/hf_model_sweep.py --arch gs --list
+    python tools/hf_model_sweep.py --batch 2 --device-embeddings   # 2 samples a push, embeddings on the chip
     python tools/hf_model_sweep.py --one t5 --verbose    # in-process, with the traceback and the report
 
 ``build(name)`` returns ``(module, inputs)`` for the tests (``tests/models/test_hf_sweep.py``).
@@ -493,8 +494,18 @@ def _flat(out: Any) -> List[torch.Tensor]:
     return list(flatten_torch_outputs(out))
 
 
-def run_one(name: str, arch: str = "wh", verbose: bool = False) -> Dict[str, Any]:
-    """Run sweep model ``name`` on the golden device of ``arch`` ('wh' or 'gs'); a result dict (see module doc)."""
+def batched(inputs: Tuple[torch.Tensor, ...], batch: int) -> Tuple[torch.Tensor, ...]:
+    """``inputs`` (batch 1) as a batch of ``batch`` samples: sample i rolls every input by i along dim 1 (ids,
+    masks and images stay valid inputs, and the samples differ)."""
+    if batch == 1:
+        return inputs
+    return tuple(torch.cat([t.roll(i, dims=1) if t.dim() > 1 else t for i in range(batch)]) for t in inputs)
+
+
+def run_one(name: str, arch: str = "wh", verbose: bool = False, batch: int = 1,
+            device_embeddings: bool = False) -> Dict[str, Any]:
+    """Run sweep model ``name`` on the golden device of ``arch`` ('wh' or 'gs'); a result dict (see module doc).
+    ``batch``: samples per push; ``device_embeddings``: embedding out of ``cpu_fallback_ops``."""
     import pybuda
     import pybuda.frontend.torch as frontend
     from pybuda.errors import PybudaError
@@ -504,6 +515,7 @@ def run_one(name: str, arch: str = "wh", verbose: bool = False) -> Dict[str, Any
     t0 = time.time()
     try:
         module, inputs = build(name)
+        inputs = batched(inputs, batch)
         with torch.no_grad():
             want = _flat(module(*inputs))
     except Exception as exc:  # the model itself does not run in PyTorch: not pybuda's problem
@@ -523,6 +535,8 @@ def run_one(name: str, arch: str = "wh", verbose: bool = False) -> Dict[str, Any
         pybuda.pybuda_reset()
         pybuda.set_configuration_options(default_df_override=pybuda.DataFormat.Float32,
                                          math_fidelity=pybuda.MathFidelity.HiFi4)
+        if device_embeddings:
+            pybuda.set_configuration_options(cpu_fallback_ops=[])
         arch_enum = {"wh": pybuda.BackendDevice.Wormhole_B0, "gs": pybuda.BackendDevice.Grayskull}[arch]
         pybuda.TTDevice("tt0", module=pybuda.PyTorchModule(name, module), arch=arch_enum)
         got = _flat(pybuda.run_inference(inputs=[inputs]).get(timeout=TIMEOUT_S))
@@ -579,8 +593,8 @@ def run_one(name: str, arch: str = "wh", verbose: bool = False) -> Dict[str, Any
     return result
 
 
-def _subprocess(name: str, arch: str, timeout: int) -> Dict[str, Any]:
-    cmd = [sys.executable, __file__, "--one", name, "--arch", arch, "--json"]
+def _subprocess(name: str, arch: str, timeout: int, extra: List[str]) -> Dict[str, Any]:
+    cmd = [sys.executable, __file__, "--one", name, "--arch", arch, "--json", *extra]
     t0 = time.time()
     try:
         proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
@@ -612,9 +626,12 @@ def main(argv: Optional[List[str]] = None) -> int:
     ap.add_argument("--verbose", action="store_true")
     ap.add_argument("--list", action="store_true")
     ap.add_argument("--timeout", type=int, default=TIMEOUT_S)
+    ap.add_argument("--batch", type=int, default=1, help="samples per push (default 1)")
+    ap.add_argument("--device-embeddings", action="store_true", help="embedding out of cpu_fallback_ops")
     args = ap.parse_args(argv)
     if args.one:
-        r = run_one(args.one, args.arch, verbose=args.verbose)
+        r = run_one(args.one, args.arch, verbose=args.verbose, batch=args.batch,
+                    device_embeddings=args.device_embeddings)
         print(json.dumps(r) if args.json else _line(r) + ("\n" + r["detail"] if args.verbose else ""))
         return 0
     names = [n for n in MODELS if not args.filter or re.search(args.filter, n)]
@@ -624,7 +641,8 @@ def main(argv: Optional[List[str]] = None) -> int:
     print(f"{'model':<16} {'class':<17} {'PCC':>7} {'host':>6}  detail")
     counts: Dict[str, int] = {}
     for name in names:
-        r = _subprocess(name, args.arch, args.timeout)
+        extra = ["--batch", str(args.batch)] + (["--device-embeddings"] if args.device_embeddings else [])
+        r = _subprocess(name, args.arch, args.timeout, extra)
         counts[r["cls"]] = counts.get(r["cls"], 0) + 1
         print(_line(r), flush=True)
     print("totals: " + ", ".join(f"{c} {counts[c]}" for c in (*CLASSES, "SKIP") if c in counts))
