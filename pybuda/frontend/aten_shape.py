@@ -372,12 +372,51 @@ def const_gather(b: Builder, x: Any, index: torch.Tensor, dim: int, name: str) -
     return b.cast(out, dtype) if dtype == torch.bool else out
 
 
+def _one_hot_rows(b: Builder, idx: Any, size: int) -> Optional[str]:
+    """``[n, size]`` float one-hot rows of the run-time integer index ``idx`` (flattened to n), when its integer
+    range (:mod:`pybuda.ops.integer`) proves every index within ``[0, size)`` (torch raises otherwise); else
+    None. A comparison with ``arange(size)``: 0/1, exact in every format."""
+    from pybuda.ops.integer import integer_range
+
+    if not isinstance(idx, str) or b.dtype(idx).is_floating_point or b.dtype(idx) == torch.bool:
+        return None
+    r = integer_range(b.graph, idx)
+    n = math.prod(b.shape(idx))
+    if r is None or r[0] < 0 or r[1] > size - 1 or n * size > MAX_ONE_HOT_ELEMENTS:
+        return None
+    column = b.reshape(b.cast(idx, torch.float32), (n, 1))
+    hits = b.op("equal", [column, b.const(torch.arange(size, dtype=torch.float32).reshape(1, size), "positions")])
+    return b.cast(hits, torch.float32)
+
+
+def _runtime_gather(b: Builder, x: Any, idx: Any, dim: int, final_shape: Sequence[int]) -> Optional[str]:
+    """``index_select(x, dim, idx)`` for a run-time index proven in range: the one-hot rows times ``x`` (a
+    matmul), which the device runs (CLIP's pooled token, a decoder classifier's last token). None otherwise."""
+    shape = b.shape(x)
+    if not b.dtype(x).is_floating_point:
+        return None
+    one_hot = _one_hot_rows(b, idx, shape[dim])
+    if one_hot is None:
+        return None
+    order = [dim] + [k for k in range(len(shape)) if k != dim]
+    moved = b.reshape(_permute_by(b, x, order), (shape[dim], max(1, math.prod(shape) // shape[dim])))
+    out = b.op("matmul", [b.cast(one_hot, b.dtype(x)), moved])
+    n = math.prod(b.shape(idx))
+    out = b.reshape(out, (n,) + tuple(shape[k] for k in order[1:]))
+    return b.reshape(_permute_by(b, out, [order.index(k) if k != dim else 0 for k in range(len(shape))]),
+                     final_shape)
+
+
 def _adv_index(b: Builder, x: Any, idx: Any, dim: int, final_shape: Sequence[int]) -> str:
     if b.dtype(idx) == torch.bool:
         raise Unsupported("boolean-mask indexing has a data-dependent shape")
     if isinstance(idx, Const) and not isinstance(x, Const):
         name = b.node.name if b.node is not None else "gather"
         return b.reshape(const_gather(b, x, idx.value, dim, name), final_shape)
+    if not isinstance(x, Const) and not isinstance(idx, Const):
+        out = _runtime_gather(b, x, idx, dim, final_shape)
+        if out is not None:
+            return out
     idx_shape = b.shape(idx)
     flat = b.reshape(idx, (max(1, math.prod(idx_shape)),)) if len(idx_shape) != 1 else b.tensor(idx)
     r = b.op("adv_index", [x, flat], dim=dim)
@@ -404,6 +443,9 @@ def _multi_index(b: Builder, n, x: Any, used: List[Tuple[int, Any]]) -> str:
     if dims != list(range(dims[0], dims[0] + len(dims))):
         raise Unsupported("advanced indexing on non-adjacent dims")
     if not all(isinstance(i, Const) for _, i in used):
+        out = _row_wise_index(b, n, x, used)
+        if out is not None:
+            return out
         raise Unsupported("advanced indexing with more than one index tensor computed at run time")
     if any(i.value.dtype == torch.bool for _, i in used):
         raise Unsupported("boolean-mask indexing has a data-dependent shape")
@@ -419,6 +461,28 @@ def _multi_index(b: Builder, n, x: Any, used: List[Tuple[int, Any]]) -> str:
         out = b.op("adv_index", [merged, b.const(flat.contiguous(), f"{n.name}.flat_index")], dim=start)
     else:
         out = const_gather(b, merged, flat, start, n.name)
+    return b.reshape(out, out_shape(n))
+
+
+def _row_wise_index(b: Builder, n, x: Any, used: List[Tuple[int, Any]]) -> Optional[str]:
+    """``x[arange(rows), idx]``: one run-time index per row, proven in range (a classifier reading each row's
+    last token, CLIP's end-of-text token). Each row's one-hot times that row of ``x`` (a batched matmul)."""
+    if len(used) != 2 or not isinstance(used[0][1], Const) or isinstance(used[1][1], Const):
+        return None
+    (d, rows_index), (_, idx) = used
+    shape = b.shape(x)
+    rows, size = shape[d], shape[d + 1]
+    if d != 0 or b.shape(idx) != (rows,) or not b.dtype(x).is_floating_point:
+        return None
+    picked = rows_index.value.reshape(-1)
+    if picked.numel() != rows or not torch.equal(picked.to(torch.int64), torch.arange(rows)):
+        return None
+    one_hot = _one_hot_rows(b, idx, size)
+    if one_hot is None:
+        return None
+    rest = math.prod(shape[2:])
+    data = b.reshape(x, (rows, size, rest))
+    out = b.op("matmul", [b.reshape(b.cast(one_hot, b.dtype(x)), (rows, 1, size)), data])
     return b.reshape(out, out_shape(n))
 
 

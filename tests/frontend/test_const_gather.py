@@ -259,3 +259,46 @@ def test_gather_of_a_uniform_buffer_at_ids_in_range_is_the_buffer_value(fe):
     result = capture(module, inputs, for_device=True)
     assert result.report.op_names() == ["aten.gather.default"], str(result.report)
     fe.matches(result.run(*inputs), [module(*inputs)], atol=1e-6)
+
+
+class LastTokenPooling(torch.nn.Module):
+    """A decoder classifier's pooling: each row's last non-pad token (the count of tokens minus one, clamped: in
+    [0, seq) whatever the ids), and CLIP's: the token with the largest id."""
+
+    def forward(self, ids, h):
+        last = (torch.ne(ids, 0).int().sum(-1) - 1).clamp(min=0)
+        rows = torch.arange(ids.shape[0])
+        return h[rows, last] * 2.0, h[rows, ids.argmax(-1)], h.index_select(1, ids[0].argmax(-1, keepdim=True))
+
+
+class PushedRowIndex(torch.nn.Module):
+    def forward(self, idx, h):
+        return h[torch.arange(h.shape[0]), idx] + 1.0
+
+
+def test_row_wise_runtime_index_in_proven_range_runs_on_the_device(fe):
+    ids = torch.randint(3, 90, (2, 12), generator=torch.Generator().manual_seed(0))
+    ids[0, -3:] = 0
+    h = torch.randn(2, 12, 8)
+    module = LastTokenPooling().eval()
+    result = capture(module, (ids, h), for_device=True)
+    assert result.report.host_fraction == 0.0, str(result.report)
+    assert "adv_index" not in {n.op_type for n in result.graph.ops}
+    fe.matches(result.run(ids, h), list(module(ids, h)), atol=1e-6)
+    # A pushed index may be out of range (torch raises): it stays on the host.
+    result = capture(PushedRowIndex().eval(), (torch.tensor([3, 1]), h), for_device=True)
+    assert result.report.op_names() == ["aten.index.Tensor"], str(result.report)
+
+
+def test_row_wise_runtime_index_on_the_golden_device():
+    ids = torch.randint(3, 90, (1, 12), generator=torch.Generator().manual_seed(1))
+    ids[0, -3:] = 0
+    h = torch.randn(1, 12, 8)
+    module = LastTokenPooling().eval()
+    want = module(ids, h)
+    pybuda.set_configuration_options(default_df_override=pybuda.DataFormat.Float32)
+    device = pybuda.TTDevice("tt0", module=pybuda.PyTorchModule("m", module), arch=pybuda.BackendDevice.Wormhole_B0)
+    got = [t.value() for t in pybuda.run_inference(inputs=[(ids, h)]).get(timeout=300)]
+    assert device.cpu_fallback_device_pre is None and device.cpu_fallback_device_post is None
+    for g, w in zip(got, want):
+        assert calculate_pcc(g, w) >= 0.999 and torch.allclose(g, w, atol=1e-2)
