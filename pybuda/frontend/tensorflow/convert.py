@@ -47,6 +47,26 @@ def quiet_tf2onnx():
         log.setLevel(level)
 
 
+@contextlib.contextmanager
+def traced_without_xla(tf: Any):
+    """``tf.function(jit_compile=True)`` traced as a plain ``tf.function`` for one conversion. Keras' TensorFlow
+    backend wraps grouped convolutions (``Conv2D(groups=g)``: ConvNeXt, RegNet, ResNeXt) in an XLA-compiled
+    function because TensorFlow's CPU kernels lack them; tf2onnx keeps an XLA function as an opaque
+    ``StatefulPartitionedCall`` it cannot convert, while the plain function is inlined and its grouped Conv2D
+    converts to an ONNX Conv with ``group``. ``jit_compile`` only chooses how TensorFlow would execute the
+    function, never what it computes; the model is traced here, not run."""
+    original = tf.function
+
+    def function(*args: Any, jit_compile: Any = None, **kwargs: Any) -> Any:
+        return original(*args, **kwargs)
+
+    tf.function = function
+    try:
+        yield
+    finally:
+        tf.function = original
+
+
 def require_tensorflow(who: str = "the TensorFlow frontend"):
     """The ``tensorflow`` module, or a ModuleError saying which extra to install."""
     try:
@@ -128,7 +148,7 @@ def keras_to_onnx(model: Any, samples: Sequence[Any], opset: int = DEFAULT_OPSET
         return call_model(model, xs)
 
     try:
-        with quiet_tf2onnx():
+        with quiet_tf2onnx(), traced_without_xla(tf):
             proto, _ = tf2onnx.convert.from_function(_forward, input_signature=spec, opset=opset)
     except Exception as e:  # tf2onnx raises bare exceptions on unconvertible graphs
         raise ModuleError(f"{who}: tf2onnx could not convert the TensorFlow model: {type(e).__name__}: {e}") from e
