@@ -16,9 +16,12 @@ comparisons, their casts to bool, logical and/not, ``where``/``masked_fill``, id
 or Identity that changes nothing) and data movement of masks run there (:data:`BOOL_OPS`); the host turns
 boolean outputs back into ``torch.bool``.
 
-An ``embedding`` reads integer ids when they are pushed (a graph input, or one reshaped/transposed): the device
-looks them up as a one-hot matmul, and the host checks every push against the table's rows; tables beyond
-``decompose.EMBEDDING_MAX_VOCAB`` rows stay on the host (their ids would not be exact in the source registers).
+An ``embedding`` (and an ``adv_index`` gather: ``x[ids]``, ``index_select``, ONNX/JAX gathers) reads integer ids
+when they are pushed (a graph input, or one reshaped/transposed): the device looks them up as a one-hot matmul, and
+the host checks every push against the table's rows. Tables beyond ``decompose.EMBEDDING_MAX_VOCAB`` rows, and ids
+that may be negative, are looked up in chunks: the host pushes each id as two digits the source registers hold
+exactly (``lookup_digits``), so nothing else may read those ids; tables beyond ``decompose.EMBEDDING_MAX_ROWS``
+stay on the host.
 
 Integer data runs there too when it is *integer-valued* within what the device keeps exact
 (:mod:`pybuda.ops.integer`): each op's registry rule says whether its result is an integer given its
@@ -88,29 +91,90 @@ def unsupported_reason(graph: Graph, node: Node) -> Optional[str]:
             return why
     if op_type == "embedding":
         return _embedding_reason(graph, node)
+    if op_type == "adv_index" and _pushed(graph, graph[node.operands[1]]):
+        return _gather_reason(graph, node)
     why = _integer_operand_reason(graph, node, memo)
     return why if why is not None else _movement_reason(graph, node)
 
 
 def _embedding_reason(graph: Graph, node: Node) -> Optional[str]:
-    """Why the device cannot look ``node``'s ids up in its table (None when it can). The device embedding is a
-    one-hot matmul (``decompose._embedding``): its integer ids must be pushed (a graph input, moved only by
-    reshapes/transposes), where the host checks each push against the table's rows, and the table must be
-    small enough for the ids to stay exact in the chip's source registers."""
-    from pybuda.passes.graph.decompose import EMBEDDING_MAX_VOCAB
-
+    """Why the device cannot look ``node``'s ids up in its table (None when it can)."""
     table, ids = graph[node.operands[0]], graph[node.operands[1]]
-    if table.shape[0] > EMBEDDING_MAX_VOCAB:
-        return (f"'embedding' of a {table.shape[0]}-row table; the device's one-hot embedding takes up to "
-                f"{EMBEDDING_MAX_VOCAB} rows (larger ids are not exact in its 19-bit source registers)")
-    if ids.dtype.is_floating_point:
+    return _lookup_reason(graph, node, ids, table.shape[0], bool(node.attrs.get("negative_ids")))
+
+
+def _gather_reason(graph: Graph, node: Node) -> Optional[str]:
+    """Why the device cannot gather ``node``'s slices by its ids pushed at run time (None when it can)."""
+    x, ids = graph[node.operands[0]], graph[node.operands[1]]
+    if not x.dtype.is_floating_point:
+        return f"'{node.op_type}' gathers {str(x.dtype).replace('torch.', '')} data by ids pushed at run time"
+    size = x.shape[node.attrs["dim"] % len(x.shape)]
+    return _lookup_reason(graph, node, ids, size, bool(node.attrs.get("negative_ids", True)), float_ids=False)
+
+
+def _lookup_reason(graph: Graph, node: Node, ids: Node, rows: int, negative: bool,
+                   float_ids: bool = True) -> Optional[str]:
+    """Why the device cannot look ``ids`` up among ``rows`` rows (None when it can). The device lookup is a
+    one-hot matmul (``decompose._lookup_onehot``): integer ids must be pushed (a graph input, moved only by
+    reshapes/transposes), where the host checks each push against the rows. Ids of tables beyond
+    ``decompose.EMBEDDING_MAX_VOCAB`` rows, and ids that may be negative, reach the device as two digits the
+    host computes from the pushed ids (``lookup_digits``), so nothing else may read those ids."""
+    from pybuda.passes.graph.decompose import EMBEDDING_CHUNK, EMBEDDING_MAX_ROWS, lookup_split
+
+    what = f"'{node.op_type}' of {rows} rows"
+    if rows > EMBEDDING_MAX_ROWS:
+        return (f"{what}; the device's one-hot lookup (in chunks of {EMBEDDING_CHUNK} rows) reads the whole table "
+                f"for every sample, so it takes at most {EMBEDDING_MAX_ROWS} rows: a larger table is looked up on "
+                f"the host")
+    if float_ids and ids.dtype.is_floating_point and not lookup_split(rows, negative):
         return None
     root = ids
     while root.kind == "op" and root.op_type in ("reshape", "transpose") and len(root.operands) == 1:
         root = graph[root.operands[0]]
     if root.kind != "input":
-        return f"'embedding' reads {str(ids.dtype).replace('torch.', '')} ids computed by ops, not pushed as an input"
+        return f"'{node.op_type}' reads {str(ids.dtype).replace('torch.', '')} ids computed by ops, not pushed as an input"
+    if not lookup_split(rows, negative):
+        return None
+    if not root.shape:
+        return f"{what} by a scalar id; the device takes ids of rank 1 or more"
+    walk = ids
+    while walk is not root:
+        if walk.op_type != "reshape":
+            return f"{what}: its ids are transposed after the push; the host pushes them as digits in the pushed order"
+        walk = graph[walk.operands[0]]
+    # The host pushes the ids as digits (lookup_digits): every reader of the pushed tensor must be such a lookup.
+    users, seen, stack = [], set(), [root.name]
+    while stack:
+        for user in graph.users(stack.pop()):
+            u = graph[user]
+            if user in seen:
+                continue
+            seen.add(user)
+            if u.kind == "op" and u.op_type in ("reshape", "transpose") and len(u.operands) == 1:
+                stack.append(user)
+            else:
+                users.append(u)
+    for u in users:
+        if u.kind != "op" or u.op_type != node.op_type or u.operands[-1] not in seen | {root.name} or \
+                _lookup_key(graph, u) != _lookup_key(graph, node):
+            return (f"{what}{' by ids that may be negative' if negative else ''}: the host pushes ids '{root.name}' as "
+                    f"digits the device compares exactly, but '{u.name}' ({u.op_type or u.kind}) reads them too")
     return None
+
+
+def _pushed(graph: Graph, ids: Node) -> bool:
+    """Whether ``ids`` is a graph input, perhaps reshaped/transposed (what a gather by run-time ids reads)."""
+    while ids.kind == "op" and ids.op_type in ("reshape", "transpose") and len(ids.operands) == 1:
+        ids = graph[ids.operands[0]]
+    return ids.kind == "input"
+
+
+def _lookup_key(graph: Graph, node: Node):
+    """What decides the digits a lookup's ids are pushed as: its row count and whether ids may be negative."""
+    if node.op_type == "embedding":
+        return graph[node.operands[0]].shape[0], bool(node.attrs.get("negative_ids"))
+    x = graph[node.operands[0]]
+    return x.shape[node.attrs["dim"] % len(x.shape)], bool(node.attrs.get("negative_ids", True))
 
 
 def _exact_reason(node: Node, r) -> Optional[str]:

@@ -32,11 +32,11 @@ def _config(embedding_on_cpu: bool) -> CompilerConfig:
     return cfg
 
 
-def _lookup_model(vocab: int) -> onnx.ModelProto:
+def _lookup_model(vocab: int, dim: int = 32) -> onnx.ModelProto:
     """``relu(table[ids] @ w)`` with the table and ``w`` initializers."""
     rng = np.random.default_rng(0)
-    table = numpy_helper.from_array(rng.standard_normal((vocab, 32)).astype(np.float32), "table")
-    w = numpy_helper.from_array((rng.standard_normal((32, 32)) / 6).astype(np.float32), "w")
+    table = numpy_helper.from_array(rng.standard_normal((vocab, dim)).astype(np.float32), "table")
+    w = numpy_helper.from_array((rng.standard_normal((dim, 32)) / 6).astype(np.float32), "w")
     nodes = [helper.make_node("Gather", ["table", "ids"], ["e"]), helper.make_node("MatMul", ["e", "w"], ["m"]),
              helper.make_node("Relu", ["m"], ["y"])]
     graph = helper.make_graph(nodes, "lookup", [helper.make_tensor_value_info("ids", TensorProto.INT64, [1, 16])],
@@ -59,10 +59,12 @@ def test_a_gather_of_table_rows_is_an_embedding_placed_by_cpu_fallback_ops():
 
 
 def test_a_table_beyond_the_device_embedding_says_why():
-    vocab = 3000
-    cap = import_model(_lookup_model(vocab), _ids(vocab).numpy(), config=_config(False), for_device=True)
+    from pybuda.passes.graph.decompose import EMBEDDING_MAX_ROWS
+
+    vocab = EMBEDDING_MAX_ROWS + 1
+    cap = import_model(_lookup_model(vocab, dim=1), _ids(vocab).numpy(), config=_config(False), for_device=True)
     (op,) = cap.report.fallback_ops
-    assert "3000-row table" in op.reason and "2048" in op.reason
+    assert f"'embedding' of {vocab} rows" in op.reason and f"at most {EMBEDDING_MAX_ROWS} rows" in op.reason
 
 
 def test_an_embedding_runs_on_the_device():
