@@ -806,7 +806,9 @@ def _lookup_onehot(rw, node, ids: str, rows: int, negative: bool) -> Optional[st
         ids_range = rw.constant(f"{node.name}.range", torch.arange(rows, dtype=torch.float32), tags=exact)
         return _equal_of(rw, node, col, ids_range, "onehot")
     at = 1 if len(root.shape) >= 2 else 0  # dim 0 of a batched input holds the microbatch's samples
-    attrs = {"rows": rows, "chunk": EMBEDDING_CHUNK, "wrap": bool(negative), "dim": at}
+    # Without wrapping the digits do not depend on the rows: lookups of the same ids in other tables share them.
+    attrs = {"rows": rows if negative else EMBEDDING_MAX_ROWS, "chunk": EMBEDDING_CHUNK, "wrap": bool(negative),
+             "dim": at}
     shared = rw.__dict__.setdefault("_lookup_digits", {})  # lookups of the same ids share one push
     key = (root.name, tuple(sorted(attrs.items())))
     if key not in shared:

@@ -66,6 +66,8 @@ def unsupported_reason(graph: Graph, node: Node) -> Optional[str]:
     if op_type not in device_op_types():
         return f"'{op_type}' has no device implementation"
     moves_data = registry.get(op_type).family == "tm"
+    if op_type in ("reshape", "transpose") and _lookup_ids(graph, node):
+        return None  # pushed ids on their way to a lookup: the lookup's own check decides (_lookup_reason)
     memo: Dict = {}  # integer ranges of the producers, shared by this check (pybuda.ops.integer.integer_range)
     if op_type == "argmax":  # indices are integers whatever the result's dtype
         why = _exact_reason(node, integer.integer_range(graph, node.name, memo) or (0, float("inf")))
@@ -119,7 +121,7 @@ def _lookup_reason(graph: Graph, node: Node, ids: Node, rows: int, negative: boo
     reshapes/transposes), where the host checks each push against the rows. Ids of tables beyond
     ``decompose.EMBEDDING_MAX_VOCAB`` rows, and ids that may be negative, reach the device as two digits the
     host computes from the pushed ids (``lookup_digits``), so nothing else may read those ids."""
-    from pybuda.passes.graph.decompose import EMBEDDING_CHUNK, EMBEDDING_MAX_ROWS, lookup_split
+    from pybuda.passes.graph.decompose import EMBEDDING_CHUNK, EMBEDDING_MAX_ROWS, EMBEDDING_MAX_VOCAB, lookup_split
 
     what = f"'{node.op_type}' of {rows} rows"
     if rows > EMBEDDING_MAX_ROWS:
@@ -133,33 +135,66 @@ def _lookup_reason(graph: Graph, node: Node, ids: Node, rows: int, negative: boo
         root = graph[root.operands[0]]
     if root.kind != "input":
         return f"'{node.op_type}' reads {str(ids.dtype).replace('torch.', '')} ids computed by ops, not pushed as an input"
-    if not lookup_split(rows, negative):
-        return None
-    if not root.shape:
+    split = lookup_split(rows, negative)
+    if split and not root.shape:
         return f"{what} by a scalar id; the device takes ids of rank 1 or more"
     walk = ids
-    while walk is not root:
+    while split and walk is not root:
         if walk.op_type != "reshape":
             return f"{what}: its ids are transposed after the push; the host pushes them as digits in the pushed order"
         walk = graph[walk.operands[0]]
-    # The host pushes the ids as digits (lookup_digits): every reader of the pushed tensor must be such a lookup.
-    users, seen, stack = [], set(), [root.name]
+    # How the ids are pushed (whole, or as lookup_digits) serves every lookup of them: they must agree, and with
+    # digits nothing else may read the pushed ids.
+    key = _lookup_key(graph, node)
+    for u in _id_readers(graph, root):
+        if u is node:
+            continue
+        if u.kind != "op" or u.op_type not in ("embedding", "adv_index"):
+            if split:
+                return (f"{what}{' by ids that may be negative' if negative else ''}: the host pushes ids "
+                        f"'{root.name}' as digits the device compares exactly, but '{u.name}' "
+                        f"({u.op_type or u.kind}) reads them too")
+        elif _lookup_key(graph, u) != key:
+            return (f"{what}: '{u.name}' looks the same ids '{root.name}' up too, and needs them pushed otherwise "
+                    f"(whole for at most {EMBEDDING_MAX_VOCAB} rows and ids >= 0, else as digits, wrapped by the row "
+                    f"count when negative); one push serves one way")
+    return None
+
+
+def _id_readers(graph: Graph, root: Node):
+    """The nodes reading pushed ids ``root`` directly or through reshapes/transposes (not those moves)."""
+    readers, seen, stack = [], set(), [root.name]
     while stack:
         for user in graph.users(stack.pop()):
-            u = graph[user]
             if user in seen:
                 continue
             seen.add(user)
+            u = graph[user]
             if u.kind == "op" and u.op_type in ("reshape", "transpose") and len(u.operands) == 1:
                 stack.append(user)
             else:
-                users.append(u)
-    for u in users:
-        if u.kind != "op" or u.op_type != node.op_type or u.operands[-1] not in seen | {root.name} or \
-                _lookup_key(graph, u) != _lookup_key(graph, node):
-            return (f"{what}{' by ids that may be negative' if negative else ''}: the host pushes ids '{root.name}' as "
-                    f"digits the device compares exactly, but '{u.name}' ({u.op_type or u.kind}) reads them too")
-    return None
+                readers.append(u)
+    return readers
+
+
+def _lookup_ids(graph: Graph, node: Node) -> bool:
+    """Whether ``node``, a reshape or transpose of integers pushed as an input, only carries ids to lookups
+    (embeddings, gathers by them): the lookup reads the pushed ids themselves (``decompose._lookup_onehot``)."""
+    if node.dtype.is_floating_point or node.dtype == torch.bool or not _pushed(graph, node):
+        return False
+    stack, seen = [node.name], set()
+    while stack:
+        for user in graph.users(stack.pop()):
+            if user in seen:
+                continue
+            seen.add(user)
+            u = graph[user]
+            if u.kind == "op" and u.op_type in ("reshape", "transpose") and len(u.operands) == 1:
+                stack.append(user)
+            elif not (u.kind == "op" and u.op_type in ("embedding", "adv_index") and u.operands[-1] in seen | {node.name}
+                      and u.operands[0] not in seen | {node.name}):
+                return False
+    return True
 
 
 def _pushed(graph: Graph, ids: Node) -> bool:
@@ -170,11 +205,17 @@ def _pushed(graph: Graph, ids: Node) -> bool:
 
 
 def _lookup_key(graph: Graph, node: Node):
-    """What decides the digits a lookup's ids are pushed as: its row count and whether ids may be negative."""
+    """How a lookup's ids are pushed: (as digits, the row count when the digits depend on it (negative ids wrap by
+    it), else None). Lookups of the same ids must agree on it."""
+    from pybuda.passes.graph.decompose import lookup_split
+
     if node.op_type == "embedding":
-        return graph[node.operands[0]].shape[0], bool(node.attrs.get("negative_ids"))
-    x = graph[node.operands[0]]
-    return x.shape[node.attrs["dim"] % len(x.shape)], bool(node.attrs.get("negative_ids", True))
+        rows, negative = graph[node.operands[0]].shape[0], bool(node.attrs.get("negative_ids"))
+    else:
+        x = graph[node.operands[0]]
+        rows, negative = x.shape[node.attrs["dim"] % len(x.shape)], bool(node.attrs.get("negative_ids", True))
+    split = lookup_split(rows, negative)
+    return split, (rows if split and negative else None)
 
 
 def _exact_reason(node: Node, r) -> Optional[str]:

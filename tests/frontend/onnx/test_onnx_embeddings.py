@@ -126,3 +126,57 @@ def test_bert_runs_wholly_on_the_device_against_onnx_runtime():
     want = ort_run(model, [t.numpy() for t in inputs])
     for g, w in zip(got, want):
         assert calculate_pcc(g.float(), torch.from_numpy(w)) >= DEVICE_PCC
+
+
+def _gather_model(vocab: int, dim: int = 8) -> onnx.ModelProto:
+    """``table[ids]`` (a weight initializer) and ``x[:, ids]`` (an activation), ids pushed at run time."""
+    rng = np.random.default_rng(1)
+    table = numpy_helper.from_array(rng.standard_normal((vocab, dim)).astype(np.float32), "table")
+    nodes = [helper.make_node("Gather", ["table", "ids"], ["rows"]),
+             helper.make_node("Relu", ["x"], ["act"]),
+             helper.make_node("Gather", ["act", "cols"], ["picked"], axis=1)]
+    graph = helper.make_graph(
+        nodes, "gathers",
+        [helper.make_tensor_value_info("ids", TensorProto.INT64, [1, 24]),
+         helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 50, dim]),
+         helper.make_tensor_value_info("cols", TensorProto.INT64, [1, 12])],
+        [helper.make_tensor_value_info("rows", TensorProto.FLOAT, [1, 24, dim]),
+         helper.make_tensor_value_info("picked", TensorProto.FLOAT, [1, 1, 12, dim])], [table])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def _gather_inputs(vocab: int):
+    gen = torch.Generator().manual_seed(7)
+    ids = torch.randint(-vocab, vocab, (1, 24), generator=gen)
+    ids[0, :4] = torch.tensor([-1, -vocab, vocab - 1, 0])
+    return ids, torch.randn(1, 50, 8, generator=gen), torch.randint(-50, 50, (1, 12), generator=gen)
+
+
+@pytest.mark.parametrize("vocab", [100, 3000])
+def test_negative_gather_indices_count_from_the_end_on_the_device(vocab):
+    """ONNX Gather wraps an index in [-n, -1] to n + index: the device looks it up so (the host pushes the wrapped
+    ids as digits), bit for bit ONNX Runtime's rows at Float32, for a table of rows and for an activation."""
+    model, inputs = _gather_model(vocab), _gather_inputs(vocab)
+    pybuda.remove_cpu_fallback_ops("embedding")
+    pybuda.set_configuration_options(default_df_override=pybuda.DataFormat.Float32)
+    tt = pybuda.TTDevice("tt0", module=pybuda.OnnxModule("gathers", model), arch=pybuda.BackendDevice.Wormhole_B0)
+    got = [o.value() for o in pybuda.run_inference(inputs=[inputs]).get(timeout=300)]
+    assert tt.cpu_fallback_device_pre is None and tt.cpu_fallback_device_post is None
+    for g, w in zip(got, ort_run(model, [t.numpy() for t in inputs])):
+        assert torch.equal(g.float(), torch.from_numpy(w))
+
+
+def test_gather_indices_outside_the_table_are_refused_at_push():
+    """ONNX Runtime raises on an index outside [-n, n - 1]; on the device it would select no row, so the host
+    refuses the push (an InputError naming the input and the first bad value)."""
+    vocab = 3000
+    model, (ids, x, cols) = _gather_model(vocab), _gather_inputs(vocab)
+    pybuda.remove_cpu_fallback_ops("embedding")
+    pybuda.TTDevice("tt0", module=pybuda.OnnxModule("gathers", model))
+    pybuda.run_inference(inputs=[(ids, x, cols)]).get(timeout=300)
+    for bad in (vocab, -vocab - 1):
+        wrong = ids.clone()
+        wrong[0, 3] = bad
+        with pytest.raises(pybuda.errors.InputError, match=rf"input 'ids'.*\[-{vocab}, {vocab - 1}\].*first value "
+                                                          rf"outside: {bad}"):
+            pybuda.run_inference(inputs=[(wrong, x, cols)]).get(timeout=120)

@@ -126,7 +126,8 @@ def _gather(ctx: NodeCtx):
     elif _is_embedding_lookup(ctx, axis):
         # What aten.embedding is in the torch frontend, so the same rules place it (cpu_fallback_ops, the
         # device's one-hot embedding); a run-time adv_index would carry the integer ids through int64 moves.
-        return ctx.b.op("embedding", [ctx.x(0), ctx.x(1)])
+        # ONNX counts a negative index from the end: the device wraps it (the host pushes wrapped digits).
+        return ctx.b.op("embedding", [ctx.x(0), ctx.x(1)], negative_ids=True)
     return _adv_index(ctx.b, ctx.x(0), idx, axis, ctx.out_shape())
 
 
