@@ -168,3 +168,22 @@ def test_negative_ids_beyond_the_table_are_refused_at_push():
         pybuda.run_inference(inputs=[(x, _with(ids, -VOCAB - 1), cols)]).get(timeout=120)
     with pytest.raises(InputError, match=r"\[-50, 49\].*first value outside: 50"):
         pybuda.run_inference(inputs=[(x, ids, torch.tensor([[50, 0]]))]).get(timeout=120)
+
+
+def test_a_device_image_pushes_the_digits_itself(tmp_path):
+    """The host's half of the lookup (``lookup_digits``) is a host TM of the image's input record: an image loaded
+    from disk pushes the digits and refuses ids outside the table without the compiler."""
+    torch.manual_seed(6)
+    model = Lookup().eval()
+    ids = _ids()
+    pybuda.remove_cpu_fallback_ops("embedding")
+    pybuda.set_configuration_options(default_df_override=DataFormat.Float32)
+    device = pybuda.TTDevice("tt0", module=pybuda.PyTorchModule("lookup", model), arch=WH)
+    path = str(tmp_path / "lookup.tti")
+    device.compile_to_image(img_path=path, sample_inputs=(ids,))
+    pybuda.pybuda_reset()
+    pybuda.TTDevice.load_image(img=pybuda.TTDeviceImage.load_from_disk(path))
+    (got,) = pybuda.run_inference(inputs=[(ids,)]).get(timeout=300)
+    assert torch.equal(got.value().float(), model(ids).detach())
+    with pytest.raises(InputError, match=rf"first value outside: {VOCAB}"):
+        pybuda.run_inference(inputs=[(_with(ids, VOCAB),)]).get(timeout=120)
