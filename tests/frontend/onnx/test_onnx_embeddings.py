@@ -180,3 +180,25 @@ def test_gather_indices_outside_the_table_are_refused_at_push():
         with pytest.raises(pybuda.errors.InputError, match=rf"input 'ids'.*\[-{vocab}, {vocab - 1}\].*first value "
                                                           rf"outside: {bad}"):
             pybuda.run_inference(inputs=[(wrong, x, cols)]).get(timeout=120)
+
+
+def test_gather_elements_by_pushed_negative_indices_runs_on_the_device():
+    """GatherElements along the last axis by indices pushed at run time (negative ones count from the end): the
+    indices pick one-hot rows of an identity on the device, exact at the default formats (the picked values are
+    the activation's Float16_b values)."""
+    from pybuda.golden.formats import quantize
+
+    nodes = [helper.make_node("Relu", ["x"], ["a"]), helper.make_node("GatherElements", ["a", "idx"], ["y"], axis=2)]
+    graph = helper.make_graph(nodes, "pick", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 6, 40]),
+                                              helper.make_tensor_value_info("idx", TensorProto.INT64, [1, 6, 5])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 6, 5])])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    gen = torch.Generator().manual_seed(8)
+    x, idx = torch.randn(1, 6, 40, generator=gen), torch.randint(-40, 40, (1, 6, 5), generator=gen)
+    tt = pybuda.TTDevice("tt0", module=pybuda.OnnxModule("pick", model), arch=pybuda.BackendDevice.Wormhole_B0)
+    got = pybuda.run_inference(inputs=[(x, idx)]).get(timeout=300)[0].value()
+    assert tt.cpu_fallback_device_pre is None and tt.cpu_fallback_device_post is None
+    want = torch.from_numpy(ort_run(model, [x.numpy(), idx.numpy()])[0])
+    assert torch.equal(got.float(), quantize(want, pybuda.DataFormat.Float16_b))
+    with pytest.raises(pybuda.errors.InputError, match=r"input 'idx'.*\[-40, 39\].*first value outside: 40"):
+        pybuda.run_inference(inputs=[(x, torch.where(idx == idx[0, 0, 0], 40, idx))]).get(timeout=120)
