@@ -187,3 +187,46 @@ def test_a_device_image_pushes_the_digits_itself(tmp_path):
     assert torch.equal(got.value().float(), model(ids).detach())
     with pytest.raises(InputError, match=rf"first value outside: {VOCAB}"):
         pybuda.run_inference(inputs=[(_with(ids, VOCAB),)]).get(timeout=120)
+
+
+def test_a_large_table_trains_on_the_device():
+    """The lookup's gradient is the one-hot matmul's (onehot^T @ grad): SGD steps of a 3,000-row table on the
+    device track torch's."""
+    import copy
+    import queue
+
+    class Head(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            torch.manual_seed(0)
+            self.emb, self.lin = torch.nn.Embedding(3000, DIM), torch.nn.Linear(DIM, DIM)
+
+        def forward(self, ids):
+            return self.lin(self.emb(ids))
+
+    model = Head()
+    twin = copy.deepcopy(model)
+    gen = torch.Generator().manual_seed(0)
+    data = [(torch.randint(0, 3000, (1, 6), generator=gen), torch.randn(1, 6, DIM, generator=gen)) for _ in range(3)]
+    pybuda.remove_cpu_fallback_ops("embedding")
+    pybuda.set_configuration_options(default_df_override=DataFormat.Float32)
+    tt0 = pybuda.TTDevice("tt0", module=pybuda.PyTorchModule("head", model), arch=WH,
+                          optimizer=pybuda.optimizers.SGD(learning_rate=0.05))
+    cpu = pybuda.CPUDevice("cpu0")
+    cpu.place_loss_module(pybuda.PyTorchModule("mse", torch.nn.MSELoss()))
+    for ids, target in data:
+        tt0.push_to_inputs(ids)
+        cpu.push_to_target_inputs(target)
+    losses = queue.Queue()
+    pybuda.run_training(steps=len(data), loss_queue=losses)
+    got = [float(losses.get()[0].value()) for _ in data]
+    assert tt0.cpu_fallback_device_pre is None
+    opt = torch.optim.SGD(twin.parameters(), lr=0.05)
+    want = []
+    for ids, target in data:
+        opt.zero_grad()
+        loss = torch.nn.functional.mse_loss(twin(ids), target)
+        loss.backward()
+        opt.step()
+        want.append(loss.item())
+    assert got == pytest.approx(want, rel=2e-3)

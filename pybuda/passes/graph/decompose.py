@@ -45,7 +45,11 @@ combine (batchnorm statistics, layernorm weights) become constant-only subgraphs
   a negative padding becomes an ``index`` crop of the result.
 - ``max_pool1d``/``avg_pool1d`` -> the 2-D pool with a height-1 window on a reshaped input.
 - ``embedding(table, ids)`` -> one-hot ``ids == range(V)`` (as ``equal`` above) ``@ table``; integer ids from a
-  graph input are pushed in a float format (exact up to 2**24 in Float32).
+  graph input are pushed in a float format (exact up to 2**24 in Float32). Tables beyond 2,048 rows (and ids that
+  may count from the end) compare two digits the host pushes instead of the ids (``lookup_digits``: id // 2048,
+  id % 2048 in two slices) with the table's, ``max(|hi - HI|, |lo - LO|)`` over the slices being 0 exactly at the
+  row; the one-hot matmul keeps HiFi2 (a Float16_b/Bfp8 row is copied whole) and ``exact_pickers`` copies a
+  Float32 table in pieces (``ONE_HOT_COPY``). ``adv_index`` by pushed ids (``x[ids]``) is the same lookup.
 - ``sparse_matmul(a, b)`` -> ``matmul`` of the densified constant.
 """
 
