@@ -230,3 +230,35 @@ def test_a_large_table_trains_on_the_device():
         opt.step()
         want.append(loss.item())
     assert got == pytest.approx(want, rel=2e-3)
+
+
+def test_a_microbatch_of_two_pushes_each_samples_digits():
+    """The host applies lookup_digits to the whole push, whose dim 0 holds the samples: the digits keep it there."""
+    torch.manual_seed(7)
+    model = Lookup().eval()
+    ids = torch.cat([_ids(), _ids().flip(1)])
+    (got,) = _run(model, (ids,), WH, DataFormat.Float32)
+    assert got.shape == (2, 24, DIM)
+    assert torch.equal(got, model(ids).detach())
+
+
+class Reshaped(torch.nn.Module):
+    """GPT-2's ``input_ids.view(-1, n)`` before its word lookup, and ids transposed before a lookup."""
+
+    def __init__(self, transpose: bool):
+        super().__init__()
+        self.emb, self.transpose = torch.nn.Embedding(VOCAB, DIM), transpose
+
+    def forward(self, ids):
+        return self.emb(ids.transpose(0, 1) if self.transpose else ids.view(-1, 12))
+
+
+def test_ids_reshaped_after_the_push_are_looked_up_and_transposed_ones_say_why():
+    torch.manual_seed(8)
+    model = Reshaped(transpose=False).eval()
+    ids = _ids()
+    (got,) = _run(model, (ids,), WH, DataFormat.Float32)
+    assert torch.equal(got, model(ids).detach())
+    config = pybuda.CompilerConfig(cpu_fallback_ops=[])
+    ops = capture(Reshaped(transpose=True).eval(), (ids,), config=config, for_device=True).report.fallback_ops
+    assert any("transposed after the push" in op.reason for op in ops), [op.reason for op in ops]
