@@ -340,7 +340,9 @@ def const_gather(b: Builder, x: Any, index: torch.Tensor, dim: int, name: str) -
     return b.cast(out, dtype) if dtype == torch.bool else out
 
 
-def _adv_index(b: Builder, x: Any, idx: Any, dim: int, final_shape: Sequence[int]) -> str:
+def _adv_index(b: Builder, x: Any, idx: Any, dim: int, final_shape: Sequence[int], negative_ids: bool = True) -> str:
+    """``x`` indexed by ``idx`` along ``dim``; ``negative_ids``: whether the framework counts a negative index from
+    the end (``x[idx]``) rather than refusing it (``index_select``)."""
     if b.dtype(idx) == torch.bool:
         raise Unsupported("boolean-mask indexing has a data-dependent shape")
     if isinstance(idx, Const) and not isinstance(x, Const):
@@ -348,7 +350,7 @@ def _adv_index(b: Builder, x: Any, idx: Any, dim: int, final_shape: Sequence[int
         return b.reshape(const_gather(b, x, idx.value, dim, name), final_shape)
     idx_shape = b.shape(idx)
     flat = b.reshape(idx, (max(1, math.prod(idx_shape)),)) if len(idx_shape) != 1 else b.tensor(idx)
-    r = b.op("adv_index", [x, flat], dim=dim)
+    r = b.op("adv_index", [x, flat], dim=dim, negative_ids=negative_ids)
     return b.reshape(r, final_shape)
 
 
@@ -393,7 +395,8 @@ def _multi_index(b: Builder, n, x: Any, used: List[Tuple[int, Any]]) -> str:
 @converts("index_select")
 def _index_select(b: Builder, n, p):
     x = p["self"]
-    return _adv_index(b, x, p["index"], _norm_dim(p["dim"], b.rank(x)), out_shape(n))
+    # torch refuses a negative index here (x[idx] wraps it): a device run refuses such a push too.
+    return _adv_index(b, x, p["index"], _norm_dim(p["dim"], b.rank(x)), out_shape(n), negative_ids=False)
 
 
 @converts("gather")

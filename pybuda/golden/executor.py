@@ -189,9 +189,13 @@ def _check_value_range(rec: Any, value: torch.Tensor) -> None:
         integers = not value.dtype.is_floating_point
         show = (lambda v: f"{int(v)}") if integers else (lambda v: f"{float(v):g}")
         first = value[(value < low) | (value > high)].flatten()[0]
-        what = (f"the simulated chip keeps integers exact in [{low:.0f}, {high:.0f}], so they would not come "
-                f"back unchanged" if low < 0 else
-                f"the model was compiled for [{low:g}, {high:g}] (ids of an embedding table of {int(high) + 1} rows)")
+        if low == -(high + 1):  # a lookup whose negative ids count from the end (ONNX Gather, x[ids])
+            what = (f"the model was compiled for [{low:g}, {high:g}] (ids of a table of {int(high) + 1} rows, "
+                    f"negative ones counting from the end)")
+        elif low < 0:
+            what = f"the simulated chip keeps integers exact in [{low:.0f}, {high:.0f}], so they would not come back unchanged"
+        else:
+            what = f"the model was compiled for [{low:g}, {high:g}] (ids of an embedding table of {int(high) + 1} rows)"
         raise InputError(f"input '{rec.name}' holds values from {show(lo)} to {show(hi)}; {what}; first value "
                          f"outside: {show(first)}")
 

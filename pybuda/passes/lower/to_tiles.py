@@ -77,7 +77,7 @@ from pybuda.passes.lower import pickers
 from pybuda.perf import sparse as sparse_work
 from pybuda.ir.lowered import BudaGraph, BudaOp, BudaQueue, TileShape
 from pybuda.passes.context import CompileContext
-from pybuda.passes.lowered.exact_pickers import COPIES_INPUT
+from pybuda.passes.lowered.exact_pickers import COPIES_INPUT, ONE_HOT_COPY
 from pybuda.netlist.host_io import canonical_zrc, compact_shape, tiles
 from pybuda.netlist.tms import TM, Broadcast, Transpose, VSlice, VStack, tms_shape
 from pybuda.dtypes import DataFormat
@@ -299,6 +299,10 @@ class _Lowering(ArithmeticLowering, ConvPoolLowering, ReductionLowering, DataMov
         for tag in (SIGN_EXACT, NONFINITE_SAFE):
             if self.node is not None and self.node.tags.get(tag):
                 op_tags[tag] = True
+        if self.node is not None and op_type == "matmul" and self.node.tags.get(ONE_HOT_COPY) is not None:
+            # A lookup's one-hot matmul (decompose): it copies table rows, at a fidelity that reads them whole.
+            op_tags[ONE_HOT_COPY] = self.node.tags[ONE_HOT_COPY]
+            op_tags["min_fidelity"] = self.node.tags.get("min_fidelity", "HiFi2")
         op_tags.update(tags or {})
         op = BudaOp(self._name(name), op_type, srcs, TileShape(1, z, tiles(r), tiles(c)), attrs=dict(attrs or {}),
                     input_tms=in_tms, tags=op_tags)
