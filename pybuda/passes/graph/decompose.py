@@ -813,7 +813,7 @@ def _lookup_onehot(rw, node, ids: str, rows: int, negative: bool) -> Optional[st
     # Without wrapping the digits do not depend on the rows: lookups of the same ids in other tables share them.
     attrs = {"rows": rows if negative else EMBEDDING_MAX_ROWS, "chunk": EMBEDDING_CHUNK, "wrap": bool(negative),
              "dim": at}
-    shared = rw.__dict__.setdefault("_lookup_digits", {})  # lookups of the same ids share one push
+    shared = rw.shared.setdefault("lookup_digits", {})  # lookups of the same ids share one push
     key = (root.name, tuple(sorted(attrs.items())))
     if key not in shared:
         shared[key] = rw.op(f"{root.name}.digits", "lookup_digits", [root.name], attrs)
