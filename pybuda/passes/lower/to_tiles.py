@@ -65,8 +65,8 @@ import numpy as np
 import torch
 
 from pybuda.errors import CompileError
-from pybuda.ir.graph import (CONSTANT, HOLDS_OPERAND, INPUT, JUNK_PADDED_INPUT, OP, PARAMETER, RUNTIME_UPDATED,
-                             NONFINITE_SAFE, SIGN_EXACT, WRITTEN_IN_PLACE, Graph, Node)
+from pybuda.ir.graph import (CARRIES_NONFINITE, CONSTANT, HOLDS_OPERAND, INPUT, JUNK_PADDED_INPUT, OP, PARAMETER,
+                             RUNTIME_UPDATED, NONFINITE_SAFE, SIGN_EXACT, WRITTEN_IN_PLACE, Graph, Node)
 from pybuda.ops import registry
 from pybuda.passes.lower import pickers
 from pybuda.perf import sparse as sparse_work
@@ -85,6 +85,7 @@ from pybuda.passes.graph.per_sample_ops import split_per_sample_ops
 from pybuda.passes.lower.conv import ConvPoolLowering
 from pybuda.passes.lower.movement import DataMovementLowering
 from pybuda.passes.lower.reduce import ReductionLowering
+from pybuda.passes.lower.specials import NonfiniteMoveLowering
 
 def lower_to_buda(graph: Graph, ctx: CompileContext) -> BudaGraph:
     """Lower the per-sample IR graph to backend ops (see the module docstring for every decision)."""
@@ -93,7 +94,7 @@ def lower_to_buda(graph: Graph, ctx: CompileContext) -> BudaGraph:
     return _Lowering(split_per_sample_ops(graph, ctx), ctx).run()
 
 
-class _Lowering(ConvPoolLowering, ReductionLowering, DataMovementLowering):
+class _Lowering(ConvPoolLowering, ReductionLowering, DataMovementLowering, NonfiniteMoveLowering):
     def __init__(self, graph: Graph, ctx: CompileContext):
         self.g = graph
         self.ctx = ctx
@@ -166,6 +167,8 @@ class _Lowering(ConvPoolLowering, ReductionLowering, DataMovementLowering):
                 "integer_values": not node.dtype.is_floating_point and node.dtype != torch.bool,
                 "exact_df": node.tags.get("exact_df"),  # an input only outputs read: kept as pushed
                 "value_range": node.tags.get("value_range")}
+        if node.tags.get(CARRIES_NONFINITE):
+            tags[CARRIES_NONFINITE] = True
         q = BudaQueue(node.name, "input", TileShape(1, z, tiles(r), tiles(c)),
                       original_shape=tags["framework_shape"], requires_grad=node.requires_grad, tags=tags)
         self.bg.add_queue(q)
@@ -180,7 +183,7 @@ class _Lowering(ConvPoolLowering, ReductionLowering, DataMovementLowering):
         value = self.g.tensors[node.name]
         kind = "parameter" if node.kind == PARAMETER else "constant"
         tags = {"device_shape": tuple(value.shape), "dtype": str(value.dtype).replace("torch.", "")}
-        for key in ("consteval", "exact_df"):  # exact_df: values that must keep a format (index tables)
+        for key in ("consteval", "exact_df", CARRIES_NONFINITE):  # exact_df: values that must keep a format
             if key in node.tags:
                 tags[key] = node.tags[key]
         # A value the runtime rewrites (trained weights, optimizer state) cannot have derived copies made at
@@ -291,7 +294,7 @@ class _Lowering(ConvPoolLowering, ReductionLowering, DataMovementLowering):
                    "ir_op_type": self.node.op_type if self.node is not None and self.node.kind == OP else None}
         if self.node is not None and self.node.tags.get("exact_df"):
             op_tags["exact_df"] = self.node.tags["exact_df"]
-        for tag in (SIGN_EXACT, NONFINITE_SAFE):
+        for tag in (SIGN_EXACT, NONFINITE_SAFE, CARRIES_NONFINITE):
             if self.node is not None and self.node.tags.get(tag):
                 op_tags[tag] = True
         op_tags.update(tags or {})
@@ -451,7 +454,8 @@ class _Lowering(ConvPoolLowering, ReductionLowering, DataMovementLowering):
 
         ``v`` presents ``k_r`` rows in one slice (z == 1, e.g. after ``vstack``), or in ``num_t`` slices (entry i
         of output slice ``out_t[i]`` then reads input slice ``out_t[i]``); ``out_t`` gives each entry's
-        output slice (``num_t`` slices of ``out_r`` rows)."""
+        output slice (``num_t`` slices of ``out_r`` rows). A copying picker of data that carries NaN or infinity
+        copies them (:mod:`pybuda.passes.lower.specials`)."""
         if v.z not in (1, num_t):
             raise self.err(f"internal: row picker on a value with z={v.z} for {num_t} output slices")
         out_rt, k_rt = tiles(out_r), tiles(k_r)
@@ -474,18 +478,31 @@ class _Lowering(ConvPoolLowering, ReductionLowering, DataMovementLowering):
         # the index entries price each layout's non-zero strips (pybuda.perf.sparse, num_nz_strips)
         tags = {"picker": "sparse", "min_fidelity": "HiFi2", sparse_work.ENTRIES_TAG: sp.tile_pairs,
                 sparse_work.DIGEST_TAG: sp.digest}
+
+        def pick(data: DVal, op_name: str, op_tags: dict) -> DVal:
+            return self.emit(op_name, "matmul", [(tiles_q, ()), (data, ()), (index_q, ())], (num_t, out_r, v.c),
+                             attrs, pad=(ZERO, v.pad_c), tags=op_tags)
+
         if _copies(out_rows, values, out_t, out_r):
             tags[COPIES_INPUT] = 1
-        return self.emit(name, "matmul", [(tiles_q, ()), (v, ()), (index_q, ())], (num_t, out_r, v.c), attrs,
-                         pad=(ZERO, v.pad_c), tags=tags)
+            if self.carries_nonfinite(v):
+                return self.copy_nonfinite(v, name, pick, tags)
+        return pick(v, name, tags)
 
     def _col_pick(self, v: DVal, name: str, sources: np.ndarray, key: Any = None) -> DVal:
         """Dense column picker: out col j = in col sources[j] (or zero when -1)."""
         p = pickers.column_picker(v.c, sources)
         q = self._const(("colpick", key if key is not None else (name, v.c, sources.tobytes())), f"{name}.colpick", p)
         extra = (Broadcast(dim="z", factor=v.z),) if v.z > 1 else ()
-        return self.emit(name, "matmul", [(v, ()), (q, extra)], (v.z, v.r, len(sources)), pad=(v.pad_r, ZERO),
-                         tags={"picker": "column", "min_fidelity": "HiFi3", COPIES_INPUT: 0})
+
+        def pick(data: DVal, op_name: str, op_tags: dict) -> DVal:
+            return self.emit(op_name, "matmul", [(data, ()), (q, extra)], (v.z, v.r, len(sources)),
+                             pad=(v.pad_r, ZERO), tags=op_tags)
+
+        tags = {"picker": "column", "min_fidelity": "HiFi3", COPIES_INPUT: 0}
+        if self.carries_nonfinite(v):
+            return self.copy_nonfinite(v, name, pick, tags)
+        return pick(v, name, tags)
 
     # --- elementwise ----------------------------------------------------------------------------------------
     def _unary(self, node: Node, v: DVal) -> DVal:
@@ -685,6 +702,15 @@ class _Lowering(ConvPoolLowering, ReductionLowering, DataMovementLowering):
         if "bias" in attrs and m % TILE:
             # The bias is broadcast to every row of its tile, padding rows included.
             pad_r = JUNK
+        data = self.one_hot_copy(node) if len(ops) == 2 else None
+        if data is not None and self.carries_nonfinite(inputs[data][0]):
+
+            def pick(dv: DVal, op_name: str, op_tags: dict) -> DVal:
+                picked = list(inputs)
+                picked[data] = (dv, inputs[data][1])
+                return self.emit(op_name, "matmul", picked, (z, m, n), attrs, pad=(pad_r, b.pad_c), tags=op_tags)
+
+            return self.copy_nonfinite(inputs[data][0], node.name, pick, {COPIES_INPUT: data})
         return self.emit(node.name, "matmul", inputs, (z, m, n), attrs, pad=(pad_r, b.pad_c))
 
     def _zero_rows(self, v: DVal) -> DVal:

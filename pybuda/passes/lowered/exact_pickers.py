@@ -18,7 +18,8 @@ pieces that each pass whole and copies every piece with the same picker constant
 The multiply by a one tile (HiFi4, the data through SrcA) keeps no more bits than a picker does (one that would
 keep fewer, a one-hot matmul at LoFi, copies at HiFi4), so each truncated piece passes whole, and three pieces
 leave a last residual of at most 4 significant bits. (An infinity is not copied by any picker: the matrix unit
-multiplies it by the picker's zeros, which makes NaN.)
+multiplies it by the picker's zeros, which makes NaN. Data that may hold NaN or infinity is split before this pass
+into a finite part, which this pass then copies in pieces, and a code of its specials: pybuda.passes.lower.specials.)
 
 Pickers whose every reader truncates the value as much again (a conv's im2col picker read by the conv's
 matmul) are left alone, as are pickers of data that is exact already (Float16_b and block-float data, the

@@ -1,0 +1,141 @@
+"""Copying pickers that carry NaN and +-inf exactly (a mixin of the lowering pass).
+
+A picker matmul copies a datum by multiplying it by 1 and every other datum of its row or column by 0; the matrix
+unit makes NaN of ``0 * inf``, so one NaN or infinity in the data makes NaN of every output the picker computes
+from its tile row or column (``x[:, 3:40:2, 5:37]`` of a 48x48 mask of ``-inf``: 576 wrong values of 608). A
+copying picker (one 1 per output, :data:`~pybuda.passes.lowered.exact_pickers.COPIES_INPUT`) whose data may hold
+them (``CARRIES_NONFINITE``, :func:`pybuda.passes.graph.nonfinite.mark_nonfinite_carriers`) instead copies two
+finite channels with the same picker constants and rebuilds the specials after::
+
+    d  = x - x                  0 where x is finite, NaN where it is not
+    xf = heaviside(d, x)        x where finite, 0 elsewhere (heaviside steps NaN to 0, picks its 2nd operand at 0)
+    c  = heaviside(0 - heaviside(d, 1), 3 - 2 heaviside(x, 0) - heaviside(0 - x, 0))
+                                0 finite, 1 +inf, 2 -inf, 3 NaN (the code of x where it is not finite, else 0)
+
+    P(xf), P(c)                 both finite: the picker copies them (P(c) exactly: small integers)
+    t = P(c) - 2,  h = heaviside(t, 1),  B = h - 1,  A = (t - h) - B
+                                A is 0 at +inf and NaN, B at -inf and NaN, both -1 or -2 elsewhere
+    out = P(xf) + heaviside(A, +inf) + heaviside(B, -inf)   (+inf + -inf: NaN)
+
+Every op is an elementwise subtract, add or heaviside of the device-op table, whose golden kernels are IEEE's (no
+multiply: the multiplier's fidelity never touches the data); the ops are tagged ``NONFINITE_SAFE``, so they keep
+Float16_b or Float32, which hold NaN and infinity, and the ``+-inf`` fill constants are Float16_b. Outputs nobody
+picks (a zero column of the picker, tile padding) decode as 0, and padding holding junk infinities is copied as
+zeros. Float32 data: the finite channel's picker keeps ``COPIES_INPUT``, so :mod:`~pybuda.passes.lowered.exact_pickers`
+still copies it in exact pieces; the code channel's does not (its values are exact in any format).
+
+Cost: 20 elementwise ops (fused by :mod:`~pybuda.passes.lowered.fuse_ops`) and one more picker per picker, and
+nothing in a graph where no value carries NaN or infinity: the netlists of ordinary models do not change. The
+im2col picker of a convolution or a max pool copies too (the convolution then multiplies the infinities as torch
+does, and a max pool takes their maximum); pickers that sum or scale (an average pool, a reduction) are left alone:
+their matmul multiplies the data as torch's sum does, except by the zeros.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Callable, Dict, List, Optional, Union
+
+import torch
+
+from pybuda.ir.graph import CARRIES_NONFINITE, CONSTANT, NONFINITE_SAFE, Node
+from pybuda.netlist.host_io import tiles
+from pybuda.netlist.tms import TM, Broadcast
+from pybuda.passes.lower.common import DVal
+from pybuda.passes.lowered.exact_pickers import COPIES_INPUT
+
+#: Tag on the ops that carry a picker's NaNs and infinities: the name of the picker.
+NONFINITE_PART = "nonfinite_part"
+#: The code of a NaN (0 finite, 1 +inf, 2 -inf).
+_NAN = 3.0
+
+Operand = Union[DVal, float]
+
+
+class NonfiniteMoveLowering:
+    """Methods of the lowering pass that make a copying picker carry NaN and infinity (see the module docstring)."""
+
+    def carries_nonfinite(self, v: DVal) -> bool:
+        """Whether ``v``'s producer (op or queue) is tagged ``CARRIES_NONFINITE``."""
+        if v.src in self.bg.ops:
+            return bool(self.bg.ops[v.src].tags.get(CARRIES_NONFINITE))
+        if v.src in self.pending:
+            return bool(self.pending[v.src][2].get(CARRIES_NONFINITE))
+        q = self.bg.queues.get(v.src)
+        return q is not None and bool(q.tags.get(CARRIES_NONFINITE))
+
+    def copy_nonfinite(self, v: DVal, name: str, pick: Callable[[DVal, str, Dict], DVal], tags: Dict) -> DVal:
+        """The copying picker ``pick(data, name, tags)`` applied to ``v`` so that NaN and infinity come through."""
+        xf, code = self._encode_nonfinite(v, name)
+        finite = pick(xf, f"{name}.finite", {**tags, NONFINITE_PART: name})
+        # The codes are exact in any format: a picker tag keeps exact_pickers from copying them in pieces.
+        code_tags = {k: val for k, val in tags.items() if k != COPIES_INPUT}
+        code_tags.setdefault("picker", "one_hot")
+        codes = pick(code, f"{name}.codes", {**code_tags, NONFINITE_PART: name})
+        return self._decode_nonfinite(finite, codes, name)
+
+    def one_hot_copy(self, node: Node) -> Optional[int]:
+        """The operand a two-operand IR matmul ``node`` copies, or None: the other operand is a constant one-hot
+        selection matrix (a flip, a gather by a constant permutation: :func:`pybuda.frontend.aten_shape.const_gather`),
+        ``x @ S`` with at most one 1 in each column of ``S`` or ``S @ x`` with at most one in each row."""
+        for const, data in ((1, 0), (0, 1)):
+            leaf = self.g[node.operands[const]]
+            matrix = self.g.tensors.get(leaf.name) if leaf.kind == CONSTANT else None
+            if matrix is None or matrix.dim() < 2 or not matrix.dtype.is_floating_point:
+                continue
+            if bool(((matrix == 0) | (matrix == 1)).all()) and \
+                    int((matrix != 0).sum(dim=-2 if const == 1 else -1).max()) <= 1:
+                return data
+        return None
+
+    # --- the two channels ----------------------------------------------------------------------------------------
+    def _encode_nonfinite(self, v: DVal, name: str):
+        """(xf, c) of ``v``: its finite part and the code of its NaNs and infinities (see the module docstring)."""
+        op = self._nonfinite_op
+        d = op(f"{name}.nf_self_diff", "subtract", v, v, v)
+        xf = op(f"{name}.nf_finite", "heaviside", d, v, v)
+        finite = op(f"{name}.nf_is_finite", "heaviside", d, 1.0, v)
+        special = op(f"{name}.nf_special", "subtract", 0.0, finite, v)  # 0 where x is not finite, -1 elsewhere
+        pos = op(f"{name}.nf_pos", "heaviside", v, 0.0, v)  # 1 at +inf, 0 at -inf and NaN
+        neg = op(f"{name}.nf_neg", "heaviside", op(f"{name}.nf_minus", "subtract", 0.0, v, v), 0.0, v)  # 1 at -inf
+        code = op(f"{name}.nf_code_a", "subtract", _NAN, pos, v)
+        code = op(f"{name}.nf_code_b", "subtract", code, pos, v)
+        code = op(f"{name}.nf_code_c", "subtract", code, neg, v)
+        return xf, op(f"{name}.nf_code", "heaviside", special, code, v)
+
+    def _decode_nonfinite(self, finite: DVal, codes: DVal, name: str) -> DVal:
+        """``finite`` with the NaNs and infinities ``codes`` name put back (see the module docstring)."""
+        op = self._nonfinite_op
+        t = op(f"{name}.nf_t", "subtract", codes, 2.0, finite)  # -2 finite, -1 +inf, 0 -inf, 1 NaN
+        h = op(f"{name}.nf_h", "heaviside", t, 1.0, finite)  # 1 at -inf and NaN
+        b = op(f"{name}.nf_b", "subtract", h, 1.0, finite)  # 0 at -inf and NaN
+        u = op(f"{name}.nf_u", "subtract", t, h, finite)
+        a = op(f"{name}.nf_a", "subtract", u, b, finite)  # 0 at +inf and NaN
+        pos = op(f"{name}.nf_pos", "heaviside", a, float("inf"), finite)
+        neg = op(f"{name}.nf_neg_inf", "heaviside", b, -float("inf"), finite)
+        out = op(f"{name}.nf_sum", "add", finite, pos, finite)
+        return op(name, "add", out, neg, finite)
+
+    def _nonfinite_op(self, name: str, kind: str, a: Operand, b: Operand, like: DVal) -> DVal:
+        """Elementwise ``kind`` of ``a`` and ``b`` (a value, or a number filled over ``like``'s shape)."""
+        inputs = [self._nonfinite_operand(x, like) for x in (a, b)]
+        return self.emit(name, kind, inputs, (like.z, like.r, like.c), pad=(like.pad_r, like.pad_c),
+                         layout=like.layout, spatial=like.spatial, tags={NONFINITE_SAFE: True, NONFINITE_PART: name})
+
+    def _nonfinite_operand(self, x: Operand, like: DVal):
+        """An operand of :meth:`_nonfinite_op`: a value as it is, or a number as one Float16_b tile of it broadcast
+        over ``like`` (Float16_b holds the small codes and the infinities)."""
+        if isinstance(x, DVal):
+            return (x, ())
+        key = ("nonfinite_fill", x)
+        label = ("neg_inf" if x < 0 else "inf") if math.isinf(x) else str(int(x))
+        fill = self._const(key, f"nonfinite_fill_{label}", torch.full((32, 32), x),
+                           {"exact_df": "Float16_b"})
+        tms: List[TM] = []
+        if like.z > 1:
+            tms.append(Broadcast(dim="z", factor=like.z))
+        if tiles(like.r) > 1:
+            tms.append(Broadcast(dim="r", factor=tiles(like.r)))
+        if tiles(like.c) > 1:
+            tms.append(Broadcast(dim="c", factor=tiles(like.c)))
+        return (fill, tuple(tms))
