@@ -126,3 +126,31 @@ def test_nan_tests_of_moved_data(arch):
     assert tt.cpu_fallback_device_pre is None
     for g, w in zip(got, NanTestsOfMoves()(x)):
         assert torch.equal(g, w), int((g != w).sum())
+
+
+class SliceOrExp(torch.nn.Module):
+    def __init__(self, slice_it: bool):
+        super().__init__()
+        self.slice_it = slice_it
+
+    def forward(self, x):
+        return x[:, 3:20] * 2.0 if self.slice_it else torch.exp(x) * 2.0
+
+
+def test_an_infinity_pushed_into_moves_compiled_for_finite_values_is_refused():
+    """Compiled for a finite sample, a slice would make whole rows NaN of a later push's infinity: the host refuses
+    that push (InputError, never a wrong value); an elementwise model takes it."""
+    configure(None)
+    x = torch.randn(1, 48, 40, generator=torch.Generator().manual_seed(3))
+    tt = pybuda.TTDevice("tt0", module=pybuda.PyTorchModule("moves", SliceOrExp(True).eval()),
+                         arch=pybuda.BackendDevice.Wormhole_B0)
+    pybuda.run_inference(inputs=[(x,)]).get()
+    x[0, 4, 4] = float("inf")
+    with pytest.raises(pybuda.errors.InputError, match="NaN or infinite"):
+        pybuda.run_inference(inputs=[(x,)]).get()
+    del tt
+    pybuda.pybuda_reset()
+    pybuda.TTDevice("tt0", module=pybuda.PyTorchModule("exp", SliceOrExp(False).eval()),
+                    arch=pybuda.BackendDevice.Wormhole_B0)
+    got = pybuda.run_inference(inputs=[(x,)]).get()[0].value()
+    assert torch.isinf(got[0, 4, 4]) and int(torch.isinf(got).sum()) == 1

@@ -108,3 +108,15 @@ def test_compile_notes_count_the_carriers():
     assert compile_graph(graph, "wh_n150").notes["nonfinite_carriers"] > 0
     graph = module_to_graph(PyTorchModule("m", _Slice().eval()), [torch.randn(1, 48, 40)]).graph
     assert compile_graph(graph, "wh_n150").notes["nonfinite_carriers"] == 0
+
+
+def test_inputs_reaching_an_uncarried_picker_are_finite_only():
+    from pybuda.netlist.host_io import QueueIO, queue_io
+
+    _, bg = _lowered(_Slice(), torch.randn(1, 48, 40))  # a finite sample: the slice does not carry
+    rec = queue_io(bg.queues[bg.input_order[0]])
+    assert rec.finite_only and QueueIO.from_dict(rec.to_dict()).finite_only
+    _, bg = _lowered(_Slice(), _special())  # carried: any value may be pushed
+    assert not queue_io(bg.queues[bg.input_order[0]]).finite_only
+    _, bg = _lowered(_Compared(), torch.randn(1, 48, 40))  # the slice reads where's result, made from x
+    assert queue_io(bg.queues[bg.input_order[0]]).finite_only

@@ -46,6 +46,11 @@ from pybuda.passes.lowered.exact_pickers import COPIES_INPUT
 
 #: Tag on the ops that carry a picker's NaNs and infinities: the name of the picker.
 NONFINITE_PART = "nonfinite_part"
+#: Tag on an IR matmul's lowered op whose constant operand is a one-hot selection: the index of the data it copies.
+ONE_HOT_COPY = "one_hot_copy"
+#: Tag on an input queue whose NaNs and infinities would reach a picker that does not carry them: the host refuses
+#: a push holding one (:class:`pybuda.netlist.host_io.QueueIO` ``finite_only``).
+FINITE_ONLY = "finite_only"
 #: The code of a NaN (0 finite, 1 +inf, 2 -inf).
 _NAN = 3.0
 
@@ -87,6 +92,35 @@ class NonfiniteMoveLowering:
                     int((matrix != 0).sum(dim=-2 if const == 1 else -1).max()) <= 1:
                 return data
         return None
+
+    def mark_finite_only_inputs(self) -> None:
+        """Tag ``FINITE_ONLY`` each float input queue, not carried, from which a NaN or infinity can reach the data
+        input of a picker that multiplies it by zeros (a sparse row picker, a column picker, a one-hot matmul):
+        the compiled model was made for finite values there (its sample held none), and the host refuses a push
+        that would come back wrong. The walk goes through every op except those whose values are integers (a
+        comparison's 0/1 result holds no NaN)."""
+        from pybuda.passes.graph.nonfinite import may_be_nonfinite
+
+        readers = self.bg.reader_map()
+        memo: Dict = {}
+        for name in self.bg.input_order:
+            q = self.bg.queues[name]
+            if q.tags.get(CARRIES_NONFINITE) or q.tags.get("integer_values") or q.tags.get("dtype") == "bool":
+                continue
+            seen, stack = set(), [name]
+            while stack and not q.tags.get(FINITE_ONLY):
+                src = stack.pop()
+                for reader in readers.get(src, ()):
+                    op = self.bg.ops.get(reader)
+                    if op is None or reader in seen:
+                        continue
+                    seen.add(reader)
+                    if any(n == src and _zeroes_input(op, i) for i, n in enumerate(op.inputs)):
+                        q.tags[FINITE_ONLY] = True
+                        break
+                    node = op.tags.get("ir_node")
+                    if node is None or node not in self.g.nodes or may_be_nonfinite(self.g, node, memo):
+                        stack.append(reader)
 
     # --- the two channels ----------------------------------------------------------------------------------------
     def _encode_nonfinite(self, v: DVal, name: str):
@@ -139,3 +173,15 @@ class NonfiniteMoveLowering:
         if tiles(like.c) > 1:
             tms.append(Broadcast(dim="c", factor=tiles(like.c)))
         return (fill, tuple(tms))
+
+
+def _zeroes_input(op, index: int) -> bool:
+    """Whether ``op`` multiplies its input ``index`` by the zeros of a picker: the data of a sparse row picker (input
+    1 of an ``identity`` matmul), of a column picker (input 0) or of a matmul with a one-hot constant."""
+    if op.type != "matmul" or op.tags.get(NONFINITE_PART):
+        return False
+    if op.attrs.get("identity"):
+        return index == 1
+    if op.tags.get("picker") == "column":
+        return index == 0
+    return op.tags.get(ONE_HOT_COPY) == index

@@ -85,7 +85,7 @@ from pybuda.passes.graph.per_sample_ops import split_per_sample_ops
 from pybuda.passes.lower.conv import ConvPoolLowering
 from pybuda.passes.lower.movement import DataMovementLowering
 from pybuda.passes.lower.reduce import ReductionLowering
-from pybuda.passes.lower.specials import NonfiniteMoveLowering
+from pybuda.passes.lower.specials import ONE_HOT_COPY, NonfiniteMoveLowering
 
 def lower_to_buda(graph: Graph, ctx: CompileContext) -> BudaGraph:
     """Lower the per-sample IR graph to backend ops (see the module docstring for every decision)."""
@@ -129,6 +129,7 @@ class _Lowering(ConvPoolLowering, ReductionLowering, DataMovementLowering, Nonfi
             self._output(node)
         self.node = None
         self._unshare_output_producers()
+        self.mark_finite_only_inputs()
         return self.bg
 
     def _unshare_output_producers(self) -> None:
@@ -711,7 +712,8 @@ class _Lowering(ConvPoolLowering, ReductionLowering, DataMovementLowering, Nonfi
                 return self.emit(op_name, "matmul", picked, (z, m, n), attrs, pad=(pad_r, b.pad_c), tags=op_tags)
 
             return self.copy_nonfinite(inputs[data][0], node.name, pick, {COPIES_INPUT: data})
-        return self.emit(node.name, "matmul", inputs, (z, m, n), attrs, pad=(pad_r, b.pad_c))
+        return self.emit(node.name, "matmul", inputs, (z, m, n), attrs, pad=(pad_r, b.pad_c),
+                         tags={ONE_HOT_COPY: data} if data is not None else None)
 
     def _zero_rows(self, v: DVal) -> DVal:
         mask = self._const(("row_mask", v.r), f"row_mask_{v.r}", pickers.row_mask(v.r))
