@@ -198,16 +198,17 @@ def _check_value_range(rec: Any, value: torch.Tensor) -> None:
 
 
 def _check_finite(rec: Any, value: torch.Tensor) -> None:
-    """Refuse NaN or infinity pushed to an input whose data movement was compiled for finite values (``finite_only``,
+    """Refuse NaN or infinity pushed to an input whose data movement does not carry them (``finite_only``,
     pybuda.passes.lower.specials): a picker multiplies them by its zeros, and whole rows would come back NaN."""
     if not getattr(rec, "finite_only", False) or not value.dtype.is_floating_point or not value.numel():
         return
     bad = ~torch.isfinite(value)
     if bool(bad.any()):
         first = float(value[bad].flatten()[0])
-        raise InputError(f"input '{rec.name}' holds {int(bad.sum())} NaN or infinite value(s) (first: {first}); the "
-                         f"model was compiled for a sample without them, and its data movement (slices, gathers, windows of a "
-                         f"convolution, concatenations) would not carry them exactly: compile with a sample that holds them")
+        raise InputError(f"input '{rec.name}' holds {int(bad.sum())} NaN or infinite value(s) (first: {first}), which "
+                         f"the compiled model's data movement (slices, gathers, concatenations, windows of a "
+                         f"convolution or pool) would not carry exactly: a picker matmul multiplies them by its zeros. "
+                         f"Where the compile sample held none, compile with a sample that holds them")
 
 
 def _tensor(tensors: Mapping[str, torch.Tensor], key: Any, what: str) -> torch.Tensor:

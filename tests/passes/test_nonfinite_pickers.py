@@ -7,6 +7,7 @@ import torch
 from pybuda.compile import compile_graph, module_to_graph
 from pybuda.ir.graph import CARRIES_NONFINITE, SAMPLE_NONFINITE
 from pybuda.module import PyTorchModule
+from pybuda.netlist.host_io import QueueIO, queue_io
 from pybuda.passes.graph.nonfinite import hold_nonfinite, mark_nonfinite_carriers
 from pybuda.passes.lower.specials import NONFINITE_PART
 from pybuda.passes.lower.to_tiles import lower_to_buda
@@ -111,12 +112,42 @@ def test_compile_notes_count_the_carriers():
 
 
 def test_inputs_reaching_an_uncarried_picker_are_finite_only():
-    from pybuda.netlist.host_io import QueueIO, queue_io
-
     _, bg = _lowered(_Slice(), torch.randn(1, 48, 40))  # a finite sample: the slice does not carry
     rec = queue_io(bg.queues[bg.input_order[0]])
     assert rec.finite_only and QueueIO.from_dict(rec.to_dict()).finite_only
     _, bg = _lowered(_Slice(), _special())  # carried: any value may be pushed
     assert not queue_io(bg.queues[bg.input_order[0]]).finite_only
     _, bg = _lowered(_Compared(), torch.randn(1, 48, 40))  # the slice reads where's result, made from x
+    assert queue_io(bg.queues[bg.input_order[0]]).finite_only
+
+
+class _Strided(torch.nn.Module):
+    def forward(self, x):
+        return x[:, 3:40:2, 5:37] * 2.0
+
+
+def test_chained_pickers_decode_once():
+    """Rows, then columns: the column pickers read the row pickers' two channels; one encode, one decode."""
+    x = _special()
+    _, bg = _lowered(_Strided(), x)
+    parts = _parts(bg)
+    assert len([op for op in bg.ops.values() if op.type == "matmul"]) == 4
+    assert len([op for op in parts if op.type != "matmul"]) == 20
+    got = evaluate_buda_graph(bg, {bg.input_order[0]: x})[bg.output_order[0]]
+    want = _Strided()(x)
+    assert torch.equal(torch.isnan(got), torch.isnan(want))
+    assert torch.equal(got.nan_to_num(), want.nan_to_num())
+
+
+class _Pool(torch.nn.Module):
+    def forward(self, x):
+        return torch.nn.functional.avg_pool2d(x, 2)
+
+
+def test_a_carried_input_reaching_a_summing_picker_is_finite_only():
+    """An average pool's picker sums (no copy to carry): NaN would spread to its window's tile neighbours."""
+    x = torch.randn(1, 4, 16, 16)
+    x[0, 1, 3, 3] = float("inf")
+    graph, bg = _lowered(_Pool(), x)
+    assert graph.inputs[0].tags.get(CARRIES_NONFINITE)
     assert queue_io(bg.queues[bg.input_order[0]]).finite_only

@@ -19,21 +19,27 @@ finite channels with the same picker constants and rebuilds the specials after::
 
 Every op is an elementwise subtract, add or heaviside of the device-op table, whose golden kernels are IEEE's (no
 multiply: the multiplier's fidelity never touches the data); the ops are tagged ``NONFINITE_SAFE``, so they keep
-Float16_b or Float32, which hold NaN and infinity, and the ``+-inf`` fill constants are Float16_b. Outputs nobody
-picks (a zero column of the picker, tile padding) decode as 0, and padding holding junk infinities is copied as
-zeros. Float32 data: the finite channel's picker keeps ``COPIES_INPUT``, so :mod:`~pybuda.passes.lowered.exact_pickers`
-still copies it in exact pieces; the code channel's does not (its values are exact in any format).
+Float16_b or Float32, which hold NaN and infinity, and the ``+-inf`` fill constants are Float16_b. Nothing depends
+on the Dest format's rounding (Grayskull's Float16_b Dest rounds ``xf``, as it rounds the picker's result anyway):
+where x is finite only heaviside's selection counts, and the codes are small integers. Outputs nobody picks (a zero
+column of the picker, tile padding) decode as 0, and padding holding junk infinities is copied as zeros. Float32
+data: the finite channel's picker keeps ``COPIES_INPUT``, so :mod:`~pybuda.passes.lowered.exact_pickers` still
+copies it in exact pieces; the code channel's does not (its values are exact in any format).
 
-Cost: 20 elementwise ops (fused by :mod:`~pybuda.passes.lowered.fuse_ops`) and one more picker per picker, and
-nothing in a graph where no value carries NaN or infinity: the netlists of ordinary models do not change. The
-im2col picker of a convolution or a max pool copies too (the convolution then multiplies the infinities as torch
-does, and a max pool takes their maximum); pickers that sum or scale (an average pool, a reduction) are left alone:
-their matmul multiplies the data as torch's sum does, except by the zeros.
+Cost: 20 elementwise ops (11 to encode, 9 to decode; fusion makes about 8 ops of them) and one more picker per
+picker, and nothing in a graph where no value carries NaN or infinity: the netlists of ordinary models do not change.
+A picker reading another one's result (rows, then columns) picks its two channels: one encode and one decode per
+chain. The im2col picker of a convolution or a max pool copies too (the convolution then multiplies the infinities
+as torch does, and a max pool takes their maximum). Pickers that sum or scale (an average pool, a sum over a leading
+dim) are left alone, as are pickers of values not carried (:func:`~pybuda.passes.graph.nonfinite.mark_nonfinite_carriers`):
+an input from which a NaN or infinity would reach one is ``FINITE_ONLY``, and the host refuses a push holding one
+(:meth:`NonfiniteMoveLowering.mark_finite_only_inputs`).
 """
 
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 from typing import Callable, Dict, List, Optional, Union
 
 import torch
@@ -70,14 +76,39 @@ class NonfiniteMoveLowering:
         return q is not None and bool(q.tags.get(CARRIES_NONFINITE))
 
     def copy_nonfinite(self, v: DVal, name: str, pick: Callable[[DVal, str, Dict], DVal], tags: Dict) -> DVal:
-        """The copying picker ``pick(data, name, tags)`` applied to ``v`` so that NaN and infinity come through."""
-        xf, code = self._encode_nonfinite(v, name)
+        """The copying picker ``pick(data, name, tags)`` applied to ``v`` so that NaN and infinity come through.
+
+        ``v`` read from another such picker (a strided slice: rows, then columns) is picked from that picker's two
+        channels, with ``v``'s TMs: the specials are decoded once, after the last picker (the decode of the first
+        is dropped when nothing else reads it, :meth:`drop_unread_nonfinite_parts`)."""
+        pairs = self.cache.setdefault(("nonfinite_pairs",), {})
+        pair = pairs.get(v.src)
+        if pair is not None:
+            xf, code = replace(v, src=pair[0].src), replace(v, src=pair[1].src)
+        else:
+            xf, code = self._encode_nonfinite(v, name)
         finite = pick(xf, f"{name}.finite", {**tags, NONFINITE_PART: name})
         # The codes are exact in any format: a picker tag keeps exact_pickers from copying them in pieces.
         code_tags = {k: val for k, val in tags.items() if k != COPIES_INPUT}
         code_tags.setdefault("picker", "one_hot")
         codes = pick(code, f"{name}.codes", {**code_tags, NONFINITE_PART: name})
-        return self._decode_nonfinite(finite, codes, name)
+        out = self._decode_nonfinite(finite, codes, name)
+        pairs[out.src] = (finite, codes)
+        return out
+
+    def drop_unread_nonfinite_parts(self) -> None:
+        """Remove the ops and fill constants of :meth:`copy_nonfinite` that nothing reads (the decode of a picker
+        whose only reader was another such picker)."""
+        while True:
+            readers = self.bg.reader_map()
+            unread = [n for n, op in self.bg.ops.items() if NONFINITE_PART in op.tags and not readers.get(n)]
+            unread += [n for n, q in self.bg.queues.items() if NONFINITE_PART in q.tags and not readers.get(n)]
+            if not unread:
+                return
+            for n in unread:
+                self.bg.ops.pop(n, None)
+                if self.bg.queues.pop(n, None) is not None:
+                    self.bg.tensors.pop(n, None)
 
     def one_hot_copy(self, node: Node) -> Optional[int]:
         """The operand a two-operand IR matmul ``node`` copies, or None: the other operand is a constant one-hot
@@ -94,10 +125,10 @@ class NonfiniteMoveLowering:
         return None
 
     def mark_finite_only_inputs(self) -> None:
-        """Tag ``FINITE_ONLY`` each float input queue, not carried, from which a NaN or infinity can reach the data
-        input of a picker that multiplies it by zeros (a sparse row picker, a column picker, a one-hot matmul):
-        the compiled model was made for finite values there (its sample held none), and the host refuses a push
-        that would come back wrong. The walk goes through every op except those whose values are integers (a
+        """Tag ``FINITE_ONLY`` each float input queue from which a NaN or infinity can reach the data input of a
+        picker that multiplies it by zeros and does not carry it (a sparse row picker, a column picker, a one-hot
+        matmul: all of them where the input is not carried, one that sums or scales where it is): the host refuses
+        a push that would come back wrong. The walk goes through every op except those whose values are integers (a
         comparison's 0/1 result holds no NaN)."""
         from pybuda.passes.graph.nonfinite import may_be_nonfinite
 
@@ -105,7 +136,7 @@ class NonfiniteMoveLowering:
         memo: Dict = {}
         for name in self.bg.input_order:
             q = self.bg.queues[name]
-            if q.tags.get(CARRIES_NONFINITE) or q.tags.get("integer_values") or q.tags.get("dtype") == "bool":
+            if q.tags.get("integer_values") or q.tags.get("dtype") == "bool":
                 continue
             seen, stack = set(), [name]
             while stack and not q.tags.get(FINITE_ONLY):
@@ -164,7 +195,7 @@ class NonfiniteMoveLowering:
         key = ("nonfinite_fill", x)
         label = ("neg_inf" if x < 0 else "inf") if math.isinf(x) else str(int(x))
         fill = self._const(key, f"nonfinite_fill_{label}", torch.full((32, 32), x),
-                           {"exact_df": "Float16_b"})
+                           {"exact_df": "Float16_b", NONFINITE_PART: "fill"})
         tms: List[TM] = []
         if like.z > 1:
             tms.append(Broadcast(dim="z", factor=like.z))

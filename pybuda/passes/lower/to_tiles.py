@@ -129,6 +129,7 @@ class _Lowering(ConvPoolLowering, ReductionLowering, DataMovementLowering, Nonfi
             self._output(node)
         self.node = None
         self._unshare_output_producers()
+        self.drop_unread_nonfinite_parts()
         self.mark_finite_only_inputs()
         return self.bg
 
