@@ -27,7 +27,7 @@ pickers pay for it (``CARRIES_NONFINITE``): those downstream (through every op t
 :func:`may_be_nonfinite`) of
 
 - a graph input whose compile sample held a NaN or an infinity (``SAMPLE_NONFINITE``: an attention mask of
-  ``-inf``), a parameter or constant holding one;
+  ``-inf``), a constant holding one (a registered mask buffer);
 - a value a NaN/infinity test reads, directly or through the ops between (the values :func:`hold_nonfinite` walks
   up from a test): a model that asks ``isnan(x)`` expects ``x`` to hold NaNs.
 
@@ -37,7 +37,14 @@ concatenation; a model whose inputs and weights are finite and that never tests 
 by overflowing or dividing by zero, where its results are wrong already. The NaN and infinity a model holds on
 purpose come from its inputs and constants (masks, fill values) or are tested for, and those are carried. A value a
 comparison reads is not a source (``x > 0`` asks for the sign of ordinary data), nor one a ``where`` selects from:
-the decomposition replaces an infinite fill by a finite stand-in already (pybuda.passes.graph.decompose).
+the decomposition replaces an infinite fill by a finite stand-in already (pybuda.passes.graph.decompose). Weights
+(parameters) are taken to be finite: one holding an infinity makes NaN of every matmul reading it, and scanning
+every weight would cost BERT-Large's compile a pass over 340M values.
+
+Every other picker is compiled for finite values, and the host refuses a push of NaN or infinity into an input from
+which one would reach such a picker (``FINITE_ONLY``, :mod:`pybuda.passes.lower.specials`), so a NaN or infinity
+from an input never comes back as wrong values without an error, whatever the compile sample held. What is left
+unprotected is a NaN or infinity made inside an untested model (an overflow, ``log(0)``) on its way to a picker.
 """
 
 from __future__ import annotations
@@ -115,7 +122,7 @@ def hold_nonfinite(graph: Graph, ctx: CompileContext) -> Graph:
 
 def mark_nonfinite_carriers(graph: Graph, ctx: CompileContext) -> Graph:
     """Tag ``CARRIES_NONFINITE`` every value downstream of a NaN or infinity the model holds on purpose (see the
-    module docstring): inputs tagged ``SAMPLE_NONFINITE``, parameters and constants holding one, and the values
+    module docstring): inputs tagged ``SAMPLE_NONFINITE``, constants holding one, and the values
     :func:`hold_nonfinite` tagged upstream of a NaN/infinity test (run it first). Returns ``graph`` (tagged in
     place); ``ctx.notes["nonfinite_carriers"]`` counts the tagged nodes."""
     memo: Dict = {}
@@ -125,7 +132,7 @@ def mark_nonfinite_carriers(graph: Graph, ctx: CompileContext) -> Graph:
             carries = True
         elif node.kind == INPUT:
             carries = bool(node.tags.get(SAMPLE_NONFINITE))
-        elif node.kind in (PARAMETER, CONSTANT):
+        elif node.kind == CONSTANT:
             value = graph.tensors.get(node.name)
             carries = value is not None and value.dtype.is_floating_point and not bool(torch.isfinite(value).all())
         elif node.kind == OP:
