@@ -151,3 +151,20 @@ def test_a_carried_input_reaching_a_summing_picker_is_finite_only():
     graph, bg = _lowered(_Pool(), x)
     assert graph.inputs[0].tags.get(CARRIES_NONFINITE)
     assert queue_io(bg.queues[bg.input_order[0]]).finite_only
+
+
+class _Gather(torch.nn.Module):
+    def forward(self, x):
+        return torch.cat([x, x[:, :7]], 1) * 2.0, x[:, torch.tensor([5, 3, 40, 1, 47, 0, 33, 34, 12, 12, 7])]
+
+
+def test_the_parts_of_a_gather_are_summed_by_channel_and_decoded_once():
+    x = _special()
+    _, bg = _lowered(_Gather(), x)
+    decodes = [op for op in bg.ops.values() if op.name.endswith(".nf_t")]
+    assert len(decodes) == 2  # one per output, however many pickers each sums
+    outs = evaluate_buda_graph(bg, {bg.input_order[0]: x})
+    for name, want in zip(bg.output_order, _Gather()(x)):
+        got = outs[name]
+        assert torch.equal(torch.isnan(got), torch.isnan(want))
+        assert torch.equal(got.nan_to_num(), want.nan_to_num())

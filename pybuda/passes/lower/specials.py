@@ -28,8 +28,9 @@ copies it in exact pieces; the code channel's does not (its values are exact in 
 
 Cost: 20 elementwise ops (11 to encode, 9 to decode; fusion makes about 8 ops of them) and one more picker per
 picker, and nothing in a graph where no value carries NaN or infinity: the netlists of ordinary models do not change.
-A picker reading another one's result (rows, then columns) picks its two channels: one encode and one decode per
-chain. The im2col picker of a convolution or a max pool copies too (the convolution then multiplies the infinities
+A picker reading another one's result (rows, then columns) picks its two channels, a value read by several pickers is
+encoded once, and the parts of a gather (pickers whose results are summed, each zero where another writes) are summed
+channel by channel (the codes of disjoint parts add up to the code): one encode and one decode per chain or gather. The im2col picker of a convolution or a max pool copies too (the convolution then multiplies the infinities
 as torch does, and a max pool takes their maximum). Pickers that sum or scale (an average pool, a sum over a leading
 dim) are left alone, as are pickers of values not carried (:func:`~pybuda.passes.graph.nonfinite.mark_nonfinite_carriers`):
 an input from which a NaN or infinity would reach one is ``FINITE_ONLY``, and the host refuses a push holding one
@@ -41,7 +42,7 @@ from __future__ import annotations
 import math
 from dataclasses import replace
 from functools import partial
-from typing import Callable, Dict, List, Optional, Union
+from typing import Callable, Dict, List, Optional, Tuple, Union
 
 import torch
 
@@ -86,8 +87,11 @@ class NonfiniteMoveLowering:
         pair = pairs.get(v.src)
         if pair is not None:
             xf, code = replace(v, src=pair[0].src), replace(v, src=pair[1].src)
-        else:
-            xf, code = self._encode_nonfinite(v, name)
+        else:  # one encoding of a value however many pickers read it (the parts of a concatenation)
+            key = ("nonfinite_encode", v.src, v.tms, v.z, v.r, v.c)
+            if key not in self.cache:
+                self.cache[key] = self._encode_nonfinite(v, name)
+            xf, code = self.cache[key]
         finite = pick(xf, f"{name}.finite", {**tags, NONFINITE_PART: name})
         # The codes are exact in any format: a picker tag keeps exact_pickers from copying them in pieces.
         code_tags = {k: val for k, val in tags.items() if k != COPIES_INPUT}
@@ -95,6 +99,25 @@ class NonfiniteMoveLowering:
         codes = pick(code, f"{name}.codes", {**code_tags, NONFINITE_PART: name})
         out = self._decode_nonfinite(finite, codes, name)
         pairs[out.src] = (finite, codes)
+        return out
+
+    def sum_nonfinite(self, name: str, parts: List[DVal], pads: List[Tuple[str, str]]) -> Optional[DVal]:
+        """The sum of coded pickers' results ``parts`` (each zero wherever another writes: the parts of a gather) as
+        the sums of their two channels, decoded once; None unless every part is such a result. ``pads``: the
+        padding of each partial sum."""
+        pairs = self.cache.get(("nonfinite_pairs",), {})
+        if len(parts) < 2 or any(p.src not in pairs for p in parts):
+            return None
+        channels = []
+        for c, label in ((0, "finite"), (1, "codes")):
+            out = replace(parts[0], src=pairs[parts[0].src][c].src)
+            for i, p in enumerate(parts[1:], start=1):
+                out = self.emit(f"{name}.{label}{i}", "add", [(out, ()), (replace(p, src=pairs[p.src][c].src), ())],
+                                (out.z, out.r, out.c), pad=pads[i - 1], layout=out.layout, spatial=out.spatial,
+                                tags={NONFINITE_SAFE: True, NONFINITE_PART: name})
+            channels.append(out)
+        out = self._decode_nonfinite(channels[0], channels[1], name)
+        pairs[out.src] = (channels[0], channels[1])
         return out
 
     def drop_unread_nonfinite_parts(self) -> None:
