@@ -12,6 +12,7 @@ from pybuda.netlist.device_ops import device_op
 from pybuda.netlist.host_io import canonical_zrc, tiles
 from pybuda.netlist.tms import TM, Broadcast, Transpose
 from pybuda.passes.lower import pickers
+from pybuda.passes.lowered.exact_pickers import COPIES_INPUT, ONE_HOT_COPY
 from pybuda.passes.lower.common import (BINARY, JUNK, LOWERINGS, PAD_SENSITIVE, POLE_AT_ZERO, REP, TILE, UNARY, ZERO,
                                         ZERO_PRESERVING, DVal, _combine_pad, _right_align)
 
@@ -218,7 +219,17 @@ class ArithmeticLowering:
         if "bias" in attrs and m % TILE:
             # The bias is broadcast to every row of its tile, padding rows included.
             pad_r = JUNK
-        return self.emit(node.name, "matmul", inputs, (z, m, n), attrs, pad=(pad_r, b.pad_c))
+        data = self.one_hot_copy(node) if len(ops) == 2 else None
+        if data is not None and self.carries_nonfinite(inputs[data][0]):
+
+            def pick(dv: DVal, op_name: str, op_tags: dict) -> DVal:
+                picked = list(inputs)
+                picked[data] = (dv, inputs[data][1])
+                return self.emit(op_name, "matmul", picked, (z, m, n), attrs, pad=(pad_r, b.pad_c), tags=op_tags)
+
+            return self.copy_nonfinite(inputs[data][0], node.name, pick, {COPIES_INPUT: data})
+        return self.emit(node.name, "matmul", inputs, (z, m, n), attrs, pad=(pad_r, b.pad_c),
+                         tags={ONE_HOT_COPY: data} if data is not None else None)
 
     def _zero_rows(self, v: DVal) -> DVal:
         mask = self._const(("row_mask", v.r), f"row_mask_{v.r}", pickers.row_mask(v.r))

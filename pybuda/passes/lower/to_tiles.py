@@ -70,7 +70,7 @@ import numpy as np
 import torch
 
 from pybuda.errors import CompileError
-from pybuda.ir.graph import (CONSTANT, INPUT, JUNK_PADDED_INPUT, OP, PARAMETER, RUNTIME_UPDATED,
+from pybuda.ir.graph import (CARRIES_NONFINITE, CONSTANT, INPUT, JUNK_PADDED_INPUT, OP, PARAMETER, RUNTIME_UPDATED,
                              NONFINITE_SAFE, SIGN_EXACT, WRITTEN_IN_PLACE, Graph, Node)
 from pybuda.ops import registry
 from pybuda.passes.lower import pickers
@@ -90,6 +90,7 @@ from pybuda.passes.lower.arithmetic import ArithmeticLowering
 from pybuda.passes.lower.conv import ConvPoolLowering
 from pybuda.passes.lower.movement import DataMovementLowering
 from pybuda.passes.lower.reduce import ReductionLowering
+from pybuda.passes.lower.specials import NonfiniteMoveLowering
 
 def lower_to_buda(graph: Graph, ctx: CompileContext) -> BudaGraph:
     """Lower the per-sample IR graph to backend ops (see the module docstring for every decision)."""
@@ -98,7 +99,7 @@ def lower_to_buda(graph: Graph, ctx: CompileContext) -> BudaGraph:
     return _Lowering(split_per_sample_ops(graph, ctx), ctx).run()
 
 
-class _Lowering(ArithmeticLowering, ConvPoolLowering, ReductionLowering, DataMovementLowering):
+class _Lowering(ArithmeticLowering, ConvPoolLowering, ReductionLowering, DataMovementLowering, NonfiniteMoveLowering):
     def __init__(self, graph: Graph, ctx: CompileContext):
         self.g = graph
         self.ctx = ctx
@@ -133,6 +134,8 @@ class _Lowering(ArithmeticLowering, ConvPoolLowering, ReductionLowering, DataMov
             self._output(node)
         self.node = None
         self._unshare_output_producers()
+        self.drop_unread_nonfinite_parts()
+        self.mark_finite_only_inputs()
         return self.bg
 
     def _unshare_output_producers(self) -> None:
@@ -171,6 +174,8 @@ class _Lowering(ArithmeticLowering, ConvPoolLowering, ReductionLowering, DataMov
                 "integer_values": not node.dtype.is_floating_point and node.dtype != torch.bool,
                 "exact_df": node.tags.get("exact_df"),  # an input only outputs read: kept as pushed
                 "value_range": node.tags.get("value_range")}
+        if node.tags.get(CARRIES_NONFINITE):
+            tags[CARRIES_NONFINITE] = True
         q = BudaQueue(node.name, "input", TileShape(1, z, tiles(r), tiles(c)),
                       original_shape=tags["framework_shape"], requires_grad=node.requires_grad, tags=tags)
         self.bg.add_queue(q)
@@ -185,7 +190,7 @@ class _Lowering(ArithmeticLowering, ConvPoolLowering, ReductionLowering, DataMov
         value = self.g.tensors[node.name]
         kind = "parameter" if node.kind == PARAMETER else "constant"
         tags = {"device_shape": tuple(value.shape), "dtype": str(value.dtype).replace("torch.", "")}
-        for key in ("consteval", "exact_df"):  # exact_df: values that must keep a format (index tables)
+        for key in ("consteval", "exact_df", CARRIES_NONFINITE):  # exact_df: values that must keep a format
             if key in node.tags:
                 tags[key] = node.tags[key]
         # A value the runtime rewrites (trained weights, optimizer state) cannot have derived copies made at
@@ -296,7 +301,7 @@ class _Lowering(ArithmeticLowering, ConvPoolLowering, ReductionLowering, DataMov
                    "ir_op_type": self.node.op_type if self.node is not None and self.node.kind == OP else None}
         if self.node is not None and self.node.tags.get("exact_df"):
             op_tags["exact_df"] = self.node.tags["exact_df"]
-        for tag in (SIGN_EXACT, NONFINITE_SAFE):
+        for tag in (SIGN_EXACT, NONFINITE_SAFE, CARRIES_NONFINITE):
             if self.node is not None and self.node.tags.get(tag):
                 op_tags[tag] = True
         if self.node is not None and op_type == "matmul" and self.node.tags.get(ONE_HOT_COPY) is not None:
@@ -460,7 +465,8 @@ class _Lowering(ArithmeticLowering, ConvPoolLowering, ReductionLowering, DataMov
 
         ``v`` presents ``k_r`` rows in one slice (z == 1, e.g. after ``vstack``), or in ``num_t`` slices (entry i
         of output slice ``out_t[i]`` then reads input slice ``out_t[i]``); ``out_t`` gives each entry's
-        output slice (``num_t`` slices of ``out_r`` rows)."""
+        output slice (``num_t`` slices of ``out_r`` rows). A copying picker of data that carries NaN or infinity
+        copies them (:mod:`pybuda.passes.lower.specials`)."""
         if v.z not in (1, num_t):
             raise self.err(f"internal: row picker on a value with z={v.z} for {num_t} output slices")
         out_rt, k_rt = tiles(out_r), tiles(k_r)
@@ -483,18 +489,31 @@ class _Lowering(ArithmeticLowering, ConvPoolLowering, ReductionLowering, DataMov
         # the index entries price each layout's non-zero strips (pybuda.perf.sparse, num_nz_strips)
         tags = {"picker": "sparse", "min_fidelity": "HiFi2", sparse_work.ENTRIES_TAG: sp.tile_pairs,
                 sparse_work.DIGEST_TAG: sp.digest}
+
+        def pick(data: DVal, op_name: str, op_tags: dict) -> DVal:
+            return self.emit(op_name, "matmul", [(tiles_q, ()), (data, ()), (index_q, ())], (num_t, out_r, v.c),
+                             attrs, pad=(ZERO, v.pad_c), tags=op_tags)
+
         if _copies(out_rows, values, out_t, out_r):
             tags[COPIES_INPUT] = 1
-        return self.emit(name, "matmul", [(tiles_q, ()), (v, ()), (index_q, ())], (num_t, out_r, v.c), attrs,
-                         pad=(ZERO, v.pad_c), tags=tags)
+            if self.carries_nonfinite(v):
+                return self.copy_nonfinite(v, name, pick, tags)
+        return pick(v, name, tags)
 
     def _col_pick(self, v: DVal, name: str, sources: np.ndarray, key: Any = None) -> DVal:
         """Dense column picker: out col j = in col sources[j] (or zero when -1)."""
         p = pickers.column_picker(v.c, sources)
         q = self._const(("colpick", key if key is not None else (name, v.c, sources.tobytes())), f"{name}.colpick", p)
         extra = (Broadcast(dim="z", factor=v.z),) if v.z > 1 else ()
-        return self.emit(name, "matmul", [(v, ()), (q, extra)], (v.z, v.r, len(sources)), pad=(v.pad_r, ZERO),
-                         tags={"picker": "column", "min_fidelity": "HiFi3", COPIES_INPUT: 0})
+
+        def pick(data: DVal, op_name: str, op_tags: dict) -> DVal:
+            return self.emit(op_name, "matmul", [(data, ()), (q, extra)], (v.z, v.r, len(sources)),
+                             pad=(v.pad_r, ZERO), tags=op_tags)
+
+        tags = {"picker": "column", "min_fidelity": "HiFi3", COPIES_INPUT: 0}
+        if self.carries_nonfinite(v):
+            return self.copy_nonfinite(v, name, pick, tags)
+        return pick(v, name, tags)
 
     # --- outputs --------------------------------------------------------------------------------------------
     def _output(self, node: Node) -> None:

@@ -18,7 +18,8 @@ pieces that each pass whole and copies every piece with the same picker constant
 The multiply by a one tile (HiFi4, the data through SrcA) keeps no more bits than a picker does (one that would
 keep fewer, a one-hot matmul at LoFi, copies at HiFi4), so each truncated piece passes whole, and three pieces
 leave a last residual of at most 4 significant bits. (An infinity is not copied by any picker: the matrix unit
-multiplies it by the picker's zeros, which makes NaN.)
+multiplies it by the picker's zeros, which makes NaN. Data that may hold NaN or infinity is split before this pass
+into a finite part, which this pass then copies in pieces, and a code of its specials: pybuda.passes.lower.specials.)
 
 Pickers whose every reader truncates the value as much again (a conv's im2col picker read by the conv's
 matmul) are left alone, as are pickers of data that is exact already (Float16_b and block-float data, the
@@ -44,8 +45,10 @@ from pybuda.perf import sparse as sparse_work
 #: Tag the lowering puts on a picker matmul whose constant copies (one 1 per output row or column): the index of
 #: its data input. Pickers that sum or scale (a row reduction, a pool) have no such tag.
 COPIES_INPUT = "copies_input"
-#: Tag on a matmul whose other operand is a 0/1 matrix computed at run time with at most one 1 per output row
-#: (column): a lookup by pushed ids (``decompose._lookup_onehot``). Its value is the index of the input it copies.
+#: Tag on a matmul whose other operand is a 0/1 matrix with at most one 1 per output row (column): one computed at
+#: run time (a lookup by pushed ids, ``decompose._lookup_onehot``) or a constant one-hot selection the lowering
+#: recognised (a flip, a gather by a constant permutation: ``specials.NonfiniteMoveLowering.one_hot_copy``). Its
+#: value is the index of the input it copies.
 ONE_HOT_COPY = "one_hot_copy"
 #: Tag on the ops this pass adds: the picker they make exact.
 EXACT_PICKER_PART = "exact_picker_part"
