@@ -119,6 +119,10 @@ def _compare(b: Builder, n, p):
     x, y = p["self"], p["other"]
     dt = _promote(b, x, y)
     kind = _COMPARE[op_name(n.target)]
+    if dt == torch.bool:
+        # Masks compared with masks: the 0/1 values as floats (exact), so the device's comparison computes
+        # float data, as every comparison there does; a comparison typed bool was sent to the host.
+        dt = torch.float32
     if dt.is_floating_point:
         special = _nonfinite_compare(b, kind, x, y, dt)
         if special is not None:
@@ -325,7 +329,8 @@ def _logical(b: Builder, n, p):
         return b.op("logical_and", [a, c])
     if kind == "or":
         return b.op("logical_not", [b.op("logical_and", [b.op("logical_not", [a]), b.op("logical_not", [c])])])
-    return b.op("not_equal", [a, c])
+    # xor: the masks differ, compared as float 0/1 (exact), as comparisons run on the device
+    return b.cast(b.binary("not_equal", a, c, torch.float32), torch.bool)
 
 
 @converts("logical_not", "bitwise_not")
@@ -363,6 +368,19 @@ _UNARY = {"abs": "abs", "exp": "exp", "log": "log", "reciprocal": "reciprocal", 
 @converts(*_UNARY)
 def _unary(b: Builder, n, p):
     return b.op(_UNARY[op_name(n.target)], [b.tensor(p["self"], out_dtype(n))])
+
+
+@converts("exp2", "log2", "log10", "erfc")
+def _unary_scaled(b: Builder, n, p):
+    """Unary ops one scale away from a device op: ``exp2(x) = exp(x ln 2)``, ``log2(x) = log(x) / ln 2``,
+    ``log10(x) = log(x) / ln 10``, ``erfc(x) = 1 - erf(x)``."""
+    name, dt = op_name(n.target), out_dtype(n)
+    x = b.tensor(p["self"], dt)
+    if name == "exp2":
+        return b.op("exp", [b.binary("multiply", x, math.log(2.0), dt)])
+    if name == "erfc":
+        return b.binary("subtract", 1.0, b.op("erf", [x]), dt)
+    return b.binary("multiply", b.op("log", [x]), 1.0 / math.log(2.0 if name == "log2" else 10.0), dt)
 
 
 @converts("neg")
@@ -456,12 +474,14 @@ def _hardswish(b: Builder, n, p):
 
 @converts("elu")
 def _elu(b: Builder, n, p):
-    if p.get("scale", 1) != 1 or p.get("input_scale", 1) != 1:
-        raise Unsupported("elu with scale/input_scale")
+    """``scale * (x if x > 0 else alpha * (exp(input_scale * x) - 1))``: ELU, and SELU/CELU through it."""
     dt = out_dtype(n)
     x = b.tensor(p["self"], dt)
-    neg = b.binary("multiply", b.binary("subtract", b.op("exp", [x]), 1.0, dt), float(p["alpha"]), dt)
-    return b.op("where", [b.binary("greater", x, 0.0, dt), x, neg])
+    scale, input_scale = float(p.get("scale", 1)), float(p.get("input_scale", 1))
+    xs = b.binary("multiply", x, input_scale, dt) if input_scale != 1 else x
+    neg = b.binary("multiply", b.binary("subtract", b.op("exp", [xs]), 1.0, dt), float(p["alpha"]), dt)
+    out = b.op("where", [b.binary("greater", x, 0.0, dt), x, neg])
+    return b.binary("multiply", out, scale, dt) if scale != 1 else out
 
 
 def _softplus_of(b: Builder, x: str, beta: float, threshold: float, dt) -> str:
@@ -469,7 +489,11 @@ def _softplus_of(b: Builder, x: str, beta: float, threshold: float, dt) -> str:
     soft = b.op("log", [b.binary("add", b.op("exp", [bx]), 1.0, dt)])
     if beta != 1:
         soft = b.binary("multiply", soft, 1.0 / beta, dt)
-    return b.op("where", [b.binary("greater", bx, threshold, dt), x, soft])
+    # x * beta > threshold as x against threshold / beta: the input itself is compared, not a product the
+    # chip computes from TF32 operands (1e-3 off, which moved elements near the threshold to the other
+    # branch, a jump of log(1 + exp(-threshold)) / beta).
+    above = b.binary("greater", x, threshold / beta, dt) if beta > 0 else b.binary("greater", bx, threshold, dt)
+    return b.op("where", [above, x, soft])
 
 
 @converts("softplus")

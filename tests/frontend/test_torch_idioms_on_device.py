@@ -50,3 +50,59 @@ def test_matmul_bias_varying_along_rows_is_added_to_each_row():
     got, tt = _run(m, q, k, a, w)
     for gv, wv in zip(got, want):
         _close(gv, wv)
+
+
+def _on_device(tt):
+    return tt.cpu_fallback_device_pre is None and tt.cpu_fallback_device_post is None
+
+
+class MaskAlgebra(torch.nn.Module):
+    def forward(self, x, y):
+        a, b = x > 0, y > 0.5
+        return torch.logical_xor(a, b), (a ^ b) | (a == b), a != (x < -1)
+
+
+def test_mask_xor_and_mask_comparisons_run_on_the_device():
+    g = torch.Generator().manual_seed(1)
+    x, y = torch.randn(3, 24, generator=g), torch.randn(3, 24, generator=g)
+    m = MaskAlgebra()
+    want = m(x, y)
+    got, tt = _run(m, x, y)
+    assert _on_device(tt)  # masks compared with masks were sent to the host
+    for gv, wv in zip(got, want):
+        assert gv.dtype == torch.bool and torch.equal(gv, wv)
+
+
+class ScaledUnaries(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.selu, self.celu = torch.nn.SELU(), torch.nn.CELU(0.7)
+
+    def forward(self, x):
+        p = x.abs() + 0.1
+        return self.selu(x), self.celu(x), torch.exp2(x), torch.log2(p), torch.log10(p), torch.erfc(x)
+
+
+def test_elu_with_scales_and_scaled_unaries_run_on_the_device():
+    x = torch.randn(5, 37, generator=torch.Generator().manual_seed(2))
+    m = ScaledUnaries()
+    want = m(x)
+    got, tt = _run(m, x)
+    assert _on_device(tt)  # SELU (elu with scale), exp2, log2, log10 and erfc had no device form
+    for gv, wv in zip(got, want):
+        assert calculate_pcc(gv, wv) >= PCC
+        _close(gv, wv)
+
+
+class SoftplusNearThreshold(torch.nn.Module):
+    def forward(self, x):
+        return torch.nn.functional.softplus(x, beta=2.0, threshold=1.0)
+
+
+def test_softplus_threshold_decided_on_the_input_not_a_rounded_product():
+    # beta * x just above the threshold: the chip's product of x (TF32 operands) fell below it and the
+    # element took softplus's branch, 0.155 off torch's x.
+    x = torch.tensor([[0.45, 0.49, 0.5008, 0.5016, 0.51, 0.6, -0.3, 0.3]])
+    m = SoftplusNearThreshold()
+    got, tt = _run(m, x)
+    _close(got[0], m(x))
