@@ -448,9 +448,13 @@ def _pair(v: Any, n: int = 2) -> Tuple[int, ...]:
 def _conv2d(b: Builder, x: str, w: Any, bias: Any, stride, padding, dilation, groups, transposed=False,
             output_padding=(0, 0)) -> str:
     stride, dilation = _pair(stride), _pair(dilation)
-    ph, pw = _pair(padding)
+    if isinstance(padding, (list, tuple)) and len(padding) == 4:  # (left, right, top, bottom) already
+        sides = tuple(int(v) for v in padding)
+    else:
+        ph, pw = _pair(padding)
+        sides = (pw, pw, ph, ph)
     operands = [x, w] if bias is None else [x, w, bias]
-    attrs = dict(stride=stride, padding=(pw, pw, ph, ph), dilation=dilation, groups=int(groups), channel_last=False)
+    attrs = dict(stride=stride, padding=sides, dilation=dilation, groups=int(groups), channel_last=False)
     if transposed:
         if any(_pair(output_padding)):
             attrs["output_padding"] = _pair(output_padding)
@@ -458,13 +462,12 @@ def _conv2d(b: Builder, x: str, w: Any, bias: Any, stride, padding, dilation, gr
     return b.op("conv2d", operands, **attrs)
 
 
-def _same_padding(kernel: Sequence[int], dilation: Sequence[int]) -> Tuple[int, ...]:
+def _same_padding(kernel: Sequence[int], dilation: Sequence[int]) -> Tuple[Tuple[int, int], ...]:
+    """padding='same' per spatial dim as (before, after): torch puts the odd one of an odd total after."""
     pads = []
     for k, d in zip(kernel, dilation):
         total = d * (k - 1)
-        if total % 2:
-            raise Unsupported("padding='same' with an asymmetric total padding")
-        pads.append(total // 2)
+        pads.append((total // 2, total - total // 2))
     return tuple(pads)
 
 
@@ -486,7 +489,9 @@ def _conv(b: Builder, n, p):
             padding = [0] * spatial
         else:
             dil = tuple(int(d) for d in (dilation if isinstance(dilation, (list, tuple)) else [dilation]))
-            padding = _same_padding(b.shape(w)[2:], dil * spatial if len(dil) == 1 else dil)
+            same = _same_padding(b.shape(w)[2:], dil * spatial if len(dil) == 1 else dil)
+            # (left, right, top, bottom) of the 2-d conv; a 1-d conv is one over a height-1 image
+            padding = (same[-1] + same[0]) if spatial == 2 else (same[0] + (0, 0))
     output_padding = p.get("output_padding") or [0] * spatial
     if spatial == 2:
         out = _conv2d(b, x, w, bias, stride, padding, dilation, groups, transposed, output_padding)
@@ -496,7 +501,8 @@ def _conv(b: Builder, n, p):
         x2 = b.reshape(x, (xs[0], xs[1], 1, xs[2]))
         w2 = b.reshape(w, (ws[0], ws[1], 1, ws[2]))
         one = lambda v: (1, _pair(v, 1)[0])  # noqa: E731
-        out = _conv2d(b, x2, w2, bias, one(stride), (0, _pair(padding, 1)[0]), one(dilation), groups, transposed,
+        pad2 = padding if isinstance(padding, tuple) and len(padding) == 4 else (0, _pair(padding, 1)[0])
+        out = _conv2d(b, x2, w2, bias, one(stride), pad2, one(dilation), groups, transposed,
                       (0, _pair(output_padding, 1)[0]))
     return b.reshape(out, out_shape(n))
 

@@ -245,10 +245,16 @@ def _pad(b: Builder, n, p):
         mode = "replicate"
     else:
         mode = p.get("mode") or "constant"
+    if mode == "circular":
+        return _pad_circular(b, x, pad)
     if mode not in _PAD_MODES:
         raise Unsupported(f"padding mode {mode!r}")
     value = p.get("value")
     value = float(value) if value is not None else 0.0
+    if any(v < 0 for v in pad) and mode == "constant":
+        # A negative pad crops: slice those sides off, then pad the rest.
+        x = _crop(b, x, pad)
+        pad = [max(v, 0) for v in pad]
     if any(v < 0 for v in pad):
         raise Unsupported("negative padding (cropping)")
     if all(v == 0 for v in pad):
@@ -259,6 +265,35 @@ def _pad(b: Builder, n, p):
     if len(pad) == 4 and pad[2] == 0 and pad[3] == 0:
         pad = pad[:2]
     return b.op("pad", [x], pad=tuple(pad), mode=mode, value=value, channel_last=False)
+
+
+def _crop(b: Builder, x: str, pad: Sequence[int]) -> str:
+    """``x`` with the sides ``pad`` gives negative amounts for (last dim first, as torch orders pads) sliced off."""
+    rank = b.rank(x)
+    for i in range(len(pad) // 2):
+        dim = rank - 1 - i
+        lo, hi = -min(pad[2 * i], 0), -min(pad[2 * i + 1], 0)
+        if lo or hi:
+            x = _index_range(b, x, dim, lo, b.shape(x)[dim] - hi)
+    return x
+
+
+def _pad_circular(b: Builder, x: str, pad: Sequence[int]) -> str:
+    """Circular padding: each padded dim gets its last ``left`` elements before it and its first ``right``
+    after it (slices and one concatenate, data movement the device runs)."""
+    rank = b.rank(x)
+    for i in range(len(pad) // 2):
+        dim = rank - 1 - i
+        left, right = int(pad[2 * i]), int(pad[2 * i + 1])
+        size = b.shape(x)[dim]
+        if left > size or right > size or left < 0 or right < 0:
+            raise Unsupported(f"circular padding by a negative amount or more than the dim's size ({pad} of "
+                              f"{list(b.shape(x))})")
+        parts = ([_index_range(b, x, dim, size - left, size)] if left else []) + [x] + \
+                ([_index_range(b, x, dim, 0, right)] if right else [])
+        if len(parts) > 1:
+            x = b.op("concatenate", parts, axis=dim)
+    return b.tensor(x)
 
 
 @converts("tril", "triu")

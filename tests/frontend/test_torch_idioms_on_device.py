@@ -106,3 +106,28 @@ def test_softplus_threshold_decided_on_the_input_not_a_rounded_product():
     m = SoftplusNearThreshold()
     got, tt = _run(m, x)
     _close(got[0], m(x))
+
+
+class PadsAndSameConvs(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.c1 = torch.nn.Conv1d(3, 4, 4, padding="same")  # total padding 3: 1 before, 2 after
+        self.c2 = torch.nn.Conv2d(3, 4, (2, 3), padding="same", dilation=(1, 2))
+        self.circ = torch.nn.Conv2d(3, 2, 3, padding=1, padding_mode="circular")
+
+    def forward(self, x, s):
+        import torch.nn.functional as F
+        return (F.pad(x, (2, 1, 1, 2), mode="circular"), F.pad(x, (2, -3, -1, 1), value=0.25), self.circ(x),
+                self.c1(s), self.c2(x))
+
+
+def test_circular_and_cropping_pads_and_asymmetric_same_convs_run_on_the_device():
+    g = torch.Generator().manual_seed(3)
+    x, s = torch.randn(1, 3, 5, 7, generator=g), torch.randn(1, 3, 10, generator=g)
+    m = PadsAndSameConvs().eval()
+    want = m(x, s)
+    got, tt = _run(m, x, s)
+    assert _on_device(tt)  # circular/negative pads and padding='same' with an odd total went to the host
+    for gv, wv in zip(got, want):
+        assert calculate_pcc(gv, wv) >= PCC
+        _close(gv, wv)
