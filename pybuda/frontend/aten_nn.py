@@ -7,7 +7,8 @@ Registered into :data:`pybuda.frontend.aten_builder.CONVERTERS` by the ``@conver
 from __future__ import annotations
 
 import math
-from typing import Any, Sequence, Tuple
+import operator
+from typing import Any, List, Sequence, Tuple
 
 import torch
 
@@ -507,6 +508,11 @@ def _conv(b: Builder, n, p):
     return b.reshape(out, out_shape(n))
 
 
+def _reads_output(n, i: int) -> bool:
+    """Whether the model reads output ``i`` of the multi-output FX node ``n`` (a live getitem of it)."""
+    return any(u.target is operator.getitem and u.args[1] == i and len(u.users) for u in n.users)
+
+
 def _pool_padding(padding) -> Tuple[int, int, int, int]:
     ph, pw = _pair(padding)
     return (pw, pw, ph, ph)
@@ -514,6 +520,8 @@ def _pool_padding(padding) -> Tuple[int, int, int, int]:
 
 @converts("max_pool2d", "max_pool2d_with_indices")
 def _max_pool2d(b: Builder, n, p):
+    if _reads_output(n, 1):
+        raise Unsupported("max pooling's indices")
     kernel = _pair(p["kernel_size"])
     stride = _pair(p["stride"]) if p["stride"] else kernel
     out = b.op("max_pool2d", [p["self"]], kernel_size=kernel, stride=stride, padding=_pool_padding(p["padding"]),
@@ -549,7 +557,59 @@ def _adaptive_avg_pool(b: Builder, n, p):
         kernel = tuple(i // o for i, o in zip(in_sizes, out_sizes))
         return b.op("avg_pool2d", [x], kernel_size=kernel, stride=kernel, padding=(0, 0, 0, 0), ceil_mode=False,
                     count_include_pad=True, divisor_override=None, channel_last=False)
-    raise Unsupported(f"adaptive pooling from {list(in_sizes)} to {list(out_sizes)} (sizes must divide)")
+    # Any other sizes: output i averages input [floor(i * n / o), ceil((i + 1) * n / o)), separable per dim,
+    # so one constant averaging matrix per dim (a matmul on the last dim; on the one before from the left).
+    v = x
+    rank = len(shape)
+    for d in range(rank - spatial, rank):
+        n_in, n_out = shape[d], final[d]
+        if n_in == n_out:
+            continue
+        avg = torch.zeros(n_in, n_out)
+        for i, (lo, hi) in enumerate(_adaptive_windows(n_in, n_out)):
+            avg[lo:hi, i] = 1.0 / (hi - lo)
+        if d == rank - 1:
+            v = b.op("matmul", [v, b.const(avg, f"{n.name}.avg_w")])
+        else:
+            v = b.op("matmul", [b.const(avg.t().contiguous(), f"{n.name}.avg_h"), v])
+    return b.reshape(v, final)
+
+
+def _adaptive_windows(n_in: int, n_out: int) -> List[Tuple[int, int]]:
+    """The input window ``[start, stop)`` of each of ``n_out`` adaptive-pooling outputs (as torch computes it)."""
+    return [((i * n_in) // n_out, -(-((i + 1) * n_in) // n_out)) for i in range(n_out)]
+
+
+#: Most output rows + columns an adaptive max pooling of sizes that do not divide runs on the device with.
+MAX_ADAPTIVE_WINDOWS = 64
+
+
+@converts("adaptive_max_pool2d", "adaptive_max_pool1d")
+def _adaptive_max_pool(b: Builder, n, p):
+    """Adaptive max pooling, separable per spatial dim: each output is the max of its input window, a slice and
+    a max over it, concatenated along the dim. The indices output has no device form."""
+    if _reads_output(n, 1):
+        raise Unsupported("adaptive max pooling's indices")
+    x = b.tensor(p["self"])
+    shape = b.shape(x)
+    final = out_shape_of(n, 0)
+    spatial = len(_pair(p["output_size"], 1)) if op_name(n.target) == "adaptive_max_pool1d" else 2
+    rank = len(shape)
+    windows = sum(final[d] for d in range(rank - spatial, rank))
+    if windows > MAX_ADAPTIVE_WINDOWS:
+        # one slice and max per output row and column: beyond this many, the host's pooling is cheaper
+        raise Unsupported(f"adaptive max pooling to {list(final[-spatial:])} (over {MAX_ADAPTIVE_WINDOWS} windows)")
+    v = x
+    for d in range(rank - spatial, rank):
+        n_in, n_out = shape[d], final[d]
+        if n_in == n_out:
+            continue
+        parts = []
+        for lo, hi in _adaptive_windows(n_in, n_out):
+            part = b.op("index", [v], dim=d, start=lo, stop=hi, stride=1) if (lo, hi) != (0, n_in) else v
+            parts.append(b.op("reduce_max", [part], dim=d) if hi - lo > 1 else part)
+        v = parts[0] if len(parts) == 1 else b.op("concatenate", parts, axis=d)
+    return b.reshape(v, final), Missing("adaptive max pooling indices")
 
 
 @converts("upsample_nearest2d", "upsample_bilinear2d")

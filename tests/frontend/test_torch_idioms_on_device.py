@@ -131,3 +131,63 @@ def test_circular_and_cropping_pads_and_asymmetric_same_convs_run_on_the_device(
     for gv, wv in zip(got, want):
         assert calculate_pcc(gv, wv) >= PCC
         _close(gv, wv)
+
+
+class AdaptivePools(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.avg, self.max = torch.nn.AdaptiveAvgPool2d((3, 4)), torch.nn.AdaptiveMaxPool2d((3, 4))
+        self.avg1, self.max1 = torch.nn.AdaptiveAvgPool1d(4), torch.nn.AdaptiveMaxPool1d(5)
+
+    def forward(self, x, s):
+        return self.avg(x), self.max(x), self.avg1(s), self.max1(s)
+
+
+def test_adaptive_pools_to_sizes_that_do_not_divide_run_on_the_device():
+    g = torch.Generator().manual_seed(4)
+    x, s = torch.randn(2, 2, 7, 9, generator=g), torch.randn(2, 3, 11, generator=g)
+    m = AdaptivePools()
+    want = m(x, s)
+    got, tt = _run(m, x, s)
+    assert _on_device(tt)  # overlapping windows (7 -> 3, 9 -> 4, 11 -> 4) sent the whole pool to the host
+    for gv, wv in zip(got, want):
+        _close(gv, wv)
+    assert torch.equal(got[1], want[1]) and torch.equal(got[3], want[3])  # a max is one of its inputs
+
+
+class AdaptiveMaxIndices(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.pool = torch.nn.AdaptiveMaxPool2d(3, return_indices=True)
+
+    def forward(self, x):
+        values, indices = self.pool(x)
+        return values * 2, indices
+
+
+def test_adaptive_max_pool_indices_stay_on_the_host():
+    x = torch.randn(1, 2, 7, 7, generator=torch.Generator().manual_seed(5))
+    m = AdaptiveMaxIndices()
+    want = m(x)
+    got, tt = _run(m, x)
+    assert torch.equal(got[1], want[1])
+    _close(got[0], want[0])
+
+
+class MaxPoolIndices(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.pool = torch.nn.MaxPool2d(2, return_indices=True)
+
+    def forward(self, x):
+        values, indices = self.pool(x)
+        return values + 1, indices
+
+
+def test_max_pool_indices_run_on_the_host_not_a_compile_error():
+    x = torch.randn(1, 2, 6, 6, generator=torch.Generator().manual_seed(6))
+    m = MaxPoolIndices()
+    want = m(x)
+    got, tt = _run(m, x)  # was a CompileError: "model output 'getitem_1' is a value pybuda does not compute"
+    assert torch.equal(got[1], want[1])
+    _close(got[0], want[0])
