@@ -217,6 +217,8 @@ case("movedim", (2, 3, 5, 7))(lambda x: torch.movedim(x, 1, -1))
 case("permute_contig", (2, 3, 5, 7))(lambda x: x.permute(0, 3, 1, 2).contiguous().view(2, 7, 15))
 case("strided_slice", (5, 37))(lambda x: x[:, 1::3] + 1)
 case("diagonal", (6, 6))(lambda x: torch.diagonal(x) * 2)
+case("diagonal_offset", (2, 5, 7))(lambda x: torch.diagonal(x, 2, 1, 2) + torch.diagonal(x, -1, -1, -2).sum())
+case("diagonal_dims", (3, 4, 4))(lambda x: torch.diagonal(x, 0, 0, 2))
 case("diag_embed", (3, 5))(lambda x: torch.diag_embed(x))
 
 # --- casts, elementwise math, data-dependent shapes -----------------------------------------------------------
@@ -251,6 +253,39 @@ case("sum_int_dtype", (5, 37))(lambda x: (x > 0).sum(-1))
 case("mean_bool_float", (5, 37))(lambda x: (x > 0).float().mean())
 case("scalar_out", (5, 37))(lambda x: x.sum())
 case("argmax_flat", (5, 37))(lambda x: x.argmax())
+
+# --- multi-output ops, in-place ops, dtype plumbing ------------------------------------------------------------
+case("max_dim_both", (5, 37))(lambda x: torch.max(x, 0))
+case("min_dim_indices_only", (5, 37))(lambda x: torch.min(x, -1)[1])
+case("sort_both", (5, 37))(lambda x: torch.sort(x, -1))
+case("aminmax", (5, 37))(lambda x: torch.stack(torch.aminmax(x, dim=-1)))
+case("std_mean", (5, 37))(lambda x: torch.std_mean(x, -1))
+case("maxpool1d_indices", (2, 3, 12))(lambda x: F.max_pool1d(x, 3, return_indices=True))
+case("inplace_ops", (5, 37))(lambda x: _inplace(x))
+case("transpose_T_mT", (2, 5, 37))(lambda x: x.mT @ x[0].T.T[None])
+case("type_as", (5, 37), ints((5, 37), 0, 4))(lambda x, i: x * i.type_as(x))
+case("masked_fill_tensor_value", (5, 37))(lambda x: x.masked_fill(x < 0, x.mean()))
+case("functional_embedding_input_weight", ints((2, 5), 0, 10), (2, 10, 8))(lambda i, w: F.embedding(i[0], w[0]) + w[1, :5])
+case("scatter_reduce", (5, 37), ints((5, 4), 0, 37))(lambda x, i: x.scatter_reduce(1, i, x[:, :4], "amax"))
+case("fp16_layernorm", halves((5, 37), torch.float16))(lambda x: F.layer_norm(x, (37,)) * 2)
+case("bf16_softmax_matmul", halves((2, 5, 37), torch.bfloat16))(lambda x: x.softmax(-1) @ x.transpose(1, 2))
+case("tensor_const_in_forward", (5, 37))(lambda x: x * torch.tensor([2.0]) + torch.tensor(1, dtype=torch.int64))
+case("unsqueeze_none", (5, 37))(lambda x: x[:, None, :] * x[None, :, :1])
+case("ellipsis_index", (2, 5, 37))(lambda x: x[..., 3] + x[..., -1])
+case("int_index_neg", (2, 5, 37))(lambda x: x[:, -1] - x[:, 0])
+case("cat_with_empty", (5, 37))(lambda x: torch.cat([x, x[:, :0]], -1))
+case("fp64_model_math", lambda g: torch.randn(5, 37, generator=g, dtype=torch.float64))(lambda x: x.softmax(-1).sum(-1))
+case("mixed_int_float_promote", (5, 37), ints((5, 37), 0, 5))(lambda x, i: x + i)
+case("int_div_true", ints((5, 37), 1, 50), ints((5, 37), 1, 9))(lambda a, b: a / b)
+
+
+def _inplace(x):
+    y = x.clone()
+    y.add_(1).mul_(2)
+    y[:, 0] = 0.0
+    y.clamp_(max=3.0)
+    return y
+
 
 # --- padding and resampling ---------------------------------------------------------------------------------
 case("pad_reflect", (1, 2, 5, 7))(lambda x: F.pad(x, (2, 1, 1, 2), mode="reflect"))

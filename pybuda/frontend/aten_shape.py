@@ -454,6 +454,30 @@ def _gather(b: Builder, n, p):
     return b.reshape(out, ish)
 
 
+@converts("diagonal")
+def _diagonal(b: Builder, n, p):
+    """``torch.diagonal``: the two dims moved last and flattened, then a constant gather of the diagonal's
+    elements (a strided slice: every ``cols + 1``-th element), which the device runs as data movement."""
+    x = b.tensor(p["self"])
+    shape = b.shape(x)
+    rank = len(shape)
+    d1, d2, offset = _norm_dim(p.get("dim1", 0), rank), _norm_dim(p.get("dim2", 1), rank), int(p.get("offset", 0))
+    if d1 == d2:
+        raise Unsupported("diagonal of a dim with itself")
+    rest = [d for d in range(rank) if d not in (d1, d2)]
+    order = rest + [d1, d2]
+    v = _permute_by(b, x, order) if order != list(range(rank)) else x
+    rows, cols = shape[d1], shape[d2]
+    first_row, first_col = max(-offset, 0), max(offset, 0)
+    count = max(min(rows - first_row, cols - first_col), 0)
+    if count == 0:
+        raise Unsupported("empty diagonal (zero-size tensors are not supported on the device)")
+    lead = tuple(shape[d] for d in rest)
+    flat = b.reshape(v, lead + (rows * cols,))
+    index = torch.arange(count) * (cols + 1) + first_row * cols + first_col
+    return b.reshape(const_gather(b, flat, index, len(lead), n.name), out_shape(n))
+
+
 @converts("embedding")
 def _embedding(b: Builder, n, p):
     """A table lookup. Ids known at capture time (``embed_positions(torch.arange(seq))``) are a constant

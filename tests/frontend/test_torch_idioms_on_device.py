@@ -191,3 +191,20 @@ def test_max_pool_indices_run_on_the_host_not_a_compile_error():
     got, tt = _run(m, x)  # was a CompileError: "model output 'getitem_1' is a value pybuda does not compute"
     assert torch.equal(got[1], want[1])
     _close(got[0], want[0])
+
+
+class Diagonals(torch.nn.Module):
+    def forward(self, x):
+        return (torch.diagonal(x, 0, 1, 2), torch.diagonal(x, 2, -2, -1), torch.diagonal(x, -1, 2, 1),
+                torch.einsum("bii->b", x[:, :, :5]))
+
+
+def test_diagonal_is_a_constant_gather_on_the_device():
+    x = torch.randn(2, 5, 7, generator=torch.Generator().manual_seed(7))
+    m = Diagonals()
+    want = m(x)
+    got, tt = _run(m, x)
+    assert _on_device(tt)  # aten.diagonal had no mapping: CPU
+    for gv, wv in zip(got[:3], want[:3]):
+        assert torch.equal(gv, wv)  # pure data movement: exact
+    _close(got[3], want[3])
