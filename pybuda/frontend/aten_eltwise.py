@@ -131,6 +131,33 @@ def _compare(b: Builder, n, p):
     return b.cast(r, torch.bool)
 
 
+@converts("bucketize", "searchsorted")
+def _bucketize(b: Builder, n, p):
+    """``bucketize(x, boundaries)`` / ``searchsorted(sorted_sequence, x)`` with constant 1-d boundaries: the
+    count of boundaries that ``x`` is not at or below (``right``: not below), a comparison against each
+    boundary and a sum of the 0/1 results -- small integers, exact on the device. Counting the negated
+    comparison puts NaN after every boundary, as torch does."""
+    if op_name(n.target) == "bucketize":
+        x, bounds = p["self"], p["boundaries"]
+        right = bool(p.get("right", False))
+    else:
+        x, bounds = p["self"], p["sorted_sequence"]
+        right = bool(p.get("right", False)) or p.get("side") == "right"
+        if p.get("sorter") is not None:
+            raise Unsupported("searchsorted with a sorter")
+    if not isinstance(bounds, Const) or bounds.value.dim() != 1 or not bounds.value.is_floating_point():
+        raise Unsupported(f"{op_name(n.target)} with boundaries that are not a constant 1-d float tensor")
+    if not b.is_tensor(x) or not b.dtype(x).is_floating_point:
+        raise Unsupported(f"{op_name(n.target)} of non-float values")
+    k = bounds.value.numel()
+    shape = b.shape(x)
+    col = b.reshape(b.tensor(x, torch.float32), tuple(shape) + (1,))
+    edges = b.const(bounds.value.to(torch.float32).reshape((1,) * len(shape) + (k,)), f"{n.name}.boundaries")
+    below = b.op("less" if right else "less_equal", [col, edges])  # 0/1: x at or below the boundary
+    count = b.binary("subtract", float(k), b.op("reduce_sum", [below], dim=len(shape)), torch.float32)
+    return b.cast(b.reshape(count, out_shape(n)), out_dtype(n))
+
+
 # --- NaN and infinity tests -------------------------------------------------------------------------
 #
 # The chip has no compare op: a comparison is a heaviside step of a difference (pybuda.passes.graph.decompose).
@@ -417,6 +444,19 @@ def _gelu(b: Builder, n, p):
 @converts("leaky_relu")
 def _leaky_relu(b: Builder, n, p):
     return b.op("leaky_relu", [p["self"]], alpha=float(p["negative_slope"]))
+
+
+@converts("rrelu_with_noise_functional", "rrelu_with_noise", "rrelu")
+def _rrelu(b: Builder, n, p):
+    """RReLU in eval mode: a leaky ReLU with the mean slope ``(lower + upper) / 2``. (Training draws random
+    slopes: the host runs it.) ``rrelu_with_noise_functional`` also returns the noise, unused in eval."""
+    if p.get("training", False):
+        raise Unsupported("rrelu in training mode (random slopes)")
+    slope = (float(p.get("lower", 1.0 / 8.0)) + float(p.get("upper", 1.0 / 3.0))) / 2.0
+    out = b.op("leaky_relu", [p["self"]], alpha=slope)
+    if op_name(n.target) == "rrelu_with_noise_functional":
+        return out, Missing("rrelu noise")
+    return out
 
 
 @converts("hardtanh", "relu6")

@@ -208,3 +208,26 @@ def test_diagonal_is_a_constant_gather_on_the_device():
     for gv, wv in zip(got[:3], want[:3]):
         assert torch.equal(gv, wv)  # pure data movement: exact
     _close(got[3], want[3])
+
+
+class Buckets(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.register_buffer("edges", torch.tensor([-1.0, 0.0, 0.5, 1.0]))
+        self.rrelu = torch.nn.RReLU(0.1, 0.3)
+
+    def forward(self, x):
+        return (torch.bucketize(x, self.edges), torch.bucketize(x, self.edges, right=True),
+                torch.searchsorted(self.edges, x, side="right"), self.rrelu(x).nan_to_num(0.0))
+
+
+def test_bucketize_searchsorted_and_rrelu_eval_run_on_the_device():
+    x = torch.tensor([[float("nan"), -1.0, 0.5, 2.0, float("inf"), -float("inf"), 0.25, -3.0]])
+    x = torch.cat([x, torch.randn(1, 8, generator=torch.Generator().manual_seed(8))], 0)
+    m = Buckets().eval()
+    want = m(x)
+    got, tt = _run(m, x)
+    assert _on_device(tt)  # bucketize/searchsorted and RReLU (eval) had no device form
+    for gv, wv in zip(got[:3], want[:3]):
+        assert gv.dtype == torch.int64 and torch.equal(gv, wv)  # NaN and +inf after every boundary, as torch
+    _close(got[3], want[3])
