@@ -312,6 +312,8 @@ case("pixel_unshuffle", (1, 2, 6, 10))(lambda x: F.pixel_unshuffle(x, 2))
 case("unfold", (1, 2, 6, 7))(lambda x: F.unfold(x, 3, padding=1, stride=2))
 case("fold", (1, 18, 12))(lambda x: F.fold(x, (6, 8), 3, stride=2, padding=1))
 case("tensor_unfold", (2, 13))(lambda x: x.unfold(1, 4, 3))
+case("tensor_unfold_overlap", (2, 3, 9, 5))(lambda x: x.unfold(2, 3, 1) * 2)
+case("tensor_unfold_2d_patches", (1, 2, 6, 8))(lambda x: x.unfold(2, 2, 2).unfold(3, 4, 4).reshape(1, 2, 3, 2, 8))
 
 # --- einsum --------------------------------------------------------------------------------------------------
 case("einsum_bmm", (2, 3, 5), (2, 5, 7))(lambda a, b: torch.einsum("bij,bjk->bik", a, b))

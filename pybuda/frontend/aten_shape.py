@@ -454,6 +454,22 @@ def _gather(b: Builder, n, p):
     return b.reshape(out, ish)
 
 
+@converts("unfold")
+def _tensor_unfold(b: Builder, n, p):
+    """``Tensor.unfold(dim, size, step)``: the windows' elements as one constant gather along ``dim``
+    (slices, or a one-hot matmul when they overlap), split into (windows, size) and the size moved last."""
+    x = b.tensor(p["self"])
+    shape = b.shape(x)
+    rank = len(shape)
+    dim, size, step = _norm_dim(p["dimension"], max(rank, 1)), int(p["size"]), int(p["step"])
+    count = (shape[dim] - size) // step + 1
+    index = (torch.arange(count)[:, None] * step + torch.arange(size)[None, :]).reshape(-1)
+    v = const_gather(b, x, index, dim, n.name)
+    v = b.reshape(v, tuple(shape[:dim]) + (count, size) + tuple(shape[dim + 1:]))
+    order = [d for d in range(rank + 1) if d != dim + 1] + [dim + 1]
+    return b.reshape(_permute_by(b, v, order), out_shape(n))
+
+
 @converts("diagonal")
 def _diagonal(b: Builder, n, p):
     """``torch.diagonal``: the two dims moved last and flattened, then a constant gather of the diagonal's

@@ -231,3 +231,18 @@ def test_bucketize_searchsorted_and_rrelu_eval_run_on_the_device():
     for gv, wv in zip(got[:3], want[:3]):
         assert gv.dtype == torch.int64 and torch.equal(gv, wv)  # NaN and +inf after every boundary, as torch
     _close(got[3], want[3])
+
+
+class Windows(torch.nn.Module):
+    def forward(self, x):
+        return x.unfold(3, 2, 3), x.unfold(2, 3, 1) * 2
+
+
+def test_tensor_unfold_windows_run_on_the_device():
+    x = torch.randn(2, 3, 9, 5, generator=torch.Generator().manual_seed(9))
+    m = Windows()
+    want = m(x)
+    got, tt = _run(m, x)
+    assert _on_device(tt)  # aten.unfold had no mapping: CPU
+    assert torch.equal(got[0], want[0])  # pure data movement
+    _close(got[1], want[1])
