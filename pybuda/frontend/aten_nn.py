@@ -540,6 +540,37 @@ def _avg_pool2d(b: Builder, n, p):
                 divisor_override=p["divisor_override"], channel_last=False)
 
 
+#: Largest pairwise-difference tensor (elements) ``torch.cdist`` builds on the device; beyond it, the host.
+MAX_CDIST_ELEMENTS = 1 << 20
+
+
+@converts("_cdist_forward", "cdist")
+def _cdist(b: Builder, n, p):
+    """``torch.cdist(x1, x2, p)``: every pair's difference (a broadcast subtract to ``[.., P, R, M]``), then
+    the p-norm over M: sum of squares and sqrt (p=2), sum of abs (1), max of abs (inf), else
+    ``(sum |d|**p) ** (1/p)``."""
+    dt = out_dtype(n)
+    x1, x2 = b.tensor(p["x1"], dt), b.tensor(p["x2"], dt)
+    s1, s2 = b.shape(x1), b.shape(x2)
+    order = float(p["p"])
+    final = out_shape(n)
+    if math.prod(final) * s1[-1] > MAX_CDIST_ELEMENTS or order == 0:
+        raise Unsupported(f"cdist with p={order} over {list(final)} pairs of {s1[-1]} features")
+    a = b.reshape(x1, tuple(s1[:-1]) + (1, s1[-1]))
+    c = b.reshape(x2, tuple(s2[:-2]) + (1,) + tuple(s2[-2:]))
+    diff = b.op("subtract", [a, c])
+    last = len(final)
+    if order == 2.0:
+        return b.reshape(b.op("sqrt", [b.op("reduce_sum", [b.op("square", [diff])], dim=last)]), final)
+    mag = b.op("abs", [diff])
+    if order == 1.0:
+        return b.reshape(b.op("reduce_sum", [mag], dim=last), final)
+    if math.isinf(order):
+        return b.reshape(b.op("reduce_max", [mag], dim=last), final)
+    total = b.op("reduce_sum", [b.op("pow", [mag], exponent=order)], dim=last)
+    return b.reshape(b.op("pow", [total], exponent=1.0 / order), final)
+
+
 @converts("adaptive_avg_pool2d", "_adaptive_avg_pool2d", "adaptive_avg_pool1d")
 def _adaptive_avg_pool(b: Builder, n, p):
     x = b.tensor(p["self"])

@@ -246,3 +246,20 @@ def test_tensor_unfold_windows_run_on_the_device():
     assert _on_device(tt)  # aten.unfold had no mapping: CPU
     assert torch.equal(got[0], want[0])  # pure data movement
     _close(got[1], want[1])
+
+
+class Distances(torch.nn.Module):
+    def forward(self, a, b):
+        return torch.cdist(a, b), torch.cdist(a, b, p=1), torch.cdist(a, b, p=float("inf")), torch.cdist(a, b, p=3)
+
+
+def test_cdist_runs_on_the_device():
+    g = torch.Generator().manual_seed(10)
+    a, b = torch.randn(2, 5, 7, generator=g), torch.randn(2, 6, 7, generator=g)
+    m = Distances()
+    want = m(a, b)
+    got, tt = _run(m, a, b)
+    assert _on_device(tt)  # aten._cdist_forward had no mapping: CPU
+    for gv, wv in zip(got, want):
+        assert calculate_pcc(gv, wv) >= PCC
+        _close(gv, wv)
