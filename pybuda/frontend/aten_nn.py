@@ -649,9 +649,49 @@ def _upsample(b: Builder, n, p):
     method = "nearest_neighbor" if "nearest" in name else "bilinear"
     sizes = tuple(out_shape(n)[-2:])
     attrs = dict(sizes=sizes, method=method, channel_last=False)
+    align = bool(p.get("align_corners", False))
     if method == "bilinear":
-        attrs["align_corners"] = bool(p.get("align_corners", False))
-    return b.op("resize2d", [p.get("self", p.get("input"))], **attrs)
+        attrs["align_corners"] = align
+    x = b.tensor(p.get("self", p.get("input")))
+    scales = p.get("scale_factors") or (p.get("scales_h"), p.get("scales_w"))
+    in_sizes = b.shape(x)[-2:]
+    if not align and any(sc is not None and float(sc) * i != o for sc, i, o in zip(scales, in_sizes, sizes)):
+        # A scale factor whose output size was rounded (5 * 1.5 -> 7): torch maps output pixels back by
+        # 1 / scale, not by in / out as resize2d does. Each dim's interpolation matrix is torch's own op on
+        # an identity basis, applied as a matmul.
+        return _resize_by_matrices(b, x, method, scales, sizes, n.name)
+    return b.op("resize2d", [x], **attrs)
+
+
+def _resize_by_matrices(b: Builder, x: str, method: str, scales, sizes, name: str) -> str:
+    """``x [.., H, W]`` resized to ``sizes`` as torch's upsample with ``scales`` (None: from the sizes) does it,
+    as one constant matmul per spatial dim (interpolation is separable)."""
+    op = torch.ops.aten.upsample_nearest2d.default if method == "nearest_neighbor" else \
+        torch.ops.aten.upsample_bilinear2d.default
+    h, w = b.shape(x)[-2:]
+    oh, ow = sizes
+    sh, sw = (None if v is None else float(v) for v in scales)
+
+    def run(basis, out_size, scale_h, scale_w):
+        if method == "nearest_neighbor":
+            return op(basis, list(out_size), scale_h, scale_w)
+        return op(basis, list(out_size), False, scale_h, scale_w)
+
+    rows = run(torch.eye(h).reshape(h, 1, h, 1), (oh, 1), sh, None).reshape(h, oh)  # [H, OH]
+    cols = run(torch.eye(w).reshape(w, 1, 1, w), (1, ow), None, sw).reshape(w, ow)  # [W, OW]
+    v = x
+    rank = b.rank(x)
+    if method == "nearest_neighbor":  # a pick per output pixel: a constant gather, exact
+        if not torch.equal(rows.argmax(0), torch.arange(h)) or h != oh:
+            v = const_gather(b, v, rows.argmax(0), rank - 2, f"{name}.rows")
+        if not torch.equal(cols.argmax(0), torch.arange(w)) or w != ow:
+            v = const_gather(b, v, cols.argmax(0), rank - 1, f"{name}.cols")
+        return v
+    if not (h == oh and torch.equal(rows, torch.eye(h))):
+        v = b.op("matmul", [b.const(rows.t().contiguous(), f"{name}.rows"), v])
+    if not (w == ow and torch.equal(cols, torch.eye(w))):
+        v = b.op("matmul", [v, b.const(cols.contiguous(), f"{name}.cols")])
+    return v
 
 
 # --- misc -----------------------------------------------------------------------------------------

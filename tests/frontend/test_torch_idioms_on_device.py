@@ -263,3 +263,23 @@ def test_cdist_runs_on_the_device():
     for gv, wv in zip(got, want):
         assert calculate_pcc(gv, wv) >= PCC
         _close(gv, wv)
+
+
+class RoundedScaleResizes(torch.nn.Module):
+    def forward(self, x):
+        import torch.nn.functional as F
+        return (F.interpolate(x, scale_factor=1.5, mode="bilinear"), F.interpolate(x, scale_factor=1.5),
+                F.interpolate(x, scale_factor=(1.3, 2.2), mode="bilinear"))
+
+
+def test_interpolate_by_a_scale_whose_size_was_rounded_maps_pixels_by_the_scale():
+    # 5 * 1.5 -> 7 rows: torch samples row i at (i + 0.5) / 1.5 - 0.5, not at the 5 / 7 spacing the size gives
+    # (bilinear was 0.68 off, with no error).
+    x = torch.randn(1, 2, 5, 7, generator=torch.Generator().manual_seed(11))
+    m = RoundedScaleResizes()
+    want = m(x)
+    got, tt = _run(m, x)
+    assert _on_device(tt)
+    for gv, wv in zip(got, want):
+        _close(gv, wv)
+    assert torch.equal(got[1], want[1])  # nearest: a pick, exact
