@@ -283,3 +283,20 @@ def test_interpolate_by_a_scale_whose_size_was_rounded_maps_pixels_by_the_scale(
     for gv, wv in zip(got, want):
         _close(gv, wv)
     assert torch.equal(got[1], want[1])  # nearest: a pick, exact
+
+
+class Inverse(torch.nn.Module):
+    def forward(self, x):
+        return torch.linalg.inv(x + 4 * torch.eye(4))
+
+
+def test_an_op_with_side_effects_is_named_in_the_error():
+    import pytest
+
+    from pybuda.errors import UnsupportedOpError
+
+    x = torch.randn(1, 4, 4, generator=torch.Generator().manual_seed(12))
+    # export threads an effect token through linalg.inv's error check; the capture said only "unsupported
+    # exported input kind InputKind.TOKEN for 'token'"
+    with pytest.raises(UnsupportedOpError, match="_linalg_check_errors"):
+        _run(Inverse(), x)
