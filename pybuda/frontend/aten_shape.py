@@ -245,10 +245,16 @@ def _pad(b: Builder, n, p):
         mode = "replicate"
     else:
         mode = p.get("mode") or "constant"
+    if mode == "circular":
+        return _pad_circular(b, x, pad)
     if mode not in _PAD_MODES:
         raise Unsupported(f"padding mode {mode!r}")
     value = p.get("value")
     value = float(value) if value is not None else 0.0
+    if any(v < 0 for v in pad) and mode == "constant":
+        # A negative pad crops: slice those sides off, then pad the rest.
+        x = _crop(b, x, pad)
+        pad = [max(v, 0) for v in pad]
     if any(v < 0 for v in pad):
         raise Unsupported("negative padding (cropping)")
     if all(v == 0 for v in pad):
@@ -259,6 +265,35 @@ def _pad(b: Builder, n, p):
     if len(pad) == 4 and pad[2] == 0 and pad[3] == 0:
         pad = pad[:2]
     return b.op("pad", [x], pad=tuple(pad), mode=mode, value=value, channel_last=False)
+
+
+def _crop(b: Builder, x: str, pad: Sequence[int]) -> str:
+    """``x`` with the sides ``pad`` gives negative amounts for (last dim first, as torch orders pads) sliced off."""
+    rank = b.rank(x)
+    for i in range(len(pad) // 2):
+        dim = rank - 1 - i
+        lo, hi = -min(pad[2 * i], 0), -min(pad[2 * i + 1], 0)
+        if lo or hi:
+            x = _index_range(b, x, dim, lo, b.shape(x)[dim] - hi)
+    return x
+
+
+def _pad_circular(b: Builder, x: str, pad: Sequence[int]) -> str:
+    """Circular padding: each padded dim gets its last ``left`` elements before it and its first ``right``
+    after it (slices and one concatenate, data movement the device runs)."""
+    rank = b.rank(x)
+    for i in range(len(pad) // 2):
+        dim = rank - 1 - i
+        left, right = int(pad[2 * i]), int(pad[2 * i + 1])
+        size = b.shape(x)[dim]
+        if left > size or right > size or left < 0 or right < 0:
+            raise Unsupported(f"circular padding by a negative amount or more than the dim's size ({pad} of "
+                              f"{list(b.shape(x))})")
+        parts = ([_index_range(b, x, dim, size - left, size)] if left else []) + [x] + \
+                ([_index_range(b, x, dim, 0, right)] if right else [])
+        if len(parts) > 1:
+            x = b.op("concatenate", parts, axis=dim)
+    return b.tensor(x)
 
 
 @converts("tril", "triu")
@@ -420,6 +455,46 @@ def _gather(b: Builder, n, p):
     flat = b.reshape(flat, (max(1, math.prod(ish)),))
     out = b.op("adv_index", [b.reshape(x, (math.prod(xs),)), flat], dim=0)
     return b.reshape(out, ish)
+
+
+@converts("unfold")
+def _tensor_unfold(b: Builder, n, p):
+    """``Tensor.unfold(dim, size, step)``: the windows' elements as one constant gather along ``dim``
+    (slices, or a one-hot matmul when they overlap), split into (windows, size) and the size moved last."""
+    x = b.tensor(p["self"])
+    shape = b.shape(x)
+    rank = len(shape)
+    dim, size, step = _norm_dim(p["dimension"], max(rank, 1)), int(p["size"]), int(p["step"])
+    count = (shape[dim] - size) // step + 1
+    index = (torch.arange(count)[:, None] * step + torch.arange(size)[None, :]).reshape(-1)
+    v = const_gather(b, x, index, dim, n.name)
+    v = b.reshape(v, tuple(shape[:dim]) + (count, size) + tuple(shape[dim + 1:]))
+    order = [d for d in range(rank + 1) if d != dim + 1] + [dim + 1]
+    return b.reshape(_permute_by(b, v, order), out_shape(n))
+
+
+@converts("diagonal")
+def _diagonal(b: Builder, n, p):
+    """``torch.diagonal``: the two dims moved last and flattened, then a constant gather of the diagonal's
+    elements (a strided slice: every ``cols + 1``-th element), which the device runs as data movement."""
+    x = b.tensor(p["self"])
+    shape = b.shape(x)
+    rank = len(shape)
+    d1, d2, offset = _norm_dim(p.get("dim1", 0), rank), _norm_dim(p.get("dim2", 1), rank), int(p.get("offset", 0))
+    if d1 == d2:
+        raise Unsupported("diagonal of a dim with itself")
+    rest = [d for d in range(rank) if d not in (d1, d2)]
+    order = rest + [d1, d2]
+    v = _permute_by(b, x, order) if order != list(range(rank)) else x
+    rows, cols = shape[d1], shape[d2]
+    first_row, first_col = max(-offset, 0), max(offset, 0)
+    count = max(min(rows - first_row, cols - first_col), 0)
+    if count == 0:
+        raise Unsupported("empty diagonal (zero-size tensors are not supported on the device)")
+    lead = tuple(shape[d] for d in rest)
+    flat = b.reshape(v, lead + (rows * cols,))
+    index = torch.arange(count) * (cols + 1) + first_row * cols + first_col
+    return b.reshape(const_gather(b, flat, index, len(lead), n.name), out_shape(n))
 
 
 @converts("embedding")

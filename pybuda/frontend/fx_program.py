@@ -238,6 +238,22 @@ def check_static_shapes(graph: torch.fx.Graph, name: str) -> None:
         raise UnsupportedOpError(found, stage=STAGE)
 
 
+def _effectful_ops(graph: torch.fx.Graph) -> List[UnsupportedOp]:
+    """The ops export threaded an effect token through (``with_effects``: a linalg op's error check such as
+    ``_linalg_check_errors`` of ``torch.linalg.inv``, a print): named with their source lines, so a model using
+    them fails with the op, not with the token input the capture cannot take."""
+    found: List[UnsupportedOp] = []
+    for node in graph.nodes:
+        if node.op == "call_function" and "with_effects" in str(node.target) and len(node.args) > 1:
+            op = node.args[1]
+            what = qualified_op_name(op) if hasattr(op, "_schema") else str(op)
+            found.append(UnsupportedOp(what, source_location(node),
+                                       "an op with side effects (export threads an effect token through it: an "
+                                       "error check of a linalg op, a print); pybuda captures side-effect-free "
+                                       "graphs - compute it outside the module or on a CPUDevice"))
+    return found
+
+
 def _zeros_for(val: Any) -> Any:
     if isinstance(val, torch.Tensor):
         return torch.zeros(tuple(int(d) for d in val.shape), dtype=val.dtype)
@@ -304,6 +320,9 @@ def prepare(ep, name: str, module: Optional[torch.nn.Module] = None,
                 consts[node] = ep.constants[spec.target]
                 const_names[node] = spec.target
             else:  # TOKEN and other internal inputs
+                effects = _effectful_ops(gm.graph)
+                if effects:
+                    raise UnsupportedOpError(effects, stage=STAGE)
                 raise CompileError(f"model '{name}': unsupported exported input kind {kind} for '{node.name}'",
                                    stage=STAGE)
         elif node.op == "get_attr":

@@ -876,6 +876,20 @@ def _integer_only(rw, node, ops, ctx):
                                             "CPUDevice")], stage="POST_INITIAL_GRAPH_PASS")
 
 
+def _matmul_full_bias(rw, node, ops, ctx):
+    """``matmul(a, b, bias)`` whose bias varies along the output's rows (``torch.addmm``/``baddbmm`` with a
+    matrix, an attention mask as baddbmm's input) -> ``matmul(a, b) + bias``. The device's matmul bias is one
+    row added to every row of the output (a linear layer's bias); a full-matrix bias given to it came back as
+    its first row everywhere, with no error."""
+    if len(ops) != 3:
+        return None
+    bias_shape = tuple(rw.shape(ops[2]))
+    if len(bias_shape) < 2 or bias_shape[-2] == 1:
+        return None
+    product = rw.op(f"{node.name}.product", "matmul", [ops[0], ops[1]])
+    return rw.op(node.name, "add", [product, ops[2]])
+
+
 def _sparse_matmul(rw, node, ops, ctx):
     return rw.op(node.name, "matmul", list(ops))
 
@@ -915,6 +929,7 @@ def _erf(rw, node, ops, ctx):
 _RULES = {
     "erf": _erf,
     "pad": _pad,
+    "matmul": _matmul_full_bias,
     "equal": _compare("equal"),
     "not_equal": _compare("not_equal"),
     "greater": _compare("greater"),
