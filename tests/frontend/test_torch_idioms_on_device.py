@@ -300,3 +300,21 @@ def test_an_op_with_side_effects_is_named_in_the_error():
     # exported input kind InputKind.TOKEN for 'token'"
     with pytest.raises(UnsupportedOpError, match="_linalg_check_errors"):
         _run(Inverse(), x)
+
+
+class InfiniteFills(torch.nn.Module):
+    """masked_fill/where with an infinite fill, returned and tested: the fill stays infinite."""
+
+    def forward(self, x):
+        filled = x.masked_fill(x > 0, float("-inf"))
+        return filled, torch.where(x > 0.5, float("inf"), x).reshape(3, 4), torch.isinf(filled)
+
+
+def test_an_infinite_fill_the_model_returns_or_tests_stays_infinite():
+    # The fill used to become bfloat16's largest finite value: the outputs came back as -3.39e38 and isinf was False.
+    x = torch.randn(2, 6, generator=torch.Generator().manual_seed(0))
+    got, _ = _run(InfiniteFills(), x)
+    want = InfiniteFills()(x)
+    _close(got[0], want[0])
+    _close(got[1], want[1])
+    assert torch.equal(got[2], want[2])

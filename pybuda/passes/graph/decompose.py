@@ -60,11 +60,11 @@ from typing import Any, Optional, Sequence
 
 import torch
 
-from pybuda.ir.graph import CONSTANT, HOLDS_OPERAND, INPUT, OUTPUT, SIGN_EXACT, Graph, Node
+from pybuda.ir.graph import CONSTANT, HOLDS_OPERAND, INPUT, OP, OUTPUT, SIGN_EXACT, TESTS_NONFINITE, Graph, Node
 from pybuda.ops import registry
 from pybuda.ops.common import normalize_dim
 from pybuda.passes.context import CompileContext
-from pybuda.passes.graph.nonfinite import may_be_nonfinite
+from pybuda.passes.graph.nonfinite import DATA_MOVES, may_be_nonfinite
 from pybuda.passes.graph.rewrite import Rewriter
 from pybuda.passes.lowered.exact_pickers import ONE_HOT_COPY
 
@@ -334,13 +334,32 @@ def _finite(rw, node, name: str, tag: str) -> str:
     return _scalar(rw, node, tag, math.copysign(FINITE_INF, value))
 
 
+def _infinity_observed(graph: Graph, name: str) -> bool:
+    """Whether node ``name``'s value reaches a graph output or an explicit NaN/infinity test (``TESTS_NONFINITE``)
+    through data movement only: there a finite stand-in for an infinite fill would be seen."""
+    stack, seen = [name], {name}
+    while stack:
+        for user in graph.users(stack.pop()):
+            u = graph[user]
+            if u.kind == OUTPUT or u.tags.get(TESTS_NONFINITE):
+                return True
+            if u.kind == OP and u.op_type in DATA_MOVES and user not in seen:
+                seen.add(user)
+                stack.append(user)
+    return False
+
+
 def _where(rw, node, ops, ctx):
     # A real select: heaviside(a, v) is 0 where a < 0 and v where a == 0, whatever v holds, so each branch
     # is zeroed by the condition before the sum and a NaN/inf in the branch not picked cannot leak (the
     # arithmetic c*x + (1-c)*y gives 0*inf = NaN). c - 1 is 0 where c holds (-1 elsewhere), 0 - c is 0 where
     # it does not; 0/1 and -1 are exact in every device format, and the unpicked term adds an exact 0.
+    # An infinite fill feeding arithmetic (an additive attention mask) becomes the finite FINITE_INF, which every
+    # later op keeps finite; one the model returns or tests (masked_fill(m, -inf) as an output, isinf of it) stays
+    # infinite, as torch gives it.
     c, x, y = ops
-    x, y = _finite(rw, node, x, "x_finite"), _finite(rw, node, y, "y_finite")
+    if not _infinity_observed(rw.old, node.name):
+        x, y = _finite(rw, node, x, "x_finite"), _finite(rw, node, y, "y_finite")
     picked = rw.op(f"{node.name}.picked", "subtract", [c, _scalar(rw, node, "one", 1.0)])
     unpicked = rw.op(f"{node.name}.unpicked", "subtract", [_scalar(rw, node, "zero", 0.0), c])
     keep = rw.op(f"{node.name}.keep", "heaviside", [picked, x])
