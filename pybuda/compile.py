@@ -156,6 +156,14 @@ class ModuleGraph:
     _graph_inputs: Optional[List[torch.Tensor]] = field(default=None, repr=False)
     _graph_outputs: Optional[List[torch.Tensor]] = field(default=None, repr=False)
 
+    def __post_init__(self) -> None:
+        # Inputs whose sample holds NaN or infinity: data movement carries them (pybuda.passes.graph.nonfinite). The
+        # samples are the graph's inputs only without a CPU stage before it (running one here would cost a model run).
+        if self.pre is None:
+            from pybuda.passes.graph.nonfinite import mark_nonfinite_samples
+
+            mark_nonfinite_samples(self.graph, self.flat_inputs)
+
     @property
     def graph_inputs(self) -> List[torch.Tensor]:
         """The graph's inputs for the sample: ``flat_inputs``, through ``pre`` when there is one."""

@@ -119,12 +119,43 @@ def _compare(b: Builder, n, p):
     x, y = p["self"], p["other"]
     dt = _promote(b, x, y)
     kind = _COMPARE[op_name(n.target)]
+    if dt == torch.bool:
+        # Masks compared with masks: the 0/1 values as floats (exact), so the device's comparison computes
+        # float data, as every comparison there does; a comparison typed bool was sent to the host.
+        dt = torch.float32
     if dt.is_floating_point:
         special = _nonfinite_compare(b, kind, x, y, dt)
         if special is not None:
             return b.cast(special, torch.bool)
     r = b.binary(kind, x, y, dt)
     return b.cast(r, torch.bool)
+
+
+@converts("bucketize", "searchsorted")
+def _bucketize(b: Builder, n, p):
+    """``bucketize(x, boundaries)`` / ``searchsorted(sorted_sequence, x)`` with constant 1-d boundaries: the
+    count of boundaries that ``x`` is not at or below (``right``: not below), a comparison against each
+    boundary and a sum of the 0/1 results -- small integers, exact on the device. Counting the negated
+    comparison puts NaN after every boundary, as torch does."""
+    if op_name(n.target) == "bucketize":
+        x, bounds = p["self"], p["boundaries"]
+        right = bool(p.get("right", False))
+    else:
+        x, bounds = p["self"], p["sorted_sequence"]
+        right = bool(p.get("right", False)) or p.get("side") == "right"
+        if p.get("sorter") is not None:
+            raise Unsupported("searchsorted with a sorter")
+    if not isinstance(bounds, Const) or bounds.value.dim() != 1 or not bounds.value.is_floating_point():
+        raise Unsupported(f"{op_name(n.target)} with boundaries that are not a constant 1-d float tensor")
+    if not b.is_tensor(x) or not b.dtype(x).is_floating_point:
+        raise Unsupported(f"{op_name(n.target)} of non-float values")
+    k = bounds.value.numel()
+    shape = b.shape(x)
+    col = b.reshape(b.tensor(x, torch.float32), tuple(shape) + (1,))
+    edges = b.const(bounds.value.to(torch.float32).reshape((1,) * len(shape) + (k,)), f"{n.name}.boundaries")
+    below = b.op("less" if right else "less_equal", [col, edges])  # 0/1: x at or below the boundary
+    count = b.binary("subtract", float(k), b.op("reduce_sum", [below], dim=len(shape)), torch.float32)
+    return b.cast(b.reshape(count, out_shape(n)), out_dtype(n))
 
 
 # --- NaN and infinity tests -------------------------------------------------------------------------
@@ -325,7 +356,8 @@ def _logical(b: Builder, n, p):
         return b.op("logical_and", [a, c])
     if kind == "or":
         return b.op("logical_not", [b.op("logical_and", [b.op("logical_not", [a]), b.op("logical_not", [c])])])
-    return b.op("not_equal", [a, c])
+    # xor: the masks differ, compared as float 0/1 (exact), as comparisons run on the device
+    return b.cast(b.binary("not_equal", a, c, torch.float32), torch.bool)
 
 
 @converts("logical_not", "bitwise_not")
@@ -416,6 +448,19 @@ def _inverse_trig(b: Builder, n, p):
     return b.op("where", [big, b.op("subtract", [half_pi, core]), core])
 
 
+@converts("exp2", "log2", "log10", "erfc")
+def _unary_scaled(b: Builder, n, p):
+    """Unary ops one scale away from a device op: ``exp2(x) = exp(x ln 2)``, ``log2(x) = log(x) / ln 2``,
+    ``log10(x) = log(x) / ln 10``, ``erfc(x) = 1 - erf(x)``."""
+    name, dt = op_name(n.target), out_dtype(n)
+    x = b.tensor(p["self"], dt)
+    if name == "exp2":
+        return b.op("exp", [b.binary("multiply", x, math.log(2.0), dt)])
+    if name == "erfc":
+        return b.binary("subtract", 1.0, b.op("erf", [x]), dt)
+    return b.binary("multiply", b.op("log", [x]), 1.0 / math.log(2.0 if name == "log2" else 10.0), dt)
+
+
 @converts("neg")
 def _neg(b: Builder, n, p):
     return b.negative(p["self"], out_dtype(n))
@@ -450,6 +495,19 @@ def _gelu(b: Builder, n, p):
 @converts("leaky_relu")
 def _leaky_relu(b: Builder, n, p):
     return b.op("leaky_relu", [p["self"]], alpha=float(p["negative_slope"]))
+
+
+@converts("rrelu_with_noise_functional", "rrelu_with_noise", "rrelu")
+def _rrelu(b: Builder, n, p):
+    """RReLU in eval mode: a leaky ReLU with the mean slope ``(lower + upper) / 2``. (Training draws random
+    slopes: the host runs it.) ``rrelu_with_noise_functional`` also returns the noise, unused in eval."""
+    if p.get("training", False):
+        raise Unsupported("rrelu in training mode (random slopes)")
+    slope = (float(p.get("lower", 1.0 / 8.0)) + float(p.get("upper", 1.0 / 3.0))) / 2.0
+    out = b.op("leaky_relu", [p["self"]], alpha=slope)
+    if op_name(n.target) == "rrelu_with_noise_functional":
+        return out, Missing("rrelu noise")
+    return out
 
 
 @converts("hardtanh", "relu6")
@@ -507,12 +565,14 @@ def _hardswish(b: Builder, n, p):
 
 @converts("elu")
 def _elu(b: Builder, n, p):
-    if p.get("scale", 1) != 1 or p.get("input_scale", 1) != 1:
-        raise Unsupported("elu with scale/input_scale")
+    """``scale * (x if x > 0 else alpha * (exp(input_scale * x) - 1))``: ELU, and SELU/CELU through it."""
     dt = out_dtype(n)
     x = b.tensor(p["self"], dt)
-    neg = b.binary("multiply", b.binary("subtract", b.op("exp", [x]), 1.0, dt), float(p["alpha"]), dt)
-    return b.op("where", [b.binary("greater", x, 0.0, dt), x, neg])
+    scale, input_scale = float(p.get("scale", 1)), float(p.get("input_scale", 1))
+    xs = b.binary("multiply", x, input_scale, dt) if input_scale != 1 else x
+    neg = b.binary("multiply", b.binary("subtract", b.op("exp", [xs]), 1.0, dt), float(p["alpha"]), dt)
+    out = b.op("where", [b.binary("greater", x, 0.0, dt), x, neg])
+    return b.binary("multiply", out, scale, dt) if scale != 1 else out
 
 
 def _softplus_of(b: Builder, x: str, beta: float, threshold: float, dt) -> str:
@@ -520,7 +580,11 @@ def _softplus_of(b: Builder, x: str, beta: float, threshold: float, dt) -> str:
     soft = b.op("log", [b.binary("add", b.op("exp", [bx]), 1.0, dt)])
     if beta != 1:
         soft = b.binary("multiply", soft, 1.0 / beta, dt)
-    return b.op("where", [b.binary("greater", bx, threshold, dt), x, soft])
+    # x * beta > threshold as x against threshold / beta: the input itself is compared, not a product the
+    # chip computes from TF32 operands (1e-3 off, which moved elements near the threshold to the other
+    # branch, a jump of log(1 + exp(-threshold)) / beta).
+    above = b.binary("greater", x, threshold / beta, dt) if beta > 0 else b.binary("greater", bx, threshold, dt)
+    return b.op("where", [above, x, soft])
 
 
 @converts("softplus")

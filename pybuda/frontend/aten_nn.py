@@ -7,7 +7,8 @@ Registered into :data:`pybuda.frontend.aten_builder.CONVERTERS` by the ``@conver
 from __future__ import annotations
 
 import math
-from typing import Any, Sequence, Tuple
+import operator
+from typing import Any, List, Sequence, Tuple
 
 import torch
 
@@ -448,9 +449,13 @@ def _pair(v: Any, n: int = 2) -> Tuple[int, ...]:
 def _conv2d(b: Builder, x: str, w: Any, bias: Any, stride, padding, dilation, groups, transposed=False,
             output_padding=(0, 0)) -> str:
     stride, dilation = _pair(stride), _pair(dilation)
-    ph, pw = _pair(padding)
+    if isinstance(padding, (list, tuple)) and len(padding) == 4:  # (left, right, top, bottom) already
+        sides = tuple(int(v) for v in padding)
+    else:
+        ph, pw = _pair(padding)
+        sides = (pw, pw, ph, ph)
     operands = [x, w] if bias is None else [x, w, bias]
-    attrs = dict(stride=stride, padding=(pw, pw, ph, ph), dilation=dilation, groups=int(groups), channel_last=False)
+    attrs = dict(stride=stride, padding=sides, dilation=dilation, groups=int(groups), channel_last=False)
     if transposed:
         if any(_pair(output_padding)):
             attrs["output_padding"] = _pair(output_padding)
@@ -458,13 +463,12 @@ def _conv2d(b: Builder, x: str, w: Any, bias: Any, stride, padding, dilation, gr
     return b.op("conv2d", operands, **attrs)
 
 
-def _same_padding(kernel: Sequence[int], dilation: Sequence[int]) -> Tuple[int, ...]:
+def _same_padding(kernel: Sequence[int], dilation: Sequence[int]) -> Tuple[Tuple[int, int], ...]:
+    """padding='same' per spatial dim as (before, after): torch puts the odd one of an odd total after."""
     pads = []
     for k, d in zip(kernel, dilation):
         total = d * (k - 1)
-        if total % 2:
-            raise Unsupported("padding='same' with an asymmetric total padding")
-        pads.append(total // 2)
+        pads.append((total // 2, total - total // 2))
     return tuple(pads)
 
 
@@ -486,7 +490,9 @@ def _conv(b: Builder, n, p):
             padding = [0] * spatial
         else:
             dil = tuple(int(d) for d in (dilation if isinstance(dilation, (list, tuple)) else [dilation]))
-            padding = _same_padding(b.shape(w)[2:], dil * spatial if len(dil) == 1 else dil)
+            same = _same_padding(b.shape(w)[2:], dil * spatial if len(dil) == 1 else dil)
+            # (left, right, top, bottom) of the 2-d conv; a 1-d conv is one over a height-1 image
+            padding = (same[-1] + same[0]) if spatial == 2 else (same[0] + (0, 0))
     output_padding = p.get("output_padding") or [0] * spatial
     if spatial == 2:
         out = _conv2d(b, x, w, bias, stride, padding, dilation, groups, transposed, output_padding)
@@ -496,9 +502,15 @@ def _conv(b: Builder, n, p):
         x2 = b.reshape(x, (xs[0], xs[1], 1, xs[2]))
         w2 = b.reshape(w, (ws[0], ws[1], 1, ws[2]))
         one = lambda v: (1, _pair(v, 1)[0])  # noqa: E731
-        out = _conv2d(b, x2, w2, bias, one(stride), (0, _pair(padding, 1)[0]), one(dilation), groups, transposed,
+        pad2 = padding if isinstance(padding, tuple) and len(padding) == 4 else (0, _pair(padding, 1)[0])
+        out = _conv2d(b, x2, w2, bias, one(stride), pad2, one(dilation), groups, transposed,
                       (0, _pair(output_padding, 1)[0]))
     return b.reshape(out, out_shape(n))
+
+
+def _reads_output(n, i: int) -> bool:
+    """Whether the model reads output ``i`` of the multi-output FX node ``n`` (a live getitem of it)."""
+    return any(u.target is operator.getitem and u.args[1] == i and len(u.users) for u in n.users)
 
 
 def _pool_padding(padding) -> Tuple[int, int, int, int]:
@@ -508,6 +520,8 @@ def _pool_padding(padding) -> Tuple[int, int, int, int]:
 
 @converts("max_pool2d", "max_pool2d_with_indices")
 def _max_pool2d(b: Builder, n, p):
+    if _reads_output(n, 1):
+        raise Unsupported("max pooling's indices")
     kernel = _pair(p["kernel_size"])
     stride = _pair(p["stride"]) if p["stride"] else kernel
     out = b.op("max_pool2d", [p["self"]], kernel_size=kernel, stride=stride, padding=_pool_padding(p["padding"]),
@@ -524,6 +538,37 @@ def _avg_pool2d(b: Builder, n, p):
     return b.op("avg_pool2d", [p["self"]], kernel_size=kernel, stride=stride, padding=_pool_padding(p["padding"]),
                 ceil_mode=bool(p["ceil_mode"]), count_include_pad=bool(p["count_include_pad"]),
                 divisor_override=p["divisor_override"], channel_last=False)
+
+
+#: Largest pairwise-difference tensor (elements) ``torch.cdist`` builds on the device; beyond it, the host.
+MAX_CDIST_ELEMENTS = 1 << 20
+
+
+@converts("_cdist_forward", "cdist")
+def _cdist(b: Builder, n, p):
+    """``torch.cdist(x1, x2, p)``: every pair's difference (a broadcast subtract to ``[.., P, R, M]``), then
+    the p-norm over M: sum of squares and sqrt (p=2), sum of abs (1), max of abs (inf), else
+    ``(sum |d|**p) ** (1/p)``."""
+    dt = out_dtype(n)
+    x1, x2 = b.tensor(p["x1"], dt), b.tensor(p["x2"], dt)
+    s1, s2 = b.shape(x1), b.shape(x2)
+    order = float(p["p"])
+    final = out_shape(n)
+    if math.prod(final) * s1[-1] > MAX_CDIST_ELEMENTS or order == 0:
+        raise Unsupported(f"cdist with p={order} over {list(final)} pairs of {s1[-1]} features")
+    a = b.reshape(x1, tuple(s1[:-1]) + (1, s1[-1]))
+    c = b.reshape(x2, tuple(s2[:-2]) + (1,) + tuple(s2[-2:]))
+    diff = b.op("subtract", [a, c])
+    last = len(final)
+    if order == 2.0:
+        return b.reshape(b.op("sqrt", [b.op("reduce_sum", [b.op("square", [diff])], dim=last)]), final)
+    mag = b.op("abs", [diff])
+    if order == 1.0:
+        return b.reshape(b.op("reduce_sum", [mag], dim=last), final)
+    if math.isinf(order):
+        return b.reshape(b.op("reduce_max", [mag], dim=last), final)
+    total = b.op("reduce_sum", [b.op("pow", [mag], exponent=order)], dim=last)
+    return b.reshape(b.op("pow", [total], exponent=1.0 / order), final)
 
 
 @converts("adaptive_avg_pool2d", "_adaptive_avg_pool2d", "adaptive_avg_pool1d")
@@ -543,7 +588,59 @@ def _adaptive_avg_pool(b: Builder, n, p):
         kernel = tuple(i // o for i, o in zip(in_sizes, out_sizes))
         return b.op("avg_pool2d", [x], kernel_size=kernel, stride=kernel, padding=(0, 0, 0, 0), ceil_mode=False,
                     count_include_pad=True, divisor_override=None, channel_last=False)
-    raise Unsupported(f"adaptive pooling from {list(in_sizes)} to {list(out_sizes)} (sizes must divide)")
+    # Any other sizes: output i averages input [floor(i * n / o), ceil((i + 1) * n / o)), separable per dim,
+    # so one constant averaging matrix per dim (a matmul on the last dim; on the one before from the left).
+    v = x
+    rank = len(shape)
+    for d in range(rank - spatial, rank):
+        n_in, n_out = shape[d], final[d]
+        if n_in == n_out:
+            continue
+        avg = torch.zeros(n_in, n_out)
+        for i, (lo, hi) in enumerate(_adaptive_windows(n_in, n_out)):
+            avg[lo:hi, i] = 1.0 / (hi - lo)
+        if d == rank - 1:
+            v = b.op("matmul", [v, b.const(avg, f"{n.name}.avg_w")])
+        else:
+            v = b.op("matmul", [b.const(avg.t().contiguous(), f"{n.name}.avg_h"), v])
+    return b.reshape(v, final)
+
+
+def _adaptive_windows(n_in: int, n_out: int) -> List[Tuple[int, int]]:
+    """The input window ``[start, stop)`` of each of ``n_out`` adaptive-pooling outputs (as torch computes it)."""
+    return [((i * n_in) // n_out, -(-((i + 1) * n_in) // n_out)) for i in range(n_out)]
+
+
+#: Most output rows + columns an adaptive max pooling of sizes that do not divide runs on the device with.
+MAX_ADAPTIVE_WINDOWS = 64
+
+
+@converts("adaptive_max_pool2d", "adaptive_max_pool1d")
+def _adaptive_max_pool(b: Builder, n, p):
+    """Adaptive max pooling, separable per spatial dim: each output is the max of its input window, a slice and
+    a max over it, concatenated along the dim. The indices output has no device form."""
+    if _reads_output(n, 1):
+        raise Unsupported("adaptive max pooling's indices")
+    x = b.tensor(p["self"])
+    shape = b.shape(x)
+    final = out_shape_of(n, 0)
+    spatial = len(_pair(p["output_size"], 1)) if op_name(n.target) == "adaptive_max_pool1d" else 2
+    rank = len(shape)
+    windows = sum(final[d] for d in range(rank - spatial, rank))
+    if windows > MAX_ADAPTIVE_WINDOWS:
+        # one slice and max per output row and column: beyond this many, the host's pooling is cheaper
+        raise Unsupported(f"adaptive max pooling to {list(final[-spatial:])} (over {MAX_ADAPTIVE_WINDOWS} windows)")
+    v = x
+    for d in range(rank - spatial, rank):
+        n_in, n_out = shape[d], final[d]
+        if n_in == n_out:
+            continue
+        parts = []
+        for lo, hi in _adaptive_windows(n_in, n_out):
+            part = b.op("index", [v], dim=d, start=lo, stop=hi, stride=1) if (lo, hi) != (0, n_in) else v
+            parts.append(b.op("reduce_max", [part], dim=d) if hi - lo > 1 else part)
+        v = parts[0] if len(parts) == 1 else b.op("concatenate", parts, axis=d)
+    return b.reshape(v, final), Missing("adaptive max pooling indices")
 
 
 @converts("upsample_nearest2d", "upsample_bilinear2d")
@@ -552,9 +649,49 @@ def _upsample(b: Builder, n, p):
     method = "nearest_neighbor" if "nearest" in name else "bilinear"
     sizes = tuple(out_shape(n)[-2:])
     attrs = dict(sizes=sizes, method=method, channel_last=False)
+    align = bool(p.get("align_corners", False))
     if method == "bilinear":
-        attrs["align_corners"] = bool(p.get("align_corners", False))
-    return b.op("resize2d", [p.get("self", p.get("input"))], **attrs)
+        attrs["align_corners"] = align
+    x = b.tensor(p.get("self", p.get("input")))
+    scales = p.get("scale_factors") or (p.get("scales_h"), p.get("scales_w"))
+    in_sizes = b.shape(x)[-2:]
+    if not align and any(sc is not None and float(sc) * i != o for sc, i, o in zip(scales, in_sizes, sizes)):
+        # A scale factor whose output size was rounded (5 * 1.5 -> 7): torch maps output pixels back by
+        # 1 / scale, not by in / out as resize2d does. Each dim's interpolation matrix is torch's own op on
+        # an identity basis, applied as a matmul.
+        return _resize_by_matrices(b, x, method, scales, sizes, n.name)
+    return b.op("resize2d", [x], **attrs)
+
+
+def _resize_by_matrices(b: Builder, x: str, method: str, scales, sizes, name: str) -> str:
+    """``x [.., H, W]`` resized to ``sizes`` as torch's upsample with ``scales`` (None: from the sizes) does it,
+    as one constant matmul per spatial dim (interpolation is separable)."""
+    op = torch.ops.aten.upsample_nearest2d.default if method == "nearest_neighbor" else \
+        torch.ops.aten.upsample_bilinear2d.default
+    h, w = b.shape(x)[-2:]
+    oh, ow = sizes
+    sh, sw = (None if v is None else float(v) for v in scales)
+
+    def run(basis, out_size, scale_h, scale_w):
+        if method == "nearest_neighbor":
+            return op(basis, list(out_size), scale_h, scale_w)
+        return op(basis, list(out_size), False, scale_h, scale_w)
+
+    rows = run(torch.eye(h).reshape(h, 1, h, 1), (oh, 1), sh, None).reshape(h, oh)  # [H, OH]
+    cols = run(torch.eye(w).reshape(w, 1, 1, w), (1, ow), None, sw).reshape(w, ow)  # [W, OW]
+    v = x
+    rank = b.rank(x)
+    if method == "nearest_neighbor":  # a pick per output pixel: a constant gather, exact
+        if not torch.equal(rows.argmax(0), torch.arange(h)) or h != oh:
+            v = const_gather(b, v, rows.argmax(0), rank - 2, f"{name}.rows")
+        if not torch.equal(cols.argmax(0), torch.arange(w)) or w != ow:
+            v = const_gather(b, v, cols.argmax(0), rank - 1, f"{name}.cols")
+        return v
+    if not (h == oh and torch.equal(rows, torch.eye(h))):
+        v = b.op("matmul", [b.const(rows.t().contiguous(), f"{name}.rows"), v])
+    if not (w == ow and torch.equal(cols, torch.eye(w))):
+        v = b.op("matmul", [v, b.const(cols.contiguous(), f"{name}.cols")])
+    return v
 
 
 # --- misc -----------------------------------------------------------------------------------------

@@ -249,10 +249,16 @@ def _pad(b: Builder, n, p):
         mode = "replicate"
     else:
         mode = p.get("mode") or "constant"
+    if mode == "circular":
+        return _pad_circular(b, x, pad)
     if mode not in _PAD_MODES:
         raise Unsupported(f"padding mode {mode!r}")
     value = p.get("value")
     value = float(value) if value is not None else 0.0
+    if any(v < 0 for v in pad) and mode == "constant":
+        # A negative pad crops: slice those sides off, then pad the rest.
+        x = _crop(b, x, pad)
+        pad = [max(v, 0) for v in pad]
     if any(v < 0 for v in pad):
         if mode != "constant":
             raise Unsupported(f"negative {mode} padding (cropping)")
@@ -291,6 +297,35 @@ def _pad(b: Builder, n, p):
         v = b.op("pad", [v], pad=(before, after), mode=mode, value=value, channel_last=False)
         v = b.transpose(v, dim, rank - 1)
     return v
+
+
+def _crop(b: Builder, x: str, pad: Sequence[int]) -> str:
+    """``x`` with the sides ``pad`` gives negative amounts for (last dim first, as torch orders pads) sliced off."""
+    rank = b.rank(x)
+    for i in range(len(pad) // 2):
+        dim = rank - 1 - i
+        lo, hi = -min(pad[2 * i], 0), -min(pad[2 * i + 1], 0)
+        if lo or hi:
+            x = _index_range(b, x, dim, lo, b.shape(x)[dim] - hi)
+    return x
+
+
+def _pad_circular(b: Builder, x: str, pad: Sequence[int]) -> str:
+    """Circular padding: each padded dim gets its last ``left`` elements before it and its first ``right``
+    after it (slices and one concatenate, data movement the device runs)."""
+    rank = b.rank(x)
+    for i in range(len(pad) // 2):
+        dim = rank - 1 - i
+        left, right = int(pad[2 * i]), int(pad[2 * i + 1])
+        size = b.shape(x)[dim]
+        if left > size or right > size or left < 0 or right < 0:
+            raise Unsupported(f"circular padding by a negative amount or more than the dim's size ({pad} of "
+                              f"{list(b.shape(x))})")
+        parts = ([_index_range(b, x, dim, size - left, size)] if left else []) + [x] + \
+                ([_index_range(b, x, dim, 0, right)] if right else [])
+        if len(parts) > 1:
+            x = b.op("concatenate", parts, axis=dim)
+    return b.tensor(x)
 
 
 @converts("tril", "triu")
@@ -372,6 +407,12 @@ def const_gather(b: Builder, x: Any, index: torch.Tensor, dim: int, name: str) -
     return b.cast(out, dtype) if dtype == torch.bool else out
 
 
+#: Largest dim a run-time index selects along by comparing it whole with ``arange``: the chip reads an elementwise
+#: op's operands through 19-bit source registers, which hold integers exactly up to 2**11 (as
+#: ``decompose.EMBEDDING_MAX_VOCAB``); a larger index could match its neighbour.
+RUNTIME_INDEX_MAX = 2 ** 11
+
+
 def _one_hot_rows(b: Builder, idx: Any, size: int) -> Optional[str]:
     """``[n, size]`` float one-hot rows of the run-time integer index ``idx`` (flattened to n), when its integer
     range (:mod:`pybuda.ops.integer`) proves every index within ``[0, size)`` (torch raises otherwise); else
@@ -382,7 +423,7 @@ def _one_hot_rows(b: Builder, idx: Any, size: int) -> Optional[str]:
         return None
     r = integer_range(b.graph, idx)
     n = math.prod(b.shape(idx))
-    if r is None or r[0] < 0 or r[1] > size - 1 or n * size > MAX_ONE_HOT_ELEMENTS:
+    if r is None or r[0] < 0 or r[1] > size - 1 or n * size > MAX_ONE_HOT_ELEMENTS or size > RUNTIME_INDEX_MAX:
         return None
     column = b.reshape(b.cast(idx, torch.float32), (n, 1))
     hits = b.op("equal", [column, b.const(torch.arange(size, dtype=torch.float32).reshape(1, size), "positions")])
@@ -407,7 +448,9 @@ def _runtime_gather(b: Builder, x: Any, idx: Any, dim: int, final_shape: Sequenc
                      final_shape)
 
 
-def _adv_index(b: Builder, x: Any, idx: Any, dim: int, final_shape: Sequence[int]) -> str:
+def _adv_index(b: Builder, x: Any, idx: Any, dim: int, final_shape: Sequence[int], negative_ids: bool = True) -> str:
+    """``x`` indexed by ``idx`` along ``dim``; ``negative_ids``: whether the framework counts a negative index from
+    the end (``x[idx]``) rather than refusing it (``index_select``)."""
     if b.dtype(idx) == torch.bool:
         raise Unsupported("boolean-mask indexing has a data-dependent shape")
     if isinstance(idx, Const) and not isinstance(x, Const):
@@ -419,7 +462,7 @@ def _adv_index(b: Builder, x: Any, idx: Any, dim: int, final_shape: Sequence[int
             return out
     idx_shape = b.shape(idx)
     flat = b.reshape(idx, (max(1, math.prod(idx_shape)),)) if len(idx_shape) != 1 else b.tensor(idx)
-    r = b.op("adv_index", [x, flat], dim=dim)
+    r = b.op("adv_index", [x, flat], dim=dim, negative_ids=negative_ids)
     return b.reshape(r, final_shape)
 
 
@@ -489,7 +532,8 @@ def _row_wise_index(b: Builder, n, x: Any, used: List[Tuple[int, Any]]) -> Optio
 @converts("index_select")
 def _index_select(b: Builder, n, p):
     x = p["self"]
-    return _adv_index(b, x, p["index"], _norm_dim(p["dim"], b.rank(x)), out_shape(n))
+    # torch refuses a negative index here (x[idx] wraps it): a device run refuses such a push too.
+    return _adv_index(b, x, p["index"], _norm_dim(p["dim"], b.rank(x)), out_shape(n), negative_ids=False)
 
 
 @converts("gather")
@@ -595,6 +639,46 @@ def _const_index_gather(b: Builder, x: Any, index: torch.Tensor, dim: int, name:
     out = b.reshape(out, tuple(ish[k] for k in order))
     inverse = [order.index(k) for k in range(rank)]
     return _permute_by(b, out, inverse)
+
+
+@converts("unfold")
+def _tensor_unfold(b: Builder, n, p):
+    """``Tensor.unfold(dim, size, step)``: the windows' elements as one constant gather along ``dim``
+    (slices, or a one-hot matmul when they overlap), split into (windows, size) and the size moved last."""
+    x = b.tensor(p["self"])
+    shape = b.shape(x)
+    rank = len(shape)
+    dim, size, step = _norm_dim(p["dimension"], max(rank, 1)), int(p["size"]), int(p["step"])
+    count = (shape[dim] - size) // step + 1
+    index = (torch.arange(count)[:, None] * step + torch.arange(size)[None, :]).reshape(-1)
+    v = const_gather(b, x, index, dim, n.name)
+    v = b.reshape(v, tuple(shape[:dim]) + (count, size) + tuple(shape[dim + 1:]))
+    order = [d for d in range(rank + 1) if d != dim + 1] + [dim + 1]
+    return b.reshape(_permute_by(b, v, order), out_shape(n))
+
+
+@converts("diagonal")
+def _diagonal(b: Builder, n, p):
+    """``torch.diagonal``: the two dims moved last and flattened, then a constant gather of the diagonal's
+    elements (a strided slice: every ``cols + 1``-th element), which the device runs as data movement."""
+    x = b.tensor(p["self"])
+    shape = b.shape(x)
+    rank = len(shape)
+    d1, d2, offset = _norm_dim(p.get("dim1", 0), rank), _norm_dim(p.get("dim2", 1), rank), int(p.get("offset", 0))
+    if d1 == d2:
+        raise Unsupported("diagonal of a dim with itself")
+    rest = [d for d in range(rank) if d not in (d1, d2)]
+    order = rest + [d1, d2]
+    v = _permute_by(b, x, order) if order != list(range(rank)) else x
+    rows, cols = shape[d1], shape[d2]
+    first_row, first_col = max(-offset, 0), max(offset, 0)
+    count = max(min(rows - first_row, cols - first_col), 0)
+    if count == 0:
+        raise Unsupported("empty diagonal (zero-size tensors are not supported on the device)")
+    lead = tuple(shape[d] for d in rest)
+    flat = b.reshape(v, lead + (rows * cols,))
+    index = torch.arange(count) * (cols + 1) + first_row * cols + first_col
+    return b.reshape(const_gather(b, flat, index, len(lead), n.name), out_shape(n))
 
 
 @converts("embedding")

@@ -2,7 +2,8 @@
 
 Pipeline (each step in its own module)::
 
-    torch.export.export ─▶ run_decompositions (only when it helps) ─▶ fold constants   (fx_program)
+    torch.export.export ─▶ run_decompositions (only when it helps)                    (fx_export)
+        ─▶ fold constants                                                            (fx_program)
         ─▶ map ATen ops onto registry ops                                            (aten_map)
         ─▶ CPU fallback split into [CPU pre, device graph, CPU post]                   (fallback)
 
@@ -31,7 +32,7 @@ import torch.utils._pytree as pytree
 from pybuda.errors import CompileError, InputError, UnsupportedOp, UnsupportedOpError
 from pybuda.ir.graph import OP, Graph
 
-from pybuda.frontend import aten_map, fallback, fx_program
+from pybuda.frontend import aten_map, fallback, fx_export, fx_program
 from pybuda.frontend.aten_map import Builder, Const, Missing, Unsupported
 from pybuda.frontend.fallback import FallbackReport
 from pybuda.frontend.fx_program import FxProgram, meta_val, op_name, qualified_op_name, source_location
@@ -181,16 +182,16 @@ def capture(module: Union["torch.nn.Module", Any], sample_inputs: Any, graph_nam
     timings: Dict[str, float] = {}
 
     t = time.perf_counter()
-    ep = fx_program.run_export(nn_module, args, kwargs, name)
+    ep = fx_export.run_export(nn_module, args, kwargs, name)
     timings["export"] = time.perf_counter() - t
 
     keep = set(aten_map.CONVERTERS)
     t = time.perf_counter()
-    fx_program.inline_wrapper_subgraphs(ep.graph_module)
+    fx_export.inline_wrapper_subgraphs(ep.graph_module)
     if decompose == "auto":
-        fx_program.functionalize_inplace(ep.graph)
-    if decompose is True or (decompose == "auto" and fx_program.needs_decompositions(ep, keep)):
-        ep = fx_program.run_decompositions(ep, keep, name)
+        fx_export.functionalize_inplace(ep.graph)
+    if decompose is True or (decompose == "auto" and fx_export.needs_decompositions(ep, keep)):
+        ep = fx_export.run_decompositions(ep, keep, name)
     timings["decompose"] = time.perf_counter() - t
 
     prog = fx_program.prepare(ep, name, nn_module, input_parameters)

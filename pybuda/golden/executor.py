@@ -71,6 +71,7 @@ class GoldenExecutor:
         for rec, x in zip(host_inputs, inputs):
             _check_integer_range(rec.name, x, self._input_formats.get(rec.queue))
             _check_value_range(rec, x)
+            _check_finite(rec, x)
         device_inputs = [to_device_layout(rec, x) for rec, x in zip(host_inputs, inputs)]
         entries = device_inputs[0].shape[0] if device_inputs else self.microbatch
         if entries % self.microbatch:
@@ -189,11 +190,29 @@ def _check_value_range(rec: Any, value: torch.Tensor) -> None:
         integers = not value.dtype.is_floating_point
         show = (lambda v: f"{int(v)}") if integers else (lambda v: f"{float(v):g}")
         first = value[(value < low) | (value > high)].flatten()[0]
-        what = (f"the simulated chip keeps integers exact in [{low:.0f}, {high:.0f}], so they would not come "
-                f"back unchanged" if low < 0 else
-                f"the model was compiled for [{low:g}, {high:g}] (ids of an embedding table of {int(high) + 1} rows)")
+        if low == -(high + 1):  # a lookup whose negative ids count from the end (ONNX Gather, x[ids])
+            what = (f"the model was compiled for [{low:g}, {high:g}] (ids of a table of {int(high) + 1} rows, "
+                    f"negative ones counting from the end)")
+        elif low < 0:
+            what = f"the simulated chip keeps integers exact in [{low:.0f}, {high:.0f}], so they would not come back unchanged"
+        else:
+            what = f"the model was compiled for [{low:g}, {high:g}] (ids of an embedding table of {int(high) + 1} rows)"
         raise InputError(f"input '{rec.name}' holds values from {show(lo)} to {show(hi)}; {what}; first value "
                          f"outside: {show(first)}")
+
+
+def _check_finite(rec: Any, value: torch.Tensor) -> None:
+    """Refuse NaN or infinity pushed to an input whose data movement does not carry them (``finite_only``,
+    pybuda.passes.lower.specials): a picker multiplies them by its zeros, and whole rows would come back NaN."""
+    if not getattr(rec, "finite_only", False) or not value.dtype.is_floating_point or not value.numel():
+        return
+    bad = ~torch.isfinite(value)
+    if bool(bad.any()):
+        first = float(value[bad].flatten()[0])
+        raise InputError(f"input '{rec.name}' holds {int(bad.sum())} NaN or infinite value(s) (first: {first}), which "
+                         f"the compiled model's data movement (slices, gathers, concatenations, windows of a "
+                         f"convolution or pool) would not carry exactly: a picker matmul multiplies them by its zeros. "
+                         f"Where the compile sample held none, compile with a sample that holds them")
 
 
 def _tensor(tensors: Mapping[str, torch.Tensor], key: Any, what: str) -> torch.Tensor:

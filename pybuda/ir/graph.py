@@ -47,6 +47,12 @@ NONFINITE_SAFE = "nonfinite_safe"
 #: Tag of the ops of an explicit NaN/infinity test (``isnan``, ``isinf``, ``x != x`` ...: ``|x|`` and ``x - x``):
 #: everything upstream of them that may make a NaN or infinity is NONFINITE_SAFE.
 TESTS_NONFINITE = "tests_nonfinite"
+#: Tag of a graph input whose compile sample held a NaN or an infinity (pybuda.compile.ModuleGraph).
+SAMPLE_NONFINITE = "sample_nonfinite"
+#: Tag of a value whose NaNs and infinities data movement must carry exactly (pybuda.passes.graph.nonfinite,
+#: :func:`~pybuda.passes.graph.nonfinite.mark_nonfinite_carriers`): a picker reading it copies them by a code
+#: (pybuda.passes.lower.specials).
+CARRIES_NONFINITE = "carries_nonfinite"
 
 
 def dtype_name(dtype: torch.dtype) -> str:

@@ -7,7 +7,7 @@ SwiGLU and grouped-query attention (Llama), learned offset positions and ReLU ML
 embeddings on part of each head and parallel attention/MLP residuals (GPT-NeoX). The key/value
 cache is switched off (``use_cache=False``): the zoo model returns the logits only. (Captured with the
 default ``use_cache=True``, a decoder's cache becomes extra graph outputs; see
-:func:`pybuda.frontend.fx_program.register_cache_pytrees`.)
+:func:`pybuda.frontend.fx_export.register_cache_pytrees`.)
 """
 
 from __future__ import annotations

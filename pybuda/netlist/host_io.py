@@ -177,6 +177,9 @@ class QueueIO:
     # come back in the device's formats, rounded (on Grayskull, whose Dest holds no Float32, even an integer
     # past 256), from a trip that computes nothing.
     copy_of: Optional[str] = None
+    # Inputs: NaN and infinity pushed here would reach data movement compiled for finite values (a picker that
+    # multiplies them by its zeros: pybuda.passes.lower.specials), so the host refuses a push holding one.
+    finite_only: bool = False
 
     def __post_init__(self) -> None:
         self.framework_shape = _shape(self.framework_shape) or ()
@@ -206,7 +209,7 @@ class QueueIO:
                 "device_shape": None if self.device_shape is None else list(self.device_shape),
                 "dtype": self.dtype, "batched": self.batched, "host_tms": [tm.to_dict() for tm in self.host_tms],
                 "tensor": self.tensor, "value_range": None if self.value_range is None else list(self.value_range),
-                "mantissa_bits": self.mantissa_bits, "copy_of": self.copy_of}
+                "mantissa_bits": self.mantissa_bits, "copy_of": self.copy_of, "finite_only": self.finite_only}
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> "QueueIO":
@@ -215,7 +218,8 @@ class QueueIO:
                    framework_shape=d.get("framework_shape", ()), device_shape=d.get("device_shape"),
                    dtype=str(d.get("dtype", "float32")), batched=bool(d.get("batched", False)),
                    host_tms=[HostTM.from_dict(t) for t in d.get("host_tms", ())], tensor=d.get("tensor"),
-                   value_range=d.get("value_range"), mantissa_bits=d.get("mantissa_bits"), copy_of=d.get("copy_of"))
+                   value_range=d.get("value_range"), mantissa_bits=d.get("mantissa_bits"), copy_of=d.get("copy_of"),
+                   finite_only=bool(d.get("finite_only", False)))
 
 
 @dataclass
@@ -340,7 +344,8 @@ def queue_io(queue: Any, name: Optional[str] = None, dtype: Optional[str] = None
                    device_shape=device_shape, dtype=dtype or str(tags.get("dtype", "float32")),
                    batched=bool(tags.get("batched")), host_tms=[HostTM(t, a) for t, a in tags.get("host_tms") or ()],
                    tensor=queue.name if ram else None, value_range=tags.get("value_range"),
-                   mantissa_bits=tags.get("mantissa_bits") if ram else None)
+                   mantissa_bits=tags.get("mantissa_bits") if ram else None,
+                   finite_only=bool(tags.get("finite_only")) and queue.kind == "input")
 
 
 def build_host_io(lowered: Any, framework: Any, consteval_trace: Mapping[str, Mapping[str, Any]],

@@ -31,8 +31,52 @@ def _embedding_bw(ac, operand, inputs, output, grad, attrs):
 register(OpDef(name="embedding", family="misc", arity=(2, 2), shape=_embedding_shape, backward=_embedding_bw,
                int_range=integer.moves_first,  # a one-hot matmul: one table row per id
                eval=lambda x, a: x[0][x[1].to(torch.int64)],
+               attrs={"negative_ids": attr(bool, default=False)},
                doc="embedding(table [V, D], indices [...]) -> table[indices], of shape [..., D] and the "
-                   "table's dtype (indices may be stored as floats)."))
+                   "table's dtype (indices may be stored as floats). `negative_ids`: an id in [-V, -1] counts "
+                   "from the end (ONNX Gather, numpy-style indexing); without it only [0, V - 1] is valid "
+                   "(torch.nn.functional.embedding)."))
+
+
+def _lookup_digits_shape(shapes, attrs):
+    shape = tuple(shapes[0])
+    at = attrs["dim"]
+    if not 0 <= at <= len(shape):
+        raise ValueError(f"lookup_digits dim {at} is outside a rank-{len(shape)} tensor")
+    if attrs["rows"] < 1 or attrs["chunk"] < 1:
+        raise ValueError(f"lookup_digits needs positive rows and chunk, got {attrs['rows']} and {attrs['chunk']}")
+    return shape[:at] + (2, math.prod(shape[at:]), 1)
+
+
+def lookup_digits(ids: torch.Tensor, rows: int, chunk: int, wrap: bool, dim: int) -> torch.Tensor:
+    """``ids`` as the two digits the device's chunked one-hot lookup compares (see ``lookup_digits``)."""
+    idx = ids.to(torch.int64)
+    if wrap:
+        idx = torch.where(idx < 0, idx + rows, idx)
+    hi = torch.div(idx, chunk, rounding_mode="floor")
+    lo = idx - hi * chunk
+    digits = torch.stack([hi, lo], dim=dim)
+    return digits.reshape(tuple(ids.shape[:dim]) + (2, math.prod(ids.shape[dim:]), 1)).to(ids.dtype)
+
+
+def _lookup_digits_range(ranges, shapes, attrs):
+    chunk, rows = attrs["chunk"], attrs["rows"]
+    return (0.0, float(max((rows - 1) // chunk, min(chunk, rows) - 1)))
+
+
+_lookup_digits_range.ignores_operands = True
+
+register(OpDef(name="lookup_digits", family="misc", arity=(1, 1), shape=_lookup_digits_shape,
+               eval=lambda x, a: lookup_digits(x[0], a["rows"], a["chunk"], a["wrap"], a["dim"]),
+               attrs={"rows": attr(int), "chunk": attr(int), "wrap": attr(bool, default=False),
+                      "dim": attr(int, default=0)},
+               backward=NO_GRADIENT, int_range=_lookup_digits_range,
+               doc="The host's form of the ids of a lookup in a table of `rows` rows (the compiler hoists it onto "
+                   "the host, before the push): ids in [-rows, -1] wrapped to id + rows when `wrap`, then each id "
+                   "as the digits id // chunk and id % chunk, each digit a column of the ids from "
+                   "`dim` on: [..dim, rest..] -> [..dim, 2, prod(rest), 1]. The device compares each digit exactly "
+                   "(both stay within the 11 significant bits its source registers hold) where a whole id beyond "
+                   "2**11 would not be, and reads the columns as they are, with no data movement."))
 
 
 register(OpDef(name="dram_queue", family="misc", arity=(1, 1), shape=same_shape, eval=lambda x, a: x[0],

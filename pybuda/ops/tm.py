@@ -251,8 +251,10 @@ def _adv_index_bw(ac, operand, inputs, output, grad, attrs):
 
 
 _tm("adv_index", _adv_index_shape, _adv_index_eval,
-    "Gather the slices at `indices` (operand 1, 1-D) along dim of operand 0.", arity=(2, 2),
-    dim=attr(int, default=0),
+    "Gather the slices at `indices` (operand 1, 1-D) along dim of operand 0. An index in [-size, -1] counts from "
+    "the end (numpy-style indexing, ONNX and JAX gathers); `negative_ids` False says the framework refuses one "
+    "(torch.index_select), so a device run refuses such a push instead of wrapping it.", arity=(2, 2),
+    dim=attr(int, default=0), negative_ids=attr(bool, default=True),
     backward=_adv_index_bw, int_range=integer.moves_first)
 
 

@@ -45,6 +45,9 @@ class CPUDevice(Device):
             raise PybudaError(f"CPUDevice '{name}': input_dtypes must be a list of torch dtypes, got {input_dtypes!r}")
         self.input_dtypes = list(input_dtypes) if input_dtypes is not None else None
         self._runners: Optional[List[Tuple[Any, Any]]] = None  # (module, CPUReferenceExecutor | None)
+        #: Whether the first model holds float16/bfloat16 weights (:func:`_low_precision_model`), read once per
+        #: compile by :meth:`_compile_sample` rather than on every run.
+        self._model_is_low_precision = False
         if module is not None:
             self.place_module(module)
 
@@ -55,7 +58,7 @@ class CPUDevice(Device):
     def _cast_inputs(self, tensors: Sequence[torch.Tensor]) -> List[torch.Tensor]:
         # A model whose own weights are float16/bfloat16 runs in that dtype, as in torch: float32 inputs
         # would not even multiply its weights, and its outputs must come back in its dtype.
-        upcast = self.upcast_low_precision and not (self.modules and _low_precision_model(self.modules[0]))
+        upcast = self.upcast_low_precision and not self._model_is_low_precision
         out = []
         for i, t in enumerate(tensors):
             if self.input_dtypes is not None and i < len(self.input_dtypes) and self.input_dtypes[i] is not None:
@@ -114,6 +117,9 @@ class CPUDevice(Device):
         if not self.modules:
             raise PybudaError(f"CPUDevice '{self.name}' has no modules; place one with place_module")
         runners: List[Tuple[Any, Any]] = []
+        # Once per compile, not per run: the runners built here are what runs until the next compile, and
+        # placing or removing a module marks the runtime state changed, so the next run compiles again.
+        self._model_is_low_precision = _low_precision_model(self.modules[0])
         values = self._cast_inputs(sample.tensors)
         names = sample.names
         for module in self.modules:

@@ -19,7 +19,7 @@ import torch
 from pybuda.dtypes import DataFormat
 from pybuda.errors import CompileError
 from pybuda.ir.graph import JUNK_PADDED_INPUT, RUNTIME_UPDATED, WRITTEN_IN_PLACE
-from pybuda.optimizers import DECAY_TOLERANCE, OUTPUT_SUFFIX
+from pybuda.update_graph import DECAY_TOLERANCE, OUTPUT_SUFFIX
 from pybuda.runtime.backend_api import CPUReferenceExecutor, create_executor
 
 log = logging.getLogger("pybuda.runtime.training")
@@ -312,7 +312,7 @@ def imprecise_optimizer_state(update: Any, results: Any,
     accumulates from step to step, or ``""`` when it can. Two things, each in the least precise format it passes
     through (the Dest format, ``acc_df``, of every op that computes its next value, and its queues' formats):
 
-    * a decayed state ``x ← β·x`` (:meth:`pybuda.optimizers.UpdateGraph.imprecise_state`): its per-step change
+    * a decayed state ``x ← β·x`` (:meth:`pybuda.update_graph.UpdateGraph.imprecise_state`): its per-step change
       ``1 − β`` must survive the rounding. Grayskull's Dest holds no Float32, and its Float16_b cannot carry
       Adam's and LAMB's β2 = 0.999 (nor a momentum above about 0.92);
     * a parameter stored in a format more precise than the Dest format its update is computed in (Float32

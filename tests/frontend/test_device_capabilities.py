@@ -79,8 +79,8 @@ def test_an_embedding_of_pushed_ids_is_device_work_once_out_of_cpu_fallback_ops(
     config = pybuda.CompilerConfig(cpu_fallback_ops=[])
     ids = torch.randint(0, 1000, (1, 16), generator=torch.Generator().manual_seed(0))
     assert capture(Lookup(1000).eval(), (ids,), config=config, for_device=True).report.fallback_ops == []
-    (op,) = capture(Lookup(3000).eval(), (ids,), config=config, for_device=True).report.fallback_ops
-    assert "3000-row table" in op.reason
+    # beyond 2,048 rows too (a chunked lookup: tests/frontend/test_device_lookups.py)
+    assert capture(Lookup(3000).eval(), (ids,), config=config, for_device=True).report.fallback_ops == []
 
 
 class PaddingAwarePositions(torch.nn.Module):

@@ -210,3 +210,27 @@ def test_negation_of_float32_data_is_exact():
     # Wormhole at Float32, -x kept about 10 of x's 23 mantissa bits.
     x = torch.randn(1, 8, 40, generator=torch.Generator().manual_seed(9))
     assert torch.equal(_run(Negate(), [x])[0][0], -x)
+
+
+class PlusOneHot(torch.nn.Module):
+    """Float data plus a one-hot of its argmax: the one-hot compares with a constant int64 ``arange``."""
+
+    def forward(self, x):
+        y = x * 1.5
+        return y + torch.nn.functional.one_hot(y.argmax(-1), y.shape[-1]).float()
+
+
+@pytest.mark.parametrize("arch", [pybuda.BackendDevice.Wormhole_B0, pybuda.BackendDevice.Grayskull], ids=["wh", "gs"])
+def test_float_math_reading_an_integer_constant_stays_float(arch):
+    # The int64 constant once got an Int32 queue, every op downstream of it became an Int32 op, and the float
+    # sum came back rounded to integers (0.5 off) on Wormhole, while Grayskull refused the model.
+    x = torch.randn(3, 24, generator=torch.Generator().manual_seed(0))
+    pybuda.set_configuration_options(default_df_override=pybuda.DataFormat.Float32,
+                                     default_math_fidelity=pybuda.MathFidelity.HiFi4)
+    tt = pybuda.TTDevice("tt0", module=pybuda.PyTorchModule("m", PlusOneHot()), arch=arch)
+    try:
+        got = pybuda.run_inference(inputs=[(x,)]).get()[0].value()
+        assert tt.cpu_fallback_device_pre is None and tt.cpu_fallback_device_post is None
+    finally:
+        pybuda.shutdown()
+    torch.testing.assert_close(got, PlusOneHot()(x), atol=2e-2, rtol=CHIP_RTOL)

@@ -221,11 +221,11 @@ def test_embedding_ids_outside_the_table_are_refused_at_push():
         pybuda.run_inference(inputs=[(torch.tensor([[3, 50, 7]]),)]).get(timeout=120)
 
 
-def test_embedding_beyond_the_exact_id_range_is_a_compile_error_naming_it():
-    """Tables larger than the ids the chip's source registers hold exactly fail to compile, naming the op."""
-    from pybuda.passes.graph.decompose import EMBEDDING_MAX_VOCAB
+def test_embedding_beyond_the_device_lookup_is_a_compile_error_naming_it():
+    """Tables larger than the device's chunked one-hot lookup takes fail to compile, naming the op."""
+    from pybuda.passes.graph.decompose import EMBEDDING_MAX_ROWS
 
-    table = rn(EMBEDDING_MAX_VOCAB + 1, 8)
+    table = torch.zeros(EMBEDDING_MAX_ROWS + 1, 1)
     module = FnModule(lambda m, i: op.Embedding("emb", i, m.table), {"table": table})
     with pytest.raises(pybuda.errors.CompileError, match="'embedding'.*emb|emb.*'embedding'"):
         run_on_device(module, [torch.tensor([[1, 2]])])

@@ -281,7 +281,7 @@ def test_every_differentiable_op_is_tested_here():
 
 NON_DIFFERENTIABLE = {"equal", "not_equal", "greater", "less", "greater_equal", "less_equal", "logical_and",
                       "logical_not", "heaviside", "argmax", "quantize", "dequantize", "requantize",
-                      "buda_requantize", "constant"}
+                      "buda_requantize", "constant", "lookup_digits"}
 
 
 def test_non_differentiable_ops_are_the_expected_ones():

@@ -414,6 +414,9 @@ CASES: Dict[str, List[Case]] = {
     # misc
     "embedding": [C([rn(10, 6), torch.tensor([[1, 9, 0], [4, 4, 2]])], ref=lambda t, i: T(npy(t)[npy(i)])),
                   C([rn(5, 3, dtype=torch.bfloat16), torch.tensor([4.0, 0.0])], ref=lambda t, i: t[[4, 0]])],
+    "lookup_digits": [C([torch.tensor([[5, 3000, -1]])], {"rows": 4000, "chunk": 2048, "wrap": True, "dim": 1},
+                        ref=lambda i: torch.tensor([[[[0], [1], [1]], [[5], [952], [1951]]]])),
+                      C([torch.tensor([7, 2])], {"rows": 8, "chunk": 4}, ref=lambda i: torch.tensor([[[1], [0]], [[3], [2]]]))],
     "dram_queue": [C([rn(3, 5)], {"num_entries": 2}, ref=lambda x: x)],
     "constant": [C([], {"constant": 2.5}, ref=lambda: torch.tensor([2.5])),
                  C([], {"constant": -1.0, "shape": (2, 3)}, ref=lambda: T(np.full((2, 3), -1.0, np.float32)))],

@@ -98,6 +98,26 @@ def test_cpu_device_runs_a_bfloat16_model_in_its_dtype():
     assert all(torch.equal(g, w) for g, w in zip(got, want))
 
 
+def test_cpu_device_reads_the_model_dtype_once_per_compile(monkeypatch):
+    # The weights are scanned when the pipeline compiles, not on every push; placing another model makes the
+    # next run compile again, which reads the new model's dtype.
+    from pybuda.runtime import cpudevice
+
+    scans = []
+    real = cpudevice._low_precision_model
+    monkeypatch.setattr(cpudevice, "_low_precision_model", lambda m: scans.append(m.name) or real(m))
+    g = torch.Generator().manual_seed(4)
+    model = MixedOutputs().to(torch.bfloat16).eval()
+    dev = pybuda.CPUDevice("d0", module=pybuda.PyTorchModule("bf16", model))
+    xs = [torch.randn(2, 32, 32, generator=g).to(torch.bfloat16) for _ in range(3)]
+    got = pybuda.run_inference(inputs=[(x,) for x in xs]).get(timeout=120)
+    assert got[0].value().dtype == torch.bfloat16 and scans == ["bf16"]
+
+    dev.remove_modules()
+    dev.place_module(pybuda.PyTorchModule("f32", MixedOutputs().eval()))
+    got = pybuda.run_inference(inputs=[(xs[0],)]).get(timeout=120)  # bfloat16 input, upcast for a float32 model
+    assert got[0].value().dtype == torch.float32 and scans == ["bf16", "f32"]
+
 def test_framework_output_casts_floats_and_checks_integers():
     from pybuda.golden.executor import framework_output
 

@@ -23,7 +23,7 @@ from pybuda.arch import get_device_descriptor
 from pybuda.config import CompilerConfig
 from pybuda.dtypes import DataFormat
 from pybuda.golden.formats import quantize
-from pybuda.optimizers import DECAY_TOLERANCE, decay_error
+from pybuda.update_graph import DECAY_TOLERANCE, decay_error
 from pybuda.runtime.training_programs import compile_optimizer
 
 GS, WH = pybuda.BackendDevice.Grayskull, pybuda.BackendDevice.Wormhole_B0

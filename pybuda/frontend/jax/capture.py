@@ -500,14 +500,16 @@ def _split(fn_or_module: Any, name: str, jaxpr: Any, host: Mapping[int, str], bo
                                           for v in eqns[i].invars)}
     stage, side, moved = jf.partition(eqns, host, force_pre=key_readers)
     key_inputs = [v for v in user_vars if is_key_dtype(v.aval.dtype)]
-    dev_inputs, dev_outputs = jf.plan(eqns, stage, user_vars, jaxpr.outvars, bound, need_pre=bool(key_inputs))
+    copies = jf.post_copies(eqns, stage, bound)
+    dev_inputs, dev_outputs = jf.plan(eqns, stage, user_vars, jaxpr.outvars, bound, need_pre=bool(key_inputs),
+                                      copied_to_post=copies)
     for v in list(dev_inputs) + list(dev_outputs):  # pragma: no cover - the partition rules this out
         if not _is_literal(v) and is_key_dtype(v.aval.dtype):
             raise CompileError(f"CPU fallback: a PRNG key value ({v.aval.dtype}) would cross the device graph: "
                                f"{_key_note(v.aval.dtype)}", stage=STAGE)
     pre_idx = [i for i in range(len(eqns)) if stage[i] == shared.PRE]
     dev_idx = [i for i in range(len(eqns)) if stage[i] == shared.DEVICE]
-    post_idx = [i for i in range(len(eqns)) if stage[i] == shared.POST]
+    post_idx = [i for i in range(len(eqns)) if stage[i] == shared.POST or i in copies]
     label = _clean(name)
     pre = jf.JaxStage(f"{label}_cpu_pre", [eqns[i] for i in pre_idx], user_vars, dev_inputs, bound) \
         if pre_idx or key_inputs else None

@@ -133,11 +133,38 @@ def partition(eqns: Sequence[Any], host: Mapping[int, str], force_pre: Set[int] 
     return stage, side, moved
 
 
+def post_copies(eqns: Sequence[Any], stage: Mapping[int, str], bound: Mapping[Any, Any]) -> Set[int]:
+    """The equations not staged POST that the CPU post stage computes again for itself: those that read only
+    parameters, constants and literals (through other such equations) and whose result a post equation reads
+    (a bias reshaped for a post op). Sent from the device, such a value would cross as one sample's worth
+    beside per-sample tensors whose dim 0 holds the microbatch, and the post stage could not split the push;
+    computed in the post stage it never crosses. The device keeps its own copy only where it reads one."""
+    from pybuda.frontend.fallback import POST
+
+    producer = {v: i for i, e in enumerate(eqns) for v in e.outvars}
+    independent: Set[int] = set()
+    for i, e in enumerate(eqns):  # jaxpr equations are in topological order
+        if all(_is_literal(v) or v in bound or producer.get(v) in independent for v in e.invars):
+            independent.add(i)
+    copies: Set[int] = set()
+    stack = [producer[v] for i, e in enumerate(eqns) if stage[i] == POST for v in e.invars
+             if not _is_literal(v) and producer.get(v) in independent and stage[producer[v]] != POST]
+    while stack:
+        k = stack.pop()
+        if k in copies:
+            continue
+        copies.add(k)
+        stack.extend(producer[v] for v in eqns[k].invars if not _is_literal(v) and producer.get(v) in independent)
+    return copies
+
+
 def plan(eqns: Sequence[Any], stage: Mapping[int, str], user_inputs: Sequence[Any], outputs: Sequence[Any],
-         bound: Mapping[Any, Any], need_pre: bool = False) -> Tuple[List[Any], List[Any]]:
+         bound: Mapping[Any, Any], need_pre: bool = False, copied_to_post: Set[int] = frozenset()
+         ) -> Tuple[List[Any], List[Any]]:
     """``(device inputs, device outputs)`` as jaxpr variables, in a deterministic order (the torch
     frontend's :func:`~pybuda.frontend.fallback.plan_stages` contract). ``need_pre``: there is a CPU pre
-    stage even without pre equations (it takes PRNG key inputs off the device)."""
+    stage even without pre equations (it takes PRNG key inputs off the device). ``copied_to_post``: the
+    equations the post stage computes for itself (:func:`post_copies`), whose results never leave the device."""
     from pybuda.frontend.fallback import DEVICE, POST, PRE
 
     producer = {v: i for i, e in enumerate(eqns) for v in e.outvars}
@@ -149,6 +176,9 @@ def plan(eqns: Sequence[Any], stage: Mapping[int, str], user_inputs: Sequence[An
     def where(v: Any) -> str:
         return "input" if v in user_inputs else stage.get(producer.get(v, -1), "bound")
 
+    def post_has(v: Any) -> bool:
+        return where(v) == POST or producer.get(v) in copied_to_post
+
     def reads(st: str) -> Set[Any]:
         return {v for i, e in enumerate(eqns) if stage[i] == st for v in e.invars
                 if not _is_literal(v) and v not in bound}
@@ -157,7 +187,7 @@ def plan(eqns: Sequence[Any], stage: Mapping[int, str], user_inputs: Sequence[An
     has_post = any(s == POST for s in stage.values())
     has_pre = need_pre or any(s == PRE for s in stage.values())
     if has_post:
-        need = {v for v in reads(POST) if where(v) != POST} | {v for v in finals if where(v) != POST}
+        need = {v for v in reads(POST) if not post_has(v)} | {v for v in finals if not post_has(v)}
         dev_outputs = sorted(need, key=order.__getitem__)
     else:
         dev_outputs = list(dict.fromkeys(finals))

@@ -17,6 +17,7 @@ import torch
 from pybuda.frontend.converters import registrar
 from pybuda.ops.common import transpositions
 from pybuda.frontend.aten_builder import Builder, Const, Unsupported, _reduce_max_or_min
+from pybuda.frontend.aten_shape import const_gather
 from pybuda.frontend.jax.capture import torch_dtype
 
 Converter = Callable[[Builder, Any, List[Any]], Any]
@@ -475,10 +476,15 @@ def _split(b: Builder, eqn, args):
 def _rev(b: Builder, eqn, args):
     v = tensor_of(b, eqn, args, 0)
     for d in eqn.params["dimensions"]:
-        size = b.shape(v)[d]
-        if size > 1:
-            v = b.op("adv_index", [v, b.const(torch.arange(size - 1, -1, -1), "reversed")], dim=int(d))
+        v = _reversed(b, v, int(d))
     return v
+
+
+def _reversed(b: Builder, v: str, dim: int) -> str:
+    """``v`` reversed along ``dim``, as data movement the device runs (``const_gather``: slices or a one-hot
+    matmul; an ``adv_index`` has no device form)."""
+    size = b.shape(v)[dim]
+    return const_gather(b, v, torch.arange(size - 1, -1, -1), dim, "reversed") if size > 1 else v
 
 
 @converts("pad")
@@ -565,8 +571,9 @@ _NHWC = (0, 3, 1, 2)
 @converts("conv_general_dilated")
 def _conv(b: Builder, eqn, args):
     p = eqn.params
-    if any(d != 1 for d in p["lhs_dilation"]):
-        raise Unsupported("transposed convolution (lhs_dilation != 1)")
+    lhs_dil = [int(d) for d in p["lhs_dilation"]]
+    if any(d != 1 for d in lhs_dil) and any(int(s) != 1 for s in p["window_strides"]):
+        raise Unsupported("a convolution with both lhs_dilation and window strides")
     if p.get("batch_group_count", 1) != 1:
         raise Unsupported("batch_group_count != 1")
     dn = p["dimension_numbers"]
@@ -590,7 +597,7 @@ def _conv(b: Builder, eqn, args):
         x = b.reshape(x, (n, c, 1, length))
         ws = b.shape(w)
         w = b.reshape(w, (ws[0], ws[1], 1, ws[2]))
-        pads, strides, dil = [(0, 0)] + pads, [1] + strides, [1] + dil
+        pads, strides, dil, lhs_dil = [(0, 0)] + pads, [1] + strides, [1] + dil, [1] + lhs_dil
         layout = _NCHW
         out_spec_2d = out_spec
     else:
@@ -598,9 +605,13 @@ def _conv(b: Builder, eqn, args):
         if layout == _NCHW:
             x = permute(b, x, lhs_spec)
         out_spec_2d = out_spec
-    (pt, pb), (pl, pr) = pads
-    out = b.op("conv2d", [x, w], stride=tuple(strides), padding=(pl, pr, pt, pb), dilation=tuple(dil),
-               groups=int(p["feature_group_count"]), channel_last=layout == _NHWC)
+    groups = int(p["feature_group_count"])
+    if any(d != 1 for d in lhs_dil):
+        out = _transposed_conv(b, x, w, lhs_dil, pads, dil, groups, layout == _NHWC)
+    else:
+        (pt, pb), (pl, pr) = pads
+        out = b.op("conv2d", [x, w], stride=tuple(strides), padding=(pl, pr, pt, pb), dilation=tuple(dil),
+                   groups=groups, channel_last=layout == _NHWC)
     if spatial == 1:
         s = b.shape(out)
         out = b.reshape(out, (s[0], s[1], s[3]))
@@ -608,6 +619,34 @@ def _conv(b: Builder, eqn, args):
     if layout == _NHWC:
         return out
     return _from_nc_layout(b, out, out_spec_2d)
+
+
+def _transposed_conv(b: Builder, x: str, w: str, lhs_dil: Sequence[int], pads: Sequence[Tuple[int, int]],
+                     dil: Sequence[int], groups: int, channel_last: bool) -> str:
+    """A 2-d ``conv_general_dilated`` with ``lhs_dilation`` (``lax.conv_transpose``, Flax's ConvTranspose) as the
+    registry's ``conv2d_transpose``. lax inserts ``s - 1`` zeros between input pixels, pads by ``(lo, hi)`` and
+    correlates with ``w`` [Cout, Cin/g, kh, kw]; a transposed convolution of stride ``s`` correlates the same
+    zero-inserted input, padded by ``D = dil·(k - 1)`` (plus its output padding after), with its weights'
+    in/out channels swapped and flipped. So the weights are ``w`` swapped and flipped, the output padding
+    ``max(0, hi - D)``, and the result is cropped by ``D - lo`` before and ``D + output_padding - hi`` after."""
+    cout, cin_g, *kernel = b.shape(w)
+    crops, extra = [], []
+    for s, (lo, hi), d, k in zip(lhs_dil, pads, dil, kernel):
+        full = d * (k - 1)
+        op = max(0, hi - full)
+        if lo > full or op >= max(s, d):
+            raise Unsupported(f"transposed convolution padding ({lo}, {hi}) beyond the kernel's reach {full}")
+        crops.append((full - lo, full + op - hi))
+        extra.append(op)
+    wt = b.reshape(w, (groups, cout // groups, cin_g, *kernel))
+    wt = b.reshape(b.transpose(wt, 1, 2), (groups * cin_g, cout // groups, *kernel))
+    wt = _reversed(b, _reversed(b, wt, 2), 3)
+    (ct, cb), (cl, cr) = crops
+    attrs = dict(stride=tuple(lhs_dil), padding=(cl, cr, ct, cb), dilation=tuple(dil), groups=groups,
+                 channel_last=channel_last)
+    if any(extra):
+        attrs["output_padding"] = tuple(extra)
+    return b.op("conv2d_transpose", [x, wt], **attrs)
 
 
 def _from_nc_layout(b: Builder, out: str, out_spec: Sequence[int]) -> str:

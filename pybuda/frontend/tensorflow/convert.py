@@ -11,6 +11,8 @@ Everything here imports TensorFlow lazily; a missing package is a ModuleError na
 
 from __future__ import annotations
 
+import contextlib
+import logging
 import os
 import tempfile
 import warnings
@@ -28,6 +30,41 @@ _INSTALL_HINT = 'pip install -e ".[tf]"'
 
 #: TF 2.21's warning that ``tf.lite.Interpreter`` moves to LiteRT (``ai_edge_litert``); the interpreter still works.
 TFLITE_INTERPRETER_DEPRECATION = r"\s*Warning: tf\.lite\.Interpreter is deprecated"
+
+
+@contextlib.contextmanager
+def quiet_tf2onnx():
+    """tf2onnx's log below ERROR silenced for one conversion: it reports an optimizer that failed on a graph (and
+    was skipped, leaving the graph as it was) as a WARNING with a full traceback, and its progress at INFO.
+    Neither concerns the user: a conversion that fails raises, and ops it leaves unconverted are named by
+    :func:`finish_conversion`."""
+    log = logging.getLogger("tf2onnx")
+    level = log.level
+    log.setLevel(logging.ERROR)
+    try:
+        yield
+    finally:
+        log.setLevel(level)
+
+
+@contextlib.contextmanager
+def traced_without_xla(tf: Any):
+    """``tf.function(jit_compile=True)`` traced as a plain ``tf.function`` for one conversion. Keras' TensorFlow
+    backend wraps grouped convolutions (``Conv2D(groups=g)``: ConvNeXt, RegNet, ResNeXt) in an XLA-compiled
+    function because TensorFlow's CPU kernels lack them; tf2onnx keeps an XLA function as an opaque
+    ``StatefulPartitionedCall`` it cannot convert, while the plain function is inlined and its grouped Conv2D
+    converts to an ONNX Conv with ``group``. ``jit_compile`` only chooses how TensorFlow would execute the
+    function, never what it computes; the model is traced here, not run."""
+    original = tf.function
+
+    def function(*args: Any, jit_compile: Any = None, **kwargs: Any) -> Any:
+        return original(*args, **kwargs)
+
+    tf.function = function
+    try:
+        yield
+    finally:
+        tf.function = original
 
 
 def require_tensorflow(who: str = "the TensorFlow frontend"):
@@ -111,7 +148,8 @@ def keras_to_onnx(model: Any, samples: Sequence[Any], opset: int = DEFAULT_OPSET
         return call_model(model, xs)
 
     try:
-        proto, _ = tf2onnx.convert.from_function(_forward, input_signature=spec, opset=opset)
+        with quiet_tf2onnx(), traced_without_xla(tf):
+            proto, _ = tf2onnx.convert.from_function(_forward, input_signature=spec, opset=opset)
     except Exception as e:  # tf2onnx raises bare exceptions on unconvertible graphs
         raise ModuleError(f"{who}: tf2onnx could not convert the TensorFlow model: {type(e).__name__}: {e}") from e
     _freeze_captured_tensors(proto, _forward.get_concrete_function())
@@ -187,8 +225,9 @@ def graph_def_to_onnx(graph_def: Any, input_names: Sequence[str], output_names: 
             raise ModuleError(f"{who}: {len(inputs)} input name(s) {list(input_names)}, got {len(samples)} sample(s)")
         override = {n: [int(d) for d in to_numpy(s).shape] for n, s in zip(inputs, samples)}
     try:
-        proto, _ = tf2onnx.convert.from_graph_def(graph_def, input_names=inputs, output_names=outputs,
-                                                  opset=opset, shape_override=override)
+        with quiet_tf2onnx():
+            proto, _ = tf2onnx.convert.from_graph_def(graph_def, input_names=inputs, output_names=outputs,
+                                                      opset=opset, shape_override=override)
     except Exception as e:
         raise ModuleError(f"{who}: tf2onnx could not convert the GraphDef: {type(e).__name__}: {e}") from e
     return finish_conversion(proto, who)
@@ -201,7 +240,7 @@ def tflite_to_onnx(content: bytes, opset: int = DEFAULT_OPSET, who: str = "TFLit
     try:
         with os.fdopen(fd, "wb") as f:
             f.write(content)
-        with warnings.catch_warnings():  # tf2onnx reads the model through TF's deprecated tf.lite.Interpreter
+        with warnings.catch_warnings(), quiet_tf2onnx():  # tf2onnx reads the model through TF's deprecated tf.lite.Interpreter
             warnings.filterwarnings("ignore", message=TFLITE_INTERPRETER_DEPRECATION)
             proto, _ = tf2onnx.convert.from_tflite(path, opset=opset)
     except Exception as e:

@@ -45,7 +45,11 @@ combine (batchnorm statistics, layernorm weights) become constant-only subgraphs
   a negative padding becomes an ``index`` crop of the result.
 - ``max_pool1d``/``avg_pool1d`` -> the 2-D pool with a height-1 window on a reshaped input.
 - ``embedding(table, ids)`` -> one-hot ``ids == range(V)`` (as ``equal`` above) ``@ table``; integer ids from a
-  graph input are pushed in a float format (exact up to 2**24 in Float32).
+  graph input are pushed in a float format (exact up to 2**24 in Float32). Tables beyond 2,048 rows (and ids that
+  may count from the end) compare two digits the host pushes instead of the ids (``lookup_digits``: id // 2048,
+  id % 2048 in two slices) with the table's, ``max(|hi - HI|, |lo - LO|)`` over the slices being 0 exactly at the
+  row; the one-hot matmul keeps HiFi2 (a Float16_b/Bfp8 row is copied whole) and ``exact_pickers`` copies a
+  Float32 table in pieces (``ONE_HOT_COPY``). ``adv_index`` by pushed ids (``x[ids]``) is the same lookup.
 - ``sparse_matmul(a, b)`` -> ``matmul`` of the densified constant.
 """
 
@@ -56,12 +60,13 @@ from typing import Any, Optional, Sequence
 
 import torch
 
-from pybuda.ir.graph import CONSTANT, HOLDS_OPERAND, INPUT, OUTPUT, SIGN_EXACT, Graph, Node
+from pybuda.ir.graph import CONSTANT, HOLDS_OPERAND, INPUT, OP, OUTPUT, SIGN_EXACT, TESTS_NONFINITE, Graph, Node
 from pybuda.ops import registry
 from pybuda.ops.common import normalize_dim
 from pybuda.passes.context import CompileContext
-from pybuda.passes.graph.nonfinite import may_be_nonfinite
+from pybuda.passes.graph.nonfinite import DATA_MOVES, may_be_nonfinite
 from pybuda.passes.graph.rewrite import Rewriter
+from pybuda.passes.lowered.exact_pickers import ONE_HOT_COPY
 
 #: Ops that must have been split off to the CPU by the frontend (TT-Buda's ``cpu_fallback_ops``). Empty:
 #: ``embedding`` is decomposed (the torch frontend still sends it to the CPU when configured to, because
@@ -329,13 +334,32 @@ def _finite(rw, node, name: str, tag: str) -> str:
     return _scalar(rw, node, tag, math.copysign(FINITE_INF, value))
 
 
+def _infinity_observed(graph: Graph, name: str) -> bool:
+    """Whether node ``name``'s value reaches a graph output or an explicit NaN/infinity test (``TESTS_NONFINITE``)
+    through data movement only: there a finite stand-in for an infinite fill would be seen."""
+    stack, seen = [name], {name}
+    while stack:
+        for user in graph.users(stack.pop()):
+            u = graph[user]
+            if u.kind == OUTPUT or u.tags.get(TESTS_NONFINITE):
+                return True
+            if u.kind == OP and u.op_type in DATA_MOVES and user not in seen:
+                seen.add(user)
+                stack.append(user)
+    return False
+
+
 def _where(rw, node, ops, ctx):
     # A real select: heaviside(a, v) is 0 where a < 0 and v where a == 0, whatever v holds, so each branch
     # is zeroed by the condition before the sum and a NaN/inf in the branch not picked cannot leak (the
     # arithmetic c*x + (1-c)*y gives 0*inf = NaN). c - 1 is 0 where c holds (-1 elsewhere), 0 - c is 0 where
     # it does not; 0/1 and -1 are exact in every device format, and the unpicked term adds an exact 0.
+    # An infinite fill feeding arithmetic (an additive attention mask) becomes the finite FINITE_INF, which every
+    # later op keeps finite; one the model returns or tests (masked_fill(m, -inf) as an output, isinf of it) stays
+    # infinite, as torch gives it.
     c, x, y = ops
-    x, y = _finite(rw, node, x, "x_finite"), _finite(rw, node, y, "y_finite")
+    if not _infinity_observed(rw.old, node.name):
+        x, y = _finite(rw, node, x, "x_finite"), _finite(rw, node, y, "y_finite")
     picked = rw.op(f"{node.name}.picked", "subtract", [c, _scalar(rw, node, "one", 1.0)])
     unpicked = rw.op(f"{node.name}.unpicked", "subtract", [_scalar(rw, node, "zero", 0.0), c])
     keep = rw.op(f"{node.name}.keep", "heaviside", [picked, x])
@@ -739,43 +763,133 @@ def _pool1d(rw, node, ops, ctx):
     return rw.op(node.name, "reshape", [y], {"shape": tuple(node.shape)})
 
 
-#: Largest table the one-hot embedding handles: the chip unpacks Float32 ids into 19-bit source registers
-#: (10 mantissa bits), where integers are exact only up to 2**11, so larger ids would select a neighbour's row.
-EMBEDDING_MAX_VOCAB = 2 ** 11
+#: Rows of one chunk of the one-hot lookup. The chip reads every operand of an elementwise op through 19-bit
+#: source registers (10 fraction bits: TF32 for Float32 data), where integers are exact only up to 2**11, so an
+#: id beyond that compared whole would match a neighbour's row. Ids of larger tables (and ids that may be
+#: negative) reach the device as two digits, id // chunk and id % chunk (``lookup_digits``, which the host
+#: applies before the push), each of which the registers hold exactly.
+EMBEDDING_CHUNK = 2 ** 11
+#: Tables up to this many rows take the one-hot lookup whole (their ids compared whole are exact).
+EMBEDDING_MAX_VOCAB = EMBEDDING_CHUNK
+#: Largest table the device looks up. The digits stay exact up to ``EMBEDDING_CHUNK ** 2`` rows, but the one-hot
+#: matmul reads the whole table for every sample: beyond a million rows the lookup belongs on the host.
+EMBEDDING_MAX_ROWS = 2 ** 20
+#: The fidelity a one-hot copy needs to pass Float16_b and Bfp8 data whole: all of SrcA (9 fraction bits) times
+#: SrcB's high part, where the 0/1 sits.
+ONE_HOT_FIDELITY = "HiFi2"
+
+
+def lookup_split(rows: int, negative: bool) -> bool:
+    """Whether a lookup in a table of ``rows`` rows compares its ids as two digits (``lookup_digits``)."""
+    return rows > EMBEDDING_MAX_VOCAB or negative
+
+
+def _ids_root(rw: Rewriter, ids: str):
+    """(the node pushed ids come from, the reshape/transpose nodes between it and ``ids``, outermost first)."""
+    node = rw.node(ids)
+    chain = []
+    while node.kind == "op" and node.op_type in ("reshape", "transpose") and len(node.operands) == 1:
+        chain.append(node)
+        node = rw.node(node.operands[0])
+    return node, chain
+
+
+def _lookup_onehot(rw, node, ids: str, rows: int, negative: bool) -> Optional[str]:
+    """The 0/1 matrix ``[.., N, rows]`` of a lookup of ``ids`` ``[.., N]`` in ``rows`` rows, or None when the device
+    cannot compute it.
+
+    Integer ids must be pushed (a graph input, moved only by reshapes/transposes). They are pushed in Float32, and
+    the host refuses a push outside ``[0, rows - 1]`` (``[-rows, rows - 1]`` when ``negative``): on the device an
+    id outside selects no row. Small tables compare each id with ``range(rows)``. Larger ones (and negative ids)
+    compare the digits of ``lookup_digits``, pushed as two slices ``[2, N, 1]``, with the table's digits
+    ``[2, 1, rows]``: the larger of the two differences' magnitudes (a maximum over the slices, which the chip
+    reduces with no multiplier) is 0 exactly where both digits match. No value on the way needs more than 11
+    significant bits, and a rounding of any of them (Float16_b on Grayskull) keeps it non-zero."""
+    src = rw.node(ids)
+    split = lookup_split(rows, negative)
+    if rows > EMBEDDING_MAX_ROWS:
+        return None
+    root, chain = _ids_root(rw, ids)
+    if split and any(step.op_type != "reshape" for step in chain):
+        return None  # a transpose reorders the ids: their digits are pushed in the input's order
+    if root.kind != INPUT and not split and not src.dtype.is_floating_point:
+        from pybuda.passes.lower.capabilities import ids_within_table
+
+        if not ids_within_table(rw.new, ids, rows):
+            return None  # ids computed by integer ops, of unknown range: lowering names the op as unsupported
+        # Ids the device computes, provably within the table (RoBERTa's positions): no push to check.
+    elif not src.dtype.is_floating_point or split:
+        if root.kind != INPUT or (split and not root.shape):
+            return None  # ids computed by ops: lowering names the op as unsupported
+        # Integer ids are pushed in a float format, where they are exact (< 2**24 in Float32); the data-format
+        # pass keeps integer-valued queues in Float32 whatever the default format is.
+        root.tags["device_dtype"] = "float32"
+        low, high = (-rows if negative else 0), rows - 1
+        if root.tags.get("value_range") is not None:  # another lookup reads the same ids: both must hold
+            low, high = max(low, root.tags["value_range"][0]), min(high, root.tags["value_range"][1])
+        root.tags["value_range"] = (low, high)
+    target = tuple(rw.shape(ids)) + (1,)
+    exact = {"exact_df": "Float32"}  # a block format would round neighbouring ids of a block together
+    if not split:
+        col = rw.op(f"{node.name}.ids", "reshape", [ids], {"shape": target})
+        ids_range = rw.constant(f"{node.name}.range", torch.arange(rows, dtype=torch.float32), tags=exact)
+        return _equal_of(rw, node, col, ids_range, "onehot")
+    at = 1 if len(root.shape) >= 2 else 0  # dim 0 of a batched input holds the microbatch's samples
+    # Without wrapping the digits do not depend on the rows: lookups of the same ids in other tables share them.
+    attrs = {"rows": rows if negative else EMBEDDING_MAX_ROWS, "chunk": EMBEDDING_CHUNK, "wrap": bool(negative),
+             "dim": at}
+    shared = rw.shared.setdefault("lookup_digits", {})  # lookups of the same ids share one push
+    key = (root.name, tuple(sorted(attrs.items())))
+    if key not in shared:
+        shared[key] = rw.op(f"{root.name}.digits", "lookup_digits", [root.name], attrs)
+    j = torch.arange(rows)
+    table_digits = torch.stack([torch.div(j, EMBEDDING_CHUNK, rounding_mode="floor"), j % EMBEDDING_CHUNK])
+    digits = rw.constant(f"{node.name}.row_digits", table_digits.float().reshape(2, 1, rows), tags=exact)
+    diff = rw.op(f"{node.name}.digit_diff", "subtract", [shared[key], digits], tags=_SIGN)  # [.., 2, N, rows]
+    mag = rw.op(f"{node.name}.digit_abs", "abs", [diff], tags=_SIGN)
+    far = rw.op(f"{node.name}.digit_max", "reduce_max", [mag], {"dim": at}, tags=_SIGN)
+    far = rw.op(f"{node.name}.digit_far", "reshape", [far], {"shape": target[:-1] + (rows,)}, tags=_SIGN)
+    return _heaviside(rw, node, _negated(rw, node, far, "onehot"), 1.0, "onehot")
+
+
+#: Tags of a lookup's one-hot matmul ``onehot @ data``: it copies rows of its input 1.
+_ONE_HOT_MATMUL = {ONE_HOT_COPY: 1, "min_fidelity": ONE_HOT_FIDELITY}
 
 
 def _embedding(rw, node, ops, ctx):
     table, ids = ops
-    src = rw.node(ids)
-    vocab = rw.shape(table)[0]
-    if vocab > EMBEDDING_MAX_VOCAB:
+    onehot = _lookup_onehot(rw, node, ids, rw.shape(table)[0], bool(node.attrs.get("negative_ids")))
+    if onehot is None:
         return None  # lowering names the op as unsupported (PyTorch models run it on the CPU)
-    if not src.dtype.is_floating_point:
-        root = src
-        while root.kind == "op" and root.op_type in ("reshape", "transpose") and len(root.operands) == 1:
-            root = rw.node(root.operands[0])
-        if root.kind != "input":
-            from pybuda.passes.lower.capabilities import ids_within_table
-
-            if not ids_within_table(rw.new, ids, vocab):
-                return None  # ids computed by integer ops, of unknown range: lowering names the op as unsupported
-            # Ids the device computes, provably within the table (capabilities.ids_within_table): no push to check.
-            return _lookup(rw, node, table, ids, vocab)
-        # Integer ids are pushed in a float format, where they are exact (< 2**24 in Float32); the
-        # data-format pass keeps integer-valued queues in Float32 whatever the default format is. The host
-        # checks each push against the table's range: on the device an id outside it would select no row.
-        root.tags["device_dtype"] = "float32"
-        root.tags["value_range"] = (0, vocab - 1)
-    return _lookup(rw, node, table, ids, vocab)
+    return rw.op(node.name, "matmul", [onehot, table], tags=_ONE_HOT_MATMUL)
 
 
-def _lookup(rw, node, table, ids, vocab):
-    """The embedding as a one-hot matmul: ``(ids[..., None] == arange(vocab)) @ table``."""
-    col = rw.op(f"{node.name}.ids", "reshape", [ids], {"shape": tuple(rw.shape(ids)) + (1,)})
-    # The id range stays Float32: in a block format neighbouring ids of a block round together.
-    ids_range = rw.constant(f"{node.name}.range", torch.arange(vocab, dtype=torch.float32), tags={"exact_df": "Float32"})
-    onehot = _equal_of(rw, node, col, ids_range, "onehot")
-    return rw.op(node.name, "matmul", [onehot, table])
+def _adv_index(rw, node, ops, ctx):
+    """``adv_index(x, ids, dim)`` by ids pushed at run time (``x[ids]``, ``index_select``, an ONNX or JAX gather):
+    the one-hot lookup of x's slices along dim, ``onehot @ x`` (dim moved to the rows) or ``x @ onehot^T`` (dim
+    last). Constant ids are lowering's (pickers)."""
+    x, ids = ops
+    if rw.node(ids).kind == CONSTANT or _ids_root(rw, ids)[0].kind != INPUT or not rw.node(x).dtype.is_floating_point:
+        return None
+    shape = tuple(rw.shape(x))
+    rank, dim = len(shape), normalize_dim(node.attrs["dim"], len(shape))
+    flat = rw.op(f"{node.name}.flat_ids", "reshape", [ids], {"shape": (math.prod(rw.shape(ids)),)}) \
+        if len(rw.shape(ids)) != 1 else ids
+    onehot = _lookup_onehot(rw, node, flat, shape[dim], bool(node.attrs.get("negative_ids", True)))
+    if onehot is None:
+        return None
+    if rank >= 2 and dim == rank - 1:  # x @ onehot^T: the transpose is a netlist TM
+        onehot_t = rw.op(f"{node.name}.onehot_t", "transpose", [onehot], {"dim0": 0, "dim1": 1})
+        return rw.op(node.name, "matmul", [x, onehot_t], tags={ONE_HOT_COPY: 0, "min_fidelity": ONE_HOT_FIDELITY})
+    if rank == 1:
+        col = rw.op(f"{node.name}.col", "reshape", [x], {"shape": (shape[0], 1)})
+        out = rw.op(f"{node.name}.pick", "matmul", [onehot, col], tags=_ONE_HOT_MATMUL)
+        return rw.op(node.name, "reshape", [out], {"shape": tuple(node.shape)})
+    if dim == rank - 2:
+        return rw.op(node.name, "matmul", [onehot, x], tags=_ONE_HOT_MATMUL)
+    moved = rw.op(f"{node.name}.to_rows", "transpose", [x], {"dim0": dim, "dim1": rank - 2})
+    out = rw.op(f"{node.name}.pick", "matmul", [onehot, moved], tags=_ONE_HOT_MATMUL)
+    return rw.op(node.name, "transpose", [out], {"dim0": dim, "dim1": rank - 2})
 
 
 def _integer_only(rw, node, ops, ctx):
@@ -785,6 +899,20 @@ def _integer_only(rw, node, ops, ctx):
                                             "integer requantization has no float-format device form here; "
                                             "TT-Buda ran it only on Wormhole B0's int8 path - run it on a "
                                             "CPUDevice")], stage="POST_INITIAL_GRAPH_PASS")
+
+
+def _matmul_full_bias(rw, node, ops, ctx):
+    """``matmul(a, b, bias)`` whose bias varies along the output's rows (``torch.addmm``/``baddbmm`` with a
+    matrix, an attention mask as baddbmm's input) -> ``matmul(a, b) + bias``. The device's matmul bias is one
+    row added to every row of the output (a linear layer's bias); a full-matrix bias given to it came back as
+    its first row everywhere, with no error."""
+    if len(ops) != 3:
+        return None
+    bias_shape = tuple(rw.shape(ops[2]))
+    if len(bias_shape) < 2 or bias_shape[-2] == 1:
+        return None
+    product = rw.op(f"{node.name}.product", "matmul", [ops[0], ops[1]])
+    return rw.op(node.name, "add", [product, ops[2]])
 
 
 def _sparse_matmul(rw, node, ops, ctx):
@@ -826,6 +954,7 @@ def _erf(rw, node, ops, ctx):
 _RULES = {
     "erf": _erf,
     "pad": _pad,
+    "matmul": _matmul_full_bias,
     "equal": _compare("equal"),
     "not_equal": _compare("not_equal"),
     "greater": _compare("greater"),
@@ -840,6 +969,7 @@ _RULES = {
     "max_pool1d": _pool1d,
     "avg_pool1d": _pool1d,
     "embedding": _embedding,
+    "adv_index": _adv_index,
     "dram_queue": _vanish,
     "sparse_matmul": _sparse_matmul,
     "buda_requantize": _integer_only,

@@ -18,6 +18,33 @@ them keeps the formats the user chose. Holding everything upstream of every comp
 Bfp8_b network to Float16_b for one ``torch.where(x > 0, ...)``, to keep NaNs that only a model already
 producing NaNs would have; a test for NaN is what asks for them. The cost is formats, never ops, and only
 where the default format could not hold NaN or infinity anyway.
+
+Data movement is the other place NaN and infinity are lost: a picker matmul (a slice inside a tile, a gather, a
+concatenation at an unaligned offset) multiplies each infinity by the picker's zeros, and one NaN or infinity
+makes whole rows or columns NaN. A picker can copy them exactly by a code (:mod:`pybuda.passes.lower.specials`),
+at about 20 elementwise ops and one more picker each, so :func:`mark_nonfinite_carriers` chooses the values whose
+pickers pay for it (``CARRIES_NONFINITE``): those downstream (through every op that may hold NaN or infinity,
+:func:`may_be_nonfinite`) of
+
+- a graph input whose compile sample held a NaN or an infinity (``SAMPLE_NONFINITE``: an attention mask of
+  ``-inf``), a constant holding one (a registered mask buffer);
+- a value a NaN/infinity test reads, directly or through the ops between (the values :func:`hold_nonfinite` walks
+  up from a test): a model that asks ``isnan(x)`` expects ``x`` to hold NaNs.
+
+Not every float value: ``may_be_nonfinite`` is true for nearly all float data (an input can hold anything, and
+arithmetic can overflow), and protecting every picker would add its ops to every model with an unaligned slice or
+concatenation; a model whose inputs and weights are finite and that never tests for NaN makes a NaN or infinity only
+by overflowing or dividing by zero, where its results are wrong already. The NaN and infinity a model holds on
+purpose come from its inputs and constants (masks, fill values) or are tested for, and those are carried. A value a
+comparison reads is not a source (``x > 0`` asks for the sign of ordinary data), nor one a ``where`` selects from:
+the decomposition replaces an infinite fill by a finite stand-in already (pybuda.passes.graph.decompose). Weights
+(parameters) are taken to be finite: one holding an infinity makes NaN of every matmul reading it, and scanning
+every weight would cost BERT-Large's compile a pass over 340M values.
+
+Every other picker is compiled for finite values, and the host refuses a push of NaN or infinity into an input from
+which one would reach such a picker (``FINITE_ONLY``, :mod:`pybuda.passes.lower.specials`), so a NaN or infinity
+from an input never comes back as wrong values without an error, whatever the compile sample held. What is left
+unprotected is a NaN or infinity made inside an untested model (an overflow, ``log(0)``) on its way to a picker.
 """
 
 from __future__ import annotations
@@ -26,7 +53,8 @@ from typing import Dict, Optional
 
 import torch
 
-from pybuda.ir.graph import CONSTANT, INPUT, NONFINITE_SAFE, OP, PARAMETER, SIGN_EXACT, TESTS_NONFINITE, Graph
+from pybuda.ir.graph import (CARRIES_NONFINITE, CONSTANT, INPUT, NONFINITE_SAFE, OP, PARAMETER, SAMPLE_NONFINITE,
+                             SIGN_EXACT, TESTS_NONFINITE, Graph)
 from pybuda.passes.context import CompileContext
 
 
@@ -79,6 +107,8 @@ def hold_nonfinite(graph: Graph, ctx: CompileContext) -> Graph:
         node = graph[name]
         if not may_be_nonfinite(graph, name, memo):
             continue
+        if upstream:  # a test reads what it holds: data movement carries it (mark_nonfinite_carriers)
+            node.tags[CARRIES_NONFINITE] = True
         if node.kind == OP:
             node.tags[NONFINITE_SAFE] = True
             if upstream or node.op_type in DATA_MOVES:
@@ -88,6 +118,41 @@ def hold_nonfinite(graph: Graph, ctx: CompileContext) -> Graph:
             if df is not None:
                 node.tags.setdefault("exact_df", df)
     return graph
+
+
+def mark_nonfinite_carriers(graph: Graph, ctx: CompileContext) -> Graph:
+    """Tag ``CARRIES_NONFINITE`` every value downstream of a NaN or infinity the model holds on purpose (see the
+    module docstring): inputs tagged ``SAMPLE_NONFINITE``, constants holding one, and the values
+    :func:`hold_nonfinite` tagged upstream of a NaN/infinity test (run it first). Returns ``graph`` (tagged in
+    place); ``ctx.notes["nonfinite_carriers"]`` counts the tagged nodes."""
+    memo: Dict = {}
+    count = 0
+    for node in graph:
+        if node.tags.get(CARRIES_NONFINITE):
+            carries = True
+        elif node.kind == INPUT:
+            carries = bool(node.tags.get(SAMPLE_NONFINITE))
+        elif node.kind == CONSTANT:
+            value = graph.tensors.get(node.name)
+            carries = value is not None and value.dtype.is_floating_point and not bool(torch.isfinite(value).all())
+        elif node.kind == OP:
+            carries = any(graph[o].tags.get(CARRIES_NONFINITE) for o in node.operands) and \
+                may_be_nonfinite(graph, node.name, memo)
+        else:
+            carries = False
+        if carries:
+            node.tags[CARRIES_NONFINITE] = True
+            count += 1
+    ctx.notes["nonfinite_carriers"] = count
+    return graph
+
+
+def mark_nonfinite_samples(graph: Graph, samples) -> None:
+    """Tag ``SAMPLE_NONFINITE`` each float input of ``graph`` whose sample (``samples``, in ``graph.inputs``
+    order) holds a NaN or an infinity."""
+    for node, value in zip(graph.inputs, samples):
+        if isinstance(value, torch.Tensor) and value.dtype.is_floating_point and not bool(torch.isfinite(value).all()):
+            node.tags[SAMPLE_NONFINITE] = True
 
 
 def _held_format(ctx: CompileContext, dtype: torch.dtype) -> Optional[str]:

@@ -8,7 +8,7 @@ Rules (applied until nothing changes):
 - ``reshape(reshape(x))`` becomes one ``reshape``.
 
 Then, as TT-Buda's "hoist transforms to inputs" and "output host TMs": a ``reshape``/``transpose``
-chain that is the only use of a graph input (a zero ``pad`` too) is applied by the host before the push (the input queue
+chain that is the only use of a graph input (a zero ``pad`` too, and a lookup's ``lookup_digits``) is applied by the host before the push (the input queue
 takes the transformed shape), and a chain that only feeds a graph output is applied by the host after
 the read. The hoisted chains are recorded in ``ctx.input_host_tms`` / ``ctx.output_host_tms`` and on
 the input/output node's ``tags["host_tms"]`` as ``[(op_type, attrs), ...]`` in application order.
@@ -27,7 +27,8 @@ from pybuda.ops.common import normalize_dim
 from pybuda.passes.context import CompileContext
 from pybuda.passes.graph.rewrite import Rewriter
 
-HOISTABLE = frozenset({"reshape", "transpose", "pad"})
+#: ``lookup_digits`` has no device form: it is the host's half of a chunked lookup (``decompose._lookup_onehot``).
+HOISTABLE = frozenset({"reshape", "transpose", "pad", "lookup_digits"})
 #: Input tag: the queue is written on the device by another program, so its TMs are never hoisted to the host.
 DEVICE_RESIDENT = "device_resident"
 

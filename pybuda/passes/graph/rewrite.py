@@ -25,6 +25,9 @@ class Rewriter:
         self.new = Graph(old.name)
         self.new.microbatch = old.microbatch
         self.map: Dict[str, str] = {}
+        #: Values the rules of one run share (keyed by each rule's own name): nodes emitted once and read by several
+        #: rewritten ops, such as the digits of ids that lookups in several tables share.
+        self.shared: Dict[str, Any] = {}
 
     # --- emitting ---------------------------------------------------------------------------------
     def unique(self, base: str) -> str:

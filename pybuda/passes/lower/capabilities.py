@@ -16,9 +16,12 @@ comparisons, their casts to bool, logical and/not, ``where``/``masked_fill``, id
 or Identity that changes nothing) and data movement of masks run there (:data:`BOOL_OPS`); the host turns
 boolean outputs back into ``torch.bool``.
 
-An ``embedding`` reads integer ids when they are pushed (a graph input, or one reshaped/transposed): the device
-looks them up as a one-hot matmul, and the host checks every push against the table's rows; tables beyond
-``decompose.EMBEDDING_MAX_VOCAB`` rows stay on the host (their ids would not be exact in the source registers).
+An ``embedding`` (and an ``adv_index`` gather: ``x[ids]``, ``index_select``, ONNX/JAX gathers) reads integer ids
+when they are pushed (a graph input, or one reshaped/transposed): the device looks them up as a one-hot matmul, and
+the host checks every push against the table's rows. Tables beyond ``decompose.EMBEDDING_MAX_VOCAB`` rows, and ids
+that may be negative, are looked up in chunks: the host pushes each id as two digits the source registers hold
+exactly (``lookup_digits``), so nothing else may read those ids; tables beyond ``decompose.EMBEDDING_MAX_ROWS``
+stay on the host.
 
 Integer data runs there too when it is *integer-valued* within what the device keeps exact
 (:mod:`pybuda.ops.integer`): each op's registry rule says whether its result is an integer given its
@@ -63,6 +66,8 @@ def unsupported_reason(graph: Graph, node: Node) -> Optional[str]:
     if op_type not in device_op_types():
         return f"'{op_type}' has no device implementation"
     moves_data = registry.get(op_type).family == "tm"
+    if op_type in ("reshape", "transpose") and _lookup_ids(graph, node):
+        return None  # pushed ids on their way to a lookup: the lookup's own check decides (_lookup_reason)
     memo: Dict = {}  # integer ranges of the producers, shared by this check (pybuda.ops.integer.integer_range)
     if op_type == "argmax":  # indices are integers whatever the result's dtype
         why = _exact_reason(node, integer.integer_range(graph, node.name, memo) or (0, float("inf")))
@@ -88,31 +93,132 @@ def unsupported_reason(graph: Graph, node: Node) -> Optional[str]:
             return why
     if op_type == "embedding":
         return _embedding_reason(graph, node)
+    if op_type == "adv_index" and _pushed(graph, graph[node.operands[1]]):
+        return _gather_reason(graph, node)
     why = _integer_operand_reason(graph, node, memo)
     return why if why is not None else _movement_reason(graph, node)
 
 
 def _embedding_reason(graph: Graph, node: Node) -> Optional[str]:
-    """Why the device cannot look ``node``'s ids up in its table (None when it can). The device embedding is a
-    one-hot matmul (``decompose._embedding``): its integer ids must be pushed (a graph input, moved only by
-    reshapes/transposes), where the host checks each push against the table's rows, and the table must be
-    small enough for the ids to stay exact in the chip's source registers. Ids computed on the device may be
-    looked up when their integer range proves them within the table (:func:`ids_within_table`)."""
-    from pybuda.passes.graph.decompose import EMBEDDING_MAX_VOCAB
-
+    """Why the device cannot look ``node``'s ids up in its table (None when it can)."""
     table, ids = graph[node.operands[0]], graph[node.operands[1]]
-    if table.shape[0] > EMBEDDING_MAX_VOCAB:
-        return (f"'embedding' of a {table.shape[0]}-row table; the device's one-hot embedding takes up to "
-                f"{EMBEDDING_MAX_VOCAB} rows (larger ids are not exact in its 19-bit source registers)")
-    if ids.dtype.is_floating_point:
+    return _lookup_reason(graph, node, ids, table.shape[0], bool(node.attrs.get("negative_ids")))
+
+
+def _gather_reason(graph: Graph, node: Node) -> Optional[str]:
+    """Why the device cannot gather ``node``'s slices by its ids pushed at run time (None when it can)."""
+    x, ids = graph[node.operands[0]], graph[node.operands[1]]
+    if not x.dtype.is_floating_point:
+        return f"'{node.op_type}' gathers {str(x.dtype).replace('torch.', '')} data by ids pushed at run time"
+    size = x.shape[node.attrs["dim"] % len(x.shape)]
+    return _lookup_reason(graph, node, ids, size, bool(node.attrs.get("negative_ids", True)), float_ids=False)
+
+
+def _lookup_reason(graph: Graph, node: Node, ids: Node, rows: int, negative: bool,
+                   float_ids: bool = True) -> Optional[str]:
+    """Why the device cannot look ``ids`` up among ``rows`` rows (None when it can). The device lookup is a
+    one-hot matmul (``decompose._lookup_onehot``): integer ids must be pushed (a graph input, moved only by
+    reshapes/transposes), where the host checks each push against the rows. Ids of tables beyond
+    ``decompose.EMBEDDING_MAX_VOCAB`` rows, and ids that may be negative, reach the device as two digits the
+    host computes from the pushed ids (``lookup_digits``), so nothing else may read those ids."""
+    from pybuda.passes.graph.decompose import EMBEDDING_CHUNK, EMBEDDING_MAX_ROWS, EMBEDDING_MAX_VOCAB, lookup_split
+
+    what = f"'{node.op_type}' of {rows} rows"
+    if rows > EMBEDDING_MAX_ROWS:
+        return (f"{what}; the device's one-hot lookup (in chunks of {EMBEDDING_CHUNK} rows) reads the whole table "
+                f"for every sample, so it takes at most {EMBEDDING_MAX_ROWS} rows: a larger table is looked up on "
+                f"the host")
+    if float_ids and ids.dtype.is_floating_point and not lookup_split(rows, negative):
         return None
     root = ids
     while root.kind == "op" and root.op_type in ("reshape", "transpose") and len(root.operands) == 1:
         root = graph[root.operands[0]]
-    if root.kind != "input" and not ids_within_table(graph, ids.name, table.shape[0]):
-        return (f"'embedding' reads {str(ids.dtype).replace('torch.', '')} ids computed by ops, not pushed as an "
-                f"input, that are not provably within the table's {table.shape[0]} rows")
+    if root.kind != "input":
+        if node.op_type == "embedding" and not lookup_split(rows, negative) and ids_within_table(graph, ids.name, rows):
+            return None  # ids the device computes, provably within the table (decompose._lookup_onehot)
+        return (f"'{node.op_type}' reads {str(ids.dtype).replace('torch.', '')} ids computed by ops, not pushed as an "
+                f"input, that are not provably within its {rows} rows")
+    split = lookup_split(rows, negative)
+    if split and not root.shape:
+        return f"{what} by a scalar id; the device takes ids of rank 1 or more"
+    walk = ids
+    while split and walk is not root:
+        if walk.op_type != "reshape":
+            return f"{what}: its ids are transposed after the push; the host pushes them as digits in the pushed order"
+        walk = graph[walk.operands[0]]
+    # How the ids are pushed (whole, or as lookup_digits) serves every lookup of them: they must agree, and with
+    # digits nothing else may read the pushed ids.
+    key = _lookup_key(graph, node)
+    for u in _id_readers(graph, root):
+        if u is node:
+            continue
+        if u.kind != "op" or u.op_type not in ("embedding", "adv_index"):
+            if split:
+                return (f"{what}{' by ids that may be negative' if negative else ''}: the host pushes ids "
+                        f"'{root.name}' as digits the device compares exactly, but '{u.name}' "
+                        f"({u.op_type or u.kind}) reads them too")
+        elif _lookup_key(graph, u) != key:
+            return (f"{what}: '{u.name}' looks the same ids '{root.name}' up too, and needs them pushed otherwise "
+                    f"(whole for at most {EMBEDDING_MAX_VOCAB} rows and ids >= 0, else as digits, wrapped by the row "
+                    f"count when negative); one push serves one way")
     return None
+
+
+def _id_readers(graph: Graph, root: Node):
+    """The nodes reading pushed ids ``root`` directly or through reshapes/transposes (not those moves)."""
+    readers, seen, stack = [], set(), [root.name]
+    while stack:
+        for user in graph.users(stack.pop()):
+            if user in seen:
+                continue
+            seen.add(user)
+            u = graph[user]
+            if u.kind == "op" and u.op_type in ("reshape", "transpose") and len(u.operands) == 1:
+                stack.append(user)
+            else:
+                readers.append(u)
+    return readers
+
+
+def _lookup_ids(graph: Graph, node: Node) -> bool:
+    """Whether ``node``, a reshape or transpose of integers pushed as an input, only carries ids to lookups
+    (embeddings, gathers by them): the lookup reads the pushed ids themselves (``decompose._lookup_onehot``)."""
+    if node.dtype.is_floating_point or node.dtype == torch.bool or not _pushed(graph, node):
+        return False
+    stack, seen = [node.name], set()
+    while stack:
+        for user in graph.users(stack.pop()):
+            if user in seen:
+                continue
+            seen.add(user)
+            u = graph[user]
+            if u.kind == "op" and u.op_type in ("reshape", "transpose") and len(u.operands) == 1:
+                stack.append(user)
+            elif not (u.kind == "op" and u.op_type in ("embedding", "adv_index") and u.operands[-1] in seen | {node.name}
+                      and u.operands[0] not in seen | {node.name}):
+                return False
+    return True
+
+
+def _pushed(graph: Graph, ids: Node) -> bool:
+    """Whether ``ids`` is a graph input, perhaps reshaped/transposed (what a gather by run-time ids reads)."""
+    while ids.kind == "op" and ids.op_type in ("reshape", "transpose") and len(ids.operands) == 1:
+        ids = graph[ids.operands[0]]
+    return ids.kind == "input"
+
+
+def _lookup_key(graph: Graph, node: Node):
+    """How a lookup's ids are pushed: (as digits, the row count when the digits depend on it (negative ids wrap by
+    it), else None). Lookups of the same ids must agree on it."""
+    from pybuda.passes.graph.decompose import lookup_split
+
+    if node.op_type == "embedding":
+        rows, negative = graph[node.operands[0]].shape[0], bool(node.attrs.get("negative_ids"))
+    else:
+        x = graph[node.operands[0]]
+        rows, negative = x.shape[node.attrs["dim"] % len(x.shape)], bool(node.attrs.get("negative_ids", True))
+    split = lookup_split(rows, negative)
+    return split, (rows if split and negative else None)
 
 
 def ids_within_table(graph: Graph, ids: str, rows: int) -> bool:

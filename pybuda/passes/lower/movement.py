@@ -290,13 +290,18 @@ class DataMovementLowering:
     def _sum(self, node: Node, parts: List[DVal], shape, tag: str = "join") -> DVal:
         """The sum of pickers' parts (each is zero wherever another part writes)."""
         zo, ro, co = shape
-        out = parts[0]
-        for i, p in enumerate(parts[1:], start=1):
+        pads, pad = [], (parts[0].pad_r, parts[0].pad_c)
+        for p in parts[1:]:
             # The sum's padding is zero only where every part's is: a part whose rows needed no picker keeps
             # its input's row padding, which may be junk (a matmul over those rows must then mask them).
-            pad = (_combine_pad("add", [out.pad_r, p.pad_r], ro), _combine_pad("add", [out.pad_c, p.pad_c], co))
-            name = f"{node.name}.{tag}{i}"
-            out = self.emit(name, "add", [(out, ()), (p, ())], (zo, ro, co), pad=pad)
+            pad = (_combine_pad("add", [pad[0], p.pad_r], ro), _combine_pad("add", [pad[1], p.pad_c], co))
+            pads.append(pad)
+        coded = self.sum_nonfinite(f"{node.name}.{tag}", parts, pads)  # parts carrying NaN and infinity
+        if coded is not None:
+            return coded
+        out = parts[0]
+        for i, p in enumerate(parts[1:], start=1):
+            out = self.emit(f"{node.name}.{tag}{i}", "add", [(out, ()), (p, ())], (zo, ro, co), pad=pads[i - 1])
         return out
 
     def _run_plan(self, node: Node, v: DVal, k: int, plan: "GatherPlan", src, local: np.ndarray) -> List[DVal]:

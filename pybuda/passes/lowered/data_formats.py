@@ -55,6 +55,8 @@ import logging
 import re
 from typing import Optional, Set
 
+import torch
+
 from pybuda.ir.graph import HOLDS_OPERAND, NONFINITE_SAFE, SIGN_EXACT
 from pybuda.ir.lowered import BudaGraph, BudaOp
 from pybuda.netlist.device_ops import ops_where
@@ -112,7 +114,7 @@ def set_data_formats(bg: BudaGraph, ctx: CompileContext) -> BudaGraph:
             q.df = DF.from_json(q.tags["exact_df"])  # a compiler-made table that must stay exact
         elif q.kind in ("parameter", "constant"):
             dtype = q.tags.get("dtype", "float32")
-            q.df = _DTYPE_DF[dtype] if dtype in _INT_DTYPES else default
+            q.df = _integer_table_df(bg.tensors.get(q.name), dtype) if dtype in _INT_DTYPES else default
     for op in bg.ops.values():
         op.out_df = default
         op.intermed_df = default
@@ -216,6 +218,20 @@ def set_data_formats(bg: BudaGraph, ctx: CompileContext) -> BudaGraph:
 _INT_DTYPES = {"int8", "uint8", "int32", "int64", "int16"}
 #: Formats in which a nonzero difference of two values stays nonzero with its sign (SIGN_EXACT).
 _NO_FLUSH = (DF.Float16_b, DF.Float32)
+
+
+def _integer_table_df(value: Optional[torch.Tensor], dtype: str) -> DF:
+    """The queue format of an integer constant or parameter: Float32 when every value is exact there (|v| <=
+    2**24), as the compiler keeps all integer data (ops computing integers are ``exact_df`` Float32, integer
+    inputs are pushed as Float32). An integer queue format would make every op reading it an integer op
+    (:func:`_legalize`), Int32 output and all: the float ``x + one_hot(argmax(x)).float()`` (whose one-hot
+    compares with a constant ``arange``) came back rounded to integers. Larger values keep their integer
+    format (Int32 holds them; Float32 would round them)."""
+    from pybuda.ops.integer import FLOAT32_EXACT_INT
+
+    if value is not None and value.numel() and int(value.abs().max()) > FLOAT32_EXACT_INT:
+        return _DTYPE_DF[dtype]
+    return DF.Float32
 
 
 def _no_flush_like(df: DF, grayskull: bool) -> DF:

@@ -18,7 +18,8 @@ pieces that each pass whole and copies every piece with the same picker constant
 The multiply by a one tile (HiFi4, the data through SrcA) keeps no more bits than a picker does (one that would
 keep fewer, a one-hot matmul at LoFi, copies at HiFi4), so each truncated piece passes whole, and three pieces
 leave a last residual of at most 4 significant bits. (An infinity is not copied by any picker: the matrix unit
-multiplies it by the picker's zeros, which makes NaN.)
+multiplies it by the picker's zeros, which makes NaN. Data that may hold NaN or infinity is split before this pass
+into a finite part, which this pass then copies in pieces, and a code of its specials: pybuda.passes.lower.specials.)
 
 Pickers whose every reader truncates the value as much again (a conv's im2col picker read by the conv's
 matmul) are left alone, as are pickers of data that is exact already (Float16_b and block-float data, the
@@ -44,6 +45,11 @@ from pybuda.perf import sparse as sparse_work
 #: Tag the lowering puts on a picker matmul whose constant copies (one 1 per output row or column): the index of
 #: its data input. Pickers that sum or scale (a row reduction, a pool) have no such tag.
 COPIES_INPUT = "copies_input"
+#: Tag on a matmul whose other operand is a 0/1 matrix with at most one 1 per output row (column): one computed at
+#: run time (a lookup by pushed ids, ``decompose._lookup_onehot``) or a constant one-hot selection the lowering
+#: recognised (a flip, a gather by a constant permutation: ``specials.NonfiniteMoveLowering.one_hot_copy``). Its
+#: value is the index of the input it copies.
+ONE_HOT_COPY = "one_hot_copy"
 #: Tag on the ops this pass adds: the picker they make exact.
 EXACT_PICKER_PART = "exact_picker_part"
 #: Float32's significant bits (the leading one and 23 fraction bits).
@@ -51,7 +57,7 @@ _FLOAT32_SIGNIFICANT = 24
 #: The fidelity of the piece-splitting multiply: ELWMUL reads in0 (the data) through SrcA.
 _SPLIT_FIDELITY = MathFidelity.HiFi4
 #: Tags that describe a picker matmul, not the sum that replaces it.
-_PICKER_TAGS = (COPIES_INPUT, "picker", "min_fidelity", sparse_work.ENTRIES_TAG, sparse_work.DIGEST_TAG)
+_PICKER_TAGS = (COPIES_INPUT, ONE_HOT_COPY, "picker", "min_fidelity", sparse_work.ENTRIES_TAG, sparse_work.DIGEST_TAG)
 
 
 def exact_pickers(bg: BudaGraph, ctx: CompileContext) -> BudaGraph:
@@ -93,6 +99,10 @@ def copied_input(bg: BudaGraph, op: BudaOp) -> Optional[int]:
     ``S @ x`` with at most one per row."""
     if COPIES_INPUT in op.tags:
         return int(op.tags[COPIES_INPUT])
+    if op.tags.get(ONE_HOT_COPY) is not None:  # a one-hot of run-time ids; a fused epilogue would be summed thrice
+        plain = op.type == "matmul" and len(op.inputs) == 2 and \
+            not any(op.attrs.get(k) for k in ("bias", "accumulate", "sfpu_op", "relu_en"))
+        return int(op.tags[ONE_HOT_COPY]) if plain else None
     if op.type != "matmul" or len(op.inputs) != 2 or op.tags.get("picker") or \
             any(op.attrs.get(k) for k in ("identity", "bias", "accumulate", "sfpu_op", "relu_en")):
         return None
@@ -196,7 +206,8 @@ def _pieces(bg: BudaGraph, op: BudaOp, d: int, one: str) -> List[BudaOp]:
             op, name=name(f"pick{i}"), inputs=inputs, in_df=in_df, out_df=DataFormat.Float32, untilize_output=False,
             math_fidelity=fidelity,
             attrs=dict(op.attrs), input_tms={k: list(v) for k, v in op.input_tms.items()},
-            tags={**{k: v for k, v in op.tags.items() if k != COPIES_INPUT}, EXACT_PICKER_PART: op.name}))
+            tags={**{k: v for k, v in op.tags.items() if k not in (COPIES_INPUT, ONE_HOT_COPY)},
+                  EXACT_PICKER_PART: op.name}))
     ops += picks
     total = picks[0].name
     kept_tags = {k: v for k, v in op.tags.items() if k not in _PICKER_TAGS}

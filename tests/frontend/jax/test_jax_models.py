@@ -210,3 +210,30 @@ def test_unsupported_primitives_run_in_jax_on_the_host_with_fallback_on():
     # floor(3 tanh) jumps by 1 where the device's Float32 matmul rounds across an integer: compare the rest.
     close = (got[0] - want[0]).abs() <= DEVICE_ATOL
     assert float(close.float().mean()) > 0.98
+
+
+@pytest.mark.parametrize("device_reads_it_too", [False, True])
+def test_a_post_stage_computes_what_it_reads_of_the_parameters(device_reads_it_too):
+    # The bias reshape reads only a parameter; the floor after the device's matmuls sends the add reading it
+    # to a CPU post stage. Computed on the device, the reshaped bias crossed as one sample beside the
+    # microbatch's tensors, and the post stage refused the push ("inputs disagree on the microbatch size").
+    r = np.random.default_rng(0)
+    params = {"w": jnp.asarray(r.standard_normal((32, 32)).astype(np.float32) * 0.2),
+              "b": jnp.asarray(r.standard_normal(32).astype(np.float32))}
+
+    def fn(p, x):
+        bias = p["b"].reshape(1, 1, 32) * 2
+        h = jnp.tanh(jnp.tanh(x @ p["w"]) @ p["w"])
+        if device_reads_it_too:
+            h = h + bias
+        return jnp.floor(h * 3) + bias
+
+    from pybuda.frontend.jax import capture
+
+    x = torch.randn(2, 8, 32)
+    assert capture(fn, (x,), params=params, for_device=True, fallback=True).post is not None
+    module = pybuda.JaxModule("post_bias", fn, params=params)
+    got = run_on_tt(module, x)[0]
+    want = list(module.forward(x))[0]
+    # floor(3 h) jumps by 1 where the device's Float32 matmul rounds across an integer: compare the rest.
+    assert float(((got - want).abs() <= DEVICE_ATOL).float().mean()) > 0.98

@@ -135,6 +135,48 @@ def test_conv_general_dilated_matches_jax(jfe, x, w, kw):
     jfe.check(lambda a, b: _conv(a, b, **kw), x, w, primitive="conv_general_dilated", atol=1e-4)
 
 
+# lax.conv_transpose (Flax's ConvTranspose) is a conv_general_dilated with lhs_dilation: the registry's
+# conv2d_transpose with swapped, flipped weights and cropped padding.
+TRANSPOSED_CASES = [
+    ("s2_k2_valid", rn(2, 5, 6, 3), rn(2, 2, 3, 4), dict(strides=(2, 2), padding="VALID")),
+    ("s2_k3_same", rn(1, 6, 5, 4), rn(3, 3, 4, 2), dict(strides=(2, 2), padding="SAME")),
+    ("s3_k4_explicit", rn(1, 4, 4, 2), rn(4, 4, 2, 3), dict(strides=(3, 2), padding=((1, 2), (3, 0)))),
+    ("dilated_kernel", rn(1, 5, 5, 2), rn(3, 3, 2, 2), dict(strides=(2, 2), padding="SAME", rhs_dilation=(2, 1))),
+    ("transpose_kernel_nchw", rn(2, 3, 4, 5), rn(3, 3, 3, 4),
+     dict(strides=(2, 2), padding="SAME", dimension_numbers=("NCHW", "HWOI", "NCHW"), transpose_kernel=True)),
+    ("conv1d", rn(2, 7, 3), rn(3, 3, 4), dict(strides=(2,), padding="SAME", dimension_numbers=("NWC", "WIO", "NWC"))),
+]
+
+
+@pytest.mark.parametrize("x,w,kw", [c[1:] for c in TRANSPOSED_CASES], ids=[c[0] for c in TRANSPOSED_CASES])
+def test_transposed_conv_matches_jax(jfe, x, w, kw):
+    jfe.check(lambda a, b: lax.conv_transpose(a, b, **kw), x, w, primitive="conv_general_dilated", atol=1e-4)
+
+
+def test_grouped_transposed_conv_matches_jax(jfe):
+    dn = lax.conv_dimension_numbers((1, 6, 6, 4), (3, 3, 2, 6), ("NHWC", "HWIO", "NHWC"))
+    jfe.check(lambda a, b: lax.conv_general_dilated(a, b, (1, 1), ((2, 1), (1, 2)), lhs_dilation=(2, 2),
+                                                    dimension_numbers=dn, feature_group_count=2),
+              rn(1, 6, 6, 4), rn(3, 3, 2, 6), primitive="conv_general_dilated", atol=1e-4)
+
+
+def test_flax_conv_transpose_runs_on_the_device():
+    nn = pytest.importorskip("flax.linen")
+    from jax_helpers import DEVICE_ATOL, DEVICE_RTOL, assert_matches, run_on_tt
+
+    import torch
+
+    import pybuda
+    from pybuda.frontend.jax import capture
+
+    model = nn.ConvTranspose(6, (3, 3), strides=(2, 2), padding="SAME")
+    x = rn(2, 5, 5, 4)
+    variables = model.init(jax.random.PRNGKey(0), x)
+    module = pybuda.JaxModule("conv_transpose", model, variables)
+    assert capture(model, (x,), params=variables, for_device=True, fallback=True).report is None  # no fallback
+    assert_matches(run_on_tt(module, torch.from_numpy(x)), list(module.forward(x)), atol=DEVICE_ATOL, rtol=DEVICE_RTOL)
+
+
 POOL_CASES = [
     ("max_nhwc", lambda x: lax.reduce_window(x, -jnp.inf, lax.max, (1, 2, 2, 1), (1, 2, 2, 1), "VALID"),
      rn(2, 8, 8, 3)),

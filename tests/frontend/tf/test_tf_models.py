@@ -373,3 +373,28 @@ def test_ops_tf2onnx_cannot_convert_are_named():
     module = pybuda.TFModule("jitted", Jitted())
     with pytest.raises(ModuleError, match=r"cannot convert to ONNX: PartitionedCall x1 .*XLA"):
         module.to_graph(torch.randn(1, 8))
+
+
+def test_tf2onnx_optimizer_failures_stay_quiet(capfd):
+    # tf2onnx's transpose optimizer fails on a scalar Add after an NHWC conv (MobileNetV3's hard sigmoid) and
+    # skips itself, logging a WARNING with a traceback; the conversion is fine and the user sees nothing.
+    from pybuda.frontend.tensorflow.convert import keras_to_onnx
+    keras.utils.set_random_seed(0)
+    x = keras.Input((8, 8, 3))
+    y = keras.layers.Conv2D(4, 3, padding="same")(x)
+    model = keras.Model(x, keras.layers.ReLU(6.0)(y + 3.0) * (1.0 / 6.0))
+    keras_to_onnx(model, [np.random.rand(1, 8, 8, 3).astype(np.float32)])
+    assert "Failed to apply" not in capfd.readouterr().err
+
+
+def test_keras_grouped_convolution_runs_on_the_device():
+    # Keras' TensorFlow backend wraps a grouped Conv2D (ConvNeXt, RegNet, ResNeXt) in an XLA-compiled function,
+    # which tf2onnx left as an unconvertible StatefulPartitionedCall; traced without XLA it is an ONNX grouped Conv.
+    keras.utils.set_random_seed(0)
+    x = keras.Input((8, 8, 4))
+    model = keras.Model(x, keras.layers.ReLU()(keras.layers.Conv2D(8, 3, padding="same", groups=2)(x)))
+    sample = torch.rand(1, 8, 8, 4)
+    want = [torch.from_numpy(np.asarray(model(sample.numpy())))]
+    module = pybuda.TFModule("grouped", model)
+    assert host_share(module, sample) == 0.0
+    assert_close(fp32_wormhole(module, sample), want)

@@ -126,7 +126,8 @@ def _gather(ctx: NodeCtx):
     elif _is_embedding_lookup(ctx, axis):
         # What aten.embedding is in the torch frontend, so the same rules place it (cpu_fallback_ops, the
         # device's one-hot embedding); a run-time adv_index would carry the integer ids through int64 moves.
-        return ctx.b.op("embedding", [ctx.x(0), ctx.x(1)])
+        # ONNX counts a negative index from the end: the device wraps it (the host pushes wrapped digits).
+        return ctx.b.op("embedding", [ctx.x(0), ctx.x(1)], negative_ids=True)
     return _adv_index(ctx.b, ctx.x(0), idx, axis, ctx.out_shape())
 
 
@@ -146,6 +147,8 @@ def _gather_elements(ctx: NodeCtx):
     Gather of the flattened input at the flat positions they name (computed now)."""
     shape = ctx.shape(0)
     axis = ctx.axis(ctx.attr("axis", 0, (int,)), len(shape))
+    if not isinstance(ctx.value(1), Const):
+        return _gather_elements_pushed(ctx, shape, axis)
     idx = ctx.const(1, "indices").to(torch.int64)
     size = shape[axis]
     if ((idx < -size) | (idx >= size)).any():
@@ -161,6 +164,30 @@ def _gather_elements(ctx: NodeCtx):
     flat = sum(c * st for c, st in zip(coords, strides))
     x = ctx.b.reshape(ctx.x(0), (math.prod(shape),))
     return _adv_index(ctx.b, x, Const(flat, f"{ctx.label}.positions"), 0, ctx.out_shape())
+
+
+#: Largest axis a GatherElements by run-time indices picks along on the device (its identity is size² values).
+PUSHED_GATHER_ELEMENTS_MAX = 2048
+
+
+def _gather_elements_pushed(ctx: NodeCtx, shape: Sequence[int], axis: int) -> str:
+    """Indices computed at run time, along the input's last axis: each index picks its one-hot row of an identity
+    (a gather by the pushed indices, which wraps negative ones as ONNX does and is checked against the axis at
+    push time), the input times those rows, summed over the axis."""
+    b = ctx.b
+    ish, rank, dt = tuple(ctx.shape(1)), len(shape), ctx.out_dtype()
+    size = shape[axis]
+    if axis != rank - 1 or not dt.is_floating_point or size > PUSHED_GATHER_ELEMENTS_MAX or not math.prod(ish):
+        raise Unsupported(f"GatherElements with indices computed at run time (the device takes them along the last "
+                          f"axis of float data of at most {PUSHED_GATHER_ELEMENTS_MAX})")
+    x = ctx.x(0)
+    for d, n in enumerate(ish[:-1]):  # the input restricted to the indices' extent on the other dims
+        x = _index_range(b, x, d, 0, n)
+    flat = b.reshape(ctx.x(1), (math.prod(ish),))
+    onehot = b.op("adv_index", [b.const(torch.eye(size, dtype=dt), f"{ctx.label}.identity"), flat], dim=0)
+    onehot = b.reshape(onehot, ish + (size,))
+    picked = b.op("multiply", [onehot, b.reshape(x, ish[:-1] + (1, size))])
+    return b.reshape(b.op("reduce_sum", [picked], dim=-1), ish)
 
 
 #: GatherElements with at most this many indices along its axis uses one-hot masks (cost: that many
