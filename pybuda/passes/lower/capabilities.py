@@ -137,7 +137,7 @@ def _lookup_reason(graph: Graph, node: Node, ids: Node, rows: int, negative: boo
         if node.op_type == "embedding" and not lookup_split(rows, negative) and ids_within_table(graph, ids.name, rows):
             return None  # ids the device computes, provably within the table (decompose._lookup_onehot)
         return (f"'{node.op_type}' reads {str(ids.dtype).replace('torch.', '')} ids computed by ops, not pushed as an "
-                f"input, that are not provably within its {rows} rows")
+                f"input, that are not provably within the table's {rows} rows")
     split = lookup_split(rows, negative)
     if split and not root.shape:
         return f"{what} by a scalar id; the device takes ids of rank 1 or more"
