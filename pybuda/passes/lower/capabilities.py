@@ -166,7 +166,13 @@ def _lookup_reason(graph: Graph, node: Node, ids: Node, rows: int, negative: boo
 
 def _id_readers(graph: Graph, root: Node):
     """The nodes reading pushed ids ``root`` directly or through reshapes/transposes (not those moves)."""
-    readers, seen, stack = [], set(), [root.name]
+    return _through_moves(graph, root.name)[0]
+
+
+def _through_moves(graph: Graph, start: str):
+    """``(readers, moves)``: the nodes reading ``start`` directly or through reshapes/transposes, and the names of
+    those moves."""
+    readers, seen, stack = [], set(), [start]
     while stack:
         for user in graph.users(stack.pop()):
             if user in seen:
@@ -177,7 +183,7 @@ def _id_readers(graph: Graph, root: Node):
                 stack.append(user)
             else:
                 readers.append(u)
-    return readers
+    return readers, {name for name in seen if name not in {u.name for u in readers}}
 
 
 def _lookup_ids(graph: Graph, node: Node) -> bool:
@@ -185,19 +191,10 @@ def _lookup_ids(graph: Graph, node: Node) -> bool:
     (embeddings, gathers by them): the lookup reads the pushed ids themselves (``decompose._lookup_onehot``)."""
     if node.dtype.is_floating_point or node.dtype == torch.bool or not _pushed(graph, node):
         return False
-    stack, seen = [node.name], set()
-    while stack:
-        for user in graph.users(stack.pop()):
-            if user in seen:
-                continue
-            seen.add(user)
-            u = graph[user]
-            if u.kind == "op" and u.op_type in ("reshape", "transpose") and len(u.operands) == 1:
-                stack.append(user)
-            elif not (u.kind == "op" and u.op_type in ("embedding", "adv_index") and u.operands[-1] in seen | {node.name}
-                      and u.operands[0] not in seen | {node.name}):
-                return False
-    return True
+    readers, moves = _through_moves(graph, node.name)
+    carried = moves | {node.name}
+    return all(u.kind == "op" and u.op_type in ("embedding", "adv_index") and u.operands[-1] in carried
+               and u.operands[0] not in carried for u in readers)
 
 
 def _pushed(graph: Graph, ids: Node) -> bool:
