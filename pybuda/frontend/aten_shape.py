@@ -409,7 +409,7 @@ def const_gather(b: Builder, x: Any, index: torch.Tensor, dim: int, name: str) -
 
 #: Largest dim a run-time index selects along by comparing it whole with ``arange``: the chip reads an elementwise
 #: op's operands through 19-bit source registers, which hold integers exactly up to 2**11 (as
-#: ``decompose.EMBEDDING_MAX_VOCAB``); a larger index could match its neighbour.
+#: ``lookups.EMBEDDING_MAX_VOCAB``); a larger index could match its neighbour.
 RUNTIME_INDEX_MAX = 2 ** 11
 
 

@@ -1,5 +1,5 @@
 """Lookups by ids pushed at run time, on the device: embeddings of tables of any size up to
-``decompose.EMBEDDING_MAX_ROWS`` (a chunked one-hot: the host pushes each id as the digits id // 2048 and
+``lookups.EMBEDDING_MAX_ROWS`` (a chunked one-hot: the host pushes each id as the digits id // 2048 and
 id % 2048, which the chip's 19-bit source registers hold exactly), gathers by pushed ids (``x[ids]``), negative ids
 where the framework counts them from the end, and ids outside the table refused at push time.
 
@@ -17,7 +17,7 @@ from pybuda.errors import InputError
 from pybuda.frontend.torch import capture
 from pybuda.golden import formats
 from pybuda.netlist.host_io import from_canonical, to_canonical
-from pybuda.passes.graph.decompose import EMBEDDING_CHUNK, EMBEDDING_MAX_ROWS
+from pybuda.passes.graph.lookups import EMBEDDING_CHUNK, EMBEDDING_MAX_ROWS
 
 VOCAB = 5000  # three chunks of 2,048 rows
 DIM = 16

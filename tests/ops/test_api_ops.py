@@ -223,7 +223,7 @@ def test_embedding_ids_outside_the_table_are_refused_at_push():
 
 def test_embedding_beyond_the_device_lookup_is_a_compile_error_naming_it():
     """Tables larger than the device's chunked one-hot lookup takes fail to compile, naming the op."""
-    from pybuda.passes.graph.decompose import EMBEDDING_MAX_ROWS
+    from pybuda.passes.graph.lookups import EMBEDDING_MAX_ROWS
 
     table = torch.zeros(EMBEDDING_MAX_ROWS + 1, 1)
     module = FnModule(lambda m, i: op.Embedding("emb", i, m.table), {"table": table})

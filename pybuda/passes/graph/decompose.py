@@ -49,7 +49,9 @@ combine (batchnorm statistics, layernorm weights) become constant-only subgraphs
   may count from the end) compare two digits the host pushes instead of the ids (``lookup_digits``: id // 2048,
   id % 2048 in two slices) with the table's, ``max(|hi - HI|, |lo - LO|)`` over the slices being 0 exactly at the
   row; the one-hot matmul keeps HiFi2 (a Float16_b/Bfp8 row is copied whole) and ``exact_pickers`` copies a
-  Float32 table in pieces (``ONE_HOT_COPY``). ``adv_index`` by pushed ids (``x[ids]``) is the same lookup.
+  Float32 table in pieces (``ONE_HOT_COPY``). ``adv_index`` by pushed ids (``x[ids]``) is the same lookup. Both
+  rules live in :mod:`pybuda.passes.graph.lookups`; the exact 0/1 steps they share with the comparisons, in
+  :mod:`pybuda.passes.graph.exact_steps`.
 - ``sparse_matmul(a, b)`` -> ``matmul`` of the densified constant.
 """
 
@@ -64,9 +66,10 @@ from pybuda.ir.graph import CONSTANT, HOLDS_OPERAND, INPUT, OP, OUTPUT, SIGN_EXA
 from pybuda.ops import registry
 from pybuda.ops.common import normalize_dim
 from pybuda.passes.context import CompileContext
+from pybuda.passes.graph.exact_steps import SIGN, equal_of, heaviside, negated, neither_nan, scalar, scalar_constant_value
+from pybuda.passes.graph.lookups import decompose_adv_index, decompose_embedding
 from pybuda.passes.graph.nonfinite import DATA_MOVES, may_be_nonfinite
 from pybuda.passes.graph.rewrite import Rewriter
-from pybuda.passes.lowered.exact_pickers import ONE_HOT_COPY
 
 #: Ops that must have been split off to the CPU by the frontend (TT-Buda's ``cpu_fallback_ops``). Empty:
 #: ``embedding`` is decomposed (the torch frontend still sends it to the CPU when configured to, because
@@ -163,19 +166,6 @@ def _push_integer_inputs_exact(graph: Graph, ctx: Any) -> Graph:
 # --- helpers --------------------------------------------------------------------------------------------
 
 
-def _scalar(rw: Rewriter, node: Node, tag: str, value: float) -> str:
-    return rw.constant(f"{node.name}.{tag}", torch.tensor([float(value)], dtype=torch.float32))
-
-
-def _scalar_constant_value(rw: Rewriter, name: str) -> Optional[float]:
-    n = rw.node(name)
-    if n.kind == CONSTANT:
-        v = rw.new.tensors[name]
-        if v.numel() == 1:
-            return float(v.reshape(-1)[0])
-    return None
-
-
 def _along(rw: Rewriter, node: Node, name: str, rank: int, dim: int, tag: str) -> str:
     """Reshape a per-channel operand (any shape with ``size`` values) so it broadcasts along ``dim``."""
     size = math.prod(rw.shape(name))
@@ -237,7 +227,7 @@ def _layernorm(rw, node, ops, ctx):
     xm = rw.op(f"{n}.sub_mean", "subtract", [x, mean])
     sq = rw.op(f"{n}.square", "square", [xm])
     var = _reduce(rw, f"{n}.var", "reduce_avg", sq, dim)
-    ve = rw.op(f"{n}.add_eps", "add", [var, _scalar(rw, node, "eps", node.attrs["epsilon"])])
+    ve = rw.op(f"{n}.add_eps", "add", [var, scalar(rw, node, "eps", node.attrs["epsilon"])])
     sd = rw.op(f"{n}.sqrt", "sqrt", [ve])
     inv = rw.op(f"{n}.recip", "reciprocal", [sd])
     y = rw.op(f"{n}.norm", "multiply", [xm, inv])
@@ -249,7 +239,7 @@ def _batchnorm(rw, node, ops, ctx):
     x, w, b, mean, var = ops
     n = node.name
     rank = len(rw.shape(x))
-    ve = rw.op(f"{n}.var_eps", "add", [var, _scalar(rw, node, "eps", node.attrs["epsilon"])])
+    ve = rw.op(f"{n}.var_eps", "add", [var, scalar(rw, node, "eps", node.attrs["epsilon"])])
     inv = rw.op(f"{n}.inv_std", "reciprocal", [rw.op(f"{n}.std", "sqrt", [ve])])
     scale = rw.op(f"{n}.scale_c", "multiply", [w, inv])
     shift = rw.op(f"{n}.shift_c", "subtract", [b, rw.op(f"{n}.mean_scale", "multiply", [mean, scale])])
@@ -267,7 +257,7 @@ def _minimum(rw, node, ops, ctx):
         # round integers beyond 2**10 in the multiplier's source registers).
         over = rw.op(f"{node.name}.over", "relu", [rw.op(f"{node.name}.diff", "subtract", [ops[0], ops[1]])])
         return rw.op(f"{node.name}.out", "subtract", [ops[0], over])
-    neg = _scalar(rw, node, "neg_one", -1.0)
+    neg = scalar(rw, node, "neg_one", -1.0)
     a = rw.op(f"{node.name}.neg_a", "multiply", [ops[0], neg])
     b = rw.op(f"{node.name}.neg_b", "multiply", [ops[1], neg])
     m = rw.op(f"{node.name}.max", "maximum", [a, b])
@@ -275,7 +265,7 @@ def _minimum(rw, node, ops, ctx):
 
 
 def _power(rw, node, ops, ctx):
-    exponent = _scalar_constant_value(rw, ops[1])
+    exponent = scalar_constant_value(rw, ops[1])
     if exponent is not None and tuple(rw.shape(ops[0])) == tuple(node.shape):
         return _pow_value(rw, node, ops[0], exponent)
     lg = rw.op(f"{node.name}.log", "log", [ops[0]])
@@ -301,7 +291,7 @@ def _pow_value(rw, node, x: str, p: float) -> str:
     if float(p).is_integer() and p >= 0:
         return rw.op(n, "pow", [x], {"exponent": float(p)})
     lg = rw.op(f"{n}.log", "log", [x])
-    return rw.op(f"{n}.exp", "exp", [rw.op(f"{n}.mul", "multiply", [lg, _scalar(rw, node, "exponent", p)])])
+    return rw.op(f"{n}.exp", "exp", [rw.op(f"{n}.mul", "multiply", [lg, scalar(rw, node, "exponent", p)])])
 
 
 def _clip(rw, node, ops, ctx):
@@ -312,11 +302,11 @@ def _clip(rw, node, ops, ctx):
     elif math.isinf(lo):
         y = ops[0]
     else:
-        y = rw.op(f"{n}.lo", "maximum", [ops[0], _scalar(rw, node, "min", lo)])
+        y = rw.op(f"{n}.lo", "maximum", [ops[0], scalar(rw, node, "min", lo)])
     if math.isinf(hi):
         return y
     # min(y, hi) = y - relu(y - hi): exact whenever y <= hi (hi - relu(hi - y) would round small y to 0).
-    hi_c = _scalar(rw, node, "max", hi)
+    hi_c = scalar(rw, node, "max", hi)
     over = rw.op(f"{n}.over", "relu", [rw.op(f"{n}.sub_hi", "subtract", [y, hi_c])])
     return rw.op(f"{n}.out", "subtract", [y, over])
 
@@ -328,10 +318,10 @@ FINITE_INF = 3.3895313892515355e38
 
 
 def _finite(rw, node, name: str, tag: str) -> str:
-    value = _scalar_constant_value(rw, name)
+    value = scalar_constant_value(rw, name)
     if value is None or not math.isinf(value):
         return name
-    return _scalar(rw, node, tag, math.copysign(FINITE_INF, value))
+    return scalar(rw, node, tag, math.copysign(FINITE_INF, value))
 
 
 def _infinity_observed(graph: Graph, name: str) -> bool:
@@ -360,8 +350,8 @@ def _where(rw, node, ops, ctx):
     c, x, y = ops
     if not _infinity_observed(rw.old, node.name):
         x, y = _finite(rw, node, x, "x_finite"), _finite(rw, node, y, "y_finite")
-    picked = rw.op(f"{node.name}.picked", "subtract", [c, _scalar(rw, node, "one", 1.0)])
-    unpicked = rw.op(f"{node.name}.unpicked", "subtract", [_scalar(rw, node, "zero", 0.0), c])
+    picked = rw.op(f"{node.name}.picked", "subtract", [c, scalar(rw, node, "one", 1.0)])
+    unpicked = rw.op(f"{node.name}.unpicked", "subtract", [scalar(rw, node, "zero", 0.0), c])
     keep = rw.op(f"{node.name}.keep", "heaviside", [picked, x])
     fill = rw.op(f"{node.name}.fill", "heaviside", [unpicked, y])
     return rw.op(f"{node.name}.out", "add", [keep, fill])
@@ -391,7 +381,7 @@ def _as_mask(rw, node, x: str, tag: str) -> str:
     """``x`` as a device mask (float 0/1): a boolean already is one; a float becomes ``x != 0``."""
     if rw.node(x).dtype == torch.bool:
         return x
-    return _heaviside(rw, node, rw.op(f"{node.name}.{tag}_abs", "abs", [x]), 0.0, tag)
+    return heaviside(rw, node, rw.op(f"{node.name}.{tag}_abs", "abs", [x]), 0.0, tag)
 
 
 def _logical_and(rw, node, ops, ctx):
@@ -399,7 +389,7 @@ def _logical_and(rw, node, ops, ctx):
 
 
 def _logical_not(rw, node, ops, ctx):
-    return rw.op(f"{node.name}.not", "subtract", [_scalar(rw, node, "one", 1.0), _as_mask(rw, node, ops[0], "nz")])
+    return rw.op(f"{node.name}.not", "subtract", [scalar(rw, node, "one", 1.0), _as_mask(rw, node, ops[0], "nz")])
 
 
 def _cast(rw, node, ops, ctx):
@@ -440,63 +430,6 @@ def _stack(rw, node, ops, ctx):
 # --- comparisons, argmax, cumsum -------------------------------------------------------------------------
 
 
-def _heaviside(rw, node, x: str, at_zero: float, tag: str) -> str:
-    return rw.op(f"{node.name}.{tag}", "heaviside", [x, _scalar(rw, node, f"{tag}_at0", at_zero)])
-
-
-def _negated(rw, node, x: str, tag: str) -> str:
-    """``0 - x``: exact for every value, subnormals included (``x * -1`` passes the multiplier, whose source
-    registers flush them to zero)."""
-    return rw.op(f"{node.name}.{tag}_neg", "subtract", [_scalar(rw, node, f"{tag}_zero", 0.0), x], tags=_SIGN)
-
-
-def _numbers(rw, node, a: str, b: str, tag: str) -> str:
-    """1.0 where neither ``a`` nor ``b`` is NaN, else 0.0: ``|a| + |b|`` is NaN exactly then, and >= 0 (+inf at
-    most) otherwise."""
-    both = rw.op(f"{node.name}.{tag}_mags", "add", [rw.op(f"{node.name}.{tag}_abs_a", "abs", [a], tags=_SIGN),
-                                                   rw.op(f"{node.name}.{tag}_abs_b", "abs", [b], tags=_SIGN)],
-                 tags=_SIGN)
-    return _heaviside(rw, node, both, 1.0, f"{tag}_numbers")
-
-
-def _equal_of(rw, node, a: str, b: str, tag: str = "eq", negate: bool = False, nan_hits: bool = False) -> str:
-    """1.0 where a == b (0.0 where negate), else the other, as IEEE compares: NaN equals nothing, +-inf equals
-    itself. Terms for NaN and infinity are added only where an operand may hold them (:func:`may_be_nonfinite`).
-
-    ``d = a - b`` is 0 exactly where finite operands are equal (a subtraction of different floats is never 0)
-    and NaN where an operand is NaN or both are the same infinity, so ``heaviside(-|d|, 1)`` is right unless
-    both operands may be infinite; then ``numbers(a, b)`` where ``d`` is not a nonzero number separates the
-    equal infinities (1) from a NaN (0). ``nan_hits``: NaN counts as equal (argmax's hit, where torch picks a NaN)."""
-    diff = rw.op(f"{node.name}.{tag}_diff", "subtract", [a, b], tags=_SIGN)
-    mag = rw.op(f"{node.name}.{tag}_abs", "abs", [diff], tags=_SIGN)
-    fa, fb = may_be_nonfinite(rw.new, a), may_be_nonfinite(rw.new, b)
-    if not (fa or fb) and not nan_hits:  # neither holds NaN: != is the step of |d|
-        if negate:
-            return _heaviside(rw, node, mag, 0.0, tag)
-        return _heaviside(rw, node, _negated(rw, node, mag, tag), 1.0, tag)
-    if fa and fb:
-        numbers = _numbers(rw, node, a, b, tag)
-        apart = _heaviside(rw, node, mag, 0.0, f"{tag}_apart")  # 1 where d is a nonzero number
-        if negate and not nan_hits:  # apart - numbers: -1 where equal, 0 where a NaN, 1 where apart
-            ne = rw.op(f"{node.name}.{tag}_ne", "subtract", [apart, numbers])
-            return _heaviside(rw, node, ne, 1.0, f"{tag}_ne")
-        # numbers where not apart, else 0 (heaviside's pick keeps the result a 0/1 mask for a bool cast)
-        eq = rw.op(f"{node.name}.{tag}_eq", "heaviside", [_negated(rw, node, apart, f"{tag}_apart"), numbers])
-    else:
-        eq = _heaviside(rw, node, _negated(rw, node, mag, tag), 1.0, tag)
-    if nan_hits:  # + isnan(a) = 1 - heaviside(|a|, 1); where a is NaN, eq is 0
-        num = _heaviside(rw, node, rw.op(f"{node.name}.{tag}_abs_x", "abs", [a], tags=_SIGN), 1.0, f"{tag}_num_x")
-        nan = rw.op(f"{node.name}.{tag}_nan", "subtract", [_scalar(rw, node, f"{tag}_one", 1.0), num])
-        eq = rw.op(f"{node.name}.{tag}_or_nan", "add", [eq, nan])
-    if negate:
-        return rw.op(f"{node.name}.{tag}_ne", "subtract", [_scalar(rw, node, f"{tag}_one_ne", 1.0), eq])
-    return eq
-
-
-#: The differences a comparison steps on keep their sign and whether they are zero (``SIGN_EXACT``).
-_SIGN = {SIGN_EXACT: True}
-
-
 def _compare(kind: str):
     """``a OP b`` as IEEE compares (torch, ONNX Runtime): false where an operand is NaN (true for !=), and an
     infinity compares equal to itself. ``heaviside(a - b, 0)`` is exactly ``a > b``: the difference keeps its
@@ -507,17 +440,17 @@ def _compare(kind: str):
     def rule(rw, node, ops, ctx):
         a, b = ops
         if kind in ("equal", "not_equal"):
-            return _equal_of(rw, node, a, b, "cmp", negate=kind == "not_equal")
+            return equal_of(rw, node, a, b, "cmp", negate=kind == "not_equal")
         if kind in ("less", "less_equal"):
             a, b = b, a
         if kind.endswith("equal") and may_be_nonfinite(rw.new, a) and may_be_nonfinite(rw.new, b):
-            below = rw.op(f"{node.name}.diff", "subtract", [b, a], tags=_SIGN)
-            lt = _heaviside(rw, node, below, 0.0, "below")
+            below = rw.op(f"{node.name}.diff", "subtract", [b, a], tags=SIGN)
+            lt = heaviside(rw, node, below, 0.0, "below")
             # numbers(a, b) where not a < b, else 0
-            numbers = _numbers(rw, node, a, b, "cmp")
-            return rw.op(f"{node.name}.step", "heaviside", [_negated(rw, node, lt, "below"), numbers])
-        diff = rw.op(f"{node.name}.diff", "subtract", [a, b], tags=_SIGN)
-        return _heaviside(rw, node, diff, 1.0 if kind.endswith("equal") else 0.0, "step")
+            numbers = neither_nan(rw, node, a, b, "cmp")
+            return rw.op(f"{node.name}.step", "heaviside", [negated(rw, node, lt, "below"), numbers])
+        diff = rw.op(f"{node.name}.diff", "subtract", [a, b], tags=SIGN)
+        return heaviside(rw, node, diff, 1.0 if kind.endswith("equal") else 0.0, "step")
     return rule
 
 
@@ -556,8 +489,8 @@ def _exact_negation(rw, node, x: str) -> str:
         return x
     for k in (0, 1):
         y = n.operands[k]
-        if _scalar_constant_value(rw, n.operands[1 - k]) == -1.0 and tuple(rw.shape(y)) == tuple(n.shape):
-            return rw.op(f"{node.name}.neg", "subtract", [_scalar(rw, node, "zero", 0.0), y], tags={HOLDS_OPERAND: 1})
+        if scalar_constant_value(rw, n.operands[1 - k]) == -1.0 and tuple(rw.shape(y)) == tuple(n.shape):
+            return rw.op(f"{node.name}.neg", "subtract", [scalar(rw, node, "zero", 0.0), y], tags={HOLDS_OPERAND: 1})
     return x
 
 
@@ -576,24 +509,24 @@ def _argmax_ops(rw, node, ops):
     # A maximum of +inf is hit by the infinities, and where a NaN is the maximum (the reduce propagates it) the
     # NaNs are hit: torch's argmax picks the first NaN.
     special = may_be_nonfinite(rw.new, x)
-    hit = _equal_of(rw, node, x, m, "hit", nan_hits=special)
+    hit = equal_of(rw, node, x, m, "hit", nan_hits=special)
     # Score at the maxima (0 elsewhere): N - i, whose largest is the first maximum (torch's rule), or with
     # ``last`` i + 1, whose largest is the last one. heaviside(hit - 1, score) is the score where hit is 1.
     last = node.attrs.get("last", False)
     scores = torch.arange(1, size + 1) if last else torch.arange(size, 0, -1)
     scores = scores.to(torch.float32).reshape((size,) + (1,) * (rank - 1 - d))
-    miss = rw.op(f"{node.name}.miss", "subtract", [hit, _scalar(rw, node, "one", 1.0)])
+    miss = rw.op(f"{node.name}.miss", "subtract", [hit, scalar(rw, node, "one", 1.0)])
     score = rw.op(f"{node.name}.score", "heaviside", [miss, rw.constant(f"{node.name}.scores", scores)])
     best = rw.op(f"{node.name}.best", "reduce_max", [score], {"dim": d})
     if special:
         # A row of -inf only: its maximum is the reduce's padding (float32's lowest), which no element equals.
         # torch picks the first element (``last``: the last), whose score is N: best + heaviside(0 - best, N).
-        none = rw.op(f"{node.name}.no_hit", "heaviside", [_negated(rw, node, best, "best"), _scalar(rw, node, "all", size)])
+        none = rw.op(f"{node.name}.no_hit", "heaviside", [negated(rw, node, best, "best"), scalar(rw, node, "all", size)])
         best = rw.op(f"{node.name}.best_or_all", "add", [best, none])
     if last:
-        idx = rw.op(f"{node.name}.index", "subtract", [best, _scalar(rw, node, "one_off", 1.0)])
+        idx = rw.op(f"{node.name}.index", "subtract", [best, scalar(rw, node, "one_off", 1.0)])
     else:
-        idx = rw.op(f"{node.name}.index", "subtract", [_scalar(rw, node, "size", size), best])
+        idx = rw.op(f"{node.name}.index", "subtract", [scalar(rw, node, "size", size), best])
     if tuple(rw.shape(idx)) != tuple(node.shape):
         idx = rw.op(f"{node.name}.out", "reshape", [idx], {"shape": tuple(node.shape)})
     return idx
@@ -763,135 +696,6 @@ def _pool1d(rw, node, ops, ctx):
     return rw.op(node.name, "reshape", [y], {"shape": tuple(node.shape)})
 
 
-#: Rows of one chunk of the one-hot lookup. The chip reads every operand of an elementwise op through 19-bit
-#: source registers (10 fraction bits: TF32 for Float32 data), where integers are exact only up to 2**11, so an
-#: id beyond that compared whole would match a neighbour's row. Ids of larger tables (and ids that may be
-#: negative) reach the device as two digits, id // chunk and id % chunk (``lookup_digits``, which the host
-#: applies before the push), each of which the registers hold exactly.
-EMBEDDING_CHUNK = 2 ** 11
-#: Tables up to this many rows take the one-hot lookup whole (their ids compared whole are exact).
-EMBEDDING_MAX_VOCAB = EMBEDDING_CHUNK
-#: Largest table the device looks up. The digits stay exact up to ``EMBEDDING_CHUNK ** 2`` rows, but the one-hot
-#: matmul reads the whole table for every sample: beyond a million rows the lookup belongs on the host.
-EMBEDDING_MAX_ROWS = 2 ** 20
-#: The fidelity a one-hot copy needs to pass Float16_b and Bfp8 data whole: all of SrcA (9 fraction bits) times
-#: SrcB's high part, where the 0/1 sits.
-ONE_HOT_FIDELITY = "HiFi2"
-
-
-def lookup_split(rows: int, negative: bool) -> bool:
-    """Whether a lookup in a table of ``rows`` rows compares its ids as two digits (``lookup_digits``)."""
-    return rows > EMBEDDING_MAX_VOCAB or negative
-
-
-def _ids_root(rw: Rewriter, ids: str):
-    """(the node pushed ids come from, the reshape/transpose nodes between it and ``ids``, outermost first)."""
-    node = rw.node(ids)
-    chain = []
-    while node.kind == "op" and node.op_type in ("reshape", "transpose") and len(node.operands) == 1:
-        chain.append(node)
-        node = rw.node(node.operands[0])
-    return node, chain
-
-
-def _lookup_onehot(rw, node, ids: str, rows: int, negative: bool) -> Optional[str]:
-    """The 0/1 matrix ``[.., N, rows]`` of a lookup of ``ids`` ``[.., N]`` in ``rows`` rows, or None when the device
-    cannot compute it.
-
-    Integer ids must be pushed (a graph input, moved only by reshapes/transposes). They are pushed in Float32, and
-    the host refuses a push outside ``[0, rows - 1]`` (``[-rows, rows - 1]`` when ``negative``): on the device an
-    id outside selects no row. Small tables compare each id with ``range(rows)``. Larger ones (and negative ids)
-    compare the digits of ``lookup_digits``, pushed as two slices ``[2, N, 1]``, with the table's digits
-    ``[2, 1, rows]``: the larger of the two differences' magnitudes (a maximum over the slices, which the chip
-    reduces with no multiplier) is 0 exactly where both digits match. No value on the way needs more than 11
-    significant bits, and a rounding of any of them (Float16_b on Grayskull) keeps it non-zero."""
-    src = rw.node(ids)
-    split = lookup_split(rows, negative)
-    if rows > EMBEDDING_MAX_ROWS:
-        return None
-    root, chain = _ids_root(rw, ids)
-    if split and any(step.op_type != "reshape" for step in chain):
-        return None  # a transpose reorders the ids: their digits are pushed in the input's order
-    if root.kind != INPUT and not split and not src.dtype.is_floating_point:
-        from pybuda.passes.lower.capabilities import ids_within_table
-
-        if not ids_within_table(rw.new, ids, rows):
-            return None  # ids computed by integer ops, of unknown range: lowering names the op as unsupported
-        # Ids the device computes, provably within the table (RoBERTa's positions): no push to check.
-    elif not src.dtype.is_floating_point or split:
-        if root.kind != INPUT or (split and not root.shape):
-            return None  # ids computed by ops: lowering names the op as unsupported
-        # Integer ids are pushed in a float format, where they are exact (< 2**24 in Float32); the data-format
-        # pass keeps integer-valued queues in Float32 whatever the default format is.
-        root.tags["device_dtype"] = "float32"
-        low, high = (-rows if negative else 0), rows - 1
-        if root.tags.get("value_range") is not None:  # another lookup reads the same ids: both must hold
-            low, high = max(low, root.tags["value_range"][0]), min(high, root.tags["value_range"][1])
-        root.tags["value_range"] = (low, high)
-    target = tuple(rw.shape(ids)) + (1,)
-    exact = {"exact_df": "Float32"}  # a block format would round neighbouring ids of a block together
-    if not split:
-        col = rw.op(f"{node.name}.ids", "reshape", [ids], {"shape": target})
-        ids_range = rw.constant(f"{node.name}.range", torch.arange(rows, dtype=torch.float32), tags=exact)
-        return _equal_of(rw, node, col, ids_range, "onehot")
-    at = 1 if len(root.shape) >= 2 else 0  # dim 0 of a batched input holds the microbatch's samples
-    # Without wrapping the digits do not depend on the rows: lookups of the same ids in other tables share them.
-    attrs = {"rows": rows if negative else EMBEDDING_MAX_ROWS, "chunk": EMBEDDING_CHUNK, "wrap": bool(negative),
-             "dim": at}
-    shared = rw.shared.setdefault("lookup_digits", {})  # lookups of the same ids share one push
-    key = (root.name, tuple(sorted(attrs.items())))
-    if key not in shared:
-        shared[key] = rw.op(f"{root.name}.digits", "lookup_digits", [root.name], attrs)
-    j = torch.arange(rows)
-    table_digits = torch.stack([torch.div(j, EMBEDDING_CHUNK, rounding_mode="floor"), j % EMBEDDING_CHUNK])
-    digits = rw.constant(f"{node.name}.row_digits", table_digits.float().reshape(2, 1, rows), tags=exact)
-    diff = rw.op(f"{node.name}.digit_diff", "subtract", [shared[key], digits], tags=_SIGN)  # [.., 2, N, rows]
-    mag = rw.op(f"{node.name}.digit_abs", "abs", [diff], tags=_SIGN)
-    far = rw.op(f"{node.name}.digit_max", "reduce_max", [mag], {"dim": at}, tags=_SIGN)
-    far = rw.op(f"{node.name}.digit_far", "reshape", [far], {"shape": target[:-1] + (rows,)}, tags=_SIGN)
-    return _heaviside(rw, node, _negated(rw, node, far, "onehot"), 1.0, "onehot")
-
-
-#: Tags of a lookup's one-hot matmul ``onehot @ data``: it copies rows of its input 1.
-_ONE_HOT_MATMUL = {ONE_HOT_COPY: 1, "min_fidelity": ONE_HOT_FIDELITY}
-
-
-def _embedding(rw, node, ops, ctx):
-    table, ids = ops
-    onehot = _lookup_onehot(rw, node, ids, rw.shape(table)[0], bool(node.attrs.get("negative_ids")))
-    if onehot is None:
-        return None  # lowering names the op as unsupported (PyTorch models run it on the CPU)
-    return rw.op(node.name, "matmul", [onehot, table], tags=_ONE_HOT_MATMUL)
-
-
-def _adv_index(rw, node, ops, ctx):
-    """``adv_index(x, ids, dim)`` by ids pushed at run time (``x[ids]``, ``index_select``, an ONNX or JAX gather):
-    the one-hot lookup of x's slices along dim, ``onehot @ x`` (dim moved to the rows) or ``x @ onehot^T`` (dim
-    last). Constant ids are lowering's (pickers)."""
-    x, ids = ops
-    if rw.node(ids).kind == CONSTANT or _ids_root(rw, ids)[0].kind != INPUT or not rw.node(x).dtype.is_floating_point:
-        return None
-    shape = tuple(rw.shape(x))
-    rank, dim = len(shape), normalize_dim(node.attrs["dim"], len(shape))
-    flat = rw.op(f"{node.name}.flat_ids", "reshape", [ids], {"shape": (math.prod(rw.shape(ids)),)}) \
-        if len(rw.shape(ids)) != 1 else ids
-    onehot = _lookup_onehot(rw, node, flat, shape[dim], bool(node.attrs.get("negative_ids", True)))
-    if onehot is None:
-        return None
-    if rank >= 2 and dim == rank - 1:  # x @ onehot^T: the transpose is a netlist TM
-        onehot_t = rw.op(f"{node.name}.onehot_t", "transpose", [onehot], {"dim0": 0, "dim1": 1})
-        return rw.op(node.name, "matmul", [x, onehot_t], tags={ONE_HOT_COPY: 0, "min_fidelity": ONE_HOT_FIDELITY})
-    if rank == 1:
-        col = rw.op(f"{node.name}.col", "reshape", [x], {"shape": (shape[0], 1)})
-        out = rw.op(f"{node.name}.pick", "matmul", [onehot, col], tags=_ONE_HOT_MATMUL)
-        return rw.op(node.name, "reshape", [out], {"shape": tuple(node.shape)})
-    if dim == rank - 2:
-        return rw.op(node.name, "matmul", [onehot, x], tags=_ONE_HOT_MATMUL)
-    moved = rw.op(f"{node.name}.to_rows", "transpose", [x], {"dim0": dim, "dim1": rank - 2})
-    out = rw.op(f"{node.name}.pick", "matmul", [onehot, moved], tags=_ONE_HOT_MATMUL)
-    return rw.op(node.name, "transpose", [out], {"dim0": dim, "dim1": rank - 2})
-
-
 def _integer_only(rw, node, ops, ctx):
     from pybuda.errors import UnsupportedOp, UnsupportedOpError
 
@@ -946,7 +750,7 @@ def _erf(rw, node, ops, ctx):
         return rw.op(f"{node.name}.{op_type}{next(count)}", op_type, operands)
 
     def const(value):
-        return _scalar(rw, node, f"c{next(count)}", value)
+        return scalar(rw, node, f"c{next(count)}", value)
 
     return erf_device_form(op, const, ops[0])
 
@@ -968,8 +772,8 @@ _RULES = {
     "conv2d_transpose": _conv2d_transpose,
     "max_pool1d": _pool1d,
     "avg_pool1d": _pool1d,
-    "embedding": _embedding,
-    "adv_index": _adv_index,
+    "embedding": decompose_embedding,
+    "adv_index": decompose_adv_index,
     "dram_queue": _vanish,
     "sparse_matmul": _sparse_matmul,
     "buda_requantize": _integer_only,

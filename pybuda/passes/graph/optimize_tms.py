@@ -27,7 +27,7 @@ from pybuda.ops.common import normalize_dim
 from pybuda.passes.context import CompileContext
 from pybuda.passes.graph.rewrite import Rewriter
 
-#: ``lookup_digits`` has no device form: it is the host's half of a chunked lookup (``decompose._lookup_onehot``).
+#: ``lookup_digits`` has no device form: it is the host's half of a chunked lookup (``lookups._lookup_onehot``).
 HOISTABLE = frozenset({"reshape", "transpose", "pad", "lookup_digits"})
 #: Input tag: the queue is written on the device by another program, so its TMs are never hoisted to the host.
 DEVICE_RESIDENT = "device_resident"

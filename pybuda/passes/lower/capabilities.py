@@ -18,9 +18,9 @@ boolean outputs back into ``torch.bool``.
 
 An ``embedding`` (and an ``adv_index`` gather: ``x[ids]``, ``index_select``, ONNX/JAX gathers) reads integer ids
 when they are pushed (a graph input, or one reshaped/transposed): the device looks them up as a one-hot matmul, and
-the host checks every push against the table's rows. Tables beyond ``decompose.EMBEDDING_MAX_VOCAB`` rows, and ids
+the host checks every push against the table's rows. Tables beyond ``lookups.EMBEDDING_MAX_VOCAB`` rows, and ids
 that may be negative, are looked up in chunks: the host pushes each id as two digits the source registers hold
-exactly (``lookup_digits``), so nothing else may read those ids; tables beyond ``decompose.EMBEDDING_MAX_ROWS``
+exactly (``lookup_digits``), so nothing else may read those ids; tables beyond ``lookups.EMBEDDING_MAX_ROWS``
 stay on the host.
 
 Integer data runs there too when it is *integer-valued* within what the device keeps exact
@@ -117,11 +117,11 @@ def _gather_reason(graph: Graph, node: Node) -> Optional[str]:
 def _lookup_reason(graph: Graph, node: Node, ids: Node, rows: int, negative: bool,
                    float_ids: bool = True) -> Optional[str]:
     """Why the device cannot look ``ids`` up among ``rows`` rows (None when it can). The device lookup is a
-    one-hot matmul (``decompose._lookup_onehot``): integer ids must be pushed (a graph input, moved only by
+    one-hot matmul (``lookups._lookup_onehot``): integer ids must be pushed (a graph input, moved only by
     reshapes/transposes), where the host checks each push against the rows. Ids of tables beyond
-    ``decompose.EMBEDDING_MAX_VOCAB`` rows, and ids that may be negative, reach the device as two digits the
+    ``lookups.EMBEDDING_MAX_VOCAB`` rows, and ids that may be negative, reach the device as two digits the
     host computes from the pushed ids (``lookup_digits``), so nothing else may read those ids."""
-    from pybuda.passes.graph.decompose import EMBEDDING_CHUNK, EMBEDDING_MAX_ROWS, EMBEDDING_MAX_VOCAB, lookup_split
+    from pybuda.passes.graph.lookups import EMBEDDING_CHUNK, EMBEDDING_MAX_ROWS, EMBEDDING_MAX_VOCAB, lookup_split
 
     what = f"'{node.op_type}' of {rows} rows"
     if rows > EMBEDDING_MAX_ROWS:
@@ -135,7 +135,7 @@ def _lookup_reason(graph: Graph, node: Node, ids: Node, rows: int, negative: boo
         root = graph[root.operands[0]]
     if root.kind != "input":
         if node.op_type == "embedding" and not lookup_split(rows, negative) and ids_within_table(graph, ids.name, rows):
-            return None  # ids the device computes, provably within the table (decompose._lookup_onehot)
+            return None  # ids the device computes, provably within the table (lookups._lookup_onehot)
         return (f"'{node.op_type}' reads {str(ids.dtype).replace('torch.', '')} ids computed by ops, not pushed as an "
                 f"input, that are not provably within the table's {rows} rows")
     split = lookup_split(rows, negative)
@@ -188,7 +188,7 @@ def _through_moves(graph: Graph, start: str):
 
 def _lookup_ids(graph: Graph, node: Node) -> bool:
     """Whether ``node``, a reshape or transpose of integers pushed as an input, only carries ids to lookups
-    (embeddings, gathers by them): the lookup reads the pushed ids themselves (``decompose._lookup_onehot``)."""
+    (embeddings, gathers by them): the lookup reads the pushed ids themselves (``lookups._lookup_onehot``)."""
     if node.dtype.is_floating_point or node.dtype == torch.bool or not _pushed(graph, node):
         return False
     readers, moves = _through_moves(graph, node.name)
@@ -207,7 +207,7 @@ def _pushed(graph: Graph, ids: Node) -> bool:
 def _lookup_key(graph: Graph, node: Node):
     """How a lookup's ids are pushed: (as digits, the row count when the digits depend on it (negative ids wrap by
     it), else None). Lookups of the same ids must agree on it."""
-    from pybuda.passes.graph.decompose import lookup_split
+    from pybuda.passes.graph.lookups import lookup_split
 
     if node.op_type == "embedding":
         rows, negative = graph[node.operands[0]].shape[0], bool(node.attrs.get("negative_ids"))

@@ -46,7 +46,7 @@ from pybuda.perf import sparse as sparse_work
 #: its data input. Pickers that sum or scale (a row reduction, a pool) have no such tag.
 COPIES_INPUT = "copies_input"
 #: Tag on a matmul whose other operand is a 0/1 matrix with at most one 1 per output row (column): one computed at
-#: run time (a lookup by pushed ids, ``decompose._lookup_onehot``) or a constant one-hot selection the lowering
+#: run time (a lookup by pushed ids, ``lookups._lookup_onehot``) or a constant one-hot selection the lowering
 #: recognised (a flip, a gather by a constant permutation: ``specials.NonfiniteMoveLowering.one_hot_copy``). Its
 #: value is the index of the input it copies.
 ONE_HOT_COPY = "one_hot_copy"

@@ -59,7 +59,7 @@ def test_a_gather_of_table_rows_is_an_embedding_placed_by_cpu_fallback_ops():
 
 
 def test_a_table_beyond_the_device_embedding_says_why():
-    from pybuda.passes.graph.decompose import EMBEDDING_MAX_ROWS
+    from pybuda.passes.graph.lookups import EMBEDDING_MAX_ROWS
 
     vocab = EMBEDDING_MAX_ROWS + 1
     cap = import_model(_lookup_model(vocab, dim=1), _ids(vocab).numpy(), config=_config(False), for_device=True)
