@@ -50,7 +50,7 @@ from pybuda.ir.graph import CARRIES_NONFINITE, CONSTANT, NONFINITE_SAFE, Node
 from pybuda.netlist.host_io import tiles
 from pybuda.netlist.tms import TM, Broadcast
 from pybuda.passes.lower.common import DVal
-from pybuda.passes.lowered.exact_pickers import COPIES_INPUT, ONE_HOT_COPY
+from pybuda.passes.lowered.exact_pickers import COPIES_INPUT, ONE_HOT_COPY, is_selection
 
 #: Tag on the ops that carry a picker's NaNs and infinities: the name of the picker ("fill" on the constants).
 NONFINITE_PART = "nonfinite_part"
@@ -143,11 +143,7 @@ class NonfiniteMoveLowering:
             matrix = self.g.tensors.get(leaf.name) if leaf.kind == CONSTANT else None
             if matrix is None or matrix.dim() < 2 or not matrix.dtype.is_floating_point or not matrix.numel():
                 continue
-            head = matrix.reshape(-1)[:64]  # a weight-like constant fails here: no whole-matrix pass
-            if not bool(((head == 0) | (head == 1)).all()):
-                continue
-            if bool(((matrix == 0) | (matrix == 1)).all()) and \
-                    int((matrix != 0).sum(dim=-2 if const == 1 else -1).max()) <= 1:
+            if is_selection(matrix, const):
                 return data
         return None
 

@@ -117,13 +117,20 @@ def copied_input(bg: BudaGraph, op: BudaOp) -> Optional[int]:
         matrix = bg.tensors[op.inputs[const]]
         if matrix.dim() < 2 or matrix.numel() != matrix.shape[-2] * matrix.shape[-1]:
             continue
-        head = matrix.reshape(-1)[:64]  # a weight fails here: no whole-matrix pass
-        if not bool(((head == 0) | (head == 1)).all()):
-            continue
-        nonzero = matrix.reshape(matrix.shape[-2:]) != 0
-        if bool(((matrix == 0) | (matrix == 1)).all()) and int(nonzero.sum(dim=0 if const == 1 else 1).max()) <= 1:
+        if is_selection(matrix, const):
             return data
     return None
+
+
+def is_selection(matrix: torch.Tensor, const: int) -> bool:
+    """Whether the constant ``matrix`` (operand ``const`` of a matmul, at least 2-d) selects: all 0/1, with at most
+    one 1 per column (``x @ S``, ``const`` 1) or per row (``S @ x``, ``const`` 0), so each output reads one datum
+    times 1.0. A weight fails on its first values, without a pass over the whole matrix."""
+    head = matrix.reshape(-1)[:64]
+    if not bool(((head == 0) | (head == 1)).all()):
+        return False
+    return bool(((matrix == 0) | (matrix == 1)).all()) and \
+        int((matrix != 0).sum(dim=-2 if const == 1 else -1).max()) <= 1
 
 
 def _truncates(op: BudaOp, d: int) -> bool:
