@@ -166,3 +166,27 @@ def test_float32_models_accumulate_in_float32_where_the_chip_can():
     assert acc_dfs(device_config="wh_n150") == {DataFormat.Float32}
     assert acc_dfs(device_config="gs_e150") == {DataFormat.Float16_b}
     assert acc_dfs(device_config="wh_n150", default_accumulate_df=DataFormat.Float16_b) == {DataFormat.Float16_b}
+
+
+def test_matmul_rules_skip_pickers_and_sparse_matmul_rules_reach_them():
+    """A rule's ``op_type`` names ops as TT-Buda's graph did: ``matmul`` is the model's matmuls, the index-driven
+    picker of a reduction or convolution is ``sparse_matmul`` (enable_amp_light's HiFi2 reaches the one, not the
+    other), and the compiler's other data-movement matmuls answer to neither."""
+    def picker_and_matmul(rule):
+        cfg = CompilerConfig()
+        cfg.amp_properties = [rule]
+        ctx = make_ctx(cfg)
+        g = Graph("g")
+        g.add_input("x", (1, 3, 40, 64))
+        g.add_parameter("w", torch.randn(64, 32))
+        g.add_op("s", "reduce_sum", ["x"], {"dim": 1})
+        g.add_op("mm", "matmul", ["s", "w"])
+        g.add_output("out", "mm")
+        bg = set_data_formats(lower(g, ctx), ctx)
+        assert bg.ops["s"].attrs.get("identity")
+        return bg.ops["s"], bg.ops["mm"]
+
+    picker, mm = picker_and_matmul(AMPNodeProperties(op_type="matmul", math_fidelity=MF.LoFi))
+    assert mm.math_fidelity == MF.LoFi and picker.math_fidelity == MF.HiFi3  # the default, not the rule's LoFi
+    picker, mm = picker_and_matmul(AMPNodeProperties(op_type="sparse_matmul", math_fidelity=MF.HiFi4))
+    assert picker.math_fidelity == MF.HiFi4 and mm.math_fidelity == MF.HiFi3  # the default

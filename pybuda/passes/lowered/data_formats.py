@@ -19,7 +19,8 @@ Order of application (later wins):
    keep their exact formats. (TT-Buda's documentation describes level 1 as "optimizer ops Float32/HiFi4";
    its code did the above; pybuda compiles no optimizer ops.)
 3. ``amp_properties`` (``configure_mixed_precision`` / ``enable_amp_light``) in order: a rule matches on
-   ``op_type`` (the netlist type or the IR op it came from), ``epoch_type`` and ``name_regex``
+   ``op_type`` (the netlist type, ``sparse_matmul`` for the index-driven pickers as in TT-Buda's graph, or
+   the IR op it came from; :func:`_rule_op_type`), ``epoch_type`` and ``name_regex``
    (matching the *whole* op name, or the name of the model op it came from, as TT-Buda's
    ``std::regex_match``) and sets output /
    intermediate / accumulate df, fidelity and ``input_df {index: (df, include_activations)}`` (the df of
@@ -259,8 +260,20 @@ def _df_of(bg: BudaGraph, name: str) -> DF:
     return bg.ops[name].out_df if name in bg.ops else bg.queues[name].df
 
 
+def _rule_op_type(op: BudaOp) -> Optional[str]:
+    """The op type a mixed-precision rule's ``op_type`` names this op by, as TT-Buda's rules saw its graph:
+    the index-driven picker of a convolution, pool or resize is ``sparse_matmul`` (TT-Buda's op), and the
+    compiler's other data-movement matmuls (tile broadcasts, column and one-hot pickers: TMs in TT-Buda)
+    answer to no type; ``matmul`` is then a model's own matmul (a linear layer, a convolution's weights),
+    which is what ``enable_amp_light`` and ``configure_mixed_precision(op_type="matmul")`` targeted."""
+    picker = op.tags.get("picker")
+    if op.type == "matmul" and picker:
+        return "sparse_matmul" if picker == "sparse" else None
+    return op.type
+
+
 def _matches(rule, op: BudaOp, regex: Optional[re.Pattern]) -> bool:
-    if rule.op_type is not None and rule.op_type not in (op.type, op.tags.get("ir_op_type")):
+    if rule.op_type is not None and rule.op_type not in (_rule_op_type(op), op.tags.get("ir_op_type")):
         return False
     if rule.epoch_type is not None and rule.epoch_type != op.epoch_type:
         return False
