@@ -61,6 +61,13 @@ _OPTIMISTIC_N150 = ("the model is optimistic on n150 for the CNNs with many smal
 _E150_DRAM_RATE = ("the e150's faster DRAM (3.7 GT/s, 118 GB/s, against the 3.2 GT/s of BBE's per-channel "
                    "figures) gives ResNet-50 e150 0.87 and leaves VoVNet e150 at 0.81, but pushes Inception-v4 "
                    "e150 to 1.19 and HRNet e150 to 1.19 (Ribbon re-cuts both), so it is not applied")
+#: A probe of benchmarking's per-model recipes (its model files, not applied here): VoVNet-39 always, HRNet and U-Net
+#: under Ribbon call ``enable_amp_light()`` (matmuls HiFi2, weights Bfp8_b; sparse matmuls untouched), and ResNet,
+#: MobileNetV2 and U-Net set ``enable_auto_transposing_placement``. With them: HRNet 1.08/0.95/0.89 and U-Net (AMP
+#: only) 0.97/0.97/1.07 all land, but VoVNet goes to n150 1.24, e150 1.16, e75 1.82 (Ribbon packs e75's epochs
+#: with 17-35 ops against e150's 4-12), U-Net n150 with auto-transpose to 1.30, and ResNet e150 stays 0.82: 12/18.
+_RECIPES_PROBE = ("with benchmarking's recipe for VoVNet-39 (enable_amp_light) n150 1.24, e150 1.16, e75 1.82: "
+                  "the recipe alone does not land the family")
 KNOWN_GAPS: dict = {
     ("resnet", "gs_e150"): "0.83x (0.79x): the stem's im2col (the prestrided 7x7 convolution, conv2d.folded.im2col, "
                            "on 8 cores: its 392 output row tiles allow no more grid rows, and a sparse matmul "
@@ -70,7 +77,7 @@ KNOWN_GAPS: dict = {
                               "image of taps through DRAM); left: the stage-1 epochs hold one 3x3 convolution "
                               "each, (7,4)+(7,4) on 56 of 120 cores as on e75 (two pairs need 7x16), so e150 "
                               "gains only its clock, and the later epochs are DRAM-bound (e2e queues of the "
-                              "one-shot aggregations); " + _E150_DRAM_RATE,
+                              "one-shot aggregations); " + _E150_DRAM_RATE + "; " + _RECIPES_PROBE,
     # HRNet-V2-W64 n150 (1.36x) lands at 1.08x since each DRAM buffer's traffic is charged to one NoC endpoint of
     # its channel (pybuda/perf/estimator._endpoint_cycles, tt-npe's 23.2/24.0 B/cycle).
     ("vovnet_v2", "wh_n150"): "1.42x (1.41x): " + _OPTIMISTIC_N150 + "; probed with one parameter set (full Ribbon "
