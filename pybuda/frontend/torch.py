@@ -269,6 +269,10 @@ def _standins(graph: Graph, node: torch.fx.Node) -> Any:
     return one(val, "")
 
 
+#: Registry ops that look pushed ids up (the capability check reads every reader of those ids).
+_LOOKUPS = frozenset({"embedding", "adv_index"})
+
+
 def _device_unsupported(graph: Graph, created: Sequence[str]) -> Optional[str]:
     """Why the chip cannot run one of the ops just created for an FX node (None if it can)."""
     from pybuda.passes.lower.capabilities import unsupported_reason
@@ -294,6 +298,7 @@ def _map_program(prog: FxProgram, config: Any, for_device: bool = False, trainin
     # constant evaluation folds it at compile time. On the host it would become a device input with no
     # batch dimension, which a microbatch cannot carry.
     reads_inputs = fallback.downstream_of(prog.user_inputs, set(prog.compute))
+    lookups: Dict[torch.fx.Node, List[str]] = {}  # nodes that made a lookup by ids: the ops they made
     for node in prog.compute:
         before = len(graph.nodes)
         try:
@@ -303,15 +308,24 @@ def _map_program(prog: FxProgram, config: Any, for_device: bool = False, trainin
             env[node] = _standins(graph, node)
             continue
         if for_device:
-            reason = _device_unsupported(graph, list(graph.nodes)[before:])
+            created = list(graph.nodes)[before:]
+            reason = _device_unsupported(graph, created)
             if reason is not None:
                 unsupported[node] = reason
                 continue
+            if any(graph[n].kind == "op" and graph[n].op_type in _LOOKUPS for n in created):
+                lookups[node] = created
         if enabled and fallback_names and node in reads_inputs:
             hit = op_name(node.target) if op_name(node.target) in fallback_names else \
                 next((t for t in b.op_types if t in fallback_names), None)
             if hit is not None:
                 host[node] = f"'{hit}' is in cpu_fallback_ops"
+    # A lookup's check reads every other reader of its pushed ids (ids pushed as digits serve nothing else), and
+    # readers mapped after it were not in the graph when it was checked: check such lookups again on the whole graph.
+    for node, created in lookups.items():
+        reason = _device_unsupported(graph, created)
+        if reason is not None:
+            unsupported[node] = reason
 
     # A complex model output (held as two real tensors) leaves the device through the host.
     host.update({n: "its complex result is a model output (the device holds it as two real tensors)"

@@ -13,7 +13,7 @@ import torch
 
 import pybuda
 from pybuda.dtypes import DataFormat, MathFidelity
-from pybuda.errors import InputError
+from pybuda.errors import InputError, UnsupportedOpError
 from pybuda.frontend.torch import capture
 from pybuda.golden import formats
 from pybuda.netlist.host_io import from_canonical, to_canonical
@@ -262,3 +262,54 @@ def test_ids_reshaped_after_the_push_are_looked_up_and_transposed_ones_say_why()
     config = pybuda.CompilerConfig(cpu_fallback_ops=[])
     ops = capture(Reshaped(transpose=True).eval(), (ids,), config=config, for_device=True).report.fallback_ops
     assert any("transposed after the push" in op.reason for op in ops), [op.reason for op in ops]
+
+
+class LookupAndMore(torch.nn.Module):
+    """Ids pushed once, looked up in a table beyond 2,048 rows (as digits) and read by another op too: the lookup
+    first or the other reader first."""
+
+    def __init__(self, lookup_first: bool, gather: bool = False):
+        super().__init__()
+        self.lookup_first, self.gather = lookup_first, gather
+        self.table = torch.nn.Parameter(torch.randn(VOCAB, DIM))
+
+    def forward(self, ids, x):
+        if not self.lookup_first:
+            scaled = ids.float() * 2
+        rows = self.table[ids] if self.gather else torch.nn.functional.embedding(ids, self.table)
+        if self.lookup_first:
+            scaled = ids.float() * 2
+        return rows + x, scaled
+
+
+@pytest.mark.parametrize("lookup_first", [True, False], ids=["lookup_first", "other_reader_first"])
+@pytest.mark.parametrize("gather", [False, True], ids=["embedding", "gather"])
+def test_a_direct_compile_names_a_lookup_whose_digit_ids_another_op_reads(lookup_first, gather):
+    """pybuda_compile has no CPU fallback: the lookup is an UnsupportedOpError with the capability check's reason
+    (was a CompileError about the helper op 'lookup_digits' having no device implementation)."""
+    pybuda.remove_cpu_fallback_ops("embedding")
+    ids, x = _ids(), torch.randn(1, 24, DIM)
+    with pytest.raises(UnsupportedOpError) as err:
+        pybuda.pybuda_compile(pybuda.PyTorchModule("m", LookupAndMore(lookup_first, gather).eval()), "m", ids, x,
+                              compiler_cfg=pybuda.CompilerConfig(cpu_fallback_ops=[], device_config="wh_n150"))
+    message = str(err.value)
+    assert "lookup_digits" not in message
+    assert ("'adv_index'" if gather else "'embedding'") in message and f"of {VOCAB} rows" in message
+    assert "as digits" in message and "reads them too" in message
+
+
+@pytest.mark.parametrize("lookup_first", [True, False], ids=["lookup_first", "other_reader_first"])
+def test_through_a_ttdevice_such_a_lookup_runs_on_the_cpu_whichever_reader_comes_first(lookup_first):
+    """The capability check runs as each op is mapped, so a reader mapped after the lookup was not seen: the lookup
+    stayed on the device and the compile failed (lookup_digits has no device implementation)."""
+    pybuda.remove_cpu_fallback_ops("embedding")
+    pybuda.set_configuration_options(default_df_override=DataFormat.Float32)
+    torch.manual_seed(5)
+    model = LookupAndMore(lookup_first).eval()
+    ids, x = _ids(), torch.randn(1, 24, DIM)
+    tt = pybuda.TTDevice("tt0", module=pybuda.PyTorchModule("m", model), arch=WH)
+    got = [o.value().float() for o in pybuda.run_inference(inputs=[(ids, x)]).get(timeout=300)]
+    report = tt.cpu_fallback_device_pre or tt.cpu_fallback_device_post
+    assert report is not None  # the lookup ran on the host
+    for g, w in zip(got, model(ids, x)):  # ids * 2 is float arithmetic on the device: its multiplier's rounding
+        assert torch.allclose(g, w.detach(), atol=1e-2, rtol=2e-3)

@@ -14,7 +14,8 @@ combine (batchnorm statistics, layernorm weights) become constant-only subgraphs
   ``pow`` with exponent 1, 0.5, -1, -0.5 -> identity, sqrt, reciprocal, reciprocal(sqrt); a non-integer
   exponent -> ``exp(log(x) * p)``.
 - ``clip(x, lo, hi)`` -> ``y = maximum(x, lo)`` (``relu`` when lo == 0), then ``y - relu(y - hi)``.
-- ``where(c, x, y)`` -> ``y + c * (x - y)`` (c holds 0/1).
+- ``where(c, x, y)`` -> ``heaviside(c - 1, x) + heaviside(0 - c, y)`` (c holds 0/1): a select, so a NaN or an
+  infinity in the branch not picked (a ``-inf`` fill) never leaks into the result.
 - ``squeeze``/``unsqueeze``/``identity(unsqueeze=...)`` -> ``reshape``; ``stack`` -> reshapes + ``concatenate``.
 - ``nop``, ``tilize``, ``identity``, ``dram_queue``, casts to float (of floats, or of integer graph inputs,
   which are then pushed in a float format) and inference ``dropout`` vanish.
@@ -62,13 +63,13 @@ from typing import Any, Optional, Sequence
 
 import torch
 
-from pybuda.ir.graph import CONSTANT, HOLDS_OPERAND, INPUT, OP, OUTPUT, SIGN_EXACT, TESTS_NONFINITE, Graph, Node
+from pybuda.ir.graph import CONSTANT, HOLDS_OPERAND, INPUT, OUTPUT, SIGN_EXACT, Graph, Node
 from pybuda.ops import registry
 from pybuda.ops.common import normalize_dim
 from pybuda.passes.context import CompileContext
 from pybuda.passes.graph.exact_steps import SIGN, equal_of, heaviside, negated, neither_nan, scalar, scalar_constant_value
 from pybuda.passes.graph.lookups import decompose_adv_index, decompose_embedding
-from pybuda.passes.graph.nonfinite import DATA_MOVES, may_be_nonfinite
+from pybuda.passes.graph.nonfinite import may_be_nonfinite
 from pybuda.passes.graph.rewrite import Rewriter
 
 #: Ops that must have been split off to the CPU by the frontend (TT-Buda's ``cpu_fallback_ops``). Empty:
@@ -311,45 +312,16 @@ def _clip(rw, node, ops, ctx):
     return rw.op(f"{n}.out", "subtract", [y, over])
 
 
-#: Stands in for an infinite fill value (``masked_fill(mask, -inf)``): where(c, x, y) is y + c * (x - y) on the
-#: device, and 0 * inf would be NaN where the mask is off. bfloat16's largest finite value keeps every
-#: float format finite; after softmax's max subtraction its exp is 0, as inf's would be.
-FINITE_INF = 3.3895313892515355e38
-
-
-def _finite(rw, node, name: str, tag: str) -> str:
-    value = scalar_constant_value(rw, name)
-    if value is None or not math.isinf(value):
-        return name
-    return scalar(rw, node, tag, math.copysign(FINITE_INF, value))
-
-
-def _infinity_observed(graph: Graph, name: str) -> bool:
-    """Whether node ``name``'s value reaches a graph output or an explicit NaN/infinity test (``TESTS_NONFINITE``)
-    through data movement only: there a finite stand-in for an infinite fill would be seen."""
-    stack, seen = [name], {name}
-    while stack:
-        for user in graph.users(stack.pop()):
-            u = graph[user]
-            if u.kind == OUTPUT or u.tags.get(TESTS_NONFINITE):
-                return True
-            if u.kind == OP and u.op_type in DATA_MOVES and user not in seen:
-                seen.add(user)
-                stack.append(user)
-    return False
-
-
 def _where(rw, node, ops, ctx):
     # A real select: heaviside(a, v) is 0 where a < 0 and v where a == 0, whatever v holds, so each branch
     # is zeroed by the condition before the sum and a NaN/inf in the branch not picked cannot leak (the
     # arithmetic c*x + (1-c)*y gives 0*inf = NaN). c - 1 is 0 where c holds (-1 elsewhere), 0 - c is 0 where
     # it does not; 0/1 and -1 are exact in every device format, and the unpicked term adds an exact 0.
-    # An infinite fill feeding arithmetic (an additive attention mask) becomes the finite FINITE_INF, which every
-    # later op keeps finite; one the model returns or tests (masked_fill(m, -inf) as an output, isinf of it) stays
-    # infinite, as torch gives it.
+    # An infinite fill stays infinite, as torch has it: a softmax over a row masked entirely (masked_fill(m, -inf))
+    # is NaN there (-inf - -inf) and exactly 0 at the masked places of other rows. The constant makes every value
+    # downstream a carrier (nonfinite.mark_nonfinite_carriers), so pickers copy the infinities and the lowering
+    # zeroes such values' tile padding by a select (arithmetic._select_real), never by a multiply (inf * 0 = NaN).
     c, x, y = ops
-    if not _infinity_observed(rw.old, node.name):
-        x, y = _finite(rw, node, x, "x_finite"), _finite(rw, node, y, "y_finite")
     picked = rw.op(f"{node.name}.picked", "subtract", [c, scalar(rw, node, "one", 1.0)])
     unpicked = rw.op(f"{node.name}.unpicked", "subtract", [scalar(rw, node, "zero", 0.0), c])
     keep = rw.op(f"{node.name}.keep", "heaviside", [picked, x])

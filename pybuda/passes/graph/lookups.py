@@ -115,7 +115,26 @@ def _lookup_onehot(rw, node, ids: str, rows: int, negative: bool) -> Optional[st
 _ONE_HOT_MATMUL = {ONE_HOT_COPY: 1, "min_fidelity": ONE_HOT_FIDELITY}
 
 
+def _refuse_unsupported(rw, node) -> None:
+    """Raise UnsupportedOpError naming lookup ``node`` (of the graph being decomposed) and why the device cannot run
+    it, as the capability check words it (:func:`pybuda.passes.lower.capabilities.lookup_reason`), when it cannot.
+
+    Through a TTDevice that check sends such a lookup to the CPU before decomposition; a direct compile
+    (``pybuda_compile``, no CPU fallback) reaches here with it, and lowering would only name a helper op it made
+    (``lookup_digits`` of ids another op reads too has no device form)."""
+    from pybuda.errors import UnsupportedOp, UnsupportedOpError
+    from pybuda.passes.lower.capabilities import lookup_reason
+
+    why = lookup_reason(rw.old, node)
+    if why is not None:
+        where = node.tags.get("layer") or node.name
+        raise UnsupportedOpError([UnsupportedOp(f"{node.op_type} '{node.name}'", where,
+                                                f"{why}; run it on the CPU (a TTDevice's CPU fallback does)")],
+                                 stage="POST_INITIAL_GRAPH_PASS")
+
+
 def decompose_embedding(rw, node, ops, ctx):
+    _refuse_unsupported(rw, node)
     table, ids = ops
     onehot = _lookup_onehot(rw, node, ids, rw.shape(table)[0], bool(node.attrs.get("negative_ids")))
     if onehot is None:
@@ -128,7 +147,10 @@ def decompose_adv_index(rw, node, ops, ctx):
     the one-hot lookup of x's slices along dim, ``onehot @ x`` (dim moved to the rows) or ``x @ onehot^T`` (dim
     last). Constant ids are lowering's (pickers)."""
     x, ids = ops
-    if rw.node(ids).kind == CONSTANT or _ids_root(rw, ids)[0].kind != INPUT or not rw.node(x).dtype.is_floating_point:
+    if rw.node(ids).kind == CONSTANT or _ids_root(rw, ids)[0].kind != INPUT:
+        return None
+    _refuse_unsupported(rw, node)
+    if not rw.node(x).dtype.is_floating_point:
         return None
     shape = tuple(rw.shape(x))
     rank, dim = len(shape), normalize_dim(node.attrs["dim"], len(shape))

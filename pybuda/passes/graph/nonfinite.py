@@ -35,9 +35,9 @@ Not every float value: ``may_be_nonfinite`` is true for nearly all float data (a
 arithmetic can overflow), and protecting every picker would add its ops to every model with an unaligned slice or
 concatenation; a model whose inputs and weights are finite and that never tests for NaN makes a NaN or infinity only
 by overflowing or dividing by zero, where its results are wrong already. The NaN and infinity a model holds on
-purpose come from its inputs and constants (masks, fill values) or are tested for, and those are carried. A value a
-comparison reads is not a source (``x > 0`` asks for the sign of ordinary data), nor one a ``where`` selects from:
-the decomposition replaces an infinite fill by a finite stand-in already (pybuda.passes.graph.decompose). Weights
+purpose come from its inputs and constants (masks, fill values: ``masked_fill(m, -inf)``'s constant) or are tested
+for, and those are carried. A value a comparison reads is not a source (``x > 0`` asks for the sign of ordinary data).
+The lowering zeroes a carrier's tile padding by a select, not a multiply (``inf * 0`` is NaN). Weights
 (parameters) are taken to be finite: one holding an infinity makes NaN of every matmul reading it, and scanning
 every weight would cost BERT-Large's compile a pass over 340M values.
 

@@ -232,11 +232,32 @@ class ArithmeticLowering:
                          tags={ONE_HOT_COPY: data} if data is not None else None)
 
     def _zero_rows(self, v: DVal) -> DVal:
+        if self.carries_nonfinite(v):
+            return self._select_real(v, "r")
         mask = self._const(("row_mask", v.r), f"row_mask_{v.r}", pickers.row_mask(v.r))
         return self.emit(f"{v.src}.zero_pad_r", "multiply", [(v, ()), (mask, self._mask_tms(v, "c"))], (v.z, v.r, v.c),
                          pad=(ZERO, v.pad_c), layout=v.layout, spatial=v.spatial)
 
     def _zero_cols(self, v: DVal) -> DVal:
+        if self.carries_nonfinite(v):
+            return self._select_real(v, "c")
         mask = self._const(("col_mask", v.c), f"col_mask_{v.c}", pickers.col_mask(v.c))
         return self.emit(f"{v.src}.zero_pad_c", "multiply", [(v, ()), (mask, self._mask_tms(v, "r"))], (v.z, v.r, v.c),
                          pad=(v.pad_r, ZERO), layout=v.layout, spatial=v.spatial)
+
+    def _select_real(self, v: DVal, side: str) -> DVal:
+        """``v`` with its row (``side="r"``) or column padding zeroed by a select, not a multiply: the padding of a
+        value that carries NaN or infinity may hold them too (the junk rows of a softmax over rows of -inf, an
+        infinite fill broadcast over a whole tile), and ``inf * 0`` is NaN. ``heaviside(m, v)`` with ``m`` 0 on real
+        rows/columns and -1 on padding is ``v`` on the former and an exact 0 on the latter, whatever ``v`` holds;
+        same op count as the multiply."""
+        from pybuda.ir.graph import NONFINITE_SAFE
+
+        if side == "r":
+            step = self._const(("row_step", v.r), f"row_step_{v.r}", pickers.row_mask(v.r) - 1.0)
+            tms, pad = self._mask_tms(v, "c"), (ZERO, v.pad_c)
+        else:
+            step = self._const(("col_step", v.c), f"col_step_{v.c}", pickers.col_mask(v.c) - 1.0)
+            tms, pad = self._mask_tms(v, "r"), (v.pad_r, ZERO)
+        return self.emit(f"{v.src}.zero_pad_{side}", "heaviside", [(step, tms), (v, ())], (v.z, v.r, v.c),
+                         pad=pad, layout=v.layout, spatial=v.spatial, tags={NONFINITE_SAFE: True})

@@ -91,12 +91,21 @@ def unsupported_reason(graph: Graph, node: Node) -> Optional[str]:
         why = _exact_reason(node, r)
         if why is not None:
             return why
-    if op_type == "embedding":
-        return _embedding_reason(graph, node)
-    if op_type == "adv_index" and _pushed(graph, graph[node.operands[1]]):
-        return _gather_reason(graph, node)
+    if op_type == "embedding" or (op_type == "adv_index" and _pushed(graph, graph[node.operands[1]])):
+        return lookup_reason(graph, node)
     why = _integer_operand_reason(graph, node, memo)
     return why if why is not None else _movement_reason(graph, node)
+
+
+def lookup_reason(graph: Graph, node: Node) -> Optional[str]:
+    """Why the device cannot look up the ids of ``node`` (an ``embedding``, or an ``adv_index`` by ids pushed at run
+    time), in the words of the fallback report; None when it can. The decomposition asks this too, so a direct
+    compile (no CPU fallback) refuses such a lookup with the same reason (``lookups.decompose_embedding``)."""
+    if node.op_type == "embedding":
+        return _embedding_reason(graph, node)
+    if node.op_type == "adv_index" and _pushed(graph, graph[node.operands[1]]):
+        return _gather_reason(graph, node)
+    return None
 
 
 def _embedding_reason(graph: Graph, node: Node) -> Optional[str]:
