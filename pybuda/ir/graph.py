@@ -53,6 +53,10 @@ SAMPLE_NONFINITE = "sample_nonfinite"
 #: :func:`~pybuda.passes.graph.nonfinite.mark_nonfinite_carriers`): a picker reading it copies them by a code
 #: (pybuda.passes.lower.specials).
 CARRIES_NONFINITE = "carries_nonfinite"
+#: Tag of a value that may hold a mask's fill (an infinity or a huge finite stand-in) beside ordinary data
+#: (pybuda.passes.graph.mask_fills): the data-format pass keeps it out of block formats, whose shared exponent
+#: would flush the ordinary data of the fill's block to zero.
+HOLDS_MASK_FILL = "holds_mask_fill"
 
 
 def dtype_name(dtype: torch.dtype) -> str:

@@ -70,8 +70,8 @@ import numpy as np
 import torch
 
 from pybuda.errors import CompileError
-from pybuda.ir.graph import (CARRIES_NONFINITE, CONSTANT, INPUT, JUNK_PADDED_INPUT, OP, PARAMETER, RUNTIME_UPDATED,
-                             NONFINITE_SAFE, SIGN_EXACT, WRITTEN_IN_PLACE, Graph, Node)
+from pybuda.ir.graph import (CARRIES_NONFINITE, CONSTANT, HOLDS_MASK_FILL, INPUT, JUNK_PADDED_INPUT, OP, PARAMETER,
+                             RUNTIME_UPDATED, NONFINITE_SAFE, SIGN_EXACT, WRITTEN_IN_PLACE, Graph, Node)
 from pybuda.ops import registry
 from pybuda.passes.lower import pickers
 from pybuda.perf import sparse as sparse_work
@@ -301,7 +301,7 @@ class _Lowering(ArithmeticLowering, ConvPoolLowering, ReductionLowering, DataMov
                    "ir_op_type": self.node.op_type if self.node is not None and self.node.kind == OP else None}
         if self.node is not None and self.node.tags.get("exact_df"):
             op_tags["exact_df"] = self.node.tags["exact_df"]
-        for tag in (SIGN_EXACT, NONFINITE_SAFE, CARRIES_NONFINITE):
+        for tag in (SIGN_EXACT, NONFINITE_SAFE, CARRIES_NONFINITE, HOLDS_MASK_FILL):
             if self.node is not None and self.node.tags.get(tag):
                 op_tags[tag] = True
         if self.node is not None and op_type == "matmul" and self.node.tags.get(ONE_HOT_COPY) is not None:

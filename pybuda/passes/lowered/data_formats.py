@@ -58,7 +58,7 @@ from typing import Optional, Set
 
 import torch
 
-from pybuda.ir.graph import HOLDS_OPERAND, NONFINITE_SAFE, SIGN_EXACT
+from pybuda.ir.graph import CARRIES_NONFINITE, HOLDS_MASK_FILL, HOLDS_OPERAND, NONFINITE_SAFE, SIGN_EXACT
 from pybuda.ir.lowered import BudaGraph, BudaOp
 from pybuda.netlist.device_ops import ops_where
 from pybuda.passes.context import CompileContext
@@ -185,6 +185,13 @@ def set_data_formats(bg: BudaGraph, ctx: CompileContext) -> BudaGraph:
                 op.out_df = op.intermed_df = _no_flush_like(op.out_df, ctx.is_grayskull)
             if op.acc_df not in _NO_FLUSH and op.name not in explicit_acc:
                 op.acc_df = _no_flush_like(op.acc_df, ctx.is_grayskull)
+        # 3d. values holding a mask's fill beside ordinary data (HOLDS_MASK_FILL), and values carrying NaN/inf on
+        # purpose (CARRIES_NONFINITE: a softmax row masked entirely is NaN): a format with an exponent per datum, of
+        # the block format's family (a fill would flush the rest of its block to zero; a NaN or infinity, in B
+        # formats, makes its whole block infinite).
+        if (op.tags.get(HOLDS_MASK_FILL) or op.tags.get(CARRIES_NONFINITE)) and op.out_df.is_bfp \
+                and op.name not in explicit_out:
+            op.out_df = op.intermed_df = DF.Float16_b if op.out_df.exponent_family == "b" else DF.Float16
 
     # 4. legalise
     for op in bg.ops.values():
