@@ -17,7 +17,7 @@ from pybuda.runtime.training_netlist import (NetlistProgram, TrainingDevice, _ou
                                              training_netlist_performance)
 from pybuda.runtime.training_programs import (Program, _batched, _round, _Stage, _sum_over_samples, accumulate_format,
                                               compile_optimizer, compile_stage, junk_padded_gradients,
-                                              parameter_formats, to_gradient_layout)
+                                              optimizer_parameter_names, parameter_formats, to_gradient_layout)
 
 log = logging.getLogger("pybuda.runtime.training")
 
@@ -144,13 +144,12 @@ class TTTrainer:
         return value if layout is None else to_gradient_layout(value, layout)
 
     def _optimized_names(self, optimizer: Any) -> List[str]:
-        wanted = getattr(optimizer, "parameters_to_optimize", None)
-        if callable(wanted):
-            wanted = wanted()
-        if not wanted:
+        """The parameters ``optimizer`` steps: those it was given (``parameters=``, by name), else all of them.
+        The others keep their values, as in torch (the session checks that every given name exists)."""
+        wanted = optimizer_parameter_names(optimizer)
+        if wanted is None:
             return list(self.shapes)
-        names = {p if isinstance(p, str) else p.get_name() for p in wanted}
-        return [n for n in self.shapes if n in names]
+        return [n for n in self.shapes if n in wanted]
 
     def _push_optimizer_inputs(self, with_params: bool, with_state: bool = False) -> None:
         """Hyper-parameters, and the optimizer state the host keeps (all of it with ``with_state``: state the
