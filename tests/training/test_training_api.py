@@ -12,7 +12,7 @@ import pytest
 import torch
 
 import pybuda
-from pybuda.errors import CompileError, InputError, ModuleError, PybudaError
+from pybuda.errors import CompileError, ConfigError, InputError, ModuleError, PybudaError
 
 #: Loss curves of the chip vs torch at Float32: relative difference per step (the issue's 2 %).
 LOSS_RTOL = 0.02
@@ -341,6 +341,15 @@ def test_loss_on_a_device_that_is_not_last_is_an_error():
     tt0.push_to_target_inputs(ys[0])
     with pytest.raises(ModuleError, match="not the last device"):
         pybuda.initialize_pipeline(training=True)
+
+
+def test_a_torch_optimizer_on_a_tt_device_is_a_config_error():
+    # The TTDevice kept it and the first step failed with AttributeError: 'SGD' object has no attribute
+    # 'build_update_graph' (found by tools/training_sweep.py).
+    model = torch.nn.Linear(8, 4)
+    with pytest.raises(ConfigError, match=r"optimizer must be a pybuda optimizer .*torch\.optim\.sgd\.SGD.*CPUDevice"):
+        pybuda.TTDevice("tt0", module=pybuda.PyTorchModule("lin", model),
+                        optimizer=torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9))
 
 
 def test_run_training_without_enough_inputs_fails_before_running():
