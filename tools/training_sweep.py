@@ -26,8 +26,8 @@ Every case runs in its own subprocess::
     python tools/training_sweep.py --one mlp_relu-adam -v  # in-process, with the traceback and the reports
     python tools/training_sweep.py --list
 
-The transformers are the tiny configurations of ``tools/hf_model_sweep.py``; small torch idioms come from
-``tools/torch_idiom_sweep.py``'s builders where one fits.
+The transformers are the tiny configurations of ``tools/hf_model_sweep.py``; a few layers (depthwise and
+transposed convolutions, instance norm, bilinear, GRU) are ``tools/torch_idiom_sweep.py``'s modules.
 """
 
 from __future__ import annotations
@@ -339,6 +339,27 @@ def _hf(kind: str) -> Callable[[], nn.Module]:
     return build
 
 
+def _idiom(name: str):
+    """``(model factory, per-sample input makers, per-sample target maker)`` for the float-input idiom ``name`` of
+    ``tools/torch_idiom_sweep.py`` (its module, trained against random targets of its output's shape)."""
+    import torch_idiom_sweep as tis
+
+    factory, make_inputs = tis.CASES[name]
+    sample = make_inputs()
+    with torch.no_grad():
+        out = factory()(*sample)
+    out = out[0] if isinstance(out, (tuple, list)) else out
+    return factory, [floats(*t.shape[1:]) for t in sample], floats(*out.shape[1:])
+
+
+def add_idiom(name: str, optimizers=("sgd",), **kw) -> None:
+    try:
+        factory, inputs, target = _idiom(name)
+    except Exception:  # noqa: BLE001 -- an idiom missing from this checkout's sweep: no case
+        return
+    add(f"idiom_{name}", factory, inputs, target, "mse", optimizers=optimizers, **kw)
+
+
 @dataclass
 class Case:
     """One training case: ``model()`` (seeded before the call), ``inputs`` (per-sample data makers), ``target``,
@@ -414,6 +435,9 @@ add("optimize_subset_fallback", SortMiddle, [floats(20)], floats(10), "mse", opt
     only=("b.weight", "c.weight"), note="parameters of CPU-fallback stages left out of the optimizer stay")
 add("sort_fallback", SortMiddle, [floats(20)], floats(10), "l1", optimizers=("sgd",))
 add("mha_block", TinyAttention, [floats(6, 32)], classes(5), "ce", optimizers=("sgd", "adam"))
+# layers from tools/torch_idiom_sweep.py
+for _name in ("conv2d_depthwise", "convT2d", "instance_norm", "bilinear", "gru_bidir1_bf"):
+    add_idiom(_name)
 # small transformers (tools/hf_model_sweep.py)
 add("hf_bert", _hf("bert"), [ids(256, 16, low=3)], classes(3), "ce", optimizers=("sgd", "adamw"), mb=1)
 add("hf_gpt2", _hf("gpt2"), [ids(256, 16, low=3)], ids(256, 16), "token_ce_smooth", optimizers=("adam",), mb=1)
