@@ -595,6 +595,30 @@ def test_batch_norm_trains_with_microbatch_1_or_frozen(frozen):
     assert got == pytest.approx(_train_in_torch(twin, data), rel=LOSS_RTOL)
 
 
+class CentredOverTheBatch(torch.nn.Module):
+    """Subtracts the batch's mean: an op across dim 0, in a model in training mode."""
+
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(0)
+        self.a, self.b = torch.nn.Linear(8, 8), torch.nn.Linear(8, 4)
+        self.drop = torch.nn.Dropout(0.5)  # training mode draws masks: the probe runs in eval mode
+
+    def forward(self, x):
+        h = self.drop(self.a(x))
+        return self.b(h - h.mean(0, keepdim=True))
+
+
+def test_a_model_that_mixes_the_samples_of_a_microbatch_is_refused_for_training():
+    # Training compiles for one sample: each sample was centred on itself and the loss came out 0.774 for
+    # torch's 0.693, with no error (inference refused it; the check skipped models in training mode).
+    model = CentredOverTheBatch().train()
+    g = torch.Generator().manual_seed(0)
+    with pytest.raises(CompileError, match="mixes the samples of a microbatch"):
+        _train_on_device(model, "centred", [(torch.randn(4, 8, generator=g), torch.randn(4, 4, generator=g))])
+    assert model.training and model.drop.training  # the probe leaves the modes as they were
+
+
 class RowFromAnIndex(torch.nn.Module):
     """An integer the device computes (a row index) that a CPU post stage uses: the device's outputs then include
     one no gradient flows back to."""
