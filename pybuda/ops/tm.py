@@ -246,6 +246,9 @@ def _adv_index_bw(ac, operand, inputs, output, grad, attrs):
     shape = ac.shape(inputs[0])
     d = attrs["dim"] % len(shape)
     onehot = ac.one_hot(ac.fwd(inputs[1]), shape[d])  # [N, size]: scatter-add as grad @ onehot along d
+    if len(shape) == 1:  # a 1-D table (nll_loss picking one log-probability): a [1, N] row, matmul needs rank 2
+        row = ac.reshape(grad, (1, ac.shape(grad)[0]))
+        return ac.reshape(ac.op("matmul", [row, onehot]), shape)
     g = ac.movedim(grad, d, -1)
     return ac.movedim(ac.op("matmul", [g, onehot]), -1, d)
 

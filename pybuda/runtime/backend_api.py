@@ -396,10 +396,21 @@ def check_samples_independent(module: Any, sample_inputs: Sequence[torch.Tensor]
     The device compiles a model for one sample and runs a microbatch sample by sample, which is exact only
     when no op reads across dim 0 (a concat, reshape or reduction over the batch). Two samples of the push
     are run together and alone in torch; outputs that differ are such an op, and a wrong number must not
-    come back without an error. Modules in training mode (dropout, batch statistics) are not checked."""
+    come back without an error. A module in training mode (a model to train) is probed in eval mode, so that
+    dropout draws no masks: training compiles it for one sample too, and ``h - h.mean(0)`` trained on other
+    numbers than torch's. (Batch norms on batch statistics are the trainer's own refusal.)"""
     torch_module = getattr(module, "module", None)
-    if microbatch < 2 or not callable(getattr(module, "forward", None)) or \
-            (isinstance(torch_module, torch.nn.Module) and torch_module.training):
+    if microbatch < 2 or not callable(getattr(module, "forward", None)):
+        return
+    if isinstance(torch_module, torch.nn.Module) and torch_module.training:
+        modes = {m: m.training for m in torch_module.modules()}
+        torch_module.eval()
+        try:
+            with torch.no_grad():
+                check_samples_independent(module, sample_inputs, microbatch)
+        finally:
+            for m, mode in modes.items():
+                m.training = mode
         return
 
     def rows(lo: int, hi: int) -> List[Any]:

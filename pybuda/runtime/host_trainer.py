@@ -69,8 +69,15 @@ class HostTrainer:
 
     def set_optimizer(self, owner: Any) -> None:
         """Train with ``owner``'s optimizer (a pybuda optimizer): its torch twin over the parameters no other
-        trainer steps, which this trainer steps from now on."""
+        trainer steps and the optimizer was given (all, unless it was given some by name), which this trainer
+        steps from now on."""
+        from pybuda.runtime.training_programs import optimizer_parameter_names
+
+        wanted = optimizer_parameter_names(owner)
         params = self.unstepped_parameters()
+        if wanted is not None:
+            chosen = {id(p) for n, p in self.torch_params.items() if n in wanted}
+            params = [p for p in params if id(p) in chosen]
         if params:
             self.optimizer = owner.get_pytorch_optimizer(params)
             self.stepped.update(id(p) for p in params)

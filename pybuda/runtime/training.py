@@ -43,7 +43,7 @@ from typing import Any, Deque, Dict, List, Mapping, Optional, Sequence, Set
 
 import torch
 
-from pybuda.errors import InputError, ModuleError, PybudaError
+from pybuda.errors import ConfigError, InputError, ModuleError, PybudaError
 from pybuda.runtime.backend_api import fold_microbatch
 from pybuda.runtime.device import Device, InputItem
 # The trainers and program helpers live in their own modules; their public names stay importable from here.
@@ -282,7 +282,28 @@ def start(devices: Sequence[Device], config: Any, output_queue: Any, checkpoint_
             if opt is not None:
                 t.set_optimizer(opt)
     _current = TrainingSession(list(devices), trainers, output_queue, checkpoint_queue)
+    _check_optimized_names(_current)
     return _current
+
+
+def _check_optimized_names(session: TrainingSession) -> None:
+    """ConfigError when a TTDevice's optimizer was given a parameter name its modules (CPU-fallback stages
+    included) do not have: a misspelt name would otherwise leave that parameter untrained without a word."""
+    from pybuda.runtime.training_programs import optimizer_parameter_names
+
+    for device in session.devices:
+        if getattr(device, "_fallback_of", None) is not None:
+            continue
+        optimizer = getattr(device, "optimizer", None)
+        wanted = optimizer_parameter_names(optimizer)
+        if wanted is None:
+            continue
+        have = {n for t in session.trainers_of(device) for n in t.parameter_names()}
+        unknown = sorted(wanted - have)
+        if unknown:
+            close()
+            raise ConfigError(f"{type(optimizer).__name__} of device '{device.name}' was given parameter(s) {unknown} "
+                              f"that its modules do not train; trainable parameters: {sorted(have)}")
 
 
 def _loss_holder(devices: Sequence[Device]) -> Optional[Device]:

@@ -236,6 +236,13 @@ def with_input_layouts(graph: Any, layouts: Mapping[str, Tuple[Tuple[int, ...], 
     return g
 
 
+def optimizer_parameter_names(optimizer: Any) -> Optional[Set[str]]:
+    """The names of the parameters ``optimizer`` was given to step (``parameters=`` of a pybuda optimizer), or None
+    when it steps every trainable parameter of its device."""
+    names = getattr(optimizer, "parameter_names", None)
+    return set(names) if names else None
+
+
 def compile_optimizer(name: str, optimizer: Any, shapes: Mapping[str, Sequence[int]], *, device_desc: Any,
                       devtype: Any, config: Any, run: bool = True,
                       grad_layouts: Optional[Mapping[str, Sequence[int]]] = None,

@@ -17,7 +17,7 @@ from pybuda.runtime.training_netlist import (NetlistProgram, TrainingDevice, _ou
                                              training_netlist_performance)
 from pybuda.runtime.training_programs import (Program, _batched, _round, _Stage, _sum_over_samples, accumulate_format,
                                               compile_optimizer, compile_stage, junk_padded_gradients,
-                                              parameter_formats, to_gradient_layout)
+                                              optimizer_parameter_names, parameter_formats, to_gradient_layout)
 
 log = logging.getLogger("pybuda.runtime.training")
 
@@ -50,6 +50,9 @@ class TTTrainer:
             _refuse_batch_statistics(module, self.microbatch)
         values = one_sample(sample.tensors, self.microbatch)
         names = sample.names
+        #: How a framework loss reduces over the microbatch (:func:`loss_batch_reduction`): None for a pybuda loss,
+        #: whose per-sample losses add up (TT-Buda's rule), else ``(kind, shape)`` with ``kind`` 'sum' or 'mean'.
+        self.loss_reduction: Optional[Tuple[str, Tuple[int, ...]]] = None
         self.stages: List[_Stage] = []
         for i, module in enumerate(modules):
             is_loss = module is device.loss_module
@@ -58,6 +61,7 @@ class TTTrainer:
                 if targets is None:
                     raise InputError(f"TTDevice '{device.name}' holds loss module '{module.name}': push targets with "
                                      f"push_to_target_inputs or pass sample_targets")
+                self.loss_reduction = loss_batch_reduction(module, values, targets.tensors, self.microbatch)
                 values = values + one_sample(targets.tensors, self.microbatch)
             captured = module_to_graph(module, values, names, graph_name=module.name, config=config)
             graph = captured.graph
@@ -144,13 +148,12 @@ class TTTrainer:
         return value if layout is None else to_gradient_layout(value, layout)
 
     def _optimized_names(self, optimizer: Any) -> List[str]:
-        wanted = getattr(optimizer, "parameters_to_optimize", None)
-        if callable(wanted):
-            wanted = wanted()
-        if not wanted:
+        """The parameters ``optimizer`` steps: those it was given (``parameters=``, by name), else all of them.
+        The others keep their values, as in torch (the session checks that every given name exists)."""
+        wanted = optimizer_parameter_names(optimizer)
+        if wanted is None:
             return list(self.shapes)
-        names = {p if isinstance(p, str) else p.get_name() for p in wanted}
-        return [n for n in self.shapes if n in names]
+        return [n for n in self.shapes if n in wanted]
 
     def _push_optimizer_inputs(self, with_params: bool, with_state: bool = False) -> None:
         """Hyper-parameters, and the optimizer state the host keeps (all of it with ``with_state``: state the
@@ -285,6 +288,11 @@ class TTTrainer:
             saved = self._saved_values(stage, stage_inputs, outs)
             pending.stage_values.append((stage_inputs, saved))
             values = outs[:stage.n_outputs]
+        if self.has_loss and self.loss_reduction is not None:
+            # The framework loss of the whole microbatch, as torch computes it, from its samples' losses.
+            kind, shape = self.loss_reduction
+            values = [v.reshape(self.microbatch, -1).sum(0).div(self.microbatch if kind == "mean" else 1)
+                      .reshape(shape) for v in values]
         pending.outputs = values
         return values, pending
 
@@ -303,8 +311,9 @@ class TTTrainer:
         input_grads: List[torch.Tensor] = []
         for stage, (inputs, saved) in zip(reversed(self.stages), reversed(pending.stage_values)):
             outs = stage.graphs.forward.outputs[:stage.n_outputs]
-            if grads is None:  # the loss stage: d(loss)/d(loss) = 1 for every sample
-                grads = [torch.ones(_batched(n.shape, self.microbatch)) for n in outs]
+            if grads is None:  # the loss stage: d(loss)/d(loss) = 1 for every sample (1/microbatch for a mean)
+                seed = 1.0 / self.microbatch if self.loss_reduction and self.loss_reduction[0] == "mean" else 1.0
+                grads = [torch.full(_batched(n.shape, self.microbatch), seed) for n in outs]
             bwd_inputs = [g if g is not None else torch.zeros(_batched(n.shape, self.microbatch))
                           for g, n in zip(grads, outs)]
             layouts = stage.backward.input_layouts
@@ -465,6 +474,51 @@ def _refuse_batch_statistics(module: Any, microbatch: int) -> None:
                            f"sample by sample, so each of the {microbatch} samples would be normalised alone. "
                            f"Freeze them (call .eval() on the batch norm layers), push microbatches of 1, or train "
                            f"the model on a CPUDevice", stage="INIT_COMPILE")
+
+
+#: The probe of :func:`loss_batch_reduction` tells a sum from a mean within this relative tolerance.
+REDUCTION_RTOL = 1e-4
+
+
+def loss_batch_reduction(module: Any, outputs: Sequence[torch.Tensor], targets: Sequence[torch.Tensor],
+                         microbatch: int) -> Optional[Tuple[str, Tuple[int, ...]]]:
+    """How the framework loss ``module`` (a PyTorchModule on the TTDevice) reduces over a microbatch: ``('sum' |
+    'mean', shape of its loss)``, or None for a pybuda loss or a loss per element (no reduction).
+
+    The device compiles the loss for one sample and runs it sample by sample; a torch loss with the default
+    ``reduction='mean'`` averages over the batch, so adding the samples' gradients gave ``microbatch`` times
+    torch's gradient, with no error. The loss is run in torch on two samples together and alone (``outputs``:
+    one sample's model outputs, the second perturbed; ``targets``: the first push's, whole) and must be the sum
+    or the mean of the two; a loss that is neither (a mean over the non-ignored tokens of the whole batch) is a
+    CompileError."""
+    from pybuda.errors import CompileError
+    from pybuda.module import PyTorchModule
+
+    if microbatch < 2 or not isinstance(module, PyTorchModule):
+        return None
+    fn = module.module
+    g = torch.Generator().manual_seed(0)
+    first = [o.detach() for o in outputs]
+    second = [o + 0.25 * torch.randn(o.shape, generator=g) if o.is_floating_point() else o for o in first]
+    batched = [t.dim() and t.shape[0] == microbatch for t in targets]
+    if not all(batched) or any(o.dim() == 0 for o in first):
+        return None  # targets or outputs not one row per sample: the per-sample loss is all there is
+    try:
+        with torch.no_grad():
+            together = fn(*[torch.cat([a, b]) for a, b in zip(first, second)], *[t[0:2] for t in targets])
+            alone = [fn(*first, *[t[0:1] for t in targets]), fn(*second, *[t[1:2] for t in targets])]
+    except Exception:  # noqa: BLE001 -- a loss that cannot run on these slices is left to the compile
+        return None
+    if not all(isinstance(v, torch.Tensor) and v.numel() == 1 for v in (together, *alone)):
+        return None  # a loss per element or per sample: its samples' gradients are torch's
+    total = float(alone[0]) + float(alone[1])
+    for kind, want in (("sum", total), ("mean", total / 2)):
+        if abs(float(together) - want) <= REDUCTION_RTOL * max(abs(want), 1e-6):
+            return kind, tuple(together.shape)
+    raise CompileError(f"loss module '{module.name}' is neither the sum nor the mean of its samples' losses (two "
+                       f"samples: {float(together):.6g} together, {float(alone[0]):.6g} and {float(alone[1]):.6g} "
+                       f"alone). The device runs a microbatch sample by sample; place the loss on a CPUDevice after "
+                       f"the TTDevice, or push microbatches of 1", stage="INIT_COMPILE")
 
 
 def _host_written(executor: Any) -> Set[str]:

@@ -89,6 +89,23 @@ class _class_or_instance:
         return lambda *args, **kwargs: self.func(target, *args, **kwargs)
 
 
+def _checked_optimizer(name: str, optimizer: Any) -> Any:
+    """``optimizer`` when it is a pybuda optimizer (or None); a ConfigError otherwise. A TTDevice compiles its
+    optimizer's update rule for the chip, which only pybuda's optimizers describe: a ``torch.optim`` optimizer
+    here failed at the first training step with an AttributeError."""
+    from pybuda.optimizers import Optimizer
+
+    if optimizer is None or isinstance(optimizer, Optimizer):
+        return optimizer
+    kind = f"{type(optimizer).__module__}.{type(optimizer).__name__}"
+    hint = ""
+    if isinstance(optimizer, torch.optim.Optimizer):
+        hint = ("; a torch optimizer trains on the host: place the module on a CPUDevice with "
+                "optimizer_f=lambda module: torch.optim...(module.parameters(), ...) instead")
+    raise ConfigError(f"TTDevice '{name}': optimizer must be a pybuda optimizer (pybuda.optimizers.SGD, Adam, "
+                      f"AdamW, LAMB, LARS), got {kind}{hint}")
+
+
 class TTDevice(Device):
     """TTDevice represents one or more Tenstorrent devices that will receive modules to run.
 
@@ -126,7 +143,7 @@ class TTDevice(Device):
         if device_mode is not None and not isinstance(device_mode, DeviceMode):
             raise ConfigError(f"TTDevice '{name}': device_mode must be a pybuda.DeviceMode, got {device_mode!r}")
         self.device_mode = device_mode if device_mode is not None else DeviceMode.CompileAndRun
-        self.optimizer = optimizer
+        self.optimizer = _checked_optimizer(name, optimizer)
         self.scheduler = scheduler
         self.fp32_fallback = DataFormat.from_json(fp32_fallback)
         self._artifact: Optional[CompiledArtifact] = None

@@ -117,6 +117,7 @@ CASES: List[Case] = [
     C("index", A, dim=1, start=1, label="single"), C("index", A, dim=-2, start=-5, label="negative"),
     C("adv_index", A, ints([0, 5, 5, 16, -1]), dim=-2),
     C("adv_index", (23, 45), ints([3, 0, 22]), label="dim0"),
+    C("adv_index", (10,), ints([7]), label="rank1"),  # nll_loss's pick of one log-probability (was a rank-1 matmul)
     C("select", A, dim=-1, index=(2, 3), stride=13), C("select", A, dim=-2, index=(2, 2), stride=4, label="past_end"),
     C("select", A, dim=-1, index=7, label="single"),
     C("narrow", A, dim=-1, start=5, length=30), C("narrow", A, dim=1, start=1, length=2, label="z"),

@@ -12,7 +12,7 @@ import pytest
 import torch
 
 import pybuda
-from pybuda.errors import CompileError, InputError, ModuleError, PybudaError
+from pybuda.errors import CompileError, ConfigError, InputError, ModuleError, PybudaError
 
 #: Loss curves of the chip vs torch at Float32: relative difference per step (the issue's 2 %).
 LOSS_RTOL = 0.02
@@ -304,6 +304,67 @@ def test_pytorch_module_checkpoint_restored_continues_the_same_curve():
     assert straight[-1] < straight[0]
 
 
+class TokenCE(torch.nn.Module):
+    """Cross entropy over ``[..., classes]`` logits, averaged over the tokens whose target is not -100."""
+
+    def forward(self, logits, target):
+        return torch.nn.functional.cross_entropy(logits.flatten(0, -2), target.flatten(), ignore_index=-100)
+
+
+def _train_with_a_torch_loss_on_the_device(loss, targets, steps=2, lr=0.1):
+    """TorchMLP on a TTDevice that also holds the torch ``loss``, microbatches of 2; device and torch losses and
+    final parameters."""
+    float32_everywhere()
+    model = TorchMLP()
+    twin = copy.deepcopy(model)
+    tt0 = pybuda.TTDevice("tt0", module=pybuda.PyTorchModule("mlp", model),
+                          optimizer=pybuda.optimizers.SGD(learning_rate=lr), fp32_fallback=pybuda.DataFormat.Float32,
+                          arch=pybuda.BackendDevice.Wormhole_B0)
+    tt0.place_loss_module(pybuda.PyTorchModule("loss", loss))
+    g = torch.Generator().manual_seed(8)
+    data = [(torch.randn(2, 3, 20, generator=g), targets(g)) for _ in range(steps)]
+    for x, y in data:
+        tt0.push_to_inputs(x)
+        tt0.push_to_target_inputs(y)
+    loss_q = queue.Queue()
+    after = pybuda.run_training(steps=steps, loss_queue=loss_q).get()[0]
+    got = [loss_q.get()[0].value() for _ in data]
+    opt = torch.optim.SGD(twin.parameters(), lr=lr)
+    want = []
+    for x, y in data:
+        opt.zero_grad()
+        value = loss(twin(x), y)
+        value.backward()
+        opt.step()
+        want.append(value.detach())
+    return got, want, {k: v.value() for k, v in after.items()}, dict(twin.named_parameters())
+
+
+@pytest.mark.parametrize("loss, targets, lr", [
+    (torch.nn.MSELoss(), lambda g: torch.randn(2, 3, 10, generator=g), 0.1),
+    (torch.nn.MSELoss(reduction="sum"), lambda g: torch.randn(2, 3, 10, generator=g), 0.002),  # sums 60 errors
+    (TokenCE(), lambda g: torch.randint(0, 10, (2, 3), generator=g), 0.1)], ids=["mse_mean", "mse_sum", "token_ce"])
+def test_a_torch_loss_on_the_device_reduces_the_microbatch_as_torch(loss, targets, lr):
+    # The device runs the loss per sample and added the samples' gradients: a mean-reduced torch loss trained
+    # with twice torch's gradient at microbatch 2, and the loss queue held the two samples' losses, no error.
+    got, want, after, params = _train_with_a_torch_loss_on_the_device(loss, targets, lr=lr)
+    for g, w in zip(got, want):
+        assert g.shape == w.shape  # one loss of the whole microbatch, as torch's
+        assert float(g) == pytest.approx(float(w), rel=LOSS_RTOL)
+    for name, p in params.items():
+        assert torch.allclose(after[name].reshape(p.shape), p.detach(), rtol=RTOL, atol=ATOL), name
+
+
+def test_a_torch_loss_that_is_not_a_sum_or_mean_of_its_samples_is_refused_on_the_device():
+    def targets(g):  # the first sample's last token ignored: the mean runs over 5 tokens, not 3 and 2
+        t = torch.randint(0, 10, (2, 3), generator=g)
+        t[0, 2] = -100
+        return t
+
+    with pytest.raises(CompileError, match=r"loss module 'loss' is neither the sum nor the mean.*CPUDevice"):
+        _train_with_a_torch_loss_on_the_device(TokenCE(), targets, steps=1)
+
+
 # --- mistakes ---------------------------------------------------------------------------------------------------
 
 
@@ -341,6 +402,15 @@ def test_loss_on_a_device_that_is_not_last_is_an_error():
     tt0.push_to_target_inputs(ys[0])
     with pytest.raises(ModuleError, match="not the last device"):
         pybuda.initialize_pipeline(training=True)
+
+
+def test_a_torch_optimizer_on_a_tt_device_is_a_config_error():
+    # The TTDevice kept it and the first step failed with AttributeError: 'SGD' object has no attribute
+    # 'build_update_graph' (found by tools/training_sweep.py).
+    model = torch.nn.Linear(8, 4)
+    with pytest.raises(ConfigError, match=r"optimizer must be a pybuda optimizer .*torch\.optim\.sgd\.SGD.*CPUDevice"):
+        pybuda.TTDevice("tt0", module=pybuda.PyTorchModule("lin", model),
+                        optimizer=torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9))
 
 
 def test_run_training_without_enough_inputs_fails_before_running():
@@ -523,6 +593,30 @@ def test_batch_norm_trains_with_microbatch_1_or_frozen(frozen):
     twin = copy.deepcopy(model)
     got, data = _train_conv_bn(model, mb=2 if frozen else 1)
     assert got == pytest.approx(_train_in_torch(twin, data), rel=LOSS_RTOL)
+
+
+class CentredOverTheBatch(torch.nn.Module):
+    """Subtracts the batch's mean: an op across dim 0, in a model in training mode."""
+
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(0)
+        self.a, self.b = torch.nn.Linear(8, 8), torch.nn.Linear(8, 4)
+        self.drop = torch.nn.Dropout(0.5)  # training mode draws masks: the probe runs in eval mode
+
+    def forward(self, x):
+        h = self.drop(self.a(x))
+        return self.b(h - h.mean(0, keepdim=True))
+
+
+def test_a_model_that_mixes_the_samples_of_a_microbatch_is_refused_for_training():
+    # Training compiles for one sample: each sample was centred on itself and the loss came out 0.774 for
+    # torch's 0.693, with no error (inference refused it; the check skipped models in training mode).
+    model = CentredOverTheBatch().train()
+    g = torch.Generator().manual_seed(0)
+    with pytest.raises(CompileError, match="mixes the samples of a microbatch"):
+        _train_on_device(model, "centred", [(torch.randn(4, 8, generator=g), torch.randn(4, 4, generator=g))])
+    assert model.training and model.drop.training  # the probe leaves the modes as they were
 
 
 class RowFromAnIndex(torch.nn.Module):
