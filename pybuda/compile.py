@@ -157,12 +157,15 @@ class ModuleGraph:
     _graph_outputs: Optional[List[torch.Tensor]] = field(default=None, repr=False)
 
     def __post_init__(self) -> None:
-        # Inputs whose sample holds NaN or infinity: data movement carries them (pybuda.passes.graph.nonfinite). The
+        # Inputs whose sample holds NaN or infinity: data movement carries them (pybuda.passes.graph.nonfinite); and
+        # inputs whose sample holds a mask's fill keep it out of block formats (mask_fills). The
         # samples are the graph's inputs only without a CPU stage before it (running one here would cost a model run).
         if self.pre is None:
+            from pybuda.passes.graph.mask_fills import mark_fill_samples
             from pybuda.passes.graph.nonfinite import mark_nonfinite_samples
 
             mark_nonfinite_samples(self.graph, self.flat_inputs)
+            mark_fill_samples(self.graph, self.flat_inputs)
 
     @property
     def graph_inputs(self) -> List[torch.Tensor]:

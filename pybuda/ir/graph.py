@@ -49,6 +49,9 @@ NONFINITE_SAFE = "nonfinite_safe"
 TESTS_NONFINITE = "tests_nonfinite"
 #: Tag of a graph input whose compile sample held a NaN or an infinity (pybuda.compile.ModuleGraph).
 SAMPLE_NONFINITE = "sample_nonfinite"
+#: Tag of a graph input whose compile sample held a mask's fill (a NaN, an infinity or a huge magnitude;
+#: pybuda.passes.graph.mask_fills).
+SAMPLE_FILL = "sample_fill"
 #: Tag of a value whose NaNs and infinities data movement must carry exactly (pybuda.passes.graph.nonfinite,
 #: :func:`~pybuda.passes.graph.nonfinite.mark_nonfinite_carriers`): a picker reading it copies them by a code
 #: (pybuda.passes.lower.specials).

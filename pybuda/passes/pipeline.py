@@ -118,15 +118,16 @@ def _post_autograd(s: _State) -> None:
 
 def _pre_lowering(s: _State) -> None:
     from pybuda.passes.graph.microbatch import strip_microbatch
-    from pybuda.passes.graph.mask_fills import hold_mask_fills
+    from pybuda.passes.graph.mask_fills import hold_mask_fills, mark_fill_samples
     from pybuda.passes.graph.nonfinite import hold_nonfinite, mark_nonfinite_carriers, mark_nonfinite_samples
 
     s.graph = strip_microbatch(s.graph, s.ctx)
     s.graph = hold_nonfinite(s.graph, s.ctx)  # on the graph lowered: every op between a NaN and its test is there
     if s.inputs is not None and _has_values(s.inputs):
         mark_nonfinite_samples(s.graph, s.inputs)
+        mark_fill_samples(s.graph, s.inputs)
     s.graph = mark_nonfinite_carriers(s.graph, s.ctx)  # after hold_nonfinite: what a test reads is carried
-    s.graph = hold_mask_fills(s.graph, s.ctx, s.inputs if s.inputs is not None and _has_values(s.inputs) else None)
+    s.graph = hold_mask_fills(s.graph, s.ctx)
     s.results.graph = s.graph
 
 

@@ -11,10 +11,11 @@ import torch.nn.functional as F
 import pybuda
 from tests.frontend.nan_inf_helpers import configure, run_on_device
 
-FORMATS = {"float32": pybuda.DataFormat.Float32, "default": None, "bfp8_b": pybuda.DataFormat.Bfp8_b}
+FORMATS = {"float32": pybuda.DataFormat.Float32, "default": None, "bfp8_b": pybuda.DataFormat.Bfp8_b,
+           "float16": pybuda.DataFormat.Float16}
 #: Float32 storage with HiFi products, Float16_b at the default formats: probabilities to ~1e-2; Bfp8_b keeps the
 #: mask's values in Float16_b (pybuda.passes.graph.mask_fills) and the rest in 7-bit blocks.
-ATOL = {"float32": 2e-2, "default": 5e-2, "bfp8_b": 1e-1}
+ATOL = {"float32": 2e-2, "default": 5e-2, "bfp8_b": 1e-1, "float16": 5e-2}
 
 
 def _matches(got: torch.Tensor, want: torch.Tensor, atol: float, zeros_exact: bool = True) -> None:

@@ -11,7 +11,9 @@ SDPA with a boolean mask at 0.65 (wh_n150). The chip would compute the same; the
 
 :func:`hold_mask_fills` tags ``HOLDS_MASK_FILL`` every value that may hold a fill beside ordinary data, and the
 data-format pass gives such ops Float16_b (Float16 for an A-family default) in place of a block format; a graph
-input or constant that is a source is stored so too (``exact_df``). Sources are float constants and graph inputs
+input or constant that is a source is stored so too (``exact_df``), or, when it holds NaN or an infinity, in a format
+that holds them (:func:`pybuda.passes.graph.nonfinite.held_format`: Float32 in place of a Float16 default too, whose
+saturation would make a row masked entirely a uniform one). Sources are float constants and graph inputs
 (by their compile sample) holding a NaN, an infinity or a magnitude of at least :data:`FILL_MAGNITUDE`. The tag
 follows only ops that pass such a value on as it is or shifted by ordinary data (:data:`PASS_ON`: data movement,
 add/subtract/multiply, select, max/min, clip, relu): a softmax's ``x - max`` is held, its ``exp`` (where the fill
@@ -22,13 +24,14 @@ at every default format without a mask fill.
 
 from __future__ import annotations
 
-from typing import Optional, Sequence
+from typing import Dict, Optional, Sequence
 
 import torch
 
-from pybuda.ir.graph import CONSTANT, HOLDS_MASK_FILL, INPUT, OP, Graph
+from pybuda.ir.graph import CONSTANT, HOLDS_MASK_FILL, INPUT, OP, SAMPLE_FILL, SAMPLE_NONFINITE, Graph
 from pybuda.ops import registry
 from pybuda.passes.context import CompileContext
+from pybuda.passes.graph.nonfinite import held_format
 
 #: Smallest magnitude of a fill: 2**13, below BERT's -10000 and far above ordinary activations of a masked score.
 FILL_MAGNITUDE = 8192.0
@@ -45,27 +48,39 @@ def holds_fill(value: torch.Tensor) -> bool:
     return not bool(torch.isfinite(value).all()) or bool(value.abs().max() >= FILL_MAGNITUDE)
 
 
-def hold_mask_fills(graph: Graph, ctx: CompileContext, samples: Optional[Sequence] = None) -> Graph:
-    """Tag ``HOLDS_MASK_FILL`` the sources and the values they reach through :data:`PASS_ON` and data movement
-    (see the module docstring); ``samples``: the graph inputs' compile samples in ``graph.inputs`` order, when the
-    compile has values. Only where the default format is a block format (nothing to do otherwise). Returns
-    ``graph`` (tagged in place); ``ctx.notes["mask_fill_values"]`` counts the tagged nodes."""
-    held_df = _per_datum_format(ctx)
-    if held_df is None:
-        return graph
-    sources = set()
-    for node, value in zip(graph.inputs, samples or ()):
+def mark_fill_samples(graph: Graph, samples: Sequence) -> None:
+    """Tag ``SAMPLE_FILL`` each float input of ``graph`` whose sample (``samples``, in ``graph.inputs`` order) holds a
+    fill (:func:`holds_fill`): a mask pushed as data."""
+    for node, value in zip(graph.inputs, samples):
         if isinstance(value, torch.Tensor) and holds_fill(value):
-            sources.add(node.name)
+            node.tags[SAMPLE_FILL] = True
+
+
+def hold_mask_fills(graph: Graph, ctx: CompileContext) -> Graph:
+    """Tag ``HOLDS_MASK_FILL`` the sources (constants holding a fill, inputs tagged ``SAMPLE_FILL``) and the values
+    they reach through :data:`PASS_ON` and data movement (see the module docstring). Nothing is held where the
+    default format holds both fills and ordinary data. Returns ``graph`` (tagged in place);
+    ``ctx.notes["mask_fill_values"]`` counts the tagged nodes."""
+    held_df = _per_datum_format(ctx)
+    # source name -> the format it is stored in: one holding NaN and infinity for a source holding either (where the
+    # default holds neither: held_format), else one with an exponent per datum (where the default is a block format)
+    sources: Dict[str, str] = {}
     for node in graph:
-        if node.kind == CONSTANT and node.name in graph.tensors and holds_fill(graph.tensors[node.name]):
-            sources.add(node.name)
+        value = graph.tensors.get(node.name) if node.kind == CONSTANT else None
+        if node.kind == INPUT and node.tags.get(SAMPLE_FILL):
+            nonfinite = bool(node.tags.get(SAMPLE_NONFINITE))
+        elif value is not None and holds_fill(value):
+            nonfinite = not bool(torch.isfinite(value).all())
+        else:
+            continue
+        df = held_format(ctx, node.dtype) if nonfinite else None
+        if df or held_df:
+            sources[node.name] = df or held_df
     count = 0
     for node in graph:  # topological: operands first
         if node.name in sources:
             held = True
-            if node.kind in (INPUT, CONSTANT):
-                node.tags.setdefault("exact_df", held_df)
+            node.tags.setdefault("exact_df", sources[node.name])
         elif node.kind == OP and _passes_on(node.op_type):
             held = any(graph[o].tags.get(HOLDS_MASK_FILL) for o in node.operands)
         else:

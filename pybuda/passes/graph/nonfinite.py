@@ -10,7 +10,7 @@ made anywhere upstream of ``isnan(x)`` or ``x != y`` is gone by the time the tes
 by :mod:`pybuda.frontend.aten_eltwise`: ``isnan``, ``isinf``, ``x != x`` ...) through every value that may hold
 NaN or infinity, and tags it ``NONFINITE_SAFE``: the data-format pass keeps such ops in Float16_b or Float32
 (output, intermediate and Dest), and such graph inputs are pushed in one of them where the default format holds
-neither NaN nor infinity (:func:`_held_format`). Values that cannot hold either stop the walk
+neither NaN nor infinity (:func:`held_format`). Values that cannot hold either stop the walk
 (:func:`may_be_nonfinite`): integer data, masks, and constants whose values are all finite. A comparison
 (:mod:`pybuda.passes.graph.decompose`: the differences it steps on are ``SIGN_EXACT``) holds only the values it
 reads directly (through data movement): its own operands keep their NaNs and infinities, but the model above
@@ -53,8 +53,8 @@ from typing import Dict, Optional
 
 import torch
 
-from pybuda.ir.graph import (CARRIES_NONFINITE, CONSTANT, INPUT, NONFINITE_SAFE, OP, PARAMETER, SAMPLE_NONFINITE,
-                             SIGN_EXACT, TESTS_NONFINITE, Graph)
+from pybuda.ir.graph import (CARRIES_NONFINITE, CONSTANT, INPUT, NONFINITE_SAFE, OP, OUTPUT, PARAMETER,
+                             SAMPLE_NONFINITE, SIGN_EXACT, TESTS_NONFINITE, Graph)
 from pybuda.passes.context import CompileContext
 
 
@@ -114,7 +114,7 @@ def hold_nonfinite(graph: Graph, ctx: CompileContext) -> Graph:
             if upstream or node.op_type in DATA_MOVES:
                 stack.extend((o, upstream) for o in node.operands)
         elif node.kind in (INPUT, PARAMETER, CONSTANT) and node.dtype.is_floating_point:
-            df = _held_format(ctx, node.dtype)
+            df = held_format(ctx, node.dtype)
             if df is not None:
                 node.tags.setdefault("exact_df", df)
     return graph
@@ -138,6 +138,8 @@ def mark_nonfinite_carriers(graph: Graph, ctx: CompileContext) -> Graph:
         elif node.kind == OP:
             carries = any(graph[o].tags.get(CARRIES_NONFINITE) for o in node.operands) and \
                 may_be_nonfinite(graph, node.name, memo)
+        elif node.kind == OUTPUT:  # the nop that writes it to the host must keep them too
+            carries = any(graph[o].tags.get(CARRIES_NONFINITE) for o in node.operands)
         else:
             carries = False
         if carries:
@@ -155,7 +157,7 @@ def mark_nonfinite_samples(graph: Graph, samples) -> None:
             node.tags[SAMPLE_NONFINITE] = True
 
 
-def _held_format(ctx: CompileContext, dtype: torch.dtype) -> Optional[str]:
+def held_format(ctx: CompileContext, dtype: torch.dtype) -> Optional[str]:
     """The format a queue of ``dtype`` data that may hold NaN or infinity is kept in, or None when its default
     (``default_df_override``, else Float16_b for float32 data and its own format for 16-bit data) holds them:
     Float16_b in place of a block format (as precise), Float32 in place of Float16 (Float16_b is less precise).

@@ -149,8 +149,9 @@ class _Lowering(ArithmeticLowering, ConvPoolLowering, ReductionLowering, DataMov
             if producer is None or producer.name not in readers:
                 continue
             v = self._output_vals[qname]
+            carried = {CARRIES_NONFINITE: True} if producer.tags.get(CARRIES_NONFINITE) else {}
             nop = self.emit(f"{qname}.out_nop", "nop", [(v, ())], (v.z, v.r, v.c), pad=(v.pad_r, v.pad_c),
-                            tags={"output_nop": True})
+                            tags={"output_nop": True, **carried})
             q.producer = nop.src
             if producer.untilize_output:
                 producer.untilize_output = False

@@ -178,19 +178,19 @@ def set_data_formats(bg: BudaGraph, ctx: CompileContext) -> BudaGraph:
             if op.name not in explicit_fidelity:
                 op.math_fidelity = MF.HiFi4
         # 3c. the differences comparisons step on: a format that flushes no small difference to zero; the values
-        # NaN/infinity tests and comparisons read (NONFINITE_SAFE): a format that holds NaN and infinity. Both
-        # are Float16_b or Float32.
-        if (op.tags.get(SIGN_EXACT) or op.tags.get(NONFINITE_SAFE)) and not op.out_df.is_integer:
+        # NaN/infinity tests and comparisons read (NONFINITE_SAFE) and the values carrying NaN/infinity on purpose
+        # (CARRIES_NONFINITE): a format that holds NaN and infinity. All are Float16_b or Float32.
+        if (op.tags.get(SIGN_EXACT) or op.tags.get(NONFINITE_SAFE) or op.tags.get(CARRIES_NONFINITE)) \
+                and not op.out_df.is_integer:
             if op.out_df not in _NO_FLUSH and op.name not in explicit_out:
                 op.out_df = op.intermed_df = _no_flush_like(op.out_df, ctx.is_grayskull)
             if op.acc_df not in _NO_FLUSH and op.name not in explicit_acc:
                 op.acc_df = _no_flush_like(op.acc_df, ctx.is_grayskull)
-        # 3d. values holding a mask's fill beside ordinary data (HOLDS_MASK_FILL), and values carrying NaN/inf on
-        # purpose (CARRIES_NONFINITE: a softmax row masked entirely is NaN): a format with an exponent per datum, of
-        # the block format's family (a fill would flush the rest of its block to zero; a NaN or infinity, in B
-        # formats, makes its whole block infinite).
-        if (op.tags.get(HOLDS_MASK_FILL) or op.tags.get(CARRIES_NONFINITE)) and op.out_df.is_bfp \
-                and op.name not in explicit_out:
+        # 3d. values holding a mask's fill beside ordinary data (HOLDS_MASK_FILL): a format with an exponent per
+        # datum, of the block format's family (the fill would flush the rest of its block to zero). A fill that is
+        # an infinity also makes its values CARRIES_NONFINITE, held above as NaN/infinity (a softmax row masked
+        # entirely is NaN), which a B block would turn into infinities and an A format saturate.
+        elif op.tags.get(HOLDS_MASK_FILL) and op.out_df.is_bfp and op.name not in explicit_out:
             op.out_df = op.intermed_df = DF.Float16_b if op.out_df.exponent_family == "b" else DF.Float16
 
     # 4. legalise
