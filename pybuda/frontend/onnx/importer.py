@@ -318,9 +318,14 @@ class _Importer:
             feeds = {n: v.value.numpy() for n, v in zip(node.input, ins) if n and v is not None}
             ref = ReferenceEvaluator(node, opsets={"": self.opset})
             outs = ref.run(None, feeds)
-        except Exception as e:  # let the converter (or the fallback) deal with it
-            log.debug("folding %s failed: %s", node.op_type, e)
-            return None
+        except Exception as e:
+            # onnx.reference lacks or mishandles some cases (GatherElements over more than 32 entries along its
+            # axis fails in np.choose). Constant inputs have the same values in the sample run, so ONNX Runtime's
+            # value of each output there is the folded value.
+            outs = [self.samples_run.get(o) for o in node.output]
+            if not node.output or any(o is None for o in outs):
+                log.debug("folding %s failed: %s", node.op_type, e)
+                return None  # let the converter (or the fallback) deal with it
         result = []
         for k, o in zip(node.output, outs):
             if not isinstance(o, np.ndarray) or o.dtype == object:
