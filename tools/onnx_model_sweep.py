@@ -98,15 +98,15 @@ def build(name: str) -> Tuple[torch.nn.Module, Tuple[torch.Tensor, ...]]:
 
 
 def dynamic_axes(inputs: Tuple[torch.Tensor, ...], names: List[str]) -> Dict[str, Dict[int, str]]:
-    """The ``dynamic_axes`` users commonly set: dim 0 of every input (batch), dim 1 of integer inputs of rank 2
-    or more (token ids, masks: the sequence)."""
+    """The ``dynamic_axes`` users commonly set: dim 0 of every input (batch, one name for all), dim 1 of integer
+    inputs of rank 2 or more (token ids, masks: the sequence, a name of its own per input)."""
     axes: Dict[str, Dict[int, str]] = {}
     for n, t in zip(names, inputs):
         if t.dim() == 0:
             continue
         axes[n] = {0: "batch"}
         if t.dim() >= 2 and not t.is_floating_point():
-            axes[n][1] = "sequence"
+            axes[n][1] = f"{n}_sequence"  # one name each: ids and decoder ids differ in length
     return axes
 
 
@@ -124,6 +124,20 @@ def export(module: torch.nn.Module, inputs: Tuple[torch.Tensor, ...], variant: s
         kwargs["dynamic_axes"] = dynamic_axes(inputs, names)
     torch.onnx.export(module, tuple(inputs), buf, **kwargs)
     return onnx.load_from_string(buf.getvalue())
+
+
+def with_attention_mask(module: torch.nn.Module, inputs: Tuple[torch.Tensor, ...]):
+    """A Hugging Face model called with ``input_ids`` alone, with an all-ones ``attention_mask`` input added:
+    ``(module, inputs)``, or None when that does not apply. Users export decoders with both; without a mask,
+    transformers' packed-sequence check (``torch.diff``) is traced, which the TorchScript exporter lacks."""
+    import inspect
+
+    if not isinstance(module, hf.Pick) or module.names != ("input_ids",) or module.method:
+        return None
+    if "attention_mask" not in inspect.signature(module.model.forward).parameters:
+        return None
+    masked = hf.Pick(module.model, ("input_ids", "attention_mask"), module.fields, module.extra).eval()
+    return masked, (inputs[0], torch.ones_like(inputs[0]))
 
 
 def reference(model, inputs: Tuple[torch.Tensor, ...], want_torch: List[torch.Tensor]) -> List[torch.Tensor]:
@@ -157,7 +171,17 @@ def run_one(name: str, variant: str = "static", verbose: bool = False) -> Dict[s
         return result
     try:
         with torch.no_grad():
-            model = export(module, inputs, variant)
+            try:
+                model = export(module, inputs, variant)
+            except Exception:
+                masked = with_attention_mask(module, inputs)
+                if masked is None:
+                    raise
+                module, inputs = masked  # as users export decoders: ids and an attention mask
+                with torch.no_grad():
+                    want_torch = hf._flat(module(*[t.clone() for t in inputs]))
+                model = export(module, inputs, variant)
+                result["detail"] = "exported with an all-ones attention_mask input"
     except Exception as exc:  # torch's exporter: not pybuda's problem
         result.update(cls="SKIP", detail=f"torch.onnx.export ({variant}) fails: {type(exc).__name__}: "
                                          f"{str(exc).strip().splitlines()[0] if str(exc).strip() else ''}"[:300])
@@ -201,6 +225,7 @@ def run_one(name: str, variant: str = "static", verbose: bool = False) -> Dict[s
         except Exception:
             pass
     result["seconds"] = round(time.time() - t0, 1)
+    note = result["detail"]
     report = captures[-1].report if captures else None
     if report is not None:
         result["host"] = round(report.host_fraction, 4)
@@ -214,25 +239,27 @@ def run_one(name: str, variant: str = "static", verbose: bool = False) -> Dict[s
         result.update(cls="PARTIAL-FALLBACK", detail=", ".join(sorted(set(report.op_names())))[:300])
     else:
         result["cls"] = "DEVICE"
+    if note:
+        result["detail"] = f"{result['detail']} ({note})" if result["detail"] else note
     return result
 
 
-def _subprocess(name: str, variant: str, timeout: int) -> Dict[str, Any]:
-    cmd = [sys.executable, os.path.abspath(__file__), "--one", name, "--variant", variant, "--json"]
-    t0 = time.time()
+def _subprocess(name: str, variants: List[str], timeout: int) -> List[Dict[str, Any]]:
+    """Every variant of model ``name`` in one child process (one import of torch and pybuda)."""
+    cmd = [sys.executable, os.path.abspath(__file__), "--one", name, "--variant", ",".join(variants), "--json"]
     try:
-        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
-    except subprocess.TimeoutExpired:
-        return dict(name=name, variant=variant, cls="CRASH", pcc=None, host=None,
-                    detail=f"hang: no answer in {timeout}s")
-    for line in reversed(proc.stdout.splitlines()):
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout * len(variants))
+        stdout, failure = proc.stdout, f"process exited {proc.returncode}: {(proc.stderr or proc.stdout)[-800:]}"
+    except subprocess.TimeoutExpired as exc:
+        stdout = exc.stdout.decode() if isinstance(exc.stdout, bytes) else (exc.stdout or "")
+        failure = f"hang: no answer in {timeout * len(variants)}s"
+    done = {}
+    for line in stdout.splitlines():
         if line.startswith("{"):
             out = json.loads(line)
-            out.setdefault("seconds", round(time.time() - t0, 1))
-            return out
-    tail = (proc.stderr or proc.stdout)[-800:]
-    return dict(name=name, variant=variant, cls="CRASH", pcc=None, host=None,
-                detail=f"process exited {proc.returncode}: {tail}")
+            done[out["variant"]] = out
+    return [done.get(v) or dict(name=name, variant=v, cls="CRASH", pcc=None, host=None, detail=failure)
+            for v in variants]
 
 
 def _line(r: Dict[str, Any]) -> str:
@@ -272,7 +299,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     if args.one:
         for variant in variants:
             r = run_one(args.one, variant, verbose=args.verbose)
-            print(json.dumps(r) if args.json else _line(r) + ("\n" + r["detail"] if args.verbose else ""))
+            print(json.dumps(r) if args.json else _line(r) + ("\n" + r["detail"] if args.verbose else ""), flush=True)
         return 0
     names = [n for n in model_names() if not args.filter or re.search(args.filter, n)]
     if args.list:
@@ -281,8 +308,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     print(f"{'model':<34} {'variant':<8} {'class':<17} {'PCC':>7} {'host':>6}  detail")
     results = []
     for name in names:
-        for variant in variants:
-            r = _subprocess(name, variant, args.timeout)
+        for r in _subprocess(name, variants, args.timeout):
             results.append(r)
             print(_line(r), flush=True)
             if args.jsonl:

@@ -2,10 +2,13 @@
 small ONNX graph built with onnx.helper."""
 
 import numpy as np
+import pytest
+import torch
 import onnx
 from onnx import TensorProto, helper
 
-from onnx_helpers import assert_close, ort_run
+from onnx_helpers import assert_close, load_node_cases, ort_run, run_node_case
+import pybuda
 from pybuda.frontend.onnx import import_model
 
 
@@ -32,3 +35,53 @@ def test_gather_elements_of_constants_folds_where_onnx_reference_fails():
     cap = import_model(model, x)
     assert not cap.report.has_fallback, str(cap.report)
     assert_close(cap.run(x)[0].numpy(), ort_run(model, [x])[0])
+
+
+#: Integer indices (the float-index cases stay on the host: ONNX truncates float indices).
+ONE_HOT_CASES = ["test_onehot_without_axis", "test_onehot_negative_indices", "test_onehot_out_of_range_indices"]
+TRILU_CASES = ["test_triu", "test_triu_neg", "test_triu_out_neg_out", "test_triu_pos", "test_triu_out_pos",
+               "test_triu_square", "test_triu_square_neg", "test_triu_one_row", "test_tril", "test_tril_neg",
+               "test_tril_out_neg", "test_tril_pos", "test_tril_out_pos", "test_tril_square", "test_tril_square_neg",
+               "test_tril_one_row_neg"]
+
+
+@pytest.mark.parametrize("name", ONE_HOT_CASES + TRILU_CASES)
+def test_one_hot_and_trilu_run_on_the_device(name):
+    # F.one_hot and torch.triu/tril export as OneHot and Trilu, which ran on the host; the torch frontend
+    # runs both on the device (comparisons with a constant ramp; a where with a constant mask).
+    run_node_case(load_node_cases([name])[name], on_device=True)
+
+
+def test_trilu_keeps_infinities_and_one_hot_takes_off_on_values():
+    x = np.array([[[1.0, -np.inf, 2.0], [np.inf, 3.0, -1.0]]], np.float32)
+    ids = np.array([[0, 2, -1, 5]], np.int64)
+    nodes = [helper.make_node("Trilu", ["x"], ["t"], upper=0),
+             helper.make_node("OneHot", ["ids", "depth", "vals"], ["h"], axis=1)]
+    inits = [onnx.numpy_helper.from_array(np.array(3, np.int64), "depth"),
+             onnx.numpy_helper.from_array(np.array([-2.0, 5.0], np.float32), "vals")]
+    model = _model(nodes, [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 2, 3]),
+                           helper.make_tensor_value_info("ids", TensorProto.INT64, [1, 4])],
+                   [helper.make_tensor_value_info("t", TensorProto.FLOAT, [1, 2, 3]),
+                    helper.make_tensor_value_info("h", TensorProto.FLOAT, [1, 3, 4])], inits)
+    cap = import_model(model, x, ids)
+    assert not cap.report.has_fallback, str(cap.report)
+    got = [np.asarray(g) for g in cap.run(x, ids)]
+    for g, w in zip(got, ort_run(model, [x, ids])):
+        np.testing.assert_array_equal(g, w)
+
+
+def test_a_model_of_host_only_ops_runs_with_its_fallback_report():
+    # torch.topk alone exports as one TopK node, which has no device mapping. The torch frontend runs such a model
+    # (its device graph passes the CPU stage's values through); the ONNX import refused it with a CompileError
+    # ("no part for the device").
+    x = np.random.default_rng(2).standard_normal((5, 37)).astype(np.float32)
+    nodes = [helper.make_node("TopK", ["x", "k"], ["v", "i"], axis=-1)]
+    model = _model(nodes, [helper.make_tensor_value_info("x", TensorProto.FLOAT, [5, 37])],
+                   [helper.make_tensor_value_info("v", TensorProto.FLOAT, [5, 4]),
+                    helper.make_tensor_value_info("i", TensorProto.INT64, [5, 4])],
+                   [onnx.numpy_helper.from_array(np.array([4], np.int64), "k")])
+    got = pybuda.run_inference(pybuda.OnnxModule("topk", model), inputs=[(torch.from_numpy(x),)]).get()
+    pybuda.shutdown()
+    want = ort_run(model, [x])
+    np.testing.assert_array_equal(got[0].value().numpy(), want[0])
+    np.testing.assert_array_equal(got[1].value().numpy().astype(np.int64), want[1])
