@@ -233,16 +233,7 @@ class _Importer:
         self.info: Dict[str, Tuple[Optional[Tuple[int, ...]], Optional[torch.dtype]]] = {}
         for k, (shape, et) in inferred.items():
             self.info[k] = (shape, onnx_model.torch_dtype(et))
-        for k, v in self.samples_run.items():
-            if isinstance(v, np.ndarray) and v.dtype != object:
-                shape = tuple(int(d) for d in v.shape)
-                if k in self.elem and onnx_model.torch_dtype(self.elem[k]) is None:
-                    self.info[k] = (shape, None)  # e.g. float8 (which ONNX Runtime returns as uint8)
-                    continue
-                try:
-                    self.info[k] = (shape, _to_torch(v.reshape(-1)[:0]).dtype)
-                except TypeError:  # an element type torch lacks
-                    self.info[k] = (shape, None)
+        self._learn(self.samples_run)
         # Exact-GELU chains of exporters without a Gelu op become the chip's gelu (see fusion.py).
         from pybuda.frontend.onnx.fusion import gelu_chains
 
@@ -252,6 +243,19 @@ class _Importer:
         self.graph: Graph
         self.folded: Set[int] = set()  # nodes evaluated at import time (set by run)
         self.const_values: Set[str] = set()  # values known at import time (set by run)
+
+    def _learn(self, values: Mapping[str, Any]) -> None:
+        """Static shape and dtype of every value of a sample run (``values``: name -> array) into ``info``."""
+        for k, v in values.items():
+            if isinstance(v, np.ndarray) and v.dtype != object:
+                shape = tuple(int(d) for d in v.shape)
+                if k in self.elem and onnx_model.torch_dtype(self.elem[k]) is None:
+                    self.info[k] = (shape, None)  # e.g. float8 (which ONNX Runtime returns as uint8)
+                    continue
+                try:
+                    self.info[k] = (shape, _to_torch(v.reshape(-1)[:0]).dtype)
+                except TypeError:  # an element type torch lacks
+                    self.info[k] = (shape, None)
 
     def _labels(self) -> List[str]:
         seen: Set[str] = set()
@@ -347,6 +351,10 @@ class _Importer:
             if self.graph[x].dtype.is_floating_point and 0 not in self.graph[x].shape:
                 out = self.b.op("gelu", [x], approximate="none")
                 return [self.b.finish(self._conform(node.output[0], out))]
+        return self._convert_node(node, self.labels[i], env)
+
+    def _convert_node(self, node: "onnx.NodeProto", label: str, env: Mapping[str, Any]) -> List[Any]:
+        """Map ``node`` (a model node, or one of an inlined If branch) with the values ``env``."""
         ins = []
         for n in node.input:
             if n not in env:
@@ -357,6 +365,9 @@ class _Importer:
             if isinstance(v, str) and 0 in self.graph[v].shape:
                 raise Unsupported("zero-size tensors are not supported on the device")
             ins.append(v)
+        if node.op_type == "If" and node.domain in ("", "ai.onnx") and isinstance(ins[0], Const) \
+                and not isinstance(ins[0], Param) and ins[0].value.numel() == 1:
+            return self._inline_if(node, label, bool(ins[0].value.reshape(-1)[0]), env)
         folded = self._fold(node, ins)
         if folded is not None:
             return folded
@@ -365,8 +376,8 @@ class _Importer:
         fn = CONVERTERS.get(node.op_type)
         if fn is None:
             raise Unsupported("no mapping to a pybuda op")
-        self.b.begin_onnx(node, self.labels[i])
-        ctx = NodeCtx(self, node, self.labels[i], ins)
+        self.b.begin_onnx(node, label)
+        ctx = NodeCtx(self, node, label, ins)
         try:
             out = fn(ctx)
         except Unsupported:
@@ -382,6 +393,44 @@ class _Importer:
         if outs and isinstance(outs[0], str):
             outs[0] = self.b.finish(outs[0])  # the op producing the node's value takes the node's name
         return outs
+
+    def _inline_if(self, node: "onnx.NodeProto", label: str, cond: bool, env: Mapping[str, Any]) -> List[Any]:
+        """An If whose condition is known at import time (the TorchScript exporter's rank and size checks, e.g.
+        around Tile and diagonal) is the branch it takes: its nodes are mapped in place, reading the outer
+        values, so the If neither runs on the host nor keeps what follows it there."""
+        branch = next(onnx.helper.get_attribute_value(a) for a in node.attribute
+                      if a.name == ("then_branch" if cond else "else_branch"))
+        self._probe_branch(branch)
+        local: Dict[str, Any] = dict(env)
+        for t in branch.initializer:
+            value = _to_torch(onnx.numpy_helper.to_array(t))
+            local[t.name] = Param(value, _safe(t.name)) if value.dtype.is_floating_point else Const(value, _safe(t.name))
+        side = "then" if cond else "else"
+        for k, sub in enumerate(branch.node):
+            local.update(zip(sub.output, self._convert_node(sub, f"{label}.{side}_{k}", local)))
+        if len(branch.output) != len(node.output) or any(o.name not in local for o in branch.output):
+            raise Unsupported(f"the {side} branch does not compute the If's {len(node.output)} output(s)")
+        return [self._conform(o, local[b.name]) for o, b in zip(node.output, branch.output)]
+
+    def _probe_branch(self, branch: "onnx.GraphProto") -> None:
+        """The shapes and dtypes of an If branch's values (converters read them; the model's probe sees no value
+        inside a subgraph): the branch as a model of the outer values it reads, run on their sample values."""
+        if all(o in self.info for sub in branch.node for o in sub.output if o):
+            return
+        local = {t.name for t in branch.initializer}
+        outer: List[str] = []
+        for sub in branch.node:
+            outer += [n for n in self._reads(sub) if n not in local and n not in outer]
+            local |= set(sub.output)
+        feeds = {n: self.samples_run[n] if n in self.samples_run else self.inits.get(n) for n in outer}
+        if any(not isinstance(v, np.ndarray) for v in feeds.values()):
+            return  # an outer value without a sample: converters that need shapes refuse, the If runs on the host
+        inputs = [onnx.helper.make_tensor_value_info(n, onnx.helper.np_dtype_to_tensor_dtype(v.dtype), list(v.shape))
+                  for n, v in feeds.items()]
+        graph = onnx.helper.make_graph(list(branch.node), "branch", inputs, [], list(branch.initializer))
+        model = onnx.helper.make_model(graph, opset_imports=list(self.model.opset_import))
+        model.ir_version = self.model.ir_version
+        self._learn(onnx_model.probe(model, feeds))
 
     def _conform(self, name: str, value: Any) -> Any:
         """Check a converter's result against the static shape/dtype ONNX says it has."""

@@ -85,3 +85,46 @@ def test_a_model_of_host_only_ops_runs_with_its_fallback_report():
     want = ort_run(model, [x])
     np.testing.assert_array_equal(got[0].value().numpy(), want[0])
     np.testing.assert_array_equal(got[1].value().numpy().astype(np.int64), want[1])
+
+
+def _branch(name, nodes, out, inits=()):
+    return helper.make_graph(nodes, name, [], [helper.make_tensor_value_info(out, TensorProto.FLOAT, None)],
+                             list(inits))
+
+
+@pytest.mark.parametrize("rank_check", [1, 5])
+def test_an_if_on_a_shape_check_is_the_branch_it_takes(rank_check):
+    # The TorchScript exporter wraps Tile (x.repeat) and diagonal in If nodes on rank and size checks, which are
+    # known at import. The If ran on the host with everything after it; now its branch is mapped in place.
+    then_b = _branch("then", [helper.make_node("Tile", ["x", "reps"], ["t"]),
+                              helper.make_node("Mul", ["t", "two"], ["t2"])], "t2",
+                     [onnx.numpy_helper.from_array(np.array([2.0], np.float32), "two")])
+    else_b = _branch("else", [helper.make_node("Neg", ["x"], ["n"]),
+                              helper.make_node("Tile", ["n", "reps"], ["e"])], "e")
+    nodes = [helper.make_node("Shape", ["x"], ["s"]), helper.make_node("Size", ["s"], ["r"]),
+             helper.make_node("Greater", ["r", "lim"], ["c"]),
+             helper.make_node("If", ["c"], ["y0"], then_branch=then_b, else_branch=else_b),
+             helper.make_node("Relu", ["y0"], ["y"])]
+    inits = [onnx.numpy_helper.from_array(np.array(rank_check, np.int64), "lim"),
+             onnx.numpy_helper.from_array(np.array([2, 3], np.int64), "reps")]
+    model = _model(nodes, [helper.make_tensor_value_info("x", TensorProto.FLOAT, [3, 24])],
+                   [helper.make_tensor_value_info("y", TensorProto.FLOAT, [6, 72])], inits)
+    x = np.random.default_rng(3).standard_normal((3, 24)).astype(np.float32)
+    cap = import_model(model, x)
+    assert not cap.report.has_fallback, str(cap.report)
+    assert_close(cap.run(x)[0].numpy(), ort_run(model, [x])[0])
+
+
+@pytest.mark.parametrize("indices", [[[0, 0], [1, 1], [2, 2], [-1, 3]], [[1], [0], [-1]]])
+def test_gather_nd_by_constant_indices_runs_on_the_device(indices):
+    # torch.diagonal exports as a GatherND by constant index pairs (inside an If).
+    idx = np.array(indices, np.int64)
+    x = np.random.default_rng(4).standard_normal((4, 5, 3)).astype(np.float32)
+    out_shape = list(idx.shape[:-1]) + list(x.shape[idx.shape[-1]:])
+    model = _model([helper.make_node("GatherND", ["x", "i"], ["g"]), helper.make_node("Abs", ["g"], ["y"])],
+                   [helper.make_tensor_value_info("x", TensorProto.FLOAT, list(x.shape))],
+                   [helper.make_tensor_value_info("y", TensorProto.FLOAT, out_shape)],
+                   [onnx.numpy_helper.from_array(idx, "i")])
+    cap = import_model(model, x)
+    assert not cap.report.has_fallback, str(cap.report)
+    assert_close(cap.run(x)[0].numpy(), ort_run(model, [x])[0])

@@ -571,3 +571,27 @@ def _one_hot(ctx: NodeCtx):
     values = b.reshape(ctx.x(2, dt), (2,))
     off, on = (b.reshape(_index_range(b, values, 0, k, k + 1), [1] * len(ramp_shape)) for k in (0, 1))
     return b.op("add", [b.op("multiply", [mask, b.op("subtract", [on, off])]), off])
+
+
+@converts("GatherND")
+def _gather_nd(ctx: NodeCtx):
+    """Indices known at import (the TorchScript exporter's diagonal): the first K dims of the input flattened
+    into one, the K-tuples turned into flat positions there, and a Gather at them (the torch frontend's constant
+    gather). The output shape comes from the inputs' shapes: inside an inlined If branch there is no probe."""
+    if ctx.attr("batch_dims", 0, (int,)) != 0:
+        raise Unsupported("GatherND with batch_dims")
+    idx = ctx.const(1, "indices").to(torch.int64)
+    shape = list(ctx.shape(0))
+    k = idx.shape[-1] if idx.dim() else 0
+    if idx.dim() < 1 or not 1 <= k <= len(shape):
+        raise ctx.bad(f"indices of shape {list(idx.shape)} do not index a rank-{len(shape)} input")
+    if idx.numel() == 0:
+        raise Unsupported("GatherND with no indices")
+    sizes = torch.tensor(shape[:k])
+    if ((idx < -sizes) | (idx >= sizes)).any():
+        raise ctx.bad(f"indices out of range for the input's leading dims {shape[:k]}")
+    idx = torch.where(idx < 0, idx + sizes, idx)
+    strides = torch.tensor([math.prod(shape[d + 1:k]) for d in range(k)])
+    flat = (idx * strides).sum(-1)
+    x = ctx.b.reshape(ctx.x(0), [math.prod(shape[:k])] + shape[k:])
+    return _adv_index(ctx.b, x, Const(flat, f"{ctx.label}.positions"), 0, list(idx.shape[:-1]) + shape[k:])
