@@ -6,6 +6,7 @@ import pytest
 import torch
 import onnx
 from onnx import TensorProto, helper
+from onnx.reference import ReferenceEvaluator
 
 from onnx_helpers import assert_close, load_node_cases, ort_run, run_node_case
 import pybuda
@@ -134,3 +135,32 @@ def test_gather_nd_by_constant_indices_runs_on_the_device(indices):
     cap = import_model(model, x)
     assert not cap.report.has_fallback, str(cap.report)
     assert_close(cap.run(x)[0].numpy(), ort_run(model, [x])[0])
+
+
+@pytest.mark.parametrize("direction,layout", [("bidirectional", 0), ("reverse", 1), ("forward", 0)])
+def test_lstm_is_unrolled_on_the_device(direction, layout):
+    # nn.LSTM exports as one LSTM node, which ran on the host (75% of lstm_2layer's ops); the torch frontend
+    # runs the same model on the device (torch.export unrolls it). Initial states are run-time inputs here.
+    rng = np.random.default_rng(5)
+    seq, batch, feat, hid = 4, 2, 6, 5
+    dirs = 2 if direction == "bidirectional" else 1
+    x_shape = [batch, seq, feat] if layout else [seq, batch, feat]
+    s_shape = [batch, dirs, hid] if layout else [dirs, batch, hid]
+    y_shape = [batch, seq, dirs, hid] if layout else [seq, dirs, batch, hid]
+    inits = [onnx.numpy_helper.from_array((0.4 * rng.standard_normal(s)).astype(np.float32), n)
+             for n, s in (("W", (dirs, 4 * hid, feat)), ("R", (dirs, 4 * hid, hid)), ("B", (dirs, 8 * hid)))]
+    node = helper.make_node("LSTM", ["x", "W", "R", "B", "", "h0", "c0"], ["y", "yh", "yc"], hidden_size=hid,
+                            direction=direction, layout=layout)
+    model = _model([node], [helper.make_tensor_value_info(n, TensorProto.FLOAT, s)
+                            for n, s in (("x", x_shape), ("h0", s_shape), ("c0", s_shape))],
+                   [helper.make_tensor_value_info("y", TensorProto.FLOAT, y_shape),
+                    helper.make_tensor_value_info("yh", TensorProto.FLOAT, s_shape),
+                    helper.make_tensor_value_info("yc", TensorProto.FLOAT, s_shape)], inits)
+    feeds = [rng.standard_normal(s).astype(np.float32) for s in (x_shape, s_shape, s_shape)]
+    cap = import_model(model, *feeds)
+    assert not cap.report.has_fallback, str(cap.report)
+    # ONNX Runtime has no batch-first (layout=1) LSTM: onnx.reference is the reference there.
+    wants = (ReferenceEvaluator(model).run(None, dict(zip(["x", "h0", "c0"], feeds))) if layout
+             else ort_run(model, feeds))
+    for got, want in zip(cap.run(*feeds), wants):
+        assert_close(got.numpy(), want)
