@@ -19,6 +19,9 @@ Classes, as in the other sweeps:
 * ``CLEAR-ERROR``       a :class:`pybuda.errors.PybudaError` (the message is printed: judge its clarity);
 * ``WRONG``             the run finished but an output differs (shape, PCC below 0.99, not allclose);
 * ``CRASH``             any other exception, or no answer within the timeout (a hang);
+* ``NUMERICS``          WRONG with the chip's arithmetic but right when the golden computes in plain float32
+                        (``golden_ignore_df_precision``): a model sensitive to rounding (a floor of a quotient near
+                        an integer), as in ``tools/torch_idiom_sweep.py``;
 * ``SKIP``              the model does not run in PyTorch, ``torch.onnx.export`` fails or ONNX Runtime
                         cannot run the export: not pybuda's problem, counted separately.
 
@@ -56,7 +59,7 @@ import torch_idiom_sweep as idioms  # noqa: E402
 OPSET = 17
 TIMEOUT_S = 300
 VARIANTS = ("static", "dynamic", "dynamo")
-CLASSES = hf.CLASSES
+CLASSES = (*hf.CLASSES, "NUMERICS")
 
 #: Idioms of ``torch_idiom_sweep`` that exported real models contain (masks, positions, gathers, resampling,
 #: norms, attention, recurrent layers), and that the ONNX exporter can express.
@@ -155,9 +158,7 @@ def run_one(name: str, variant: str = "static", verbose: bool = False) -> Dict[s
     """Run sweep model ``name`` exported as ``variant`` on a golden Wormhole B0; a result dict (see module doc)."""
     import warnings
 
-    import pybuda
     from pybuda.errors import PybudaError
-    from pybuda.module import OnnxModule
 
     warnings.filterwarnings("ignore")
     result: Dict[str, Any] = dict(name=name, variant=variant, cls=None, pcc=None, host=None, detail="")
@@ -192,6 +193,49 @@ def run_one(name: str, variant: str = "static", verbose: bool = False) -> Dict[s
         result.update(cls="SKIP", detail=f"ONNX Runtime cannot run the export: {type(exc).__name__}: {exc}"[:300])
         return result
 
+    try:
+        got, report = _run_on_device(name, model, inputs)
+    except PybudaError as exc:
+        result.update(cls="CLEAR-ERROR", detail=f"{type(exc).__name__}: {exc}")
+        if verbose:
+            traceback.print_exc()
+        return result
+    except Exception as exc:
+        result.update(cls="CRASH", detail=f"{type(exc).__name__}: {exc}\n" + traceback.format_exc()[-1500:])
+        if verbose:
+            traceback.print_exc()
+        return result
+    result["seconds"] = round(time.time() - t0, 1)
+    note = result["detail"]
+    if report is not None:
+        result["host"] = round(report.host_fraction, 4)
+        if verbose:
+            print(report)
+    pcc, problems = hf.compare(got, want, reference="ONNX Runtime")
+    result["pcc"] = pcc
+    if problems:
+        result.update(cls="WRONG", detail="; ".join(problems))
+        try:  # right when the golden computes in plain float32: the chip's arithmetic, not the program
+            exact, _ = _run_on_device(name, model, inputs, plain_float32=True)
+            if not hf.compare(exact, want, reference="ONNX Runtime")[1]:
+                result["cls"] = "NUMERICS"
+        except Exception:
+            pass
+    elif report is not None and report.has_fallback:
+        result.update(cls="PARTIAL-FALLBACK", detail=", ".join(sorted(set(report.op_names())))[:300])
+    else:
+        result["cls"] = "DEVICE"
+    if note:
+        result["detail"] = f"{result['detail']} ({note})" if result["detail"] else note
+    return result
+
+
+def _run_on_device(name: str, model, inputs: Tuple[torch.Tensor, ...], plain_float32: bool = False):
+    """``(outputs, fallback report)`` of ``model`` through ``OnnxModule`` on a golden Wormhole B0 at Float32/HiFi4;
+    ``plain_float32``: the golden computes in plain float32 (``golden_ignore_df_precision``)."""
+    import pybuda
+    from pybuda.module import OnnxModule
+
     captures: List[Any] = []
     real_to_graph = OnnxModule.to_graph
 
@@ -205,43 +249,18 @@ def run_one(name: str, variant: str = "static", verbose: bool = False) -> Dict[s
         pybuda.pybuda_reset()
         pybuda.set_configuration_options(default_df_override=pybuda.DataFormat.Float32,
                                          math_fidelity=pybuda.MathFidelity.HiFi4)
+        if plain_float32:
+            pybuda.set_configuration_options(golden_ignore_df_precision=True)
         pybuda.TTDevice("tt0", module=pybuda.OnnxModule(name.replace("/", "_"), model),
                         arch=pybuda.BackendDevice.Wormhole_B0)
         got = hf._flat(pybuda.run_inference(inputs=[tuple(t.clone() for t in inputs)]).get(timeout=TIMEOUT_S))
-    except PybudaError as exc:
-        result.update(cls="CLEAR-ERROR", detail=f"{type(exc).__name__}: {exc}")
-        if verbose:
-            traceback.print_exc()
-        return result
-    except Exception as exc:
-        result.update(cls="CRASH", detail=f"{type(exc).__name__}: {exc}\n" + traceback.format_exc()[-1500:])
-        if verbose:
-            traceback.print_exc()
-        return result
     finally:
         OnnxModule.to_graph = real_to_graph
         try:
             pybuda.shutdown()
         except Exception:
             pass
-    result["seconds"] = round(time.time() - t0, 1)
-    note = result["detail"]
-    report = captures[-1].report if captures else None
-    if report is not None:
-        result["host"] = round(report.host_fraction, 4)
-        if verbose:
-            print(report)
-    pcc, problems = hf.compare(got, want, reference="ONNX Runtime")
-    result["pcc"] = pcc
-    if problems:
-        result.update(cls="WRONG", detail="; ".join(problems))
-    elif report is not None and report.has_fallback:
-        result.update(cls="PARTIAL-FALLBACK", detail=", ".join(sorted(set(report.op_names())))[:300])
-    else:
-        result["cls"] = "DEVICE"
-    if note:
-        result["detail"] = f"{result['detail']} ({note})" if result["detail"] else note
-    return result
+    return got, (captures[-1].report if captures else None)
 
 
 def _subprocess(name: str, variants: List[str], timeout: int) -> List[Dict[str, Any]]:
