@@ -11,6 +11,14 @@ from onnx.reference import ReferenceEvaluator
 from onnx_helpers import assert_close, load_node_cases, ort_run, run_node_case
 import pybuda
 from pybuda.frontend.onnx import import_model
+from pybuda.frontend.onnx.backend import PybudaBackend
+
+
+def _on_device(model, *feeds):
+    """``(outputs, fallback report)`` of ``model`` compiled for and run on the golden device (ONNX backend)."""
+    rep = PybudaBackend.prepare(model)
+    got = rep.run(list(feeds))
+    return [np.asarray(g) for g in got], rep.report
 
 
 def _model(nodes, inputs, outputs, inits=(), opset=17):
@@ -117,9 +125,9 @@ def test_an_if_on_a_shape_check_is_the_branch_it_takes(rank_check):
     model = _model(nodes, [helper.make_tensor_value_info("x", TensorProto.FLOAT, [3, 24])],
                    [helper.make_tensor_value_info("y", TensorProto.FLOAT, [6, 72])], inits)
     x = np.random.default_rng(3).standard_normal((3, 24)).astype(np.float32)
-    cap = import_model(model, x)
-    assert not cap.report.has_fallback, str(cap.report)
-    assert_close(cap.run(x)[0].numpy(), ort_run(model, [x])[0])
+    got, report = _on_device(model, x)
+    assert not report.has_fallback, str(report)
+    assert_close(got[0], ort_run(model, [x])[0])
 
 
 @pytest.mark.parametrize("indices", [[[0, 0], [1, 1], [2, 2], [-1, 3]], [[1], [0], [-1]]])
@@ -132,9 +140,9 @@ def test_gather_nd_by_constant_indices_runs_on_the_device(indices):
                    [helper.make_tensor_value_info("x", TensorProto.FLOAT, list(x.shape))],
                    [helper.make_tensor_value_info("y", TensorProto.FLOAT, out_shape)],
                    [onnx.numpy_helper.from_array(idx, "i")])
-    cap = import_model(model, x)
-    assert not cap.report.has_fallback, str(cap.report)
-    assert_close(cap.run(x)[0].numpy(), ort_run(model, [x])[0])
+    got, report = _on_device(model, x)
+    assert not report.has_fallback, str(report)
+    assert_close(got[0], ort_run(model, [x])[0])
 
 
 @pytest.mark.parametrize("direction,layout", [("bidirectional", 0), ("reverse", 1), ("forward", 0)])
@@ -157,10 +165,30 @@ def test_lstm_is_unrolled_on_the_device(direction, layout):
                     helper.make_tensor_value_info("yh", TensorProto.FLOAT, s_shape),
                     helper.make_tensor_value_info("yc", TensorProto.FLOAT, s_shape)], inits)
     feeds = [rng.standard_normal(s).astype(np.float32) for s in (x_shape, s_shape, s_shape)]
-    cap = import_model(model, *feeds)
-    assert not cap.report.has_fallback, str(cap.report)
+    gots, report = _on_device(model, *feeds)
+    assert not report.has_fallback, str(report)
     # ONNX Runtime has no batch-first (layout=1) LSTM: onnx.reference is the reference there.
     wants = (ReferenceEvaluator(model).run(None, dict(zip(["x", "h0", "c0"], feeds))) if layout
              else ort_run(model, feeds))
-    for got, want in zip(cap.run(*feeds), wants):
-        assert_close(got.numpy(), want)
+    for got, want in zip(gots, wants):
+        assert_close(got, want, rtol=1e-3, atol=1e-3)
+
+
+@pytest.mark.parametrize("dtype,indices", [(np.float32, [[0, 1], [2, 3], [-1, 0]]), (np.int64, [[1], [0]])])
+def test_scatter_nd_by_constant_indices_runs_on_the_device(dtype, indices):
+    # `x[..., 1:] = y` (T5's shift right of the labels) exports as ScatterND by constant indices, which had no
+    # mapping: the rows each index writes are known at import, the output is a where with the gathered updates.
+    idx = np.array(indices, np.int64)
+    rng = np.random.default_rng(6)
+    x = (rng.standard_normal((3, 4, 5)) * 10).astype(dtype)
+    upd_shape = list(idx.shape[:-1]) + list(x.shape[idx.shape[-1]:])
+    upd = (rng.standard_normal(upd_shape) * 10).astype(dtype)
+    elem = helper.np_dtype_to_tensor_dtype(np.dtype(dtype))
+    model = _model([helper.make_node("ScatterND", ["x", "i", "u"], ["y"])],
+                   [helper.make_tensor_value_info("x", elem, list(x.shape)),
+                    helper.make_tensor_value_info("u", elem, upd_shape)],
+                   [helper.make_tensor_value_info("y", elem, list(x.shape))],
+                   [onnx.numpy_helper.from_array(idx, "i")])
+    got, report = _on_device(model, x, upd)
+    assert not report.has_fallback, str(report)
+    np.testing.assert_array_equal(got[0], ort_run(model, [x, upd])[0])  # data movement only: exact

@@ -595,3 +595,36 @@ def _gather_nd(ctx: NodeCtx):
     flat = (idx * strides).sum(-1)
     x = ctx.b.reshape(ctx.x(0), [math.prod(shape[:k])] + shape[k:])
     return _adv_index(ctx.b, x, Const(flat, f"{ctx.label}.positions"), 0, list(idx.shape[:-1]) + shape[k:])
+
+
+@converts("ScatterND")
+def _scatter_nd(ctx: NodeCtx):
+    """Indices known at import (the TorchScript exporter's ``x[..., 1:] = y``, T5's shift right): which row of the
+    updates lands on each of the input's rows (its first K dims flattened) is computed now; the output is a
+    ``where`` between the input and those rows of the updates, gathered at constant positions (the torch
+    frontend's constant gather). ONNX leaves duplicate indices undefined: the last one wins here, as in ONNX
+    Runtime."""
+    if ctx.attr("reduction", "none", (str,)) != "none":
+        raise Unsupported(f"ScatterND with reduction '{ctx.attr('reduction')}'")
+    idx = ctx.const(1, "indices").to(torch.int64)
+    shape = list(ctx.shape(0))
+    k = idx.shape[-1] if idx.dim() else 0
+    if idx.dim() < 1 or not 1 <= k <= len(shape):
+        raise ctx.bad(f"indices of shape {list(idx.shape)} do not index a rank-{len(shape)} input")
+    if idx.numel() == 0:
+        return ctx.b.op("nop", [ctx.x(0)])
+    sizes = torch.tensor(shape[:k])
+    if ((idx < -sizes) | (idx >= sizes)).any():
+        raise ctx.bad(f"indices out of range for the input's leading dims {shape[:k]}")
+    idx = torch.where(idx < 0, idx + sizes, idx)
+    strides = torch.tensor([math.prod(shape[d + 1:k]) for d in range(k)])
+    flat = (idx * strides).sum(-1).reshape(-1)
+    rows, width, count = math.prod(shape[:k]), math.prod(shape[k:]), flat.numel()
+    src = torch.full((rows,), -1, dtype=torch.int64)
+    src[flat] = torch.arange(count)
+    b, dt = ctx.b, ctx.out_dtype()
+    data = b.reshape(ctx.x(0, dt), (rows, width))
+    updates = b.reshape(ctx.x(2, dt), (count, width))
+    picked = _adv_index(b, updates, Const(src.clamp(min=0), f"{ctx.label}.sources"), 0, (rows, width))
+    written = b.const((src >= 0).reshape(rows, 1), f"{ctx.label}.written")
+    return b.reshape(b.op("where", [written, picked, data]), shape)
