@@ -7,8 +7,9 @@ Steps (:func:`import_model`):
    their ONNX function bodies (:mod:`.functions`); probe every intermediate value once in ONNX Runtime
    (static shapes and dtypes);
 2. walk the nodes in order. A node whose inputs are all known at import time (constants, integer
-   initializers, shapes of static tensors) is evaluated right away (``onnx.reference``), so
-   ``Shape -> Gather -> Concat -> Reshape`` chains fold into constants. Every other node goes through its
+   initializers, shapes of static tensors) is evaluated right away (``onnx.reference``; where that fails, the
+   sample run's value, which is the same), so ``Shape -> Gather -> Concat -> Reshape`` chains fold into
+   constants, and an If whose condition is known is the branch it takes. Every other node goes through its
    converter in :mod:`.ops` (one per ONNX op type) that emits registry ops through the torch frontend's
    :class:`~pybuda.frontend.aten_builder.Builder`;
 3. nodes without a converter, whose converter cannot express the call, whose ops the chip cannot run
