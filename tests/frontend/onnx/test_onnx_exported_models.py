@@ -192,3 +192,18 @@ def test_scatter_nd_by_constant_indices_runs_on_the_device(dtype, indices):
     got, report = _on_device(model, x, upd)
     assert not report.has_fallback, str(report)
     np.testing.assert_array_equal(got[0], ort_run(model, [x, upd])[0])  # data movement only: exact
+
+
+def test_a_dynamic_batch_model_that_mixes_its_samples_runs_the_whole_push():
+    # Exported with dynamic_axes on dim 0, torch.tile(x, (2, 3)) reads across that dim. The device imported it for
+    # one sample and refused the push ("mixes the samples of a microbatch"); the torch frontend traces the whole
+    # push and keeps the batch in the graph, and so does the ONNX import now.
+    x_vi = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 24])
+    y_vi = helper.make_tensor_value_info("y", TensorProto.FLOAT, ["rows", 72])
+    model = _model([helper.make_node("Tile", ["x", "reps"], ["y"])], [x_vi], [y_vi],
+                   [onnx.numpy_helper.from_array(np.array([2, 3], np.int64), "reps")])
+    x = np.random.default_rng(8).standard_normal((3, 24)).astype(np.float32)
+    got = pybuda.run_inference(pybuda.OnnxModule("tile", model), inputs=[(torch.from_numpy(x),)]).get()
+    pybuda.shutdown()
+    # Default formats: the tile's picker matmul accumulates in Float16_b (bf16's 2**-8 relative step).
+    np.testing.assert_allclose(got[0].value().numpy(), ort_run(model, [x])[0], rtol=1e-2, atol=1e-2)
