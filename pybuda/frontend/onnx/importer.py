@@ -366,6 +366,9 @@ class _Importer:
             if isinstance(v, str) and 0 in self.graph[v].shape:
                 raise Unsupported("zero-size tensors are not supported on the device")
             ins.append(v)
+        empty = self._empty_outputs(node)
+        if empty is not None:
+            return empty
         if node.op_type == "If" and node.domain in ("", "ai.onnx") and isinstance(ins[0], Const) \
                 and not isinstance(ins[0], Param) and ins[0].value.numel() == 1:
             return self._inline_if(node, label, bool(ins[0].value.reshape(-1)[0]), env)
@@ -394,6 +397,17 @@ class _Importer:
         if outs and isinstance(outs[0], str):
             outs[0] = self.b.finish(outs[0])  # the op producing the node's value takes the node's name
         return outs
+
+    def _empty_outputs(self, node: "onnx.NodeProto") -> Optional[List[Const]]:
+        """A node whose every output is zero-size (Phi-3's ``q[..., rotary_dim:]`` with a full rotary dim) computes
+        no value: its outputs are constants of their shape and dtype, which a Concat drops; None otherwise."""
+        outs = []
+        for o in node.output:
+            shape, dtype = self.info.get(o, (None, None)) if o else (None, None)
+            if shape is None or dtype is None or 0 not in shape:
+                return None
+            outs.append(Const(torch.empty(shape, dtype=dtype), _safe(o)))
+        return outs or None
 
     def _inline_if(self, node: "onnx.NodeProto", label: str, cond: bool, env: Mapping[str, Any]) -> List[Any]:
         """An If whose condition is known at import time (the TorchScript exporter's rank and size checks, e.g.

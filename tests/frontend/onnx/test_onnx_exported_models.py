@@ -207,3 +207,18 @@ def test_a_dynamic_batch_model_that_mixes_its_samples_runs_the_whole_push():
     pybuda.shutdown()
     # Default formats: the tile's picker matmul accumulates in Float16_b (bf16's 2**-8 relative step).
     np.testing.assert_allclose(got[0].value().numpy(), ort_run(model, [x])[0], rtol=1e-2, atol=1e-2)
+
+
+def test_an_empty_slice_joined_by_a_concat_stays_on_the_device():
+    # Phi-3 with its whole head dim rotary: q[..., 16:] of a 16-wide q is empty and concatenated back. The empty
+    # Slice went to the host ("zero-size tensors"), taking half the model with it; a zero-size value is now a
+    # constant of its shape, which the Concat drops.
+    x = np.random.default_rng(9).standard_normal((2, 3, 16)).astype(np.float32)
+    nodes = [helper.make_node("Slice", ["x", "s", "e", "a"], ["empty"]), helper.make_node("Neg", ["x"], ["n"]),
+             helper.make_node("Concat", ["n", "empty"], ["y"], axis=-1)]
+    inits = [onnx.numpy_helper.from_array(np.array([v], np.int64), k) for k, v in (("s", 16), ("e", 2 ** 62), ("a", -1))]
+    model = _model(nodes, [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3, 16])],
+                   [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 3, 16])], inits)
+    cap = import_model(model, x)
+    assert not cap.report.has_fallback, str(cap.report)
+    np.testing.assert_array_equal(cap.run(x)[0].numpy(), -x)
