@@ -502,6 +502,36 @@ def batched(inputs: Tuple[torch.Tensor, ...], batch: int) -> Tuple[torch.Tensor,
     return tuple(torch.cat([t.roll(i, dims=1) if t.dim() > 1 else t for i in range(batch)]) for t in inputs)
 
 
+def compare(got: List[torch.Tensor], want: List[torch.Tensor], chip_formats: bool = False,
+            reference: str = "PyTorch") -> Tuple[Optional[float], List[str]]:
+    """``(lowest PCC, problems)`` of outputs ``got`` against ``want``: shapes equal, integer outputs exactly
+    equal, float outputs PCC >= ``PCC_MIN`` and (unless ``chip_formats``) allclose by ``RTOL`` and ``ATOL``
+    times the output's largest magnitude. No problems: the outputs match."""
+    from pybuda.verify import calculate_pcc
+
+    if len(got) != len(want):
+        return None, [f"{len(got)} outputs, {reference} gives {len(want)}"]
+    pccs, problems = [], []
+    for i, (g, w) in enumerate(zip(got, want)):
+        if tuple(g.shape) != tuple(w.shape):
+            problems.append(f"output {i}: shape {list(g.shape)} vs {list(w.shape)}")
+            continue
+        if not w.is_floating_point():
+            if not torch.equal(g.to(w.dtype), w):
+                problems.append(f"output {i}: integer values differ")
+            continue
+        pcc = calculate_pcc(g.float(), w.float()) if w.numel() > 1 else None  # no correlation of one value
+        if pcc is not None:
+            pccs.append(pcc)
+        if pcc is not None and pcc < PCC_MIN:
+            problems.append(f"output {i}: PCC {pcc:.4f}")
+        elif not chip_formats and \
+                not torch.allclose(g.float(), w.float(), rtol=RTOL, atol=ATOL * max(1.0, w.abs().max().item())):
+            err = (g.float() - w.float()).abs().max().item()
+            problems.append(f"output {i}: not allclose (max abs err {err:.3g})")
+    return (round(min(pccs), 6) if pccs else None), problems
+
+
 def run_one(name: str, arch: str = "wh", verbose: bool = False, batch: int = 1,
             device_embeddings: bool = False, chip_formats: bool = False) -> Dict[str, Any]:
     """Run sweep model ``name`` on the golden device of ``arch`` ('wh' or 'gs'); a result dict (see module doc).
@@ -510,7 +540,6 @@ def run_one(name: str, arch: str = "wh", verbose: bool = False, batch: int = 1,
     import pybuda
     import pybuda.frontend.torch as frontend
     from pybuda.errors import PybudaError
-    from pybuda.verify import calculate_pcc
 
     result: Dict[str, Any] = dict(name=name, arch=arch, cls=None, pcc=None, host=None, detail="")
     t0 = time.time()
@@ -564,28 +593,8 @@ def run_one(name: str, arch: str = "wh", verbose: bool = False, batch: int = 1,
         result["host"] = round(report.host_fraction, 4)
         if verbose:
             print(report)
-    if len(got) != len(want):
-        result.update(cls="WRONG", detail=f"{len(got)} outputs, PyTorch gives {len(want)}")
-        return result
-    pccs, problems = [], []
-    for i, (g, w) in enumerate(zip(got, want)):
-        if tuple(g.shape) != tuple(w.shape):
-            problems.append(f"output {i}: shape {list(g.shape)} vs {list(w.shape)}")
-            continue
-        if not w.is_floating_point():
-            if not torch.equal(g.to(w.dtype), w):
-                problems.append(f"output {i}: integer values differ")
-            continue
-        pcc = calculate_pcc(g.float(), w.float()) if w.numel() > 1 else None  # no correlation of one value
-        if pcc is not None:
-            pccs.append(pcc)
-        if pcc is not None and pcc < PCC_MIN:
-            problems.append(f"output {i}: PCC {pcc:.4f}")
-        elif not chip_formats and \
-                not torch.allclose(g.float(), w.float(), rtol=RTOL, atol=ATOL * max(1.0, w.abs().max().item())):
-            err = (g.float() - w.float()).abs().max().item()
-            problems.append(f"output {i}: not allclose (max abs err {err:.3g})")
-    result["pcc"] = round(min(pccs), 6) if pccs else None
+    pcc, problems = compare(got, want, chip_formats)
+    result["pcc"] = pcc
     if problems:
         result.update(cls="WRONG", detail="; ".join(problems))
     elif report is not None and report.has_fallback:

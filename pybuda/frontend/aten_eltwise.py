@@ -431,8 +431,11 @@ def _acos(b: Builder, x: str, dt: torch.dtype) -> str:
 @converts("acos", "asin", "atan")
 def _inverse_trig(b: Builder, n, p):
     dt = out_dtype(n)
-    x = b.tensor(p["self"], dt)
-    name = op_name(n.target)
+    return _inverse_trig_of(b, op_name(n.target), b.tensor(p["self"], dt), dt)
+
+
+def _inverse_trig_of(b: Builder, name: str, x: str, dt: torch.dtype) -> str:
+    """``name`` ('acos', 'asin' or 'atan') of ``x`` from ops the chip runs (the ONNX importer's too)."""
     if name == "acos":
         return _acos(b, x, dt)
     if name == "asin":  # asin(x) = pi / 2 - acos(x)

@@ -28,7 +28,7 @@ import torch
 
 from pybuda.tensor import as_tuple
 from pybuda.errors import CompileError
-from pybuda.module import Module, PyTorchModule
+from pybuda.module import Module, OnnxModule, PyTorchModule
 from pybuda.runtime import state
 from pybuda.runtime.backend_api import fold_microbatch, split_microbatch
 from pybuda.runtime.device import Device
@@ -146,11 +146,12 @@ def _translate_tt(device: Device, config: Any, counter: List[int]) -> Tuple[Opti
         return None, None  # reported by initialize_pipeline (no sample)
     # One framework module is captured for the whole push (dim 0 = the microbatch), so that the compile
     # sees statically which ops read across samples (backend_api.trace_whole_push); chains for one sample.
+    # An ONNX model with a dynamic batch binds it to the push's, as torch.export traces at the push's batch.
     mb = sample.microbatch
     from pybuda.runtime.data_parallel import data_parallel_requested
 
     # Data parallel compiles for half a push; training compiles forward and backward for one sample.
-    whole = mb > 1 and len(device.modules) == 1 and isinstance(device.modules[0], PyTorchModule) \
+    whole = mb > 1 and len(device.modules) == 1 and isinstance(device.modules[0], (PyTorchModule, OnnxModule)) \
         and not data_parallel_requested() and not getattr(device, "training", False)
     # A model exported with a static batch (ONNX) takes the whole push as one run; a push of any other size gets
     # the frontend's shape error against what the user pushed.

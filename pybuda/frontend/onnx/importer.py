@@ -7,8 +7,9 @@ Steps (:func:`import_model`):
    their ONNX function bodies (:mod:`.functions`); probe every intermediate value once in ONNX Runtime
    (static shapes and dtypes);
 2. walk the nodes in order. A node whose inputs are all known at import time (constants, integer
-   initializers, shapes of static tensors) is evaluated right away (``onnx.reference``), so
-   ``Shape -> Gather -> Concat -> Reshape`` chains fold into constants. Every other node goes through its
+   initializers, shapes of static tensors) is evaluated right away (``onnx.reference``; where that fails, the
+   sample run's value, which is the same), so ``Shape -> Gather -> Concat -> Reshape`` chains fold into
+   constants, and an If whose condition is known is the branch it takes. Every other node goes through its
    converter in :mod:`.ops` (one per ONNX op type) that emits registry ops through the torch frontend's
    :class:`~pybuda.frontend.aten_builder.Builder`;
 3. nodes without a converter, whose converter cannot express the call, whose ops the chip cannot run
@@ -233,16 +234,7 @@ class _Importer:
         self.info: Dict[str, Tuple[Optional[Tuple[int, ...]], Optional[torch.dtype]]] = {}
         for k, (shape, et) in inferred.items():
             self.info[k] = (shape, onnx_model.torch_dtype(et))
-        for k, v in self.samples_run.items():
-            if isinstance(v, np.ndarray) and v.dtype != object:
-                shape = tuple(int(d) for d in v.shape)
-                if k in self.elem and onnx_model.torch_dtype(self.elem[k]) is None:
-                    self.info[k] = (shape, None)  # e.g. float8 (which ONNX Runtime returns as uint8)
-                    continue
-                try:
-                    self.info[k] = (shape, _to_torch(v.reshape(-1)[:0]).dtype)
-                except TypeError:  # an element type torch lacks
-                    self.info[k] = (shape, None)
+        self._learn(self.samples_run)
         # Exact-GELU chains of exporters without a Gelu op become the chip's gelu (see fusion.py).
         from pybuda.frontend.onnx.fusion import gelu_chains
 
@@ -252,6 +244,19 @@ class _Importer:
         self.graph: Graph
         self.folded: Set[int] = set()  # nodes evaluated at import time (set by run)
         self.const_values: Set[str] = set()  # values known at import time (set by run)
+
+    def _learn(self, values: Mapping[str, Any]) -> None:
+        """Static shape and dtype of every value of a sample run (``values``: name -> array) into ``info``."""
+        for k, v in values.items():
+            if isinstance(v, np.ndarray) and v.dtype != object:
+                shape = tuple(int(d) for d in v.shape)
+                if k in self.elem and onnx_model.torch_dtype(self.elem[k]) is None:
+                    self.info[k] = (shape, None)  # e.g. float8 (which ONNX Runtime returns as uint8)
+                    continue
+                try:
+                    self.info[k] = (shape, _to_torch(v.reshape(-1)[:0]).dtype)
+                except TypeError:  # an element type torch lacks
+                    self.info[k] = (shape, None)
 
     def _labels(self) -> List[str]:
         seen: Set[str] = set()
@@ -318,9 +323,14 @@ class _Importer:
             feeds = {n: v.value.numpy() for n, v in zip(node.input, ins) if n and v is not None}
             ref = ReferenceEvaluator(node, opsets={"": self.opset})
             outs = ref.run(None, feeds)
-        except Exception as e:  # let the converter (or the fallback) deal with it
-            log.debug("folding %s failed: %s", node.op_type, e)
-            return None
+        except Exception as e:
+            # onnx.reference lacks or mishandles some cases (GatherElements over more than 32 entries along its
+            # axis fails in np.choose). Constant inputs have the same values in the sample run, so ONNX Runtime's
+            # value of each output there is the folded value.
+            outs = [self.samples_run.get(o) for o in node.output]
+            if not node.output or any(o is None for o in outs):
+                log.debug("folding %s failed: %s", node.op_type, e)
+                return None  # let the converter (or the fallback) deal with it
         result = []
         for k, o in zip(node.output, outs):
             if not isinstance(o, np.ndarray) or o.dtype == object:
@@ -342,6 +352,10 @@ class _Importer:
             if self.graph[x].dtype.is_floating_point and 0 not in self.graph[x].shape:
                 out = self.b.op("gelu", [x], approximate="none")
                 return [self.b.finish(self._conform(node.output[0], out))]
+        return self._convert_node(node, self.labels[i], env)
+
+    def _convert_node(self, node: "onnx.NodeProto", label: str, env: Mapping[str, Any]) -> List[Any]:
+        """Map ``node`` (a model node, or one of an inlined If branch) with the values ``env``."""
         ins = []
         for n in node.input:
             if n not in env:
@@ -352,6 +366,12 @@ class _Importer:
             if isinstance(v, str) and 0 in self.graph[v].shape:
                 raise Unsupported("zero-size tensors are not supported on the device")
             ins.append(v)
+        empty = self._empty_outputs(node)
+        if empty is not None:
+            return empty
+        if node.op_type == "If" and node.domain in ("", "ai.onnx") and isinstance(ins[0], Const) \
+                and not isinstance(ins[0], Param) and ins[0].value.numel() == 1:
+            return self._inline_if(node, label, bool(ins[0].value.reshape(-1)[0]), env)
         folded = self._fold(node, ins)
         if folded is not None:
             return folded
@@ -360,8 +380,8 @@ class _Importer:
         fn = CONVERTERS.get(node.op_type)
         if fn is None:
             raise Unsupported("no mapping to a pybuda op")
-        self.b.begin_onnx(node, self.labels[i])
-        ctx = NodeCtx(self, node, self.labels[i], ins)
+        self.b.begin_onnx(node, label)
+        ctx = NodeCtx(self, node, label, ins)
         try:
             out = fn(ctx)
         except Unsupported:
@@ -377,6 +397,55 @@ class _Importer:
         if outs and isinstance(outs[0], str):
             outs[0] = self.b.finish(outs[0])  # the op producing the node's value takes the node's name
         return outs
+
+    def _empty_outputs(self, node: "onnx.NodeProto") -> Optional[List[Const]]:
+        """A node whose every output is zero-size (Phi-3's ``q[..., rotary_dim:]`` with a full rotary dim) computes
+        no value: its outputs are constants of their shape and dtype, which a Concat drops; None otherwise."""
+        outs = []
+        for o in node.output:
+            shape, dtype = self.info.get(o, (None, None)) if o else (None, None)
+            if shape is None or dtype is None or 0 not in shape:
+                return None
+            outs.append(Const(torch.empty(shape, dtype=dtype), _safe(o)))
+        return outs or None
+
+    def _inline_if(self, node: "onnx.NodeProto", label: str, cond: bool, env: Mapping[str, Any]) -> List[Any]:
+        """An If whose condition is known at import time (the TorchScript exporter's rank and size checks, e.g.
+        around Tile and diagonal) is the branch it takes: its nodes are mapped in place, reading the outer
+        values, so the If neither runs on the host nor keeps what follows it there."""
+        branch = next(onnx.helper.get_attribute_value(a) for a in node.attribute
+                      if a.name == ("then_branch" if cond else "else_branch"))
+        self._probe_branch(branch)
+        local: Dict[str, Any] = dict(env)
+        for t in branch.initializer:
+            value = _to_torch(onnx.numpy_helper.to_array(t))
+            local[t.name] = Param(value, _safe(t.name)) if value.dtype.is_floating_point else Const(value, _safe(t.name))
+        side = "then" if cond else "else"
+        for k, sub in enumerate(branch.node):
+            local.update(zip(sub.output, self._convert_node(sub, f"{label}.{side}_{k}", local)))
+        if len(branch.output) != len(node.output) or any(o.name not in local for o in branch.output):
+            raise Unsupported(f"the {side} branch does not compute the If's {len(node.output)} output(s)")
+        return [self._conform(o, local[b.name]) for o, b in zip(node.output, branch.output)]
+
+    def _probe_branch(self, branch: "onnx.GraphProto") -> None:
+        """The shapes and dtypes of an If branch's values (converters read them; the model's probe sees no value
+        inside a subgraph): the branch as a model of the outer values it reads, run on their sample values."""
+        if all(o in self.info for sub in branch.node for o in sub.output if o):
+            return
+        local = {t.name for t in branch.initializer}
+        outer: List[str] = []
+        for sub in branch.node:
+            outer += [n for n in self._reads(sub) if n not in local and n not in outer]
+            local |= set(sub.output)
+        feeds = {n: self.samples_run[n] if n in self.samples_run else self.inits.get(n) for n in outer}
+        if any(not isinstance(v, np.ndarray) for v in feeds.values()):
+            return  # an outer value without a sample: converters that need shapes refuse, the If runs on the host
+        inputs = [onnx.helper.make_tensor_value_info(n, onnx.helper.np_dtype_to_tensor_dtype(v.dtype), list(v.shape))
+                  for n, v in feeds.items()]
+        graph = onnx.helper.make_graph(list(branch.node), "branch", inputs, [], list(branch.initializer))
+        model = onnx.helper.make_model(graph, opset_imports=list(self.model.opset_import))
+        model.ir_version = self.model.ir_version
+        self._learn(onnx_model.probe(model, feeds))
 
     def _conform(self, name: str, value: Any) -> Any:
         """Check a converter's result against the static shape/dtype ONNX says it has."""
@@ -502,9 +571,9 @@ class _Importer:
             dev_nodes = [i for i in compute if stage[i] == DEVICE]
             post_nodes = [i for i in compute if stage[i] == POST]
             dev_inputs, dev_outputs = self._plan(stage, pre_nodes, dev_nodes, post_nodes, consts, outputs, user_inputs)
+            # No node on the device: as in the torch frontend, the device graph passes the CPU stage's values
+            # through (a model of host-only ops still runs, with its fallback report).
             blocked = next((r for r in map(self._cannot_cross, list(dev_inputs) + list(dev_outputs)) if r), None)
-            if not dev_nodes:
-                blocked = "no op of it can run on the device"
             if blocked is None:
                 break
         if blocked is not None:

@@ -7,4 +7,4 @@ to the CPU) and :class:`~pybuda.frontend.onnx.converter.OnnxAttributeError` (via
 attribute value the ONNX op itself does not accept.
 """
 
-from pybuda.frontend.onnx.ops import elementwise, nn, pool, reduce, tensor  # noqa: F401  (registers the converters)
+from pybuda.frontend.onnx.ops import elementwise, nn, pool, recurrent, reduce, tensor  # noqa: F401  (registers the converters)

@@ -8,7 +8,8 @@ import numpy as np
 import torch
 
 from pybuda.frontend.aten_builder import Const, Unsupported, _as_bool
-from pybuda.frontend.aten_eltwise import _hardsigmoid_of, _hold_nonfinite, _sign_exact, _softplus_of, isnan_of
+from pybuda.frontend.aten_eltwise import (_hardsigmoid_of, _hold_nonfinite, _inverse_trig_of, _sign_exact, _softplus_of,
+                                          isnan_of)
 from pybuda.frontend.onnx.converter import NodeCtx, converts, inf_standin
 from pybuda.frontend.onnx import model as onnx_model
 from pybuda.frontend.onnx.ops.common import _float_out
@@ -197,6 +198,13 @@ def _unary(ctx: NodeCtx):
     if ctx.op_type not in ("Abs", "Relu"):
         _float_out(ctx)
     return ctx.b.op(_UNARY[ctx.op_type], [ctx.x(0)])
+
+
+@converts("Acos", "Asin", "Atan")
+def _inverse_trig(ctx: NodeCtx):
+    """Polynomials of ops the chip runs, as the torch frontend maps acos/asin/atan."""
+    dt = _float_out(ctx)
+    return _inverse_trig_of(ctx.b, ctx.op_type.lower(), ctx.x(0, dt), dt)
 
 
 @converts("Erf")

@@ -523,3 +523,108 @@ def _einsum_by_broadcast(ctx: NodeCtx, terms: Sequence[str], rhs: str, dt) -> st
     if order != list(range(len(kept))):
         out = _permute_by(b, out, order)
     return b.reshape(out, ctx.out_shape())
+
+
+@converts("Trilu")
+def _trilu(ctx: NodeCtx):
+    """The upper (``upper=1``) or lower triangle of the last two dims from diagonal ``k``: a ``where`` with a
+    constant mask, as the torch frontend maps ``triu``/``tril`` (a multiply by 0/1 would turn inf into NaN)."""
+    upper = ctx.attr("upper", 1, (int,), choices=(0, 1))
+    if ctx.rank(0) < 2:
+        raise ctx.bad(f"needs an input of rank 2 or more, got rank {ctx.rank(0)}")
+    k = ctx.ints(1, "diagonal k")[0] if ctx.has(1) else 0
+    rows, cols = ctx.shape(0)[-2:]
+    ones = torch.ones(rows, cols, dtype=torch.bool)
+    mask = torch.triu(ones, k) if upper else torch.tril(ones, k)
+    dt = ctx.dtype(0)
+    return ctx.b.op("where", [ctx.b.const(mask, f"{ctx.label}.mask"), ctx.x(0), ctx.b.scalar(0, dt, 1)])
+
+
+@converts("OneHot")
+def _one_hot(ctx: NodeCtx):
+    """``values[1]`` where an index equals its position along the new ``axis``, ``values[0]`` elsewhere: two exact
+    comparisons with a constant ramp (an index may also count from the end, ``-depth <= i < 0``; one outside
+    ``[-depth, depth)`` gives a row of ``values[0]``, as ONNX says)."""
+    shape = list(ctx.shape(0))
+    axis = ctx.axis(ctx.attr("axis", -1, (int,)), len(shape) + 1)
+    depth_n = ctx.out_shape()[axis]  # the depth, also when it is computed at run time (the sample run's)
+    b, dt, it = ctx.b, ctx.out_dtype(), ctx.dtype(0)
+    if it.is_floating_point:  # ONNX truncates float indices; equality with the ramp would not
+        raise Unsupported("OneHot with float indices (ONNX truncates them to integers)")
+    idx = b.reshape(ctx.x(0), shape[:axis] + [1] + shape[axis:])
+    ramp_shape = [1] * (len(shape) + 1)
+    ramp_shape[axis] = depth_n
+    ramp = torch.arange(depth_n).reshape(ramp_shape)
+    hits = []
+    for offset, tag in ((0, "ramp"), (-depth_n, "ramp_neg")):
+        const = b.const((ramp + offset).to(it), f"{ctx.label}.{tag}")
+        hits.append(b.cast(b.binary("equal", idx, const, it), dt))
+    mask = b.op("add", hits)  # at most one of the two holds
+    if isinstance(ctx.value(2), Const):
+        values = ctx.const(2).reshape(-1)
+        if values.numel() != 2:
+            raise ctx.bad(f"values must be a pair (off, on), got {values.numel()} values")
+        off, on = float(values[0]), float(values[1])
+        if (off, on) == (0.0, 1.0):
+            return mask
+        return b.binary("add", b.binary("multiply", mask, on - off, dt), off, dt)
+    values = b.reshape(ctx.x(2, dt), (2,))
+    off, on = (b.reshape(_index_range(b, values, 0, k, k + 1), [1] * len(ramp_shape)) for k in (0, 1))
+    return b.op("add", [b.op("multiply", [mask, b.op("subtract", [on, off])]), off])
+
+
+@converts("GatherND")
+def _gather_nd(ctx: NodeCtx):
+    """Indices known at import (the TorchScript exporter's diagonal): the first K dims of the input flattened
+    into one, the K-tuples turned into flat positions there, and a Gather at them (the torch frontend's constant
+    gather). The output shape comes from the inputs' shapes: inside an inlined If branch there is no probe."""
+    if ctx.attr("batch_dims", 0, (int,)) != 0:
+        raise Unsupported("GatherND with batch_dims")
+    idx = ctx.const(1, "indices").to(torch.int64)
+    shape = list(ctx.shape(0))
+    k = idx.shape[-1] if idx.dim() else 0
+    if idx.dim() < 1 or not 1 <= k <= len(shape):
+        raise ctx.bad(f"indices of shape {list(idx.shape)} do not index a rank-{len(shape)} input")
+    if idx.numel() == 0:
+        raise Unsupported("GatherND with no indices")
+    sizes = torch.tensor(shape[:k])
+    if ((idx < -sizes) | (idx >= sizes)).any():
+        raise ctx.bad(f"indices out of range for the input's leading dims {shape[:k]}")
+    idx = torch.where(idx < 0, idx + sizes, idx)
+    strides = torch.tensor([math.prod(shape[d + 1:k]) for d in range(k)])
+    flat = (idx * strides).sum(-1)
+    x = ctx.b.reshape(ctx.x(0), [math.prod(shape[:k])] + shape[k:])
+    return _adv_index(ctx.b, x, Const(flat, f"{ctx.label}.positions"), 0, list(idx.shape[:-1]) + shape[k:])
+
+
+@converts("ScatterND")
+def _scatter_nd(ctx: NodeCtx):
+    """Indices known at import (the TorchScript exporter's ``x[..., 1:] = y``, T5's shift right): which row of the
+    updates lands on each of the input's rows (its first K dims flattened) is computed now; the output is a
+    ``where`` between the input and those rows of the updates, gathered at constant positions (the torch
+    frontend's constant gather). ONNX leaves duplicate indices undefined: the last one wins here, as in ONNX
+    Runtime."""
+    if ctx.attr("reduction", "none", (str,)) != "none":
+        raise Unsupported(f"ScatterND with reduction '{ctx.attr('reduction')}'")
+    idx = ctx.const(1, "indices").to(torch.int64)
+    shape = list(ctx.shape(0))
+    k = idx.shape[-1] if idx.dim() else 0
+    if idx.dim() < 1 or not 1 <= k <= len(shape):
+        raise ctx.bad(f"indices of shape {list(idx.shape)} do not index a rank-{len(shape)} input")
+    if idx.numel() == 0:
+        return ctx.b.op("nop", [ctx.x(0)])
+    sizes = torch.tensor(shape[:k])
+    if ((idx < -sizes) | (idx >= sizes)).any():
+        raise ctx.bad(f"indices out of range for the input's leading dims {shape[:k]}")
+    idx = torch.where(idx < 0, idx + sizes, idx)
+    strides = torch.tensor([math.prod(shape[d + 1:k]) for d in range(k)])
+    flat = (idx * strides).sum(-1).reshape(-1)
+    rows, width, count = math.prod(shape[:k]), math.prod(shape[k:]), flat.numel()
+    src = torch.full((rows,), -1, dtype=torch.int64)
+    src[flat] = torch.arange(count)
+    b, dt = ctx.b, ctx.out_dtype()
+    data = b.reshape(ctx.x(0, dt), (rows, width))
+    updates = b.reshape(ctx.x(2, dt), (count, width))
+    picked = _adv_index(b, updates, Const(src.clamp(min=0), f"{ctx.label}.sources"), 0, (rows, width))
+    written = b.const((src >= 0).reshape(rows, 1), f"{ctx.label}.written")
+    return b.reshape(b.op("where", [written, picked, data]), shape)
