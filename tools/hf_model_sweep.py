@@ -532,6 +532,20 @@ def compare(got: List[torch.Tensor], want: List[torch.Tensor], chip_formats: boo
     return (round(min(pccs), 6) if pccs else None), problems
 
 
+def failed(result: Dict[str, Any], exc: Exception, verbose: bool = False) -> Dict[str, Any]:
+    """``result`` of a device run that raised ``exc``: CLEAR-ERROR for a :class:`pybuda.errors.PybudaError` (its
+    message is the detail), CRASH for anything else (with the traceback's end); the traceback printed if ``verbose``."""
+    from pybuda.errors import PybudaError
+
+    if isinstance(exc, PybudaError):
+        result.update(cls="CLEAR-ERROR", detail=f"{type(exc).__name__}: {exc}")
+    else:
+        result.update(cls="CRASH", detail=f"{type(exc).__name__}: {exc}\n" + traceback.format_exc()[-1500:])
+    if verbose:
+        traceback.print_exc()
+    return result
+
+
 def run_one(name: str, arch: str = "wh", verbose: bool = False, batch: int = 1,
             device_embeddings: bool = False, chip_formats: bool = False) -> Dict[str, Any]:
     """Run sweep model ``name`` on the golden device of ``arch`` ('wh' or 'gs'); a result dict (see module doc).
@@ -539,7 +553,6 @@ def run_one(name: str, arch: str = "wh", verbose: bool = False, batch: int = 1,
     the default data formats and fidelity instead of Float32/HiFi4 (judged by PCC alone)."""
     import pybuda
     import pybuda.frontend.torch as frontend
-    from pybuda.errors import PybudaError
 
     result: Dict[str, Any] = dict(name=name, arch=arch, cls=None, pcc=None, host=None, detail="")
     t0 = time.time()
@@ -571,16 +584,8 @@ def run_one(name: str, arch: str = "wh", verbose: bool = False, batch: int = 1,
         arch_enum = {"wh": pybuda.BackendDevice.Wormhole_B0, "gs": pybuda.BackendDevice.Grayskull}[arch]
         pybuda.TTDevice("tt0", module=pybuda.PyTorchModule(name, module), arch=arch_enum)
         got = _flat(pybuda.run_inference(inputs=[inputs]).get(timeout=TIMEOUT_S))
-    except PybudaError as exc:
-        result.update(cls="CLEAR-ERROR", detail=f"{type(exc).__name__}: {exc}")
-        if verbose:
-            traceback.print_exc()
-        return result
     except Exception as exc:
-        result.update(cls="CRASH", detail=f"{type(exc).__name__}: {exc}\n" + traceback.format_exc()[-1500:])
-        if verbose:
-            traceback.print_exc()
-        return result
+        return failed(result, exc, verbose)
     finally:
         frontend.capture = real_capture
         try:

@@ -43,7 +43,6 @@ import re
 import subprocess
 import sys
 import time
-import traceback
 from typing import Any, Dict, List, Optional, Tuple
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -158,7 +157,6 @@ def run_one(name: str, variant: str = "static", verbose: bool = False) -> Dict[s
     """Run sweep model ``name`` exported as ``variant`` on a golden Wormhole B0; a result dict (see module doc)."""
     import warnings
 
-    from pybuda.errors import PybudaError
 
     warnings.filterwarnings("ignore")
     result: Dict[str, Any] = dict(name=name, variant=variant, cls=None, pcc=None, host=None, detail="")
@@ -195,16 +193,8 @@ def run_one(name: str, variant: str = "static", verbose: bool = False) -> Dict[s
 
     try:
         got, report = _run_on_device(name, model, inputs)
-    except PybudaError as exc:
-        result.update(cls="CLEAR-ERROR", detail=f"{type(exc).__name__}: {exc}")
-        if verbose:
-            traceback.print_exc()
-        return result
     except Exception as exc:
-        result.update(cls="CRASH", detail=f"{type(exc).__name__}: {exc}\n" + traceback.format_exc()[-1500:])
-        if verbose:
-            traceback.print_exc()
-        return result
+        return hf.failed(result, exc, verbose)
     result["seconds"] = round(time.time() - t0, 1)
     note = result["detail"]
     if report is not None:

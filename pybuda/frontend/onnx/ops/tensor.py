@@ -573,6 +573,18 @@ def _one_hot(ctx: NodeCtx):
     return b.op("add", [b.op("multiply", [mask, b.op("subtract", [on, off])]), off])
 
 
+def _nd_flat_positions(ctx: NodeCtx, idx: torch.Tensor, shape: List[int]) -> torch.Tensor:
+    """GatherND/ScatterND's constant K-tuples ``idx`` (``[..., K]``) as flat positions in ``shape``'s first K dims
+    flattened into one; negative entries count from the end, entries out of range are a bad model."""
+    k = idx.shape[-1]
+    sizes = torch.tensor(shape[:k])
+    if ((idx < -sizes) | (idx >= sizes)).any():
+        raise ctx.bad(f"indices out of range for the input's leading dims {shape[:k]}")
+    idx = torch.where(idx < 0, idx + sizes, idx)
+    strides = torch.tensor([math.prod(shape[d + 1:k]) for d in range(k)])
+    return (idx * strides).sum(-1)
+
+
 @converts("GatherND")
 def _gather_nd(ctx: NodeCtx):
     """Indices known at import (the TorchScript exporter's diagonal): the first K dims of the input flattened
@@ -587,12 +599,7 @@ def _gather_nd(ctx: NodeCtx):
         raise ctx.bad(f"indices of shape {list(idx.shape)} do not index a rank-{len(shape)} input")
     if idx.numel() == 0:
         raise Unsupported("GatherND with no indices")
-    sizes = torch.tensor(shape[:k])
-    if ((idx < -sizes) | (idx >= sizes)).any():
-        raise ctx.bad(f"indices out of range for the input's leading dims {shape[:k]}")
-    idx = torch.where(idx < 0, idx + sizes, idx)
-    strides = torch.tensor([math.prod(shape[d + 1:k]) for d in range(k)])
-    flat = (idx * strides).sum(-1)
+    flat = _nd_flat_positions(ctx, idx, shape)
     x = ctx.b.reshape(ctx.x(0), [math.prod(shape[:k])] + shape[k:])
     return _adv_index(ctx.b, x, Const(flat, f"{ctx.label}.positions"), 0, list(idx.shape[:-1]) + shape[k:])
 
@@ -613,12 +620,7 @@ def _scatter_nd(ctx: NodeCtx):
         raise ctx.bad(f"indices of shape {list(idx.shape)} do not index a rank-{len(shape)} input")
     if idx.numel() == 0:
         return ctx.b.op("nop", [ctx.x(0)])
-    sizes = torch.tensor(shape[:k])
-    if ((idx < -sizes) | (idx >= sizes)).any():
-        raise ctx.bad(f"indices out of range for the input's leading dims {shape[:k]}")
-    idx = torch.where(idx < 0, idx + sizes, idx)
-    strides = torch.tensor([math.prod(shape[d + 1:k]) for d in range(k)])
-    flat = (idx * strides).sum(-1).reshape(-1)
+    flat = _nd_flat_positions(ctx, idx, shape).reshape(-1)
     rows, width, count = math.prod(shape[:k]), math.prod(shape[k:]), flat.numel()
     src = torch.full((rows,), -1, dtype=torch.int64)
     src[flat] = torch.arange(count)
