@@ -20,6 +20,8 @@ See :mod:`pybuda.frontend.fallback` for the exact stage contract.
 
 from __future__ import annotations
 
+import functools
+import inspect
 import logging
 import time
 from dataclasses import dataclass, field
@@ -208,13 +210,31 @@ def capture(module: Union["torch.nn.Module", Any], sample_inputs: Any, graph_nam
     return result
 
 
+#: torch.nn modules whose forward reads their ``training`` flag.
+_MODE_MODULES = (torch.nn.modules.dropout._DropoutNd, torch.nn.modules.batchnorm._BatchNorm,
+                 torch.nn.modules.instancenorm._InstanceNorm, torch.nn.RReLU)
+
+
 def _mode_matters(module: "torch.nn.Module") -> bool:
-    """Whether ``module``'s forward can depend on its ``training`` flag. A GraphModule that calls no submodule
-    (what dynamo hands the torch.compile backend, always flagged as training) had each op's mode baked in
+    """Whether ``module``'s forward can depend on its ``training`` flag: it holds a torch.nn module that reads it
+    (dropout, batch or instance norm, RReLU), or a module of its own whose code mentions ``training`` (a
+    functional dropout's ``training=self.training``; code that cannot be read counts). A GraphModule that calls no
+    submodule (what dynamo hands the torch.compile backend, always flagged as training) had each op's mode baked in
     when it was traced, so its flag means nothing."""
     if isinstance(module, torch.fx.GraphModule):
         return any(n.op == "call_module" for n in module.graph.nodes)
-    return True
+    return any(isinstance(m, _MODE_MODULES) or _reads_training(type(m)) for m in module.modules())
+
+
+@functools.lru_cache(maxsize=None)
+def _reads_training(cls: type) -> bool:
+    """Whether a module class outside torch.nn mentions ``training`` in its source (read once per class)."""
+    if cls.__module__.startswith("torch.nn.") or cls.__module__.startswith("torch.fx."):
+        return False
+    try:
+        return "training" in inspect.getsource(cls)
+    except (OSError, TypeError):
+        return True
 
 
 def split_for_devices(module: Any, sample_inputs: Any, graph_name: Optional[str] = None, config: Any = None):
