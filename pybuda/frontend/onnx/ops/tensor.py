@@ -573,6 +573,16 @@ def _one_hot(ctx: NodeCtx):
     return b.op("add", [b.op("multiply", [mask, b.op("subtract", [on, off])]), off])
 
 
+def _nd_indices(ctx: NodeCtx) -> Tuple[torch.Tensor, List[int], int]:
+    """GatherND/ScatterND's constant indices (input 1, ``[..., K]``), the data's shape and K, checked."""
+    idx = ctx.const(1, "indices").to(torch.int64)
+    shape = list(ctx.shape(0))
+    k = idx.shape[-1] if idx.dim() else 0
+    if idx.dim() < 1 or not 1 <= k <= len(shape):
+        raise ctx.bad(f"indices of shape {list(idx.shape)} do not index a rank-{len(shape)} input")
+    return idx, shape, k
+
+
 def _nd_flat_positions(ctx: NodeCtx, idx: torch.Tensor, shape: List[int]) -> torch.Tensor:
     """GatherND/ScatterND's constant K-tuples ``idx`` (``[..., K]``) as flat positions in ``shape``'s first K dims
     flattened into one; negative entries count from the end, entries out of range are a bad model."""
@@ -592,11 +602,7 @@ def _gather_nd(ctx: NodeCtx):
     gather). The output shape comes from the inputs' shapes: inside an inlined If branch there is no probe."""
     if ctx.attr("batch_dims", 0, (int,)) != 0:
         raise Unsupported("GatherND with batch_dims")
-    idx = ctx.const(1, "indices").to(torch.int64)
-    shape = list(ctx.shape(0))
-    k = idx.shape[-1] if idx.dim() else 0
-    if idx.dim() < 1 or not 1 <= k <= len(shape):
-        raise ctx.bad(f"indices of shape {list(idx.shape)} do not index a rank-{len(shape)} input")
+    idx, shape, k = _nd_indices(ctx)
     if idx.numel() == 0:
         raise Unsupported("GatherND with no indices")
     flat = _nd_flat_positions(ctx, idx, shape)
@@ -613,11 +619,7 @@ def _scatter_nd(ctx: NodeCtx):
     Runtime."""
     if ctx.attr("reduction", "none", (str,)) != "none":
         raise Unsupported(f"ScatterND with reduction '{ctx.attr('reduction')}'")
-    idx = ctx.const(1, "indices").to(torch.int64)
-    shape = list(ctx.shape(0))
-    k = idx.shape[-1] if idx.dim() else 0
-    if idx.dim() < 1 or not 1 <= k <= len(shape):
-        raise ctx.bad(f"indices of shape {list(idx.shape)} do not index a rank-{len(shape)} input")
+    idx, shape, k = _nd_indices(ctx)
     if idx.numel() == 0:
         return ctx.b.op("nop", [ctx.x(0)])
     flat = _nd_flat_positions(ctx, idx, shape).reshape(-1)
