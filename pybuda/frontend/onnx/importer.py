@@ -45,15 +45,14 @@ import torch
 
 from pybuda.errors import CompileError, InputError, UnsupportedOp, UnsupportedOpError
 from pybuda.frontend.aten_builder import Const, Missing, Unsupported
-from pybuda.frontend.fallback import FallbackOp, FallbackReport, add_sample_input, assign_sides, off_batch, warn_if_large
+from pybuda.frontend.fallback import FallbackOp, FallbackReport, add_sample_input, off_batch, warn_if_large
 from pybuda.frontend.onnx import model as onnx_model
 from pybuda.frontend.onnx.converter import CONVERTERS, STAGE, NodeCtx, OnnxAttributeError, OnnxBuilder, Param
 from pybuda.frontend.onnx.model import onnx
+from pybuda.frontend.onnx.split import DEVICE, POST, PRE, SplitPlanner
 from pybuda.ir.graph import OP, Graph
 
 log = logging.getLogger(__name__)
-
-PRE, DEVICE, POST = "pre", "device", "post"
 
 #: Ops never folded at import time: their result is not a function of their inputs.
 NONDETERMINISTIC = frozenset({"RandomNormal", "RandomUniform", "RandomNormalLike", "RandomUniformLike", "Bernoulli",
@@ -203,7 +202,7 @@ def import_model(model_or_path: Any, *samples: Any, name: Optional[str] = None, 
     return _Importer(bound, arrays, label, config, for_device, set(bind_inputs), dict(host_nodes or {})).run()
 
 
-class _Importer:
+class _Importer(SplitPlanner):
     def __init__(self, model: "onnx.ModelProto", samples: List[np.ndarray], name: str, config: Any, for_device: bool,
                  bind: Set[str], host_nodes: Optional[Dict[str, str]] = None):
         self.model = model
@@ -626,108 +625,6 @@ class _Importer:
         self._fresh()
         return OnnxCapture(self.graph, report, None, None, host=stage, host_reason=why, **base)
 
-    def _describe(self, idx: Sequence[int]) -> List[str]:
-        return [f"{self.labels[i]} ({self.nodes[i].op_type})" for i in idx]
-
-    def _partition(self, compute: List[int], host: Mapping[int, str],
-                   force: Optional[str] = None) -> Tuple[Dict[int, str], List[FallbackOp]]:
-        """The torch frontend's rule (:func:`pybuda.frontend.fallback.partition`) over ONNX nodes; ``force``
-        (PRE or POST) puts every host node on that side instead, with all its ancestors or descendants."""
-        cset = set(compute)
-        producer = {o: i for i in compute for o in self.nodes[i].output if o}
-        users: Dict[int, Set[int]] = {i: set() for i in compute}
-        for i in compute:
-            for n in self._reads(self.nodes[i]):
-                p = producer.get(n)
-                if p is not None:
-                    users[p].add(i)
-
-        def closure(start: int, up: bool) -> Set[int]:
-            seen: Set[int] = set()
-            stack = [start]
-            while stack:
-                k = stack.pop()
-                nexts = [producer[n] for n in self._reads(self.nodes[k]) if n in producer] if up else users[k]
-                for m in nexts:
-                    if m in cset and m not in seen:
-                        seen.add(m)
-                        stack.append(m)
-            return seen
-
-        anc = {u: closure(u, True) for u in host}
-        desc = {u: closure(u, False) for u in host}
-        if force is None:
-            side, pre, post = assign_sides(host, anc, desc, STAGE)
-        else:
-            side = {u: force for u in host}
-            reach = anc if force == PRE else desc
-            moved = set().union(*(reach[u] | {u} for u in host))
-            pre, post = (moved, set()) if force == PRE else (set(), moved)
-        stage = {i: PRE if i in pre else POST if i in post else DEVICE for i in compute}
-        decisions = [FallbackOp(self.labels[u], self.nodes[u].op_type, f"onnx node #{u}", host[u], side[u],
-                                len(anc[u]) if side[u] == PRE else len(desc[u])) for u in host]
-        return stage, decisions
-
-    def _reads(self, node: "onnx.NodeProto") -> List[str]:
-        """Values ``node`` reads: its inputs and the outer-scope values its subgraphs (If/Loop/Scan) use."""
-        names = [n for n in node.input if n]
-        for a in node.attribute:
-            for g in ([a.g] if a.type == onnx.AttributeProto.GRAPH else list(a.graphs)):
-                local = {i.name for i in g.input} | {t.name for t in g.initializer}
-                for sub in g.node:
-                    names += [n for n in self._reads(sub) if n not in local]
-                    local |= set(sub.output)
-        return names
-
-    def _cannot_cross(self, v: str) -> Optional[str]:
-        """Why value ``v`` cannot be a device input or output (None when it can)."""
-        shape, dtype = self.info.get(v, (None, None))
-        if shape is None:
-            return f"'{v}' has no static shape"
-        if dtype is None or dtype not in _DEVICE_DTYPES:
-            return f"'{v}' has element type {_elem_name(self.elem.get(v))}, which the device cannot hold"
-        if 0 in shape:
-            return f"'{v}' is empty (shape {list(shape)})"
-        sample = self.samples_run.get(v)
-        if (not dtype.is_floating_point and dtype != torch.bool and isinstance(sample, np.ndarray) and sample.size
-                and sample.dtype.kind in "iu" and np.abs(sample.astype(np.float64)).max() > _EXACT_INT):
-            return f"'{v}' holds integers beyond the device's exact range (+-{_EXACT_INT})"
-        return None
-
-    def _plan(self, stage: Mapping[int, str], pre_nodes, dev_nodes, post_nodes, consts, outputs, user_inputs):
-        """Values crossing stage boundaries (the torch frontend's :func:`~pybuda.frontend.fallback.plan_stages`)."""
-        producer = {o: i for i in stage for o in self.nodes[i].output if o}
-        order = {n: k for k, n in enumerate(user_inputs)}
-        for i in sorted(stage):
-            for o in self.nodes[i].output:
-                if o:
-                    order.setdefault(o, len(order))
-
-        def produced_before(st: str, v: str) -> bool:
-            if v in consts or v in self.inits or v in self.bind or not v:
-                return False
-            if v in user_inputs:
-                return True
-            s = stage.get(producer.get(v, -1))
-            return s is not None and (st == DEVICE and s == PRE or st == POST and s in (PRE, DEVICE))
-
-        def needed_by(idx, st) -> Set[str]:
-            return {v for i in idx for v in self._reads(self.nodes[i]) if produced_before(st, v)}
-
-        finals = [o for o in outputs if o not in consts and o not in self.inits]
-        if post_nodes:
-            need = needed_by(post_nodes, POST) | {o for o in finals if stage.get(producer.get(o, -1)) != POST}
-            dev_outputs = sorted(need, key=order.__getitem__)
-        else:
-            dev_outputs = list(outputs)
-        if pre_nodes:
-            need = needed_by(dev_nodes, DEVICE) | {o for o in dev_outputs if o in order and
-                                                   stage.get(producer.get(o, -1)) != DEVICE}
-            dev_inputs = sorted(need, key=order.__getitem__)
-        else:
-            dev_inputs = list(user_inputs)
-        return dev_inputs, dev_outputs
-
     def _add_outputs(self, outputs: Sequence[str], env: Mapping[str, Any]) -> List[str]:
         names = []
         self.b.node = None
@@ -741,24 +638,6 @@ class _Importer:
                 src = self.graph.add_op(self.graph.unique_name(f"{_safe(o)}.passthrough"), "nop", [src]).name
             names.append(self.graph.add_output(self.graph.unique_name(f"{self.name}.output_{_safe(o)}"), src).name)
         return names
-
-
-#: Element types a device queue holds (integers and booleans as exact floats); float8 and the unsigned
-#: 16/32/64-bit types (which torch widens) stay on the host.
-_DEVICE_DTYPES = frozenset({torch.float32, torch.float16, torch.bfloat16, torch.float64, torch.int64, torch.int32,
-                            torch.int16, torch.int8, torch.uint8, torch.bool})
-
-#: Largest integer magnitude the device's formats hold exactly (Float32's 24-bit significand).
-_EXACT_INT = 2 ** 24
-
-
-def _elem_name(elem_type: Optional[int]) -> str:
-    if not elem_type:
-        return "unknown"
-    try:
-        return onnx.TensorProto.DataType.Name(elem_type).lower()
-    except ValueError:
-        return str(elem_type)
 
 
 def _fallback_set(config: Any) -> Tuple[bool, Set[str]]:
