@@ -66,6 +66,8 @@ def hold_mask_fills(graph: Graph, ctx: CompileContext) -> Graph:
     # default holds neither: held_format), else one with an exponent per datum (where the default is a block format)
     sources: Dict[str, str] = {}
     for node in graph:
+        if node.kind not in (INPUT, CONSTANT) or not (held_df or held_format(ctx, node.dtype)):
+            continue  # the default holds whatever this leaf holds: no pass over its values (the usual case)
         value = graph.tensors.get(node.name) if node.kind == CONSTANT else None
         if node.kind == INPUT and node.tags.get(SAMPLE_FILL):
             nonfinite = bool(node.tags.get(SAMPLE_NONFINITE))
