@@ -43,6 +43,7 @@ import torch
 import torch.fx
 
 from pybuda.errors import ImageError, InputError
+from pybuda.frontend.fx_decompose import DECOMPOSED_FROM, NOT_DECOMPOSED, decompose_ops
 
 FORMAT = "pybuda.fx_stage"
 VERSION = 1
@@ -169,6 +170,9 @@ def stage_to_data(gm: torch.fx.GraphModule, name: str) -> Tuple[dict, Dict[str, 
         raise ImageError(f"stage '{name}': expected a torch.fx.GraphModule, got {type(gm).__name__}")
     if not isinstance(name, str) or not _STAGE_NAME.match(name):
         raise ImageError(f"stage name {name!r} must be 1-200 characters of letters, digits, '_', '.', '-'")
+    # An op outside the allow-list (a library's custom op) is stored as the ATen ops its implementation
+    # runs: the stored stage is a decomposed copy; ``gm``, which the in-memory run uses, is not changed.
+    gm = decompose_ops(gm, keep=lambda target: bool(_target_name(target)))
     nodes: List[dict] = []
     tensor_meta: Dict[str, dict] = {}
     tensors: Dict[str, torch.Tensor] = {}
@@ -179,6 +183,10 @@ def stage_to_data(gm: torch.fx.GraphModule, name: str) -> Tuple[dict, Dict[str, 
     for node in gm.graph.nodes:
         op = node.op
         what = _describe_target(node.target) if op == "call_function" else f"{op} {node.target!r}"
+
+        origin = node.meta.get(DECOMPOSED_FROM)
+        if origin:
+            what += f", from the decomposition of {' -> '.join(origin)}"
 
         def where(node: torch.fx.Node = node, what: str = what) -> str:
             return f"stage '{name}', node '{node.name}' ({what})"
@@ -211,8 +219,10 @@ def stage_to_data(gm: torch.fx.GraphModule, name: str) -> Tuple[dict, Dict[str, 
         elif op == "call_function":
             target = _target_name(node.target)
             if not target:
+                why = node.meta.get(NOT_DECOMPOSED)
                 raise ImageError(f"{where()}: op is not in the allow-list of stored CPU stages "
-                                 f"(ATen/prims overloads, operator.getitem, checked_embedding)")
+                                 f"(ATen/prims overloads, operator.getitem, checked_embedding)"
+                                 + (f" and cannot be decomposed into ops that are: {why}" if why else ""))
             for k in node.kwargs:
                 if not isinstance(k, str) or not _IDENT.match(k) or keyword.iskeyword(k):
                     raise ImageError(f"{where()}: keyword argument name {k!r} is not a plain identifier")
