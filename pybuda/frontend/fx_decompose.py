@@ -20,9 +20,11 @@ decomposed stays in the graph with the reason in ``node.meta[NOT_DECOMPOSED]``, 
 
 from __future__ import annotations
 
+import contextlib
+import logging
 import operator
 import re
-from typing import Any, Callable, Dict, List, Tuple
+from typing import Any, Callable, Dict, Iterator, List, Tuple
 
 import torch
 import torch.fx
@@ -129,10 +131,10 @@ def _trace(node: torch.fx.Node, gm: torch.fx.GraphModule) -> Tuple[torch.fx.Grap
     # allow_non_fake_inputs: an implementation may use a real constant tensor of its own (recorded as one).
     mode = FakeTensorMode(allow_non_fake_inputs=True)
     try:
-        with mode:
+        with _quiet_fake_tensor_log(), mode:
             fakes = [torch.empty_strided(tuple(v.shape), tuple(v.stride()), dtype=v.dtype, device=v.device)
                      for v in examples]
-        with mode, torch.no_grad():
+        with _quiet_fake_tensor_log(), mode, torch.no_grad():
             sub = make_fx(run)(*fakes)
     except (DataDependentOutputException, DynamicOutputShapeException) as e:
         raise _NotDecomposable(
@@ -149,6 +151,17 @@ def _trace(node: torch.fx.Node, gm: torch.fx.GraphModule) -> Tuple[torch.fx.Grap
             "it has no implementation to trace (no Python kernel registered with torch.library and no "
             "CompositeImplicitAutograd decomposition; a compiled kernel cannot be traced)")
     return sub, list(leaves)
+
+
+@contextlib.contextmanager
+def _quiet_fake_tensor_log() -> Iterator[None]:
+    """Fake tensors log a traceback for each kernel that fails on them; the failure becomes the reason."""
+    logger = logging.getLogger("torch._subclasses.fake_tensor")
+    disabled, logger.disabled = logger.disabled, True
+    try:
+        yield
+    finally:
+        logger.disabled = disabled
 
 
 def _first_line(e: BaseException) -> str:
