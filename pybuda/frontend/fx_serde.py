@@ -8,6 +8,9 @@ safetensors) and load it with :func:`stage_from_data`: nothing is unpickled, and
 named by the file is imported or run. Targets resolve only through an allow-list (ATen/prims overloads
 looked up by validated name on ``torch.ops.aten``/``torch.ops.prims``, ``operator.getitem``,
 ``checked_embedding``); anything else, or any malformed field, raises :class:`~pybuda.errors.ImageError`.
+A stage holding another op (a library's custom op) is saved as the ATen ops the op's implementation runs
+(:func:`pybuda.frontend.fx_decompose.decompose_ops`, on a copy: the stage itself is not changed); the loader's
+allow-list stays as it is, and an op that cannot be decomposed is refused at save time with the reason.
 
 Format (``version`` 1)::
 
@@ -163,8 +166,9 @@ def stage_to_data(gm: torch.fx.GraphModule, name: str) -> Tuple[dict, Dict[str, 
 
     ``data`` is a JSON-serialisable dict (see the module doc); ``tensors`` maps the keys in
     ``data["tensors"]`` to contiguous, detached CPU copies of the tensors the stage's ``get_attr``
-    nodes read, for the caller to save with safetensors. Raises :class:`ImageError` naming the stage,
-    node and op for anything that cannot be stored faithfully.
+    nodes read, for the caller to save with safetensors. Ops outside the allow-list are stored decomposed
+    into ATen ops (see the module doc). Raises :class:`ImageError` naming the stage, node and op for
+    anything that cannot be stored faithfully.
     """
     if not isinstance(gm, torch.fx.GraphModule):
         raise ImageError(f"stage '{name}': expected a torch.fx.GraphModule, got {type(gm).__name__}")
