@@ -20,6 +20,7 @@ decomposed stays in the graph with the reason in ``node.meta[NOT_DECOMPOSED]``, 
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import logging
 import operator
@@ -66,9 +67,9 @@ def decompose_ops(gm: torch.fx.GraphModule, keep: Callable[[Any], bool]) -> torc
     graph = torch.fx.Graph()
     graph.output(graph.graph_copy(gm.graph, {}))  # node_copy copies each node's meta (shallow)
     out = torch.fx.GraphModule(gm, graph, class_name=type(gm).__name__)  # attributes shared, not copied
-    work = [n for n in graph.nodes if pending(n)]
+    work = collections.deque(n for n in graph.nodes if pending(n))
     while work:
-        node = work.pop(0)
+        node = work.popleft()
         try:
             inserted = _replace(out, node)
         except _NotDecomposable as e:
@@ -106,6 +107,8 @@ def _example(node: torch.fx.Node, gm: torch.fx.GraphModule) -> torch.Tensor:
         raise _NotDecomposable(f"the stage records no tensor shape for its argument '{node.name}'")
     if any(not isinstance(d, int) for d in (*value.shape, *value.stride())):
         raise _NotDecomposable(f"its argument '{node.name}' has a symbolic shape")
+    if value.device.type != "cpu":  # the kernel traced is the CPU one
+        raise _NotDecomposable(f"its argument '{node.name}' is not a CPU tensor")
     return value
 
 
