@@ -111,16 +111,37 @@ def test_a_custom_op_that_cannot_be_decomposed_is_refused_naming_it(tmp_path):
         device.compile_to_image(img_path=str(tmp_path / "flip.tti"), sample_inputs=(torch.randn(1, 4, 16),))
 
 
-@pytest.mark.slow
-def test_mixtral_grouped_matmul_fallback_is_refused_with_the_reason(tmp_path):
-    """Hugging Face Mixtral runs its experts through ``transformers::grouped_mm_fallback``, a Python loop over
-    the routed token counts: a graph traced from it would hold one sample's routing, so it is refused."""
+def _mixtral(experts_implementation=None):
+    """The HF sweep's tiny Mixtral (random weights) and its inputs."""
     pytest.importorskip("transformers")
     tool = pathlib.Path(__file__).resolve().parents[2] / "tools" / "hf_model_sweep.py"
     spec = importlib.util.spec_from_file_location("hf_model_sweep", tool)
     sweep = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(sweep)
     module, inputs = sweep.build("mixtral")
-    device = pybuda.TTDevice("tt0", module=pybuda.PyTorchModule("mixtral", module))
+    if experts_implementation:
+        module.model.config._experts_implementation = experts_implementation
+    return pybuda.PyTorchModule("mixtral", module), inputs
+
+
+@pytest.mark.slow
+def test_mixtral_grouped_matmul_fallback_is_refused_with_the_reason(tmp_path):
+    """Hugging Face Mixtral runs its experts through ``transformers::grouped_mm_fallback`` under torch.export, a
+    Python loop over the routed token counts: a graph traced from it would hold one sample's routing."""
+    module, inputs = _mixtral()
+    device = pybuda.TTDevice("tt0", module=module)
     with pytest.raises(ImageError, match=r"transformers.grouped_mm_fallback.default\): .*depends on the values"):
         device.compile_to_image(img_path=str(tmp_path / "mixtral.tti"), sample_inputs=inputs)
+
+
+@pytest.mark.slow
+def test_mixtral_with_batched_experts_round_trips_bit_identical(tmp_path):
+    """With transformers' ``batched_mm`` experts (gathers and bmm, no loop over values) Mixtral's CPU stages hold
+    ATen ops only: its image saves, and a fresh process gives the direct run's logits bit for bit."""
+    module, inputs = _mixtral("batched_mm")
+    device = pybuda.TTDevice("tt0", module=module)
+    device.compile_to_image(img_path=str(tmp_path / "mixtral.tti"), sample_inputs=inputs)
+    pybuda.pybuda_reset()
+    expected = _in_process([_mixtral("batched_mm")[0]], list(inputs))
+    got = run_in_fresh_process(tmp_path / "mixtral.tti", list(inputs), tmp_path)
+    assert len(got) == len(expected) == 1 and torch.equal(got[0], expected[0])
