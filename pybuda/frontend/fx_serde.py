@@ -8,6 +8,9 @@ safetensors) and load it with :func:`stage_from_data`: nothing is unpickled, and
 named by the file is imported or run. Targets resolve only through an allow-list (ATen/prims overloads
 looked up by validated name on ``torch.ops.aten``/``torch.ops.prims``, ``operator.getitem``,
 ``checked_embedding``); anything else, or any malformed field, raises :class:`~pybuda.errors.ImageError`.
+A stage holding another op (a library's custom op) is saved as the ATen ops the op's implementation runs
+(:func:`pybuda.frontend.fx_decompose.decompose_ops`, on a copy: the stage itself is not changed); the loader's
+allow-list stays as it is, and an op that cannot be decomposed is refused at save time with the reason.
 
 Format (``version`` 1)::
 
@@ -43,6 +46,7 @@ import torch
 import torch.fx
 
 from pybuda.errors import ImageError, InputError
+from pybuda.frontend.fx_decompose import DECOMPOSED_FROM, NOT_DECOMPOSED, decompose_ops
 
 FORMAT = "pybuda.fx_stage"
 VERSION = 1
@@ -162,13 +166,17 @@ def stage_to_data(gm: torch.fx.GraphModule, name: str) -> Tuple[dict, Dict[str, 
 
     ``data`` is a JSON-serialisable dict (see the module doc); ``tensors`` maps the keys in
     ``data["tensors"]`` to contiguous, detached CPU copies of the tensors the stage's ``get_attr``
-    nodes read, for the caller to save with safetensors. Raises :class:`ImageError` naming the stage,
-    node and op for anything that cannot be stored faithfully.
+    nodes read, for the caller to save with safetensors. Ops outside the allow-list are stored decomposed
+    into ATen ops (see the module doc). Raises :class:`ImageError` naming the stage, node and op for
+    anything that cannot be stored faithfully.
     """
     if not isinstance(gm, torch.fx.GraphModule):
         raise ImageError(f"stage '{name}': expected a torch.fx.GraphModule, got {type(gm).__name__}")
     if not isinstance(name, str) or not _STAGE_NAME.match(name):
         raise ImageError(f"stage name {name!r} must be 1-200 characters of letters, digits, '_', '.', '-'")
+    # An op outside the allow-list (a library's custom op) is stored as the ATen ops its implementation
+    # runs: the stored stage is a decomposed copy; ``gm``, which the in-memory run uses, is not changed.
+    gm = decompose_ops(gm, keep=lambda target: bool(_target_name(target)))
     nodes: List[dict] = []
     tensor_meta: Dict[str, dict] = {}
     tensors: Dict[str, torch.Tensor] = {}
@@ -179,6 +187,10 @@ def stage_to_data(gm: torch.fx.GraphModule, name: str) -> Tuple[dict, Dict[str, 
     for node in gm.graph.nodes:
         op = node.op
         what = _describe_target(node.target) if op == "call_function" else f"{op} {node.target!r}"
+
+        origin = node.meta.get(DECOMPOSED_FROM)
+        if origin:
+            what += f", from the decomposition of {' -> '.join(origin)}"
 
         def where(node: torch.fx.Node = node, what: str = what) -> str:
             return f"stage '{name}', node '{node.name}' ({what})"
@@ -211,8 +223,10 @@ def stage_to_data(gm: torch.fx.GraphModule, name: str) -> Tuple[dict, Dict[str, 
         elif op == "call_function":
             target = _target_name(node.target)
             if not target:
+                why = node.meta.get(NOT_DECOMPOSED)
                 raise ImageError(f"{where()}: op is not in the allow-list of stored CPU stages "
-                                 f"(ATen/prims overloads, operator.getitem, checked_embedding)")
+                                 f"(ATen/prims overloads, operator.getitem, checked_embedding)"
+                                 + (f" and cannot be decomposed into ops that are: {why}" if why else ""))
             for k in node.kwargs:
                 if not isinstance(k, str) or not _IDENT.match(k) or keyword.iskeyword(k):
                     raise ImageError(f"{where()}: keyword argument name {k!r} is not a plain identifier")

@@ -25,11 +25,26 @@ VOCAB = 20
 
 @torch.library.custom_op("pybuda_fxserde_test::odd", mutates_args=())
 def odd(x: torch.Tensor) -> torch.Tensor:
-    """A custom op: stages using it cannot be stored (not in the allow-list)."""
+    """A custom op (not in the allow-list) made of ATen ops: stored as those ops."""
     return x * 3 - 1
 
 
 @odd.register_fake
+def _(x):
+    return torch.empty_like(x)
+
+
+@torch.library.custom_op("pybuda_fxserde_test::flip_negative_rows", mutates_args=())
+def flip_negative_rows(x: torch.Tensor) -> torch.Tensor:
+    """A custom op whose implementation loops over tensor values: no fixed ATen graph computes it."""
+    out = x.clone()
+    for i, negative in enumerate((x[:, 0] < 0).tolist()):
+        if negative:
+            out[i] = -x[i]
+    return out
+
+
+@flip_negative_rows.register_fake
 def _(x):
     return torch.empty_like(x)
 
@@ -68,13 +83,14 @@ class SortCumprod(nn.Module):
 
 
 class CustomTail(nn.Module):
-    def __init__(self):
+    def __init__(self, op=odd):
         super().__init__()
         self.head = nn.Sequential(*[nn.Linear(8, 8) for _ in range(3)])
         self.tail = nn.Linear(8, 8)
+        self.op = op
 
     def forward(self, x):
-        return self.tail(odd(self.head(x)))
+        return self.tail(self.op(self.head(x)))
 
 
 def tagger_config():
@@ -492,11 +508,20 @@ def test_call_method_is_refused_at_save():
         stage_to_data(torch.fx.symbolic_trace(M()), "meth")
 
 
-def test_real_stage_with_a_custom_op_is_refused_at_save():
+def test_real_stage_with_a_custom_op_is_stored_as_its_aten_ops():
     result = capture(CustomTail().eval(), (torch.randn(2, 8),))
-    assert result.post is not None
-    with pytest.raises(ImageError, match=r"stage 'tail', node 'odd' \(pybuda_fxserde_test.odd.default\)"
-                                         r": op is not in the allow-list"):
+    loaded, data = round_trip(result.post, "tail")
+    assert targets(data) == ["aten.mul.Tensor", "aten.sub.Tensor", "aten.linear.default"]
+    assert any(n.target is torch.ops.pybuda_fxserde_test.odd.default for n in result.post.graph.nodes)  # the in-memory stage keeps it
+    inputs = random_inputs(result.post, 1)
+    assert_identical(loaded(*inputs), result.post(*inputs))
+
+
+def test_real_stage_with_a_value_dependent_custom_op_is_refused_at_save():
+    result = capture(CustomTail(flip_negative_rows).eval(), (torch.randn(2, 8),))
+    with pytest.raises(ImageError, match=r"stage 'tail', node 'flip_negative_rows' \(pybuda_fxserde_test."
+                                         r"flip_negative_rows.default\): op is not in the allow-list .* cannot be "
+                                         r"decomposed .*: its implementation depends on the values"):
         stage_to_data(result.post, "tail")
 
 
