@@ -114,6 +114,15 @@ class QueueState:
             return self.slot(positions[0]).unsqueeze(0)
         return torch.stack([self.slot(p) for p in positions])
 
+    def drop(self, start: int, end: int) -> None:
+        """Forget the data of the entries from pointer ``start`` up to ``end`` (both modulo 2·entries): the
+        read pointer moved past them, so on the chip their space belongs to the writer again. Only for a
+        queue no program ever moves the read pointer back on (the device checks that), so nothing reads them."""
+        for i in range((end - start) % (2 * self.entries)):
+            slot = (start + i) % self.entries
+            self.slots[slot] = None
+            self._batch[slot] = None
+
     def zero(self) -> None:
         self.slots = [torch.zeros(self.entry_shape) for _ in range(self.entries)]
         self._batch = [None] * self.entries
@@ -186,6 +195,13 @@ class GoldenDevice:
         # (op, input index) -> (source key, value, derived-values dict). Parameters do not change
         # between executes, so this work is done once; a write to the queue changes the key.
         self._const_cache: Dict[Tuple[str, str, int], Tuple[Tuple, torch.Tensor, Dict]] = {}
+        # Streaming queues whose read pointer only ever advances: an entry read past is never read again, so
+        # its value is dropped then (a graph's activations do not stay alive until the next push overwrites
+        # them). A queue some program sets ``rd_ptr_global`` on may be read again from an earlier position.
+        rewound = {name for program in netlist.programs for inst in program.instructions
+                   if isinstance(inst, nl.Execute)
+                   for name, s in inst.queue_settings.items() if s.rd_ptr_global is not None}
+        self._drop_consumed = {name for name, q in netlist.queues.items() if q.type == "queue"} - rewound
 
     # --- host side ----------------------------------------------------------------------------
     def _queue(self, name: str) -> QueueState:
@@ -234,8 +250,13 @@ class GoldenDevice:
             raise InputError(f"queue '{queue_name}' holds {q.occupancy} entries, {count} requested")
         positions = [q.rd + i for i in range(count)]
         out = q.read_entries(positions).clone()
-        q.rd = q.advance(q.rd, count)
+        self._advance_read(queue_name, q, q.advance(q.rd, count))
         return out
+
+    def _advance_read(self, name: str, q: QueueState, rd: int) -> None:
+        if name in self._drop_consumed:
+            q.drop(q.rd, rd)
+        q.rd = rd
 
     # --- programs -----------------------------------------------------------------------------
     def run_program(self, name: str, params: Optional[Mapping[str, int]] = None) -> ExecuteStats:
@@ -342,7 +363,7 @@ class GoldenDevice:
         for qname, end in consumed.items():
             q = self.queues[qname]
             inc = nl.resolve_operand(settings.get(qname, nl.QueueSetting()).autoincs("queue")[1], env)
-            q.rd = q.advance(q.rd, inc * n) if inc else end % (2 * q.entries)
+            self._advance_read(qname, q, q.advance(q.rd, inc * n) if inc else end % (2 * q.entries))
         self.stats.executes += 1
         self.stats.graphs.append(inst.graph_name)
 
