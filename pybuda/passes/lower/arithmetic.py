@@ -58,12 +58,12 @@ class ArithmeticLowering:
             v = self._zero_rows(v) if v.pad_r != ZERO else v
             ones = self._const(("row_pad_ones", v.r), f"row_pad_ones_{v.r}", 1.0 - pickers.row_mask(v.r))
             v = self.emit(f"{v.src}.one_pad_r", "add", [(v, ()), (ones, self._mask_tms(v, "c"))], (v.z, v.r, v.c),
-                          pad=(JUNK, v.pad_c), layout=v.layout, spatial=v.spatial)
+                          pad=(JUNK, v.pad_c), layout=v.layout, spatial=v.spatial, tags=self.copy_tags(v))
         if v.pad_c != REP and tiles(v.c) * TILE != v.c:
             v = self._zero_cols(v) if v.pad_c != ZERO else v
             ones = self._const(("col_pad_ones", v.c), f"col_pad_ones_{v.c}", 1.0 - pickers.col_mask(v.c))
             v = self.emit(f"{v.src}.one_pad_c", "add", [(v, ()), (ones, self._mask_tms(v, "r"))], (v.z, v.r, v.c),
-                          pad=(v.pad_r, JUNK), layout=v.layout, spatial=v.spatial)
+                          pad=(v.pad_r, JUNK), layout=v.layout, spatial=v.spatial, tags=self.copy_tags(v))
         return v
 
     @staticmethod
@@ -236,14 +236,14 @@ class ArithmeticLowering:
             return self._select_real(v, "r")
         mask = self._const(("row_mask", v.r), f"row_mask_{v.r}", pickers.row_mask(v.r))
         return self.emit(f"{v.src}.zero_pad_r", "multiply", [(v, ()), (mask, self._mask_tms(v, "c"))], (v.z, v.r, v.c),
-                         pad=(ZERO, v.pad_c), layout=v.layout, spatial=v.spatial)
+                         pad=(ZERO, v.pad_c), layout=v.layout, spatial=v.spatial, tags=self.copy_tags(v))
 
     def _zero_cols(self, v: DVal) -> DVal:
         if self.carries_nonfinite(v):
             return self._select_real(v, "c")
         mask = self._const(("col_mask", v.c), f"col_mask_{v.c}", pickers.col_mask(v.c))
         return self.emit(f"{v.src}.zero_pad_c", "multiply", [(v, ()), (mask, self._mask_tms(v, "r"))], (v.z, v.r, v.c),
-                         pad=(v.pad_r, ZERO), layout=v.layout, spatial=v.spatial)
+                         pad=(v.pad_r, ZERO), layout=v.layout, spatial=v.spatial, tags=self.copy_tags(v))
 
     def _select_real(self, v: DVal, side: str) -> DVal:
         """``v`` with its row (``side="r"``) or column padding zeroed by a select, not a multiply: the padding of a
@@ -260,4 +260,4 @@ class ArithmeticLowering:
             step = self._const(("col_step", v.c), f"col_step_{v.c}", pickers.col_mask(v.c) - 1.0)
             tms, pad = self._mask_tms(v, "r"), (v.pad_r, ZERO)
         return self.emit(f"{v.src}.zero_pad_{side}", "heaviside", [(step, tms), (v, ())], (v.z, v.r, v.c),
-                         pad=pad, layout=v.layout, spatial=v.spatial, tags={NONFINITE_SAFE: True})
+                         pad=pad, layout=v.layout, spatial=v.spatial, tags={NONFINITE_SAFE: True, **self.copy_tags(v)})
