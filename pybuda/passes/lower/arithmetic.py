@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any, Dict, List, Sequence, Tuple
 
-from pybuda.ir.graph import HOLDS_OPERAND, Node
+from pybuda.ir.graph import HOLDS_MASK_FILL, HOLDS_OPERAND, Node
 from pybuda.netlist.device_ops import device_op
 from pybuda.netlist.host_io import canonical_zrc, tiles
 from pybuda.netlist.tms import TM, Broadcast, Transpose
@@ -62,8 +62,11 @@ class ArithmeticLowering:
         if v.pad_c != REP and tiles(v.c) * TILE != v.c:
             v = self._zero_cols(v) if v.pad_c != ZERO else v
             ones = self._const(("col_pad_ones", v.c), f"col_pad_ones_{v.c}", 1.0 - pickers.col_mask(v.c))
+            # The ones share a block of a block format with the row's last real values (16 datums of a tile row),
+            # where a value 2**7 times smaller flushes to zero and its reciprocal is inf (F.normalize of a zero row:
+            # its 1e-12 clamp became 0, and 0 * inf NaN): a fill beside ordinary data, held in a per-datum format.
             v = self.emit(f"{v.src}.one_pad_c", "add", [(v, ()), (ones, self._mask_tms(v, "r"))], (v.z, v.r, v.c),
-                          pad=(v.pad_r, JUNK), layout=v.layout, spatial=v.spatial, tags=self.copy_tags(v))
+                          pad=(v.pad_r, JUNK), layout=v.layout, spatial=v.spatial, tags={HOLDS_MASK_FILL: True})
         return v
 
     @staticmethod
