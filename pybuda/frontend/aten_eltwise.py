@@ -586,6 +586,15 @@ def _elu(b: Builder, n, p):
                    float(p.get("input_scale", 1)), dt)
 
 
+@converts("celu")
+def _celu(b: Builder, n, p):
+    """``celu(x, alpha)`` is ``elu`` with ``input_scale = 1 / alpha``, kept whole (torch's decomposition takes the
+    exponential of every element, see :func:`_elu_of`)."""
+    dt = out_dtype(n)
+    alpha = float(p.get("alpha", 1.0))
+    return _elu_of(b, b.tensor(p["self"], dt), alpha, 1.0, 1.0 / alpha, dt)
+
+
 def _softplus_of(b: Builder, x: str, beta: float, threshold: float, dt) -> str:
     bx = b.binary("multiply", x, beta, dt) if beta != 1 else x
     soft = b.op("log", [b.binary("add", b.op("exp", [bx]), 1.0, dt)])

@@ -3,7 +3,7 @@ and a datum 2**7 times smaller flushes to zero), on the golden device, compared 
 
 * The ones a reciprocal's operand gets in its column padding (no pole there) shared a block with the row's last
   real values; a real value 2**7 times smaller than 1 flushed to zero beside them, and its reciprocal was inf.
-* ELU/SELU took the exponential of every element, positive ones too (the branch its ``where`` drops), which
+* ELU/SELU/CELU took the exponential of every element, positive ones too (the branch its ``where`` drops), which
   flushed the kept negative elements of their blocks.
 """
 
@@ -34,9 +34,9 @@ def test_normalize_of_zero_rows_is_zero(arch, df):
     assert torch.allclose(got, want, atol=5e-2)
 
 
-class Selu(torch.nn.Module):
+class EluFamily(torch.nn.Module):
     def forward(self, x):
-        return torch.nn.functional.selu(x * 3), torch.nn.functional.elu(x * 3, 0.5)
+        return torch.nn.functional.selu(x * 3), torch.nn.functional.elu(x * 3, 0.5), torch.nn.functional.celu(x * 3, 0.7)
 
 
 @pytest.mark.parametrize("arch", ["wh", "gs"])
@@ -44,7 +44,7 @@ class Selu(torch.nn.Module):
 def test_elu_and_selu_keep_their_negative_branch(arch, df):
     configure(df)
     x = torch.randn(5, 37, generator=torch.Generator().manual_seed(1))
-    want = Selu()(x)
-    got = run_on_device(pybuda.PyTorchModule("selu", Selu().eval()), (x,), arch)
+    want = EluFamily()(x)
+    got = run_on_device(pybuda.PyTorchModule("selu", EluFamily().eval()), (x,), arch)
     for g, w in zip(got, want):
         assert torch.allclose(g, w, atol=0.1, rtol=0.05), float((g - w).abs().max())
