@@ -28,6 +28,7 @@ Usage::
     python tools/random_graphs.py --seed 17 -v              # one seed: module source, outcome, error
     python tools/random_graphs.py --seeds 0-499 --classic    # the first generator's seeds
     python tools/random_graphs.py --seeds 0-499 --arch grayskull     # a card that accumulates in Float16_b
+    python tools/random_graphs.py --seeds 0-499 --defaults --arch grayskull   # the chip's default formats
 """
 
 from __future__ import annotations
@@ -64,6 +65,9 @@ RTOL = 0.02
 SEED_TIMEOUT_S = 120.0
 #: The card the seeds run on: one with Float32 arithmetic, so "at Float32" means what it says.
 DEFAULT_ARCH = "wormhole_b0"
+#: ``--defaults`` (the chip's default data formats and fidelity, Float16_b storage) compares at this looser
+#: tolerance and PCC (its NUMERICS rerun still computes in plain float32).
+DEFAULTS_ATOL_REL, DEFAULTS_PCC = 0.08, 0.97
 
 OUTCOMES = ("PASS", "FALLBACK", "NUMERICS", "ERROR", "WRONG", "CRASH", "HANG")
 BAD = ("WRONG", "CRASH", "HANG")
@@ -752,9 +756,10 @@ def run_on_device(module, inputs, exact: bool = False):
     from pybuda.dtypes import DataFormat, MathFidelity
 
     pybuda.pybuda_reset()
-    pybuda.set_configuration_options(default_df_override=DataFormat.Float32,
-                                     default_math_fidelity=MathFidelity.HiFi4,
-                                     golden_ignore_df_precision=exact)
+    pybuda.set_configuration_options(golden_ignore_df_precision=exact)
+    if not os.environ.get("RANDOM_GRAPHS_DEFAULTS"):  # --defaults: the chip's own formats and fidelity
+        pybuda.set_configuration_options(default_df_override=DataFormat.Float32,
+                                         default_math_fidelity=MathFidelity.HiFi4)
     # Float32 arithmetic needs a card that has it: Wormhole B0 by default (--arch); Grayskull's accumulator
     # holds Float16_b at most, so "Float32" there is Float32 storage with bfloat16 sums.
     arch = os.environ.get("RANDOM_GRAPHS_ARCH", DEFAULT_ARCH)
@@ -957,6 +962,12 @@ def parse_seeds(text: str) -> List[int]:
     return out
 
 
+def _use_defaults_tolerance() -> None:
+    """Compare at the ``--defaults`` tolerance from now on."""
+    global ATOL_REL, PCC_MIN
+    ATOL_REL, PCC_MIN = DEFAULTS_ATOL_REL, DEFAULTS_PCC
+
+
 def main(argv: Optional[Sequence[str]] = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--seeds", help="seed ranges, e.g. 0-499 or 1,5,9-12")
@@ -969,9 +980,12 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                    "expand, flatten, head/window moves, batch mixing)")
     p.add_argument("--batch-mix", action="store_true", help="also ops that mix the samples of a batch (a concat "
                    "over dim 0, a reshape folding dim 0)")
-    p.add_argument("--arch", default=DEFAULT_ARCH, help="the simulated card's arch (grayskull, wormhole_b0, "
+    # No argparse default: a worker (started without --arch) keeps the arch its parent put in the environment.
+    p.add_argument("--arch", default=None, help="the simulated card's arch (grayskull, wormhole_b0, "
                    f"blackhole); default {DEFAULT_ARCH}, which computes in Float32 (Grayskull accumulates in "
                    "Float16_b even at Float32)")
+    p.add_argument("--defaults", action="store_true", help="the chip's default data formats and fidelity, not "
+                   f"Float32/HiFi4, compared at {DEFAULTS_ATOL_REL} * max|want| and PCC {DEFAULTS_PCC}")
     p.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     a = p.parse_args(argv)
     if a.arch:
@@ -987,6 +1001,10 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         os.environ["RANDOM_GRAPHS_CLASSIC"] = "1"  # inherited by the worker processes
     if a.batch_mix:
         os.environ["RANDOM_GRAPHS_BATCH_MIX"] = "1"
+    if a.defaults:
+        os.environ["RANDOM_GRAPHS_DEFAULTS"] = "1"
+    if os.environ.get("RANDOM_GRAPHS_DEFAULTS"):  # here or inherited by a worker
+        _use_defaults_tolerance()
     if a.worker:
         _worker_main()
         return 0

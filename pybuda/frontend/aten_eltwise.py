@@ -566,16 +566,33 @@ def _hardswish(b: Builder, n, p):
     return b.op("multiply", [x, _hardsigmoid_of(b, x, dt)])
 
 
-@converts("elu")
-def _elu(b: Builder, n, p):
-    """``scale * (x if x > 0 else alpha * (exp(input_scale * x) - 1))``: ELU, and SELU/CELU through it."""
-    dt = out_dtype(n)
-    x = b.tensor(p["self"], dt)
-    scale, input_scale = float(p.get("scale", 1)), float(p.get("input_scale", 1))
-    xs = b.binary("multiply", x, input_scale, dt) if input_scale != 1 else x
-    neg = b.binary("multiply", b.binary("subtract", b.op("exp", [xs]), 1.0, dt), float(p["alpha"]), dt)
+def _elu_of(b: Builder, x: str, alpha: float, scale: float, input_scale: float, dt) -> str:
+    """``scale * (x if x > 0 else alpha * (exp(input_scale * x) - 1))``: ELU, SELU and CELU (aten's and ONNX's).
+
+    The exponential is of ``min(x, 0)``: the branch ``where`` drops stays at most ``alpha * 0``. Of ``x`` itself, a
+    positive element's exponential shared a block of a block format with the kept negative ones and flushed them
+    to zero (SELU at Bfp8_b: error 0.3), or was inf, which a B-format block spreads to its neighbours."""
+    xs = b.binary("minimum", x, 0.0, dt)
+    xs = b.binary("multiply", xs, input_scale, dt) if input_scale != 1 else xs
+    neg = b.binary("multiply", b.binary("subtract", b.op("exp", [xs]), 1.0, dt), alpha, dt)
     out = b.op("where", [b.binary("greater", x, 0.0, dt), x, neg])
     return b.binary("multiply", out, scale, dt) if scale != 1 else out
+
+
+@converts("elu")
+def _elu(b: Builder, n, p):
+    dt = out_dtype(n)
+    return _elu_of(b, b.tensor(p["self"], dt), float(p["alpha"]), float(p.get("scale", 1)),
+                   float(p.get("input_scale", 1)), dt)
+
+
+@converts("celu")
+def _celu(b: Builder, n, p):
+    """``celu(x, alpha)`` is ``elu`` with ``input_scale = 1 / alpha``, kept whole (torch's decomposition takes the
+    exponential of every element, see :func:`_elu_of`)."""
+    dt = out_dtype(n)
+    alpha = float(p.get("alpha", 1.0))
+    return _elu_of(b, b.tensor(p["self"], dt), alpha, 1.0, 1.0 / alpha, dt)
 
 
 def _softplus_of(b: Builder, x: str, beta: float, threshold: float, dt) -> str:

@@ -1,6 +1,7 @@
 """Random graphs (tools/random_graphs.py): fixed seeds never give a wrong number, crash or hang, and the
 classifier itself catches wrong results (so the harness cannot pass vacuously)."""
 
+import os
 import pathlib
 import sys
 
@@ -139,3 +140,16 @@ def test_unstable_elements_are_the_ties_of_torchs_own_result():
     assert rg.compare(flipped, want) is not None
     assert rg.compare(flipped, want, [ties, clear]) is None
     assert rg.compare([flipped[0], 1.0 - want[1]], want, [ties, clear]) is not None
+
+
+def test_worker_keeps_the_arch_and_formats_of_its_parent(monkeypatch):
+    """A worker is started without --arch/--defaults: it must not put the default arch back into the
+    environment (a ``--arch grayskull`` sweep ran every seed on Wormhole B0)."""
+    monkeypatch.setenv("RANDOM_GRAPHS_ARCH", "grayskull")
+    monkeypatch.setenv("RANDOM_GRAPHS_DEFAULTS", "1")
+    monkeypatch.setattr(rg, "_worker_main", lambda: None)
+    monkeypatch.setattr(rg, "ATOL_REL", rg.ATOL_REL)
+    monkeypatch.setattr(rg, "PCC_MIN", rg.PCC_MIN)
+    assert rg.main(["--worker"]) == 0
+    assert os.environ["RANDOM_GRAPHS_ARCH"] == "grayskull"
+    assert (rg.ATOL_REL, rg.PCC_MIN) == (rg.DEFAULTS_ATOL_REL, rg.DEFAULTS_PCC)

@@ -34,3 +34,10 @@ def test_every_sweep_model_builds():
     assert len(sweep.MODELS) >= 60
     module, inputs = sweep.build("fnet")
     assert not module.training and all(t.shape[0] == 1 for t in inputs)
+
+
+def test_chip_formats_tell_rounding_from_a_wrong_program():
+    """YOLOS's boxes are all near 0.5 with a spread below Float16_b's rounding there: PCC 0.98 at the chip's formats,
+    which the sweep called WRONG; in plain float32 the same compile matches, so it is NUMERICS."""
+    result = sweep.run_one("yolos", "gs", chip_formats=True)
+    assert result["cls"] in ("DEVICE", "NUMERICS"), result

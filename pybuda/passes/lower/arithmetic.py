@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any, Dict, List, Sequence, Tuple
 
-from pybuda.ir.graph import HOLDS_OPERAND, Node
+from pybuda.ir.graph import HOLDS_MASK_FILL, HOLDS_OPERAND, Node
 from pybuda.netlist.device_ops import device_op
 from pybuda.netlist.host_io import canonical_zrc, tiles
 from pybuda.netlist.tms import TM, Broadcast, Transpose
@@ -58,12 +58,15 @@ class ArithmeticLowering:
             v = self._zero_rows(v) if v.pad_r != ZERO else v
             ones = self._const(("row_pad_ones", v.r), f"row_pad_ones_{v.r}", 1.0 - pickers.row_mask(v.r))
             v = self.emit(f"{v.src}.one_pad_r", "add", [(v, ()), (ones, self._mask_tms(v, "c"))], (v.z, v.r, v.c),
-                          pad=(JUNK, v.pad_c), layout=v.layout, spatial=v.spatial)
+                          pad=(JUNK, v.pad_c), layout=v.layout, spatial=v.spatial, tags=self.copy_tags(v))
         if v.pad_c != REP and tiles(v.c) * TILE != v.c:
             v = self._zero_cols(v) if v.pad_c != ZERO else v
             ones = self._const(("col_pad_ones", v.c), f"col_pad_ones_{v.c}", 1.0 - pickers.col_mask(v.c))
+            # The ones share a block of a block format with the row's last real values (16 datums of a tile row),
+            # where a value 2**7 times smaller flushes to zero and its reciprocal is inf (F.normalize of a zero row:
+            # its 1e-12 clamp became 0, and 0 * inf NaN): a fill beside ordinary data, held in a per-datum format.
             v = self.emit(f"{v.src}.one_pad_c", "add", [(v, ()), (ones, self._mask_tms(v, "r"))], (v.z, v.r, v.c),
-                          pad=(v.pad_r, JUNK), layout=v.layout, spatial=v.spatial)
+                          pad=(v.pad_r, JUNK), layout=v.layout, spatial=v.spatial, tags={HOLDS_MASK_FILL: True})
         return v
 
     @staticmethod
@@ -236,14 +239,14 @@ class ArithmeticLowering:
             return self._select_real(v, "r")
         mask = self._const(("row_mask", v.r), f"row_mask_{v.r}", pickers.row_mask(v.r))
         return self.emit(f"{v.src}.zero_pad_r", "multiply", [(v, ()), (mask, self._mask_tms(v, "c"))], (v.z, v.r, v.c),
-                         pad=(ZERO, v.pad_c), layout=v.layout, spatial=v.spatial)
+                         pad=(ZERO, v.pad_c), layout=v.layout, spatial=v.spatial, tags=self.copy_tags(v))
 
     def _zero_cols(self, v: DVal) -> DVal:
         if self.carries_nonfinite(v):
             return self._select_real(v, "c")
         mask = self._const(("col_mask", v.c), f"col_mask_{v.c}", pickers.col_mask(v.c))
         return self.emit(f"{v.src}.zero_pad_c", "multiply", [(v, ()), (mask, self._mask_tms(v, "r"))], (v.z, v.r, v.c),
-                         pad=(v.pad_r, ZERO), layout=v.layout, spatial=v.spatial)
+                         pad=(v.pad_r, ZERO), layout=v.layout, spatial=v.spatial, tags=self.copy_tags(v))
 
     def _select_real(self, v: DVal, side: str) -> DVal:
         """``v`` with its row (``side="r"``) or column padding zeroed by a select, not a multiply: the padding of a
@@ -260,4 +263,4 @@ class ArithmeticLowering:
             step = self._const(("col_step", v.c), f"col_step_{v.c}", pickers.col_mask(v.c) - 1.0)
             tms, pad = self._mask_tms(v, "r"), (v.pad_r, ZERO)
         return self.emit(f"{v.src}.zero_pad_{side}", "heaviside", [(step, tms), (v, ())], (v.z, v.r, v.c),
-                         pad=pad, layout=v.layout, spatial=v.spatial, tags={NONFINITE_SAFE: True})
+                         pad=pad, layout=v.layout, spatial=v.spatial, tags={NONFINITE_SAFE: True, **self.copy_tags(v)})

@@ -46,7 +46,7 @@ from typing import Callable, Dict, List, Optional, Tuple, Union
 
 import torch
 
-from pybuda.ir.graph import CARRIES_NONFINITE, CONSTANT, NONFINITE_SAFE, Node
+from pybuda.ir.graph import CARRIES_NONFINITE, CONSTANT, HOLDS_MASK_FILL, NONFINITE_SAFE, Node
 from pybuda.netlist.host_io import tiles
 from pybuda.netlist.tms import TM, Broadcast
 from pybuda.passes.lower.common import DVal
@@ -66,14 +66,25 @@ Operand = Union[DVal, float]
 class NonfiniteMoveLowering:
     """Methods of the lowering pass that make a copying picker carry NaN and infinity (see the module docstring)."""
 
+    def producer_tags(self, v: DVal) -> dict:
+        """The tags of ``v``'s producer (op, pending queue or queue); empty for an unknown one."""
+        if v.src in self.bg.ops:
+            return self.bg.ops[v.src].tags
+        if v.src in self.pending:
+            return self.pending[v.src][2]
+        q = self.bg.queues.get(v.src)
+        return q.tags if q is not None else {}
+
     def carries_nonfinite(self, v: DVal) -> bool:
         """Whether ``v``'s producer (op or queue) is tagged ``CARRIES_NONFINITE``."""
-        if v.src in self.bg.ops:
-            return bool(self.bg.ops[v.src].tags.get(CARRIES_NONFINITE))
-        if v.src in self.pending:
-            return bool(self.pending[v.src][2].get(CARRIES_NONFINITE))
-        q = self.bg.queues.get(v.src)
-        return q is not None and bool(q.tags.get(CARRIES_NONFINITE))
+        return bool(self.producer_tags(v).get(CARRIES_NONFINITE))
+
+    def copy_tags(self, v: DVal) -> dict:
+        """Tags for an op that copies ``v`` (a nop applying its TMs, the zeroing of its tile padding): what ``v``
+        holds, the copy holds, whichever node it is emitted for. A copy of scores holding a mask's fill
+        (``HOLDS_MASK_FILL``) emitted for the softmax's ``exp`` took the block format of the ``exp`` and flushed
+        the unmasked scores beside the fill to zero."""
+        return {HOLDS_MASK_FILL: True} if self.producer_tags(v).get(HOLDS_MASK_FILL) else {}
 
     def copy_nonfinite(self, v: DVal, name: str, pick: Callable[[DVal, str, Dict], DVal], tags: Dict) -> DVal:
         """The copying picker ``pick(data, name, tags)`` applied to ``v`` so that NaN and infinity come through.

@@ -175,8 +175,9 @@ class _Lowering(ArithmeticLowering, ConvPoolLowering, ReductionLowering, DataMov
                 "integer_values": not node.dtype.is_floating_point and node.dtype != torch.bool,
                 "exact_df": node.tags.get("exact_df"),  # an input only outputs read: kept as pushed
                 "value_range": node.tags.get("value_range")}
-        if node.tags.get(CARRIES_NONFINITE):
-            tags[CARRIES_NONFINITE] = True
+        for key in (CARRIES_NONFINITE, HOLDS_MASK_FILL):
+            if node.tags.get(key):
+                tags[key] = True
         q = BudaQueue(node.name, "input", TileShape(1, z, tiles(r), tiles(c)),
                       original_shape=tags["framework_shape"], requires_grad=node.requires_grad, tags=tags)
         self.bg.add_queue(q)
@@ -191,7 +192,8 @@ class _Lowering(ArithmeticLowering, ConvPoolLowering, ReductionLowering, DataMov
         value = self.g.tensors[node.name]
         kind = "parameter" if node.kind == PARAMETER else "constant"
         tags = {"device_shape": tuple(value.shape), "dtype": str(value.dtype).replace("torch.", "")}
-        for key in ("consteval", "exact_df", CARRIES_NONFINITE):  # exact_df: values that must keep a format
+        # exact_df: values that must keep a format; HOLDS_MASK_FILL: for the ops copying them (copy_tags)
+        for key in ("consteval", "exact_df", CARRIES_NONFINITE, HOLDS_MASK_FILL):
             if key in node.tags:
                 tags[key] = node.tags[key]
         # A value the runtime rewrites (trained weights, optimizer state) cannot have derived copies made at
@@ -334,7 +336,8 @@ class _Lowering(ArithmeticLowering, ConvPoolLowering, ReductionLowering, DataMov
         key = ("nop", v.src, v.tms)
         if key not in self.cache:
             self.cache[key] = self.emit(f"{v.src}.tm_nop", "nop", [(v, ())], (v.z, v.r, v.c),
-                                        pad=(v.pad_r, v.pad_c), layout=v.layout, spatial=v.spatial)
+                                        pad=(v.pad_r, v.pad_c), layout=v.layout, spatial=v.spatial,
+                                        tags=self.copy_tags(v))
         return self.cache[key]
 
     def _check_shapes(self, op: BudaOp) -> None:

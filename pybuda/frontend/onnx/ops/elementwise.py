@@ -8,8 +8,8 @@ import numpy as np
 import torch
 
 from pybuda.frontend.aten_builder import Const, Unsupported, _as_bool
-from pybuda.frontend.aten_eltwise import (_hardsigmoid_of, _hold_nonfinite, _inverse_trig_of, _sign_exact, _softplus_of,
-                                          isnan_of)
+from pybuda.frontend.aten_eltwise import (_elu_of, _hardsigmoid_of, _hold_nonfinite, _inverse_trig_of, _sign_exact,
+                                          _softplus_of, isnan_of)
 from pybuda.frontend.onnx.converter import NodeCtx, converts, inf_standin
 from pybuda.frontend.onnx import model as onnx_model
 from pybuda.frontend.onnx.ops.common import _float_out
@@ -261,10 +261,7 @@ def _elu(ctx: NodeCtx):
     default_alpha = {"Elu": 1.0, "Selu": 1.67326319217681884765625, "Celu": 1.0}[ctx.op_type]
     alpha = float(ctx.attr("alpha", default_alpha, (float, int)))
     gamma = float(ctx.attr("gamma", 1.05070102214813232421875, (float, int))) if ctx.op_type == "Selu" else 1.0
-    inner = b.binary("multiply", x, 1.0 / alpha, dt) if ctx.op_type == "Celu" else x
-    neg = b.binary("multiply", b.binary("subtract", b.op("exp", [inner]), 1.0, dt), alpha, dt)
-    out = b.op("where", [b.binary("greater", x, 0.0, dt), x, neg])
-    return b.binary("multiply", out, gamma, dt) if gamma != 1.0 else out
+    return _elu_of(b, x, alpha, gamma, 1.0 / alpha if ctx.op_type == "Celu" else 1.0, dt)
 
 
 @converts("HardSigmoid")
