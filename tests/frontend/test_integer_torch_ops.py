@@ -234,3 +234,33 @@ def test_float_math_reading_an_integer_constant_stays_float(arch):
     finally:
         pybuda.shutdown()
     torch.testing.assert_close(got, PlusOneHot()(x), atol=2e-2, rtol=CHIP_RTOL)
+
+
+class IdsAsFloats(torch.nn.Module):
+    """Integer ids the model only does float math with."""
+
+    def forward(self, ids, x):
+        return ids.float() * 0.5 + x
+
+
+class IdsAsIntegers(torch.nn.Module):
+    """The device moves the ids as integers (a reshape); the host adds."""
+
+    def forward(self, ids):
+        return ids.reshape(8, 32) + 0
+
+
+def test_integer_inputs_read_only_as_floats_take_any_float32_value_on_grayskull():
+    """Grayskull keeps integer results exact only up to 256 (its Float16_b Dest), so integer data is refused at
+    push beyond that; ids the device only turns into floats are float data there, rounded as floats are (was:
+    InputError for ids up to 1000)."""
+    gen = torch.Generator().manual_seed(3)
+    ids, x = torch.randint(0, 1000, (4, 64), generator=gen), torch.randn(4, 64, generator=gen)
+    (got,) = _run_wholly_on_device(IdsAsFloats(), (ids, x), pybuda.BackendDevice.Grayskull)
+    assert torch.allclose(got, IdsAsFloats()(ids, x), rtol=2e-2, atol=0.1)
+
+
+def test_integer_inputs_kept_as_integers_are_refused_beyond_what_grayskull_keeps_exact():
+    ids = torch.randint(0, 1000, (4, 64), generator=torch.Generator().manual_seed(3))
+    with pytest.raises(pybuda.errors.InputError, match="exact in"):
+        _run_wholly_on_device(IdsAsIntegers(), (ids,), pybuda.BackendDevice.Grayskull)

@@ -152,7 +152,9 @@ def _integer_paths(graph: Graph) -> set:
 def _push_integer_inputs_exact(graph: Graph, ctx: Any) -> Graph:
     """Integer graph inputs are pushed as Float32 (exact up to 2**24) and refused at push time beyond what the
     chip keeps exact: 2**24 where ops accumulate in Float32, 2**8 on Grayskull, whose Float16_b accumulator
-    every op result passes through (embedding ids keep their table's range: they index, they are not summed)."""
+    every op result passes through (embedding ids keep their table's range: they index, they are not summed).
+    An input the device only reads as a cast to a float dtype (``ids.float() * 0.5``) is float data there, rounded
+    as any float is: it keeps Float32's range (an integer op after that cast checks the range itself)."""
     from pybuda.ops.integer import FLOAT16_B_EXACT_INT, FLOAT32_EXACT_INT
 
     limit = FLOAT16_B_EXACT_INT if getattr(ctx, "is_grayskull", False) else FLOAT32_EXACT_INT
@@ -160,8 +162,16 @@ def _push_integer_inputs_exact(graph: Graph, ctx: Any) -> Graph:
         if _is_integer(node.dtype):
             node.tags.setdefault("device_dtype", "float32")
             if not node.tags.get("exact_df"):  # one only outputs read comes back from the host (QueueIO.copy_of)
-                node.tags.setdefault("value_range", (-limit, limit))
+                wide = _read_as_float_only(graph, node.name)
+                node.tags.setdefault("value_range", (-FLOAT32_EXACT_INT, FLOAT32_EXACT_INT) if wide else (-limit, limit))
     return graph
+
+
+def _read_as_float_only(graph: Graph, name: str) -> bool:
+    """Whether every op reading ``name`` computes a floating-point result from it (a cast to float, float math
+    such as ``ids * 0.5``), so nothing on the device keeps its values as integers; graph outputs aside."""
+    users = [graph[u] for u in graph.users(name)]
+    return any(u.kind != OUTPUT for u in users) and all(u.kind == OUTPUT or u.dtype.is_floating_point for u in users)
 
 
 # --- helpers --------------------------------------------------------------------------------------------
