@@ -167,6 +167,10 @@ class CompilerConfig:
     # The golden backend applies every data format and math fidelity unless this is set (then it runs
     # plain float32, TT-Buda's golden default); PYBUDA_GOLDEN_FAST=1 sets it.
     golden_ignore_df_precision: bool = False
+    # The golden reads Float32 operands whole unless this is set: then as the chip's 19-bit source registers hold
+    # them (TF32, the low 13 mantissa bits dropped; pybuda.golden.device.source_register).
+    # PYBUDA_GOLDEN_TF32_OPERANDS=1 sets it.
+    golden_tf32_operands: bool = False
 
     def __setattr__(self, name: str, value: Any) -> None:
         # Checked here, not only in set_configuration_options, because TT-Buda scripts also assign fields

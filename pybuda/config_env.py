@@ -37,6 +37,7 @@ ENV_CONFIG_FIELDS: Dict[str, Tuple[str, Callable[[str], Any]]] = {
     "PYBUDA_DISABLE_STABLE_SOFTMAX": ("enable_stable_softmax", _only_if_one(False)),
     "PYBUDA_ENABLE_T_STREAMING": ("enable_t_streaming", lambda raw: raw == "1"),
     "PYBUDA_GOLDEN_FAST": ("golden_ignore_df_precision", _only_if_one(True)),
+    "PYBUDA_GOLDEN_TF32_OPERANDS": ("golden_tf32_operands", _only_if_one(True)),
     "PYBUDA_BALANCER_RANDOM_POLICY_SEED": ("random_policy_seed", int),
 }
 

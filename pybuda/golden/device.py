@@ -179,9 +179,12 @@ class GoldenDevice:
     constants), :meth:`run_program`, :meth:`pop` (read op-fed output queues).
     """
 
-    def __init__(self, netlist: nl.Netlist, fast: bool = False, memory_limit: int = GOLDEN_MEMORY_LIMIT):
+    def __init__(self, netlist: nl.Netlist, fast: bool = False, memory_limit: int = GOLDEN_MEMORY_LIMIT,
+                 tf32_operands: bool = False):
         self.netlist = netlist
         self.fast = fast
+        # Off by default: see source_register (the compiler's exactness rules assume Float32 operands whole).
+        self.tf32_operands = tf32_operands and not fast
         check_memory(netlist, memory_limit)
         self.queues: Dict[str, QueueState] = {name: QueueState(q) for name, q in netlist.queues.items()}
         self.static_vars: Dict[str, Dict[str, int]] = {}
@@ -411,11 +414,15 @@ class GoldenDevice:
         Data already stored in ``in_df`` is not rounded again: the chip's TMs move unpacked datums (a
         transpose or tile broadcast does not re-block a BFP tile), and every format's rounding is
         idempotent, so only a format conversion (``in_df`` differs from the producer's format) rounds.
+        With ``tf32_operands``, a Float32 operand is then read through the 19-bit source registers
+        (:func:`source_register`).
         """
         x = apply_tms(x, op.tms_of(index), op.input_unpad.get(index), op.input_pad.get(index))
-        if not self.fast and op.in_df[index] != source_df:
+        if self.fast:
+            return x
+        if op.in_df[index] != source_df:
             x = formats.quantize(x, op.in_df[index])
-        return x
+        return source_register(x, op.in_df[index]) if self.tf32_operands else x
 
     def _run_op(self, op: nl.NetlistOp, inputs: List[torch.Tensor], caches: List[Optional[Dict]],
                 n: int) -> torch.Tensor:
@@ -424,7 +431,7 @@ class GoldenDevice:
             fused = self.netlist.fused_ops.get(int(op.attr("fused_op_id", -1)))
             if fused is None:
                 raise NetlistError(f"graphs.{op.name}.attributes.fused_op_id", "no such fused op")
-        numerics = None if self.fast else OpNumerics.of(op)
+        numerics = None if self.fast else OpNumerics.of(op, self.tf32_operands)
         return run_op(op.type, op.attributes, inputs, op.shape, n, fused=fused, numerics=numerics, caches=caches,
                       name=op.name)
 
@@ -478,11 +485,14 @@ class OpNumerics:
     acc_df: DataFormat
     out_df: DataFormat
     intermed_df: DataFormat
+    #: Float32 operands read as TF32 (see :func:`source_register`; the device reads its own ops' operands
+    #: that way before the kernel runs, a fused op its intermediates and reused Dest).
+    tf32_operands: bool = False
 
     @classmethod
-    def of(cls, op: nl.NetlistOp) -> "OpNumerics":
+    def of(cls, op: nl.NetlistOp, tf32_operands: bool = False) -> "OpNumerics":
         """The numerics a netlist op declares."""
-        return cls(op.math_fidelity, tuple(op.in_df), op.acc_df, op.out_df, op.intermed_df)
+        return cls(op.math_fidelity, tuple(op.in_df), op.acc_df, op.out_df, op.intermed_df, tf32_operands)
 
 
 def run_op(op_type: str, attrs: Mapping[str, Any], inputs: List[torch.Tensor], out_shape: nl.TileShape3, n: int, *,
@@ -532,6 +542,22 @@ def run_op(op_type: str, attrs: Mapping[str, Any], inputs: List[torch.Tensor], o
     return formats.quantize(out, numerics.out_df, in_place=_fresh(out, inputs))
 
 
+def source_register(x: torch.Tensor, df: DataFormat) -> torch.Tensor:
+    """``x``, unpacked from ``df``, as the math engine sees it in a source register (SrcA/SrcB).
+
+    The registers hold 19 bits (sign, 8 exponent bits, 10 fraction bits): the unpacker turns Float32 data
+    into TF32 by dropping the low 13 mantissa bits (spec §4.5; TT-Buda's golden quantises Wormhole Float32
+    inputs to TF32 the same way). Every compute op reads its operands there — an SFPU op's operand reaches
+    Dest through SrcA — so a Float32 operand keeps 11 significant bits (integers exact up to 2**11), while
+    Dest and a Float32 output keep all 24. Every other format already fits the registers.
+
+    The golden applies it only when asked (``golden_tf32_operands``, ``PYBUDA_GOLDEN_TF32_OPERANDS=1``): at Float32
+    the compiler's exact data movement (:mod:`pybuda.passes.lowered.exact_pickers`), its integer-on-device
+    rules (2**24 on Wormhole) and device-side Float32 optimizers assume operands read whole, which with TF32
+    reads they are not; by default the golden shows what those rules promise, with the flag what the chip does."""
+    return formats.quantize_tf32(x) if df == DataFormat.Float32 else x
+
+
 def _fresh(out: torch.Tensor, inputs: List[torch.Tensor]) -> bool:
     """True when ``out`` shares memory with none of the op's operands: the kernel computed it into a
     tensor of its own (the usual case), so packing may round it where it is. An op that hands an operand
@@ -552,6 +578,7 @@ def _run_fused(fused: nl.FusedOpDef, inputs: List[torch.Tensor], caches: List[Op
     result: Optional[torch.Tensor] = None
     for schedule in fused.schedules:
         for sub in schedule:
+            kind = nl.op_class(sub.type)
             xs, sub_caches, sub_dfs = [], [], []
             for k, src in enumerate(sub.inputs):
                 sub_dfs.append(None if fast else numerics.in_df[int(src[5:])] if src.startswith("input") else
@@ -562,11 +589,14 @@ def _run_fused(fused: nl.FusedOpDef, inputs: List[torch.Tensor], caches: List[Op
                     # A constant operand: its TM'd value and fidelity pieces are kept per sub-op input.
                     cache = caches[int(src[5:])].setdefault(("fused", sub.name, k), {})
                 x = buffers[src]
+                if not fast and numerics.tf32_operands and (src.startswith("intermed") or
+                                                            (src == "dest" and kind == "binary")):
+                    # An intermediate buffer is unpacked again; Dest reused by an FPU op moves to a source register.
+                    x = source_register(x, numerics.intermed_df if src.startswith("intermed") else DataFormat.Float32)
                 if tms:
                     x = golden_ops._cached(cache, "value", lambda x=x, tms=tms: apply_tms(x, tms))
                 xs.append(x)
                 sub_caches.append(cache)
-            kind = nl.op_class(sub.type)
             if kind == "binary":
                 y = golden_ops.binary(sub.type, xs[0], xs[1], fidelity, sub_caches, sub_dfs)
             elif kind == "unary":

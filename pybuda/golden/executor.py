@@ -38,11 +38,12 @@ class GoldenExecutor:
     float32, no formats or fidelity.
     """
 
-    def __init__(self, netlist: Any, host_io: HostIO, tensors: Mapping[str, torch.Tensor], fast: bool = False):
+    def __init__(self, netlist: Any, host_io: HostIO, tensors: Mapping[str, torch.Tensor], fast: bool = False,
+                 tf32_operands: bool = False):
         if netlist is None or host_io is None:
             raise InputError("the compile results hold no netlist: compile to CompileDepth.FULL before running")
         self.host_io = host_io
-        self.device = GoldenDevice(netlist, fast=fast)
+        self.device = GoldenDevice(netlist, fast=fast, tf32_operands=tf32_operands)
         self._input_formats = {q.name: q.df for q in netlist.queues.values()}
         self.microbatch = max(1, int(netlist.graphs[next(iter(netlist.graphs))].input_count))
         self._transformed = host_io.transformed_parameters()
@@ -242,6 +243,13 @@ def executor_inputs(compile_results: Any) -> Tuple[Any, HostIO, Dict[str, torch.
 def create_executor(compile_results, *, microbatch: int = 1, device=None) -> GoldenExecutor:
     """Entry point the runtime calls for ``BackendType.Golden`` TTDevices."""
     config = compile_results.config
-    fast = bool(getattr(config, "golden_ignore_df_precision", False))
     netlist, host_io, tensors = executor_inputs(compile_results)
-    return GoldenExecutor(netlist, host_io, tensors, fast=fast)
+    return GoldenExecutor(netlist, host_io, tensors, **golden_numerics(config))
+
+
+def golden_numerics(config: Any) -> Dict[str, bool]:
+    """The golden device's numerics switches a compile's config (a CompilerConfig, or an image's stored dict of
+    it) asks for: ``fast`` (``golden_ignore_df_precision``) and ``tf32_operands`` (``golden_tf32_operands``)."""
+    get = config.get if isinstance(config, Mapping) else (lambda key, default: getattr(config, key, default))
+    return {"fast": bool(get("golden_ignore_df_precision", False)),
+            "tf32_operands": bool(get("golden_tf32_operands", False))}

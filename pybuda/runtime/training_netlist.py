@@ -23,13 +23,14 @@ class TrainingDevice:
     (:func:`pybuda.netlist.training.build_training_netlist`): every program's parameter and constant queues
     written once; the programs' host sides are :class:`NetlistProgram` objects."""
 
-    def __init__(self, training_netlist: Any, tensors: Mapping[str, Mapping[str, torch.Tensor]], fast: bool):
+    def __init__(self, training_netlist: Any, tensors: Mapping[str, Mapping[str, torch.Tensor]], fast: bool,
+                 tf32_operands: bool = False):
         from pybuda.golden.device import GoldenDevice
         from pybuda.netlist.host_io import to_device_layout
 
         self.training_netlist = training_netlist
         self.netlist = training_netlist.netlist
-        self.device = GoldenDevice(self.netlist, fast=fast)
+        self.device = GoldenDevice(self.netlist, fast=fast, tf32_operands=tf32_operands)
         for key, part in training_netlist.parts.items():
             for rec in part.host_io.ram_queues:
                 if rec.queue in part.linked_rams:

@@ -10,6 +10,7 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence, Set, Tuple
 import torch
 
 from pybuda.errors import InputError, PybudaError
+from pybuda.golden.executor import golden_numerics
 from pybuda.runtime.backend_api import one_sample
 from pybuda.runtime.device import InputItem
 from pybuda.runtime.training_netlist import (NetlistProgram, TrainingDevice, _output_rec, assemble_training_netlist,
@@ -209,8 +210,7 @@ class TTTrainer:
         if built is None:
             return
         tnl, programs, tensors = built
-        fast = bool(getattr(self.config, "golden_ignore_df_precision", False))
-        self.training_device = TrainingDevice(tnl, tensors, fast)
+        self.training_device = TrainingDevice(tnl, tensors, **golden_numerics(self.config))
         self.training_netlist = tnl
         self.saved_capacity = capacity if any(lk.kind == "saved" for lk in tnl.links) else 0
         for key, prog in programs.items():

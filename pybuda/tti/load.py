@@ -60,15 +60,16 @@ def image_artifact(image: TTDeviceImage, fast: Optional[bool] = None) -> Any:
 
     ``fast``: plain float32 golden (default: as the image's compile was configured).
     """
-    from pybuda.golden.executor import GoldenExecutor
+    from pybuda.golden.executor import GoldenExecutor, golden_numerics
     from pybuda.runtime.backend_api import CompiledArtifact, CompiledStage, TensorSpec, batched_shape
 
-    if fast is None:
-        fast = bool(image.compiler_cfg.get("golden_ignore_df_precision", False))
+    numerics = golden_numerics(image.compiler_cfg)
+    if fast is not None:
+        numerics["fast"] = fast
     mb = image.microbatch_size
     stages = []
     for stage in image.stages:
-        executor = GoldenExecutor(stage.netlist, stage.host_io, stage.tensors, fast=fast)
+        executor = GoldenExecutor(stage.netlist, stage.host_io, stage.tensors, **numerics)
         stages.append(CompiledStage(stage.module_name, None, None, executor, list(stage.input_names)))
     outputs = image.stages[-1].host_io.outputs
     output_specs = [TensorSpec(rec.name, batched_shape(rec.framework_shape, mb), torch_dtype(rec.dtype))
