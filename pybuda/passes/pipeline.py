@@ -203,13 +203,14 @@ def _backend_golden_verify(s: _State) -> None:
     if s.inputs is None or not _has_values(s.inputs) or not s.results.golden_outputs:
         log.warning("BACKEND_GOLDEN_VERIFY: no sample inputs with values; skipped")
         return
-    from pybuda.golden.executor import GoldenExecutor, executor_inputs
+    from pybuda.golden.executor import GoldenExecutor, executor_inputs, golden_numerics
     from pybuda.verify import calculate_pcc, compare_tensor_to_golden
 
     vcfg = s.verify_cfg
-    fast = bool(getattr(vcfg, "golden_ignore_df_precision", True)) or bool(s.ctx.config.golden_ignore_df_precision)
+    numerics = golden_numerics(s.ctx.config)
+    numerics["fast"] = numerics["fast"] or bool(getattr(vcfg, "golden_ignore_df_precision", True))
     netlist, host_io, tensors = executor_inputs(s.results)
-    outs = GoldenExecutor(netlist, host_io, tensors, fast=fast).run(s.inputs)
+    outs = GoldenExecutor(netlist, host_io, tensors, **numerics).run(s.inputs)
     s.ctx.notes["backend_golden_outputs"] = outs
     names = [n.name for n in s.results.initial_graph.outputs] if s.results.initial_graph is not None else []
     for i, (golden, got) in enumerate(zip(s.results.golden_outputs, outs)):
@@ -217,7 +218,7 @@ def _backend_golden_verify(s: _State) -> None:
         if not compare_tensor_to_golden(f"golden backend {name}", golden, got, verify_cfg=vcfg):
             got_pcc = calculate_pcc(golden.to(torch.float32), got.reshape(golden.shape).to(torch.float32)) \
                 if got.numel() == golden.numel() else float("nan")
-            mode = "float32" if fast else "chip formats and fidelity"
+            mode = "float32" if numerics["fast"] else "chip formats and fidelity"
             raise CompileError(f"output {i} ('{name}') of the netlist on the golden backend ({mode}) does not match "
                                f"the model: PCC {got_pcc:.6f}, required {vcfg.pcc} (and not allclose with "
                                f"relative_atol {vcfg.relative_atol})", stage="BACKEND_GOLDEN_VERIFY")

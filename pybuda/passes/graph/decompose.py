@@ -153,8 +153,8 @@ def _push_integer_inputs_exact(graph: Graph, ctx: Any) -> Graph:
     """Integer graph inputs are pushed as Float32 (exact up to 2**24) and refused at push time beyond what the
     chip keeps exact: 2**24 where ops accumulate in Float32, 2**8 on Grayskull, whose Float16_b accumulator
     every op result passes through (embedding ids keep their table's range: they index, they are not summed).
-    An input the device only reads as a cast to a float dtype (``ids.float() * 0.5``) is float data there, rounded
-    as any float is: it keeps Float32's range (an integer op after that cast checks the range itself)."""
+    An input whose every device reader computes a float result from it (``ids.float() * 0.5``) is float data there,
+    rounded as any float is: it keeps Float32's range (an integer op downstream checks its own range)."""
     from pybuda.ops.integer import FLOAT16_B_EXACT_INT, FLOAT32_EXACT_INT
 
     limit = FLOAT16_B_EXACT_INT if getattr(ctx, "is_grayskull", False) else FLOAT32_EXACT_INT

@@ -31,7 +31,7 @@ import torch
 from pybuda.ir.graph import CONSTANT, HOLDS_MASK_FILL, INPUT, OP, SAMPLE_FILL, SAMPLE_NONFINITE, Graph
 from pybuda.ops import registry
 from pybuda.passes.context import CompileContext
-from pybuda.passes.graph.nonfinite import held_format
+from pybuda.passes.graph.nonfinite import held_format, tag_downstream
 
 #: Smallest magnitude of a fill: 2**13, below BERT's -10000 and far above ordinary activations of a masked score.
 FILL_MAGNITUDE = 8192.0
@@ -78,19 +78,10 @@ def hold_mask_fills(graph: Graph, ctx: CompileContext) -> Graph:
         df = held_format(ctx, node.dtype) if nonfinite else None
         if df or held_df:
             sources[node.name] = df or held_df
-    count = 0
-    for node in graph:  # topological: operands first
-        if node.name in sources:
-            held = True
-            node.tags.setdefault("exact_df", sources[node.name])
-        elif node.kind == OP and _passes_on(node.op_type):
-            held = any(graph[o].tags.get(HOLDS_MASK_FILL) for o in node.operands)
-        else:
-            held = False
-        if held:
-            node.tags[HOLDS_MASK_FILL] = True
-            count += 1
-    ctx.notes["mask_fill_values"] = count
+    for name, df in sources.items():
+        graph[name].tags.setdefault("exact_df", df)
+    ctx.notes["mask_fill_values"] = tag_downstream(graph, HOLDS_MASK_FILL, lambda node: node.name in sources,
+                                                   lambda node: node.kind == OP and _passes_on(node.op_type))
     return graph
 
 

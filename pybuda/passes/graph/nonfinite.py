@@ -49,12 +49,12 @@ unprotected is a NaN or infinity made inside an untested model (an overflow, ``l
 
 from __future__ import annotations
 
-from typing import Dict, Optional
+from typing import Callable, Dict, Optional
 
 import torch
 
 from pybuda.ir.graph import (CARRIES_NONFINITE, CONSTANT, INPUT, NONFINITE_SAFE, OP, OUTPUT, PARAMETER,
-                             SAMPLE_NONFINITE, SIGN_EXACT, TESTS_NONFINITE, Graph)
+                             SAMPLE_NONFINITE, SIGN_EXACT, TESTS_NONFINITE, Graph, Node)
 from pybuda.passes.context import CompileContext
 
 
@@ -126,27 +126,33 @@ def mark_nonfinite_carriers(graph: Graph, ctx: CompileContext) -> Graph:
     :func:`hold_nonfinite` tagged upstream of a NaN/infinity test (run it first). Returns ``graph`` (tagged in
     place); ``ctx.notes["nonfinite_carriers"]`` counts the tagged nodes."""
     memo: Dict = {}
-    count = 0
-    for node in graph:
+
+    def source(node: Node) -> bool:
         if node.tags.get(CARRIES_NONFINITE):
-            carries = True
-        elif node.kind == INPUT:
-            carries = bool(node.tags.get(SAMPLE_NONFINITE))
-        elif node.kind == CONSTANT:
+            return True
+        if node.kind == INPUT:
+            return bool(node.tags.get(SAMPLE_NONFINITE))
+        if node.kind == CONSTANT:
             value = graph.tensors.get(node.name)
-            carries = value is not None and value.dtype.is_floating_point and not bool(torch.isfinite(value).all())
-        elif node.kind == OP:
-            carries = any(graph[o].tags.get(CARRIES_NONFINITE) for o in node.operands) and \
-                may_be_nonfinite(graph, node.name, memo)
-        elif node.kind == OUTPUT:  # the nop that writes it to the host must keep them too
-            carries = any(graph[o].tags.get(CARRIES_NONFINITE) for o in node.operands)
-        else:
-            carries = False
-        if carries:
-            node.tags[CARRIES_NONFINITE] = True
-            count += 1
-    ctx.notes["nonfinite_carriers"] = count
+            return value is not None and value.dtype.is_floating_point and not bool(torch.isfinite(value).all())
+        return False
+
+    def passes_on(node: Node) -> bool:  # an output: the nop that writes it to the host must keep them too
+        return node.kind == OUTPUT or (node.kind == OP and may_be_nonfinite(graph, node.name, memo))
+
+    ctx.notes["nonfinite_carriers"] = tag_downstream(graph, CARRIES_NONFINITE, source, passes_on)
     return graph
+
+
+def tag_downstream(graph: Graph, tag: str, source: Callable[[Node], bool], passes_on: Callable[[Node], bool]) -> int:
+    """Tag ``tag`` every node ``source`` accepts and, in topological order, every node ``passes_on`` accepts that
+    reads a tagged operand (``passes_on`` is asked only then). Returns the number of tagged nodes."""
+    count = 0
+    for node in graph:  # topological: operands first
+        if source(node) or (any(graph[o].tags.get(tag) for o in node.operands) and passes_on(node)):
+            node.tags[tag] = True
+            count += 1
+    return count
 
 
 def mark_nonfinite_samples(graph: Graph, samples) -> None:
