@@ -83,8 +83,10 @@ IDIOMS = (
 
 
 def model_names() -> List[str]:
-    """Every sweep model: ``hf/<name>`` for the Hugging Face models, ``idiom/<name>`` for the idioms."""
-    return [f"hf/{n}" for n in hf.MODELS] + [f"idiom/{n}" for n in IDIOMS if n in idioms.CASES]
+    """Every sweep model: ``hf/<name>`` for the Hugging Face models, ``idiom/<name>`` for the idioms and the
+    architecture blocks (``tools/architecture_blocks.py``, idioms named ``arch_<name>``)."""
+    blocks = [n for n in idioms.CASES if n.startswith("arch_")]
+    return [f"hf/{n}" for n in hf.MODELS] + [f"idiom/{n}" for n in (*IDIOMS, *blocks) if n in idioms.CASES]
 
 
 def build(name: str) -> Tuple[torch.nn.Module, Tuple[torch.Tensor, ...]]:

@@ -567,6 +567,14 @@ module_case("upsample_mod", lambda: nn.Sequential(nn.Upsample(scale_factor=2, mo
                                                   nn.Conv2d(2, 2, 3)), (1, 2, 5, 6))
 
 
+# --- architecture blocks (tools/architecture_blocks.py) --------------------------------------------------------
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import architecture_blocks  # noqa: E402
+
+for _n, (_make, *_inputs) in architecture_blocks.BLOCKS.items():
+    module_case("arch_" + _n, _make, *_inputs)
+
+
 # --- running ---------------------------------------------------------------------------------------------------
 class _Timeout(Exception):
     pass
