@@ -135,7 +135,7 @@ def _buda_graph_pre_placer(s: _State) -> None:
     from pybuda.passes.lowered.approximate_sfpu import mark_approximate_exp
     from pybuda.passes.lowered.data_formats import set_data_formats
     from pybuda.passes.lowered.exact_broadcast import exact_tile_broadcasts
-    from pybuda.passes.lowered.exact_pickers import exact_pickers
+    from pybuda.passes.lowered.exact_pickers import exact_pickers, exact_zero_padding
     from pybuda.passes.lowered.fuse_matmul_epilogue import fuse_matmul_epilogues
     from pybuda.passes.lowered.fuse_ops import fuse_elementwise_ops
     from pybuda.passes.lowered.lofi_weights import round_lofi_weights
@@ -150,6 +150,7 @@ def _buda_graph_pre_placer(s: _State) -> None:
     bg = insert_nops(bg, s.ctx)
     bg = fuse_matmul_epilogues(bg, s.ctx)
     bg = set_data_formats(bg, s.ctx)
+    bg = exact_zero_padding(bg, s.ctx)  # after formats, before fusion: Float32 padding zeroed without truncation
     bg = fuse_elementwise_ops(bg, s.ctx)
     bg = exact_tile_broadcasts(bg, s.ctx)  # after formats and fusion: the tile broadcasts fusion left
     bg = exact_pickers(bg, s.ctx)  # after formats: Float32 data a picker would truncate is copied in pieces

@@ -233,6 +233,32 @@ def test_pytorch_cnn_follows_torch_for_50_steps():
     assert_decreasing(got)
 
 
+class PointNetMax(torch.nn.Module):
+    """PointNet's shape: a shared per-point layer (a 1x1 convolution), the max over the points, a classifier."""
+
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(0)
+        self.point = torch.nn.Conv1d(3, 8, 1)
+        self.head = torch.nn.Linear(8, 5)
+
+    def forward(self, x):
+        return self.head(torch.relu(self.point(x)).max(dim=2)[0])
+
+
+def test_a_max_over_points_trains_at_float32():
+    """The max's backward compares the saved maximum with the activation. The maximum is saved with its tile
+    padding zeroed; a multiply by the 0/1 mask kept 10 of its Float32 mantissa bits, so no point equalled it,
+    the tie count was 0 and every gradient NaN. The padding is now zeroed by a select (exact_zero_padding)."""
+    model = PointNetMax()
+    data = regression_data((3, 20), lambda x: x[:, :, :5].sum(dim=1), steps=6, mb=1)
+    want = train_in_torch(copy.deepcopy(model), data, torch.nn.MSELoss(), lr=0.05)
+    got, _ = train_on_chip(pybuda.PyTorchModule("pointnet", model), data, torch.nn.MSELoss(),
+                           pybuda.optimizers.SGD(learning_rate=0.05))
+    assert all(g == g for g in got), got  # no NaN
+    assert_follows(got, want)
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("df, fidelity", [(pybuda.DataFormat.Float16_b, pybuda.MathFidelity.HiFi3),
                                           (pybuda.DataFormat.Bfp8_b, pybuda.MathFidelity.LoFi)])

@@ -12,7 +12,7 @@ from pybuda.netlist.device_ops import device_op
 from pybuda.netlist.host_io import canonical_zrc, tiles
 from pybuda.netlist.tms import TM, Broadcast, Transpose
 from pybuda.passes.lower import pickers
-from pybuda.passes.lowered.exact_pickers import COPIES_INPUT, ONE_HOT_COPY
+from pybuda.passes.lowered.exact_pickers import COPIES_INPUT, ONE_HOT_COPY, ZERO_PADDING
 from pybuda.passes.lower.common import (BINARY, JUNK, LOWERINGS, PAD_SENSITIVE, POLE_AT_ZERO, REP, TILE, UNARY, ZERO,
                                         ZERO_PRESERVING, DVal, _combine_pad, _right_align)
 
@@ -239,14 +239,16 @@ class ArithmeticLowering:
             return self._select_real(v, "r")
         mask = self._const(("row_mask", v.r), f"row_mask_{v.r}", pickers.row_mask(v.r))
         return self.emit(f"{v.src}.zero_pad_r", "multiply", [(v, ()), (mask, self._mask_tms(v, "c"))], (v.z, v.r, v.c),
-                         pad=(ZERO, v.pad_c), layout=v.layout, spatial=v.spatial, tags=self.copy_tags(v))
+                         pad=(ZERO, v.pad_c), layout=v.layout, spatial=v.spatial,
+                         tags={ZERO_PADDING: "r", **self.copy_tags(v)})
 
     def _zero_cols(self, v: DVal) -> DVal:
         if self.carries_nonfinite(v):
             return self._select_real(v, "c")
         mask = self._const(("col_mask", v.c), f"col_mask_{v.c}", pickers.col_mask(v.c))
         return self.emit(f"{v.src}.zero_pad_c", "multiply", [(v, ()), (mask, self._mask_tms(v, "r"))], (v.z, v.r, v.c),
-                         pad=(v.pad_r, ZERO), layout=v.layout, spatial=v.spatial, tags=self.copy_tags(v))
+                         pad=(v.pad_r, ZERO), layout=v.layout, spatial=v.spatial,
+                         tags={ZERO_PADDING: "c", **self.copy_tags(v)})
 
     def _select_real(self, v: DVal, side: str) -> DVal:
         """``v`` with its row (``side="r"``) or column padding zeroed by a select, not a multiply: the padding of a

@@ -52,6 +52,9 @@ COPIES_INPUT = "copies_input"
 ONE_HOT_COPY = "one_hot_copy"
 #: Tag on the ops this pass adds: the picker they make exact.
 EXACT_PICKER_PART = "exact_picker_part"
+#: Tag the lowering puts on a multiply that zeroes a value's tile padding (input 0, the data) with a constant 0/1
+#: mask (input 1): ``"r"`` for padding rows, ``"c"`` for padding columns (see :func:`exact_zero_padding`).
+ZERO_PADDING = "zero_padding"
 #: Float32's significant bits (the leading one and 23 fraction bits).
 _FLOAT32_SIGNIFICANT = 24
 #: The fidelity of the piece-splitting multiply: ELWMUL reads in0 (the data) through SrcA.
@@ -228,3 +231,56 @@ def _pieces(bg: BudaGraph, op: BudaOp, d: int, one: str) -> List[BudaOp]:
         ops.append(add)
         total = add.name
     return ops
+
+
+def exact_zero_padding(bg: BudaGraph, ctx: CompileContext) -> BudaGraph:
+    """Zero tile padding without truncating Float32 data (in place); returns ``bg``.
+
+    The lowering zeroes a value's padding rows or columns with a multiply by a 0/1 mask (:data:`ZERO_PADDING`).
+    ELWMUL reads the data through SrcA, so at Float32 the product keeps 9 or 10 of its mantissa bits: the masked
+    copy of a value is no longer equal to the value itself. A max's backward compares the saved maximum, masked,
+    with the unmasked activation: no element matched, the tie count was 0 and every gradient NaN (PointNet's max
+    over points). Such a multiply becomes ``heaviside(mask - 1, x)``: ``x`` where the mask is 1 and an exact 0
+    where it is 0, like every other copy of the default golden numerics (the nonfinite lowering's select,
+    ``specials``, is the same op). Same rules as :func:`exact_pickers`: only where the multiply drops bits its
+    Dest could hold and a reader would keep them, and not with ``exact_data_movement=False``. Runs after data
+    formats and before fusion. ``ctx.notes["exact_zero_padding"]`` counts them."""
+    ctx.notes["exact_zero_padding"] = 0
+    if not ctx.config.exact_data_movement:
+        return bg
+    readers = bg.reader_map()
+    steps: Dict[str, str] = {}
+    # Readers first: a mask multiply read by another (padding rows, then columns) sees its reader already a select.
+    for op in reversed(list(bg.ops.values())):
+        if op.type != "multiply" or op.tags.get(ZERO_PADDING) is None or len(op.inputs) != 2:
+            continue
+        mask = op.inputs[1]
+        if mask not in bg.tensors or not _masks_truncate(op):
+            continue
+        if all(_multiplies(bg.ops.get(name)) for name in readers.get(op.name, ())):
+            continue
+        if mask not in steps:
+            steps[mask] = _step_queue(bg, mask)
+        op.type = "heaviside"
+        op.inputs = [steps[mask], op.inputs[0]]
+        op.in_df = [DataFormat.Float32, op.in_df[0]]
+        op.input_tms = {i: tms for i, tms in ((0, op.input_tms.get(1)), (1, op.input_tms.get(0))) if tms}
+        ctx.notes["exact_zero_padding"] += 1
+    return bg
+
+
+def _masks_truncate(op: BudaOp) -> bool:
+    """Whether the mask multiply ``op`` drops bits of its data (input 0, through SrcA) that its Dest could hold."""
+    return fraction_bits(op.in_df[0]) > copied_fraction_bits("a", op.math_fidelity) and \
+        op.acc_df == DataFormat.Float32
+
+
+def _step_queue(bg: BudaGraph, mask: str) -> str:
+    """A constant queue holding ``mask - 1`` (0 on real rows or columns, -1 on padding) beside the mask's queue."""
+    name = f"{mask}.step"
+    while name in bg.ops or name in bg.queues:
+        name += "_"
+    q = bg.queues[mask]
+    bg.add_queue(dataclasses.replace(q, name=name, df=DataFormat.Float32, tags=dict(q.tags)))
+    bg.tensors[name] = bg.tensors[mask] - 1.0
+    return name
