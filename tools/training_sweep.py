@@ -25,6 +25,7 @@ Every case runs in its own subprocess::
     python tools/training_sweep.py --filter 'mlp|bert'     # a regex over case names
     python tools/training_sweep.py --one mlp_relu-adam -v  # in-process, with the traceback and the reports
     python tools/training_sweep.py --list
+    python tools/training_sweep.py --random-graphs 0-199  # random graphs (tools/random_graphs.py) trained instead
 
 The transformers are the tiny configurations of ``tools/hf_model_sweep.py``; a few layers (depthwise and
 transposed convolutions, instance norm, bilinear, GRU) are ``tools/torch_idiom_sweep.py``'s modules.
@@ -76,6 +77,13 @@ ADAM_NOISE_GRAD = 1e-5
 PCC_MIN = 0.99
 #: A parameter whose torch update is below this (relative to the parameter's magnitude) is only checked by allclose.
 TINY_UPDATE = 1e-7
+#: A trainable parameter torch leaves exactly where it was (its gradient cancels to 0: a layer norm's weight on
+#: constant rows, a bias before a batch norm) may move on the device by rounding: a gradient of up to this
+#: fraction of the model's largest one (TF32 operands keep 10 mantissa bits) at every step. A frozen parameter
+#: (``requires_grad=False``, or left out of the optimizer) must not move at all.
+ZERO_GRAD_NOISE = 2.0 ** -10
+#: An update whose spread across a parameter's elements is below this fraction of its largest element is uniform.
+UNIFORM_UPDATE = 1e-3
 
 OPTIMIZERS = ("sgd", "adam", "adamw")
 LR = {"sgd": 0.05, "adam": 1e-3, "adamw": 1e-3}
@@ -446,6 +454,59 @@ add("hf_t5", _hf("t5"), [ids(256, 16, low=3), ids(256, 16, low=0), ids(256, 8, l
 add("hf_vit", _hf("vit"), [floats(3, 32, 32)], classes(10), "ce", optimizers=("adamw",), mb=1)
 
 
+# random graphs (tools/random_graphs.py), trained: ``--random-graphs SEEDS``
+RANDOM_GRAPH_CASE = re.compile(r"random_graph_(\d+)-sgd$")
+#: The random graphs' weights and op mixes are arbitrary: a smaller step than the cases' keeps most from diverging,
+#: where float32 rounding alone sends torch's own run elsewhere.
+RANDOM_GRAPH_LR = 0.01
+
+
+class FlatOutputs(nn.Module):
+    """A module whose outputs, each ``[B, ...]``, are flattened per sample and concatenated into one ``[B, N]``:
+    one tensor a loss can compare with a target."""
+
+    def __init__(self, inner: nn.Module):
+        super().__init__()
+        self.inner = inner
+
+    def forward(self, *xs: torch.Tensor) -> torch.Tensor:
+        out = self.inner(*xs)
+        outs = out if isinstance(out, (tuple, list)) else (out,)
+        return torch.cat([o.reshape(o.shape[0], -1) for o in outs], 1)
+
+
+def add_random_graph(seed: int) -> bool:
+    """Register ``random_graph_<seed>-sgd``: the random graph of ``seed`` (its module with its seeded weights, in
+    eval mode: a batch norm keeps its running statistics) trained with SGD and an MSE loss on its outputs,
+    flattened per sample (:class:`FlatOutputs`). Only graphs with parameters whose float inputs and outputs all
+    share one leading (batch) dim qualify: the device trains a microbatch sample by sample. Returns whether
+    it was registered."""
+    import random_graphs
+
+    model = random_graphs.generate(seed, classic=False, batch_mix=False)
+    module, inputs = random_graphs.instantiate(model)
+    if not any(p.requires_grad for p in module.parameters()):
+        return False
+    if not inputs or any(not t.is_floating_point() or t.dim() < 1 for t in inputs):
+        return False
+    mb = inputs[0].shape[0]
+    with torch.no_grad():
+        out = module(*inputs)
+    outs = out if isinstance(out, (tuple, list)) else (out,)
+    if any(t.shape[0] != mb for t in inputs) or \
+            any(not isinstance(o, torch.Tensor) or not o.is_floating_point() or o.dim() < 1 or o.shape[0] != mb
+                for o in outs):
+        return False
+    width = sum(o[0].numel() for o in outs)
+
+    def make() -> nn.Module:
+        return FlatOutputs(random_graphs.instantiate(model)[0])
+
+    add(f"random_graph_{seed}", make, [floats(*t.shape[1:]) for t in inputs], floats(width), "mse",
+        optimizers=("sgd",), mb=mb, train_mode=False, lr=RANDOM_GRAPH_LR, note="random graph, eval mode")
+    return True
+
+
 # ------------------------------------------------------------------------------------------------ running
 
 
@@ -566,10 +627,20 @@ def _pcc(a: torch.Tensor, b: torch.Tensor) -> float:
     return float(torch.corrcoef(torch.stack([a, b]))[0, 1])
 
 
-def compare(case: Case, got_losses, got_params, want_losses, want_params, initial, grad_max) -> List[str]:
-    """What differs between the device's run and torch's (empty: they agree)."""
+def compare(case: Case, got_losses, got_params, want_losses, want_params, initial, grad_max,
+            frozen=frozenset()) -> List[str]:
+    """What differs between the device's run and torch's (empty: they agree). ``frozen``: names of the parameters
+    the optimizer does not train."""
     problems = []
     top = max((float(g.max()) for g in grad_max.values() if g.numel()), default=0.0)
+    lr = case.lr or LR[case.optimizer]
+    adam_like = case.optimizer in ("adam", "adamw")
+    # How far rounding moves a parameter whose torch gradient is exactly 0: SGD steps by lr times the gradient (a
+    # sum over the step's microbatches); Adam steps by up to lr whatever the gradient's size (its sign is noise).
+    if adam_like:
+        noise = W_ATOL_FLOOR + 2 * lr * STEPS
+    else:
+        noise = W_ATOL_FLOOR + lr * STEPS * case.accumulation * case.count * ZERO_GRAD_NOISE * top
     if len(got_losses) != len(want_losses):
         problems.append(f"{len(got_losses)} losses, torch has {len(want_losses)}")
     for i, (g, w) in enumerate(zip(got_losses, want_losses)):
@@ -580,7 +651,6 @@ def compare(case: Case, got_losses, got_params, want_losses, want_params, initia
     missing = sorted(trainable - set(got_params))
     if missing:
         problems.append(f"checkpoint lacks {missing[:4]}")
-    adam_like = case.optimizer in ("adam", "adamw")
     for name, want in want_params.items():
         if name not in got_params:
             continue
@@ -588,8 +658,9 @@ def compare(case: Case, got_losses, got_params, want_losses, want_params, initia
         step_t, step_d = want - initial[name], got - initial[name]
         scale = float(step_t.abs().max())
         if name not in trainable:
-            if float(step_d.abs().max()) > 0:
-                problems.append(f"{name}: not trained in torch, moved by {float(step_d.abs().max()):.3g} on the device")
+            moved = float(step_d.abs().max())
+            if moved > (0.0 if name in frozen else noise):
+                problems.append(f"{name}: not trained in torch, moved by {moved:.3g} on the device")
             continue
         bad = ~torch.isclose(got, want, rtol=W_RTOL, atol=W_ATOL * scale + W_ATOL_FLOOR)
         allowed = 0
@@ -605,7 +676,10 @@ def compare(case: Case, got_losses, got_params, want_losses, want_params, initia
             problems.append(f"{name}: {int(bad.sum())}/{bad.numel()} elements not allclose (max err {err:.3g}, "
                             f"torch's largest step {scale:.3g})")
             continue
-        if scale > TINY_UPDATE * max(1.0, float(want.abs().max())) and step_t.numel() > 1:
+        # An update within rounding noise (a key bias, whose gradient softmax cancels) has no direction to compare,
+        # nor has one alike in every element (a bias whose channels are summed right after): allclose checked them.
+        uniform = step_t.numel() < 2 or float(step_t.std()) <= max(noise, UNIFORM_UPDATE * scale)
+        if scale > max(TINY_UPDATE * max(1.0, float(want.abs().max())), noise) and not uniform:
             pcc = _pcc(step_d, step_t)
             if pcc < PCC_MIN:
                 problems.append(f"{name}: update PCC {pcc:.4f}")
@@ -623,6 +697,8 @@ def run_one(name: str, verbose: bool = False) -> Dict[str, Any]:
         model = case.model()
         model.train(case.train_mode)
         initial = {n: p.detach().clone() for n, p in model.named_parameters()}
+        frozen = {n for n, p in model.named_parameters() if not p.requires_grad or (case.only is not None and
+                                                                                   n not in case.only)}
         twin = copy.deepcopy(model)
         data = _batches(case)
         want_losses, want_params, grad_max = train_in_torch(case, twin, data)
@@ -642,7 +718,7 @@ def run_one(name: str, verbose: bool = False) -> Dict[str, Any]:
             traceback.print_exc()
         return result
     result["seconds"] = round(time.time() - t0, 1)
-    problems = compare(case, got_losses, got_params, want_losses, want_params, initial, grad_max)
+    problems = compare(case, got_losses, got_params, want_losses, want_params, initial, grad_max, frozen)
     if verbose:
         print("losses device:", [round(v, 6) for v in got_losses])
         print("losses torch: ", [round(v, 6) for v in want_losses])
@@ -650,7 +726,7 @@ def run_one(name: str, verbose: bool = False) -> Dict[str, Any]:
     if problems:
         try:  # the same run in plain float32: is the difference the chip's rounding or the program?
             ex_losses, ex_params, _ = train_on_device(case, copy.deepcopy(model), data, exact=True)
-            exact = compare(case, ex_losses, ex_params, want_losses, want_params, initial, grad_max)
+            exact = compare(case, ex_losses, ex_params, want_losses, want_params, initial, grad_max, frozen)
             cls = "WRONG" if exact else "NUMERICS"
         except Exception as exc:  # noqa: BLE001
             cls, problems = "WRONG", problems + [f"plain float32 rerun failed: {type(exc).__name__}"]
@@ -692,15 +768,26 @@ def main(argv: Optional[List[str]] = None) -> int:
     ap.add_argument("-v", "--verbose", action="store_true")
     ap.add_argument("--list", action="store_true")
     ap.add_argument("--timeout", type=int, default=TIMEOUT_S)
+    ap.add_argument("--random-graphs", metavar="SEEDS",
+                    help="train these random graphs (tools/random_graphs.py seeds, e.g. 0-99) instead of the cases")
     args = ap.parse_args(argv)
     import logging
     import warnings
     logging.disable(logging.WARNING)
     warnings.filterwarnings("ignore")
     if args.one:
+        match = RANDOM_GRAPH_CASE.match(args.one)
+        if match and args.one not in CASES:
+            add_random_graph(int(match.group(1)))
         r = run_one(args.one, verbose=args.verbose)
         print(json.dumps(r) if args.json else _line(r) + ("\n" + r["detail"] if args.verbose else ""))
         return 0
+    if args.random_graphs:
+        import random_graphs
+
+        CASES.clear()
+        for seed in random_graphs.parse_seeds(args.random_graphs):
+            add_random_graph(seed)
     names = [n for n in CASES if not args.filter or re.search(args.filter, n)]
     if args.list:
         print("\n".join(names))
