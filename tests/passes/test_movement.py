@@ -357,3 +357,20 @@ def test_two_unkeyed_row_pickers_of_one_name_get_their_own_constants():
     assert first.inputs[0] != second.inputs[0] and first.inputs[2] != second.inputs[2]
     # a swap of rows 0 and 1, then the identity: the same index (one tile pair) over different picker tiles
     assert not torch.equal(lowering.bg.tensors[first.inputs[0]], lowering.bg.tensors[second.inputs[0]])
+
+
+def test_the_movement_check_of_a_long_flatten_builds_no_map_per_source_row():
+    """Flattening ``[1, R, C, 2]`` to one row has one candidate column part per source row; the capability check
+    built every part's column map (one int per output column) before counting them against MAX_PARTS: R x 2R
+    entries, 53 GB for a [1, 42, 1376, 2] activation, and the capture was killed. It stops at MAX_PARTS now."""
+    import tracemalloc
+
+    gather_plan._MOVE_CACHE.clear()
+    tracemalloc.start()
+    try:
+        reason = gather_plan.unsupported_movement([(1, 64, 64, 2)], "reshape", {"shape": (1, 8192)})
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert reason is None  # still lowered (by another plan)
+    assert peak < 32 * 2**20, f"{peak / 2**20:.0f} MiB"  # was 258 MiB: 4096 maps of 8192 entries

@@ -143,12 +143,12 @@ def _column_parts(src, expected: np.ndarray, max_parts: Optional[int] = None):
     for g in range(len(vectors)):
         if not (vectors[g] >= 0).any():
             continue
+        if len(parts) == max_parts:  # one more part than allowed: stop before building its column map (a map per
+            return None              # part of a wide output, thousands of them, once took 24 GB)
         members = upair[group == g]
         col_map = np.full(co, -1, dtype=np.int64)
         col_map[members // ci] = members % ci
         parts.append((g, col_map, vectors[g]))
-    if len(parts) > max_parts:
-        return None
     return parts, int(per_col.max())
 
 
