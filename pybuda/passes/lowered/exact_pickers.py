@@ -137,9 +137,14 @@ def is_selection(matrix: torch.Tensor, const: int) -> bool:
 
 
 def _truncates(op: BudaOp, d: int) -> bool:
-    """Whether the matmul drops bits of its data input ``d`` that its Dest could hold: not when the data is exact
-    already, nor with a Dest (Grayskull's) that cannot hold the bits the pieces would add."""
-    return fraction_bits(op.in_df[d]) > _kept_bits(op, d) and op.acc_df == DataFormat.Float32
+    """Whether the matmul drops bits of its data input ``d`` that its Dest could hold (:func:`_drops_held_bits`)."""
+    return _drops_held_bits(op, d, _kept_bits(op, d))
+
+
+def _drops_held_bits(op: BudaOp, d: int, kept: int) -> bool:
+    """Whether ``op``, keeping ``kept`` fraction bits of its input ``d``, drops bits its Dest could hold: not when
+    the data is exact already, nor with a Dest (Grayskull's) that cannot hold the bits an exact copy would add."""
+    return fraction_bits(op.in_df[d]) > kept and op.acc_df == DataFormat.Float32
 
 
 def _needs_pieces(bg: BudaGraph, op: BudaOp, d: int, readers: Dict[str, List[str]]) -> bool:
@@ -271,8 +276,7 @@ def exact_zero_padding(bg: BudaGraph, ctx: CompileContext) -> BudaGraph:
 
 def _masks_truncate(op: BudaOp) -> bool:
     """Whether the mask multiply ``op`` drops bits of its data (input 0, through SrcA) that its Dest could hold."""
-    return fraction_bits(op.in_df[0]) > copied_fraction_bits("a", op.math_fidelity) and \
-        op.acc_df == DataFormat.Float32
+    return _drops_held_bits(op, 0, copied_fraction_bits("a", op.math_fidelity))
 
 
 def _step_queue(bg: BudaGraph, mask: str) -> str:
