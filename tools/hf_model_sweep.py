@@ -462,6 +462,8 @@ EXOTIC = {
                          num_cross_attention_heads=1, image_size=IMG, num_labels=10),
     "mobilevitv2": _vision("MobileViTV2Config", "MobileViTV2ForImageClassification", size=64, image_size=64,
                            width_multiplier=0.25, num_labels=10),
+    "mobilevit": _vision("MobileViTConfig", "MobileViTForImageClassification", image_size=64, hidden_sizes=[32, 40, 48],
+                         neck_hidden_sizes=[8, 8, 16, 16, 24, 32, 64], num_labels=10),
     "yolos": _vision("YolosConfig", "YolosForObjectDetection", field="pred_boxes", hidden_size=64, num_hidden_layers=2,
                      num_attention_heads=4, intermediate_size=128, image_size=[IMG, IMG], patch_size=8,
                      num_detection_tokens=4),

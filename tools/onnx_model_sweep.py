@@ -79,6 +79,8 @@ IDIOMS = (
     "lstm_2layer", "conv1d", "conv1d_dil_groups", "conv2d_depthwise", "conv2d_reflect", "conv3d", "maxpool1d_ceil",
     "maxpool2d_dil", "avgpool2d_nopadcount", "avgpool2d_ceil", "adaptive_avg2d", "adaptive_max2d", "instance_norm",
     "batchnorm1d", "embedding_padding_idx", "embedding_bag_mean", "linear_no_bias_3d", "upsample_mod",
+    "scatter_const_index", "scatter_add_const_graph", "index_put_accumulate", "setitem_const_columns", "index_add",
+    "one_hot_of_argmax", "fold", "fold_no_overlap",
 )
 
 

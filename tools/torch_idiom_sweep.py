@@ -176,10 +176,25 @@ case("index_put_const", (5, 37))(lambda x: x.index_put((torch.tensor([0, 2]),), 
 case("index_put_bool", (5, 37))(lambda x: torch.where(x > 0.5, torch.full_like(x, 0.5), x))
 case("setitem_mask", (5, 37))(lambda x: _setitem_mask(x))
 case("index_add", (5, 37))(lambda x: x.index_add(0, torch.tensor([0, 2, 2]), x[1:4] * 2))
+case("scatter_const_index", (5, 37))(lambda x: x.scatter(1, torch.tensor([[3, 0, 36]] * 5), x[:, 10:13] * 2))
+case("scatter_add_const_graph", (6, 37))(lambda x: torch.zeros(4, 37).scatter_add(
+    0, torch.tensor([0, 3, 3, 1, 0, 2])[:, None].expand(6, 37), x.tanh()))
+case("scatter_reduce_sum_const", (5, 37))(lambda x: x.scatter_reduce(
+    1, torch.tensor([[1, 1, 4]] * 5), x[:, :3], "sum", include_self=False))
+case("index_put_accumulate", (5, 37))(lambda x: x.index_put((torch.tensor([4, 0, 4]),), x[:3] * 0.5, accumulate=True))
+case("setitem_const_columns", (5, 37))(lambda x: _setitem_columns(x))
+case("one_hot_of_argmax", (5, 37))(lambda x: torch.zeros_like(x).scatter_(-1, x.argmax(-1, keepdim=True), 1.0) + x)
+case("fold_no_overlap", (2, 12, 16))(lambda x: F.fold(x * 2, (8, 8), 2, stride=2))
 case("masked_scatter", (5, 37), bools((5, 37)))(lambda x, m: x.masked_scatter(m, torch.arange(185.).reshape(5, 37)))
 case("masked_select", (5, 37))(lambda x: torch.masked_select(x, x > 0))
 case("nonzero", (5, 37))(lambda x: torch.nonzero(x > 0))
 case("take_along_dim", (5, 37))(lambda x: torch.take_along_dim(x, x.argsort(-1)[:, :3], -1))
+
+
+def _setitem_columns(x):
+    y = x * 1.0
+    y[:, torch.tensor([30, 2, 7])] = x[:, :3].exp()
+    return y
 
 
 def _setitem_mask(x):

@@ -36,7 +36,7 @@ import torch
 import torch.fx
 
 # The converter families register themselves with @converts on import.
-from pybuda.frontend import aten_complex, aten_eltwise, aten_nn, aten_shape  # noqa: F401
+from pybuda.frontend import aten_complex, aten_eltwise, aten_nn, aten_scatter, aten_shape  # noqa: F401
 from pybuda.frontend.aten_builder import (  # noqa: F401  (re-exported: the frontend's names)
     CONVERTERS, Builder, Complex, Const, Missing, RealView, Unsupported, converts,
 )

@@ -150,6 +150,36 @@ def test_pytorch_mlp_follows_torch_for_50_steps():
     assert_decreasing(got)
 
 
+class GraphConv(torch.nn.Module):
+    """Message passing over a fixed graph: each node's messages summed at its neighbours (scatter_add) and
+    patches put back in place (index_put), the scatters the device runs as 0/1 matmuls and gathers."""
+
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(0)
+        self.register_buffer("src", torch.tensor([0, 1, 1, 2, 3, 4, 0, 2]))
+        self.register_buffer("dst", torch.tensor([1, 0, 2, 1, 4, 3, 3, 0]))
+        self.message = torch.nn.Linear(6, 6)
+        self.head = torch.nn.Linear(6, 2)
+
+    def forward(self, x):  # x [mb, 5 nodes, 6]
+        messages = self.message(x)[:, self.src]
+        summed = torch.zeros_like(x).index_add(1, self.dst, messages)
+        return self.head(torch.relu(summed + x)).mean(dim=1)
+
+
+def test_a_graph_convolution_trains_through_its_scatters():
+    from pybuda.frontend.torch import capture
+
+    model = GraphConv()
+    data = regression_data((5, 6), lambda x: x[:, :, :2].sum(dim=1), steps=6, mb=1)
+    assert capture(model, (data[0][0],), for_device=True, training=True).report.host_fraction == 0.0
+    want = train_in_torch(copy.deepcopy(model), data, torch.nn.MSELoss(), lr=0.05)
+    got, _ = train_on_chip(pybuda.PyTorchModule("graph_conv", model), data, torch.nn.MSELoss(),
+                           pybuda.optimizers.SGD(learning_rate=0.05))
+    assert_follows(got, want)
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("df, fidelity", [(pybuda.DataFormat.Float16_b, pybuda.MathFidelity.HiFi3),
                                           (pybuda.DataFormat.Bfp8_b, pybuda.MathFidelity.LoFi)])

@@ -194,6 +194,27 @@ def test_scatter_nd_by_constant_indices_runs_on_the_device(dtype, indices):
     np.testing.assert_array_equal(got[0], ort_run(model, [x, upd])[0])  # data movement only: exact
 
 
+@pytest.mark.parametrize("op,attrs,indices,shapes", [
+    # reduction="add" had no mapping: rows indexed twice get both updates, summed by a 0/1 matmul on the device.
+    ("ScatterND", {"reduction": "add"}, [[1], [3], [1], [0]], ((5, 6), (4, 6))),
+    # torch's scatter / scatter_add export as ScatterElements, which had no mapping; negative indices count from
+    # the end in ONNX.
+    ("ScatterElements", {"axis": 1}, [[0, -1, 2], [1, 1, 0]], ((2, 4), (2, 3))),
+    ("ScatterElements", {"axis": 1, "reduction": "add"}, [[0, -1, 2], [1, 1, 0]], ((2, 4), (2, 3))),
+], ids=["scatter_nd_add", "scatter_elements", "scatter_elements_add"])
+def test_scatters_by_constant_indices_run_on_the_device(op, attrs, indices, shapes):
+    rng = np.random.default_rng(7)
+    x, upd = (rng.standard_normal(s).astype(np.float32) for s in shapes)
+    model = _model([helper.make_node(op, ["x", "i", "u"], ["y"], **attrs)],
+                   [helper.make_tensor_value_info("x", TensorProto.FLOAT, list(shapes[0])),
+                    helper.make_tensor_value_info("u", TensorProto.FLOAT, list(shapes[1]))],
+                   [helper.make_tensor_value_info("y", TensorProto.FLOAT, list(shapes[0]))],
+                   [onnx.numpy_helper.from_array(np.array(indices, np.int64), "i")])
+    got, report = _on_device(model, x, upd)
+    assert not report.has_fallback, str(report)
+    assert_close(got[0], ort_run(model, [x, upd])[0], rtol=1e-5, atol=1e-5)
+
+
 def test_a_dynamic_batch_model_that_mixes_its_samples_runs_the_whole_push():
     # Exported with dynamic_axes on dim 0, torch.tile(x, (2, 3)) reads across that dim. The device imported it for
     # one sample and refused the push ("mixes the samples of a microbatch"); the torch frontend traces the whole

@@ -11,6 +11,7 @@ import torch
 
 from pybuda.frontend.aten_builder import Const, Unsupported
 from pybuda.frontend.aten_nn import _matmul
+from pybuda.frontend.aten_scatter import scatter_columns, scatter_of
 from pybuda.frontend.aten_shape import _adv_index, _index_range, _permute_by
 from pybuda.frontend.onnx.converter import NodeCtx, Param, converts, inf_standin
 from pybuda.frontend.onnx import model as onnx_model
@@ -616,14 +617,22 @@ def _scatter_nd(ctx: NodeCtx):
     updates lands on each of the input's rows (its first K dims flattened) is computed now; the output is a
     ``where`` between the input and those rows of the updates, gathered at constant positions (the torch
     frontend's constant gather). ONNX leaves duplicate indices undefined: the last one wins here, as in ONNX
-    Runtime."""
-    if ctx.attr("reduction", "none", (str,)) != "none":
-        raise Unsupported(f"ScatterND with reduction '{ctx.attr('reduction')}'")
+    Runtime. ``reduction="add"`` sums the updates into the rows they index (the torch frontend's constant
+    scatter: a matmul with a 0/1 matrix when rows repeat)."""
+    reduction = ctx.attr("reduction", "none", (str,))
+    if reduction not in ("none", "add"):
+        raise Unsupported(f"ScatterND with reduction '{reduction}'")
     idx, shape, k = _nd_indices(ctx)
     if idx.numel() == 0:
         return ctx.b.op("nop", [ctx.x(0)])
     flat = _nd_flat_positions(ctx, idx, shape).reshape(-1)
     rows, width, count = math.prod(shape[:k]), math.prod(shape[k:]), flat.numel()
+    if reduction == "add":  # rows of the data as the columns of the scatter
+        b, dt = ctx.b, ctx.out_dtype()
+        data = b.transpose(b.reshape(ctx.x(0, dt), (rows, width)), 0, 1)
+        updates = b.transpose(b.reshape(ctx.x(2, dt), (count, width)), 0, 1)
+        out = scatter_columns(b, updates, flat, rows, data, True, ctx.label)
+        return b.reshape(b.transpose(out, 0, 1), shape)
     src = torch.full((rows,), -1, dtype=torch.int64)
     src[flat] = torch.arange(count)
     b, dt = ctx.b, ctx.out_dtype()
@@ -632,3 +641,26 @@ def _scatter_nd(ctx: NodeCtx):
     picked = _adv_index(b, updates, Const(src.clamp(min=0), f"{ctx.label}.sources"), 0, (rows, width))
     written = b.const((src >= 0).reshape(rows, 1), f"{ctx.label}.written")
     return b.reshape(b.op("where", [written, picked, data]), shape)
+
+
+@converts("ScatterElements", "Scatter")
+def _scatter_elements(ctx: NodeCtx):
+    """``ScatterElements`` (and opset 9's ``Scatter``): torch's ``scatter`` (``reduction="add"``: ``scatter_add``).
+    Indices known at import may count from the end; a run-time index runs on the device only when its values
+    are proven in bounds (see :mod:`pybuda.frontend.aten_scatter`)."""
+    reduction = ctx.attr("reduction", "none", (str,))
+    if reduction not in ("none", "add"):
+        raise Unsupported(f"{ctx.op_type} with reduction '{reduction}'")
+    rank = ctx.rank(0)
+    axis = ctx.axis(ctx.attr("axis", 0, (int,)), rank)
+    index = ctx.value(1)
+    if isinstance(index, Const):
+        size = ctx.shape(0)[axis]
+        value = index.value.to(torch.int64)
+        if value.numel() and (int(value.min()) < -size or int(value.max()) >= size):
+            raise ctx.bad(f"indices out of range for axis {axis} of size {size}")
+        index = Const(value % size if size else value, index.name)
+    if tuple(ctx.shape(1)) != tuple(ctx.shape(2)):
+        raise ctx.bad(f"indices of shape {list(ctx.shape(1))} and updates of shape {list(ctx.shape(2))} differ")
+    dt = ctx.out_dtype()
+    return scatter_of(ctx.b, ctx.x(0, dt), axis, index, ctx.x(2, dt), reduction == "add", dt, ctx.label)

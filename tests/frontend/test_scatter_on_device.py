@@ -1,0 +1,194 @@
+"""Writes at indexed positions run on the device: ``x[idx] = v`` and ``x[idx] += v`` (``index_put``),
+``index_add``, ``scatter``, ``scatter_add``, ``scatter_reduce(..., 'sum')`` and ``F.fold`` with indices known at
+capture time become constant gathers (slices or one-hot matmuls) and ``where``s, or a matmul with a constant
+0/1 matrix when indices repeat and the writes add up; a one-hot scatter of a run-time index proven in range
+becomes comparisons with ``arange``; a boolean mask with one value becomes a ``where``. What the device
+cannot do (other reductions, unproven run-time indices) runs on the CPU with a fallback report."""
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import pybuda
+from pybuda.frontend.torch import capture
+from pybuda.verify import calculate_pcc
+
+
+class Fold(torch.nn.Module):
+    """MobileViT's patches back into a feature map: unfold, a per-patch op, fold (no overlap)."""
+
+    def forward(self, x):  # x [1, 3, 8, 8]
+        patches = F.unfold(x, kernel_size=2, stride=2)  # [1, 12, 16]
+        return F.fold(patches * 2.0 + 1.0, output_size=(8, 8), kernel_size=2, stride=2)
+
+
+class FoldOverlap(torch.nn.Module):
+    """col2im of overlapping 3x3 windows with padding: positions written up to nine times, summed."""
+
+    def forward(self, x):  # x [2, 18, 36]
+        return F.fold(x.tanh(), output_size=(6, 6), kernel_size=3, stride=1, padding=1)
+
+
+class Assign(torch.nn.Module):
+    def forward(self, x, v):  # x [2, 6, 4], v [2, 3, 4]
+        y = x * 1.5
+        y[:, torch.tensor([0, 5, 2])] = v + 1.0
+        return y
+
+
+class AssignRepeated(torch.nn.Module):
+    """Two writes to one row: the last one is kept, as on torch's CPU."""
+
+    def forward(self, x, v):
+        y = x + 0.0
+        y[torch.tensor([3, 1, 3])] = v
+        return y
+
+
+class AssignNumber(torch.nn.Module):
+    def forward(self, x):  # x [4, 5]: a number into a tensor; negative indices count from the end
+        y = x.exp()
+        y[torch.tensor([0, -1]), torch.tensor([2, 4])] = -3.0
+        return y
+
+
+class IndexAdd(torch.nn.Module):
+    def forward(self, x, v):  # x [2, 6, 4], v [2, 3, 4]
+        return x.index_add(1, torch.tensor([0, 2, 2]), v, alpha=0.5)
+
+
+class MessagePassing(torch.nn.Module):
+    """A graph convolution over a fixed graph: messages along edges summed at their targets."""
+
+    def __init__(self):
+        super().__init__()
+        self.register_buffer("src", torch.tensor([0, 1, 1, 2, 3, 4, 0]))
+        self.register_buffer("dst", torch.tensor([1, 0, 2, 1, 4, 3, 3]))
+        self.lin = torch.nn.Linear(8, 8)
+
+    def forward(self, h):  # h [5 nodes, 8]
+        messages = self.lin(h)[self.src]
+        index = self.dst[:, None].expand(-1, 8)
+        return torch.zeros(5, 8).scatter_add(0, index, messages).relu()
+
+
+class ScatterIntoInput(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.register_buffer("index", torch.tensor([[2, 0], [1, 3], [0, 0]]))
+
+    def forward(self, x, s):  # x [3, 4], s [3, 5]: only s[:, :2] is read
+        return x.scatter(1, self.index, s), x.scatter(1, self.index, 7.0), x.scatter(1, self.index, s, reduce="add")
+
+
+class ScatterReduceSum(torch.nn.Module):
+    def __init__(self, include_self):
+        super().__init__()
+        self.include_self = include_self
+        self.register_buffer("index", torch.tensor([[0, 2, 2, 1], [1, 1, 0, 0]]))
+
+    def forward(self, x, s):  # x [2, 3], s [2, 4]
+        return x.scatter_reduce(1, self.index, s, "sum", include_self=self.include_self)
+
+
+class OneHotOfArgmax(torch.nn.Module):
+    """A hard one-hot of the prediction (straight-through estimators, GroupViT's hard assignment)."""
+
+    def forward(self, x):  # x [3, 7]
+        y = x.softmax(-1)
+        hard = torch.zeros_like(y).scatter_(-1, y.argmax(-1, keepdim=True), 1.0)
+        return hard - y.detach() + y
+
+
+class ExtremesMarked(torch.nn.Module):
+    """Two run-time indices per row (the largest and the smallest entry), a mark added at each."""
+
+    def forward(self, x):  # x [3, 7]
+        idx = torch.cat([x.argmax(-1, keepdim=True), x.argmin(-1, keepdim=True)], dim=-1)
+        return x.scatter_add(-1, idx, torch.full((3, 2), 0.5))
+
+
+class MaskedAssign(torch.nn.Module):
+    def forward(self, x):
+        y = x * 2.0
+        y[y < 0] = 0.25
+        return y
+
+
+CASES = [
+    (Fold(), [(1, 3, 8, 8)]),
+    (FoldOverlap(), [(2, 18, 36)]),
+    (Assign(), [(2, 6, 4), (2, 3, 4)]),
+    (AssignRepeated(), [(5, 4), (3, 4)]),
+    (AssignNumber(), [(4, 5)]),
+    (IndexAdd(), [(2, 6, 4), (2, 3, 4)]),
+    (MessagePassing(), [(5, 8)]),
+    (ScatterIntoInput(), [(3, 4), (3, 5)]),
+    (ScatterReduceSum(True), [(2, 3), (2, 4)]),
+    (ScatterReduceSum(False), [(2, 3), (2, 4)]),
+    (OneHotOfArgmax(), [(3, 7)]),
+    (ExtremesMarked(), [(3, 7)]),
+    (MaskedAssign(), [(4, 6)]),
+]
+IDS = ["fold", "fold_overlap", "assign", "assign_repeated", "assign_number", "index_add", "message_passing",
+       "scatter", "scatter_reduce_sum", "scatter_reduce_sum_excluding_self", "one_hot_of_argmax", "extremes_marked", "masked_assign"]
+
+
+def _inputs(shapes):
+    torch.manual_seed(0)
+    return [torch.randn(s) for s in shapes]
+
+
+@pytest.mark.parametrize("module,shapes", CASES, ids=IDS)
+def test_scatter_is_captured_for_the_device(module, shapes, fe):
+    inputs = _inputs(shapes)
+    module = module.eval()
+    result = capture(module, tuple(inputs), for_device=True)
+    assert result.report.host_fraction == 0.0, str(result.report)
+    assert "adv_index" not in {n.op_type for n in result.graph.ops}
+    fe.matches(result.run(*inputs), fe.torch_outputs(module, inputs), atol=1e-5)
+
+
+@pytest.mark.parametrize("module,shapes", [CASES[0], CASES[1], CASES[6], CASES[10]],
+                         ids=["fold", "fold_overlap", "message_passing", "one_hot_of_argmax"])
+@pytest.mark.parametrize("fast", [True, False], ids=["float32", "chip_numerics"])
+def test_scatter_runs_on_the_golden_device(module, shapes, fast):
+    inputs = _inputs(shapes)
+    module = module.eval()
+    with torch.no_grad():
+        want = module(*inputs)
+    pybuda.set_configuration_options(default_df_override=pybuda.DataFormat.Float32, golden_ignore_df_precision=fast)
+    device = pybuda.TTDevice("tt0", module=pybuda.PyTorchModule("m", module), arch=pybuda.BackendDevice.Wormhole_B0)
+    got = pybuda.run_inference(inputs=[tuple(inputs)]).get(timeout=300)[0].value()
+    assert device.cpu_fallback_device_pre is None and device.cpu_fallback_device_post is None
+    assert calculate_pcc(got, want) >= 0.999
+    assert torch.allclose(got, want, atol=1e-5 if fast else 2e-2)
+
+
+class ScatterMax(torch.nn.Module):
+    def forward(self, x, s):
+        return x.scatter_reduce(1, torch.tensor([[0, 2, 2, 1], [1, 1, 0, 0]]), s, "amax")
+
+
+class RuntimeIndexPut(torch.nn.Module):
+    def forward(self, x, idx):
+        y = x * 2.0
+        y[idx] = 1.0
+        return y
+
+
+class UnprovenRuntimeScatter(torch.nn.Module):
+    def forward(self, x, idx):  # idx is a graph input: nothing bounds its values
+        return torch.zeros_like(x).scatter(1, idx, x)
+
+
+@pytest.mark.parametrize("module,inputs,op", [
+    (ScatterMax(), (torch.randn(2, 3), torch.randn(2, 4)), "aten.scatter_reduce.two"),
+    (RuntimeIndexPut(), (torch.randn(5, 3), torch.tensor([4, 0])), "aten.index_put.default"),
+    (UnprovenRuntimeScatter(), (torch.randn(2, 3), torch.tensor([[2], [0]])), "aten.scatter.src"),
+], ids=["amax", "runtime_index_put", "unproven_runtime_scatter"])
+def test_what_the_device_cannot_scatter_runs_on_the_cpu(module, inputs, op, fe):
+    result = capture(module.eval(), inputs, for_device=True)
+    assert result.report.has_fallback
+    assert op in result.report.op_names(), str(result.report)
+    fe.matches(result.run(*inputs), fe.torch_outputs(module, list(inputs)), atol=1e-6)
