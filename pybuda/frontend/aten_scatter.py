@@ -97,7 +97,7 @@ def _base_or_none(b: Builder, x: Any) -> Optional[Any]:
 @converts("index_put", "_unsafe_index_put")
 def _index_put(b: Builder, n, p):
     """``out = x.clone(); out[indices] = values`` (``+=`` with ``accumulate``)."""
-    return _index_put_of(b, p["self"], list(p["indices"]), p["values"], bool(p.get("accumulate", False)),
+    return index_put_of(b, p["self"], list(p["indices"]), p["values"], bool(p.get("accumulate", False)),
                          out_dtype(n), n.name)
 
 
@@ -109,11 +109,13 @@ def _index_add(b: Builder, n, p):
     source, alpha = p["source"], p.get("alpha", 1)
     if alpha != 1:
         source = b.binary("multiply", source, alpha, out_dtype(n))
-    return _index_put_of(b, x, [None] * dim + [p["index"]], source, True, out_dtype(n), n.name)
+    return index_put_of(b, x, [None] * dim + [p["index"]], source, True, out_dtype(n), n.name)
 
 
-def _index_put_of(b: Builder, x: Any, indices: List[Any], values: Any, accumulate: bool, dt: torch.dtype,
-                  name: str) -> str:
+def index_put_of(b: Builder, x: Any, indices: List[Any], values: Any, accumulate: bool, dt: torch.dtype,
+                 name: str) -> str:
+    """``x[indices] = values`` (``+=`` with ``accumulate``) in ``dt``: ``indices`` per dim (None for a whole dim),
+    index tensors on adjacent dims and known at capture time, or one boolean mask with one value."""
     shape = b.shape(x)
     rank = len(shape)
     indices = indices + [None] * (rank - len(indices))

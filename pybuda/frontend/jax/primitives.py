@@ -17,6 +17,7 @@ import torch
 from pybuda.frontend.converters import registrar
 from pybuda.ops.common import transpositions
 from pybuda.frontend.aten_builder import Builder, Const, Unsupported, _reduce_max_or_min
+from pybuda.frontend.aten_scatter import index_put_of
 from pybuda.frontend.aten_shape import const_gather
 from pybuda.frontend.jax.capture import torch_dtype
 
@@ -746,6 +747,34 @@ def _gather(b: Builder, eqn, args):
         raise Unsupported("gather with multi-dimensional start indices")
     axis = _take_axis(eqn, in_shape(eqn, 0), len(ishape) - 1)
     return take(b, x, b.reshape(b.tensor(idx), ishape[:-1] or (1,)), axis, out_shape(eqn))
+
+
+@converts("scatter", "scatter-add")
+def _scatter(b: Builder, eqn, args):
+    """``x.at[idx].set(v)`` / ``.add(v)`` along one axis, with whole slices elsewhere and ``idx`` known at capture
+    time: the torch frontend's ``index_put`` (constant gathers, ``where``s, and a 0/1 matmul where repeated indices
+    add up). Other scatters run on the CPU."""
+    dn = eqn.params["dimension_numbers"]
+    inserted, to_operand = tuple(dn.inserted_window_dims), tuple(dn.scatter_dims_to_operand_dims)
+    if getattr(dn, "operand_batching_dims", ()) or len(inserted) != 1 or to_operand != inserted:
+        raise Unsupported("scatter other than x.at[idx] along one axis")
+    axis = inserted[0]
+    shape, ishape, ushape = in_shape(eqn, 0), in_shape(eqn, 1), in_shape(eqn, 2)
+    if not ishape or ishape[-1] != 1:
+        raise Unsupported("scatter with multi-dimensional start indices")
+    window = tuple(dn.update_window_dims)
+    others = [d for d in range(len(shape)) if d != axis]
+    if len(window) != len(others) or any(ushape[w] != shape[d] for w, d in zip(window, others)):
+        raise Unsupported("scatter of partial slices")
+    index = constant_value(b, args[1]).to(torch.int64).reshape(ishape[:-1])
+    if index.numel() and (int(index.min()) < 0 or int(index.max()) >= shape[axis]):
+        raise Unsupported("scatter at indices out of range (JAX drops those updates)")
+    # The updates' dims in index_put's order: the slice dims before the axis, the index dims, the ones after.
+    batch = [d for d in range(len(ushape)) if d not in window]
+    order = [w for w, d in zip(window, others) if d < axis] + batch + [w for w, d in zip(window, others) if d > axis]
+    values = permute(b, tensor_of(b, eqn, args, 2), order)
+    return index_put_of(b, tensor_of(b, eqn, args, 0), [None] * axis + [Const(index, "scatter_indices")], values,
+                        eqn.primitive.name == "scatter-add", out_dtype(eqn), "scatter")
 
 
 def _take_call(b: Builder, eqn, args):

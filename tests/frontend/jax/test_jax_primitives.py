@@ -306,3 +306,16 @@ def test_custom_vjp_remat_and_closed_calls_are_inlined(jfe):
     jfe.check(_clip_grad, _A)
     jfe.check(jax.checkpoint(lambda x: jnp.exp(x) * x), _A)
     jfe.check(lambda x: jax.jit(lambda y: jax.jit(jnp.sin)(y) + 1.0)(x), _A)
+
+
+def test_updates_at_constant_indices_run_on_the_device(jfe):
+    # x.at[idx].set / .add lower to JAX's scatter / scatter-add, which had no converter: with idx known at
+    # capture time they are the torch frontend's index_put (gathers, wheres, a 0/1 matmul where indices repeat).
+    idx = jnp.array([3, 0, -1, 3])
+    cases = [(lambda x, v: jnp.asarray(x).at[idx].set(v * 2.0), rn(5, 4), rn(4, 4), "scatter"),
+             (lambda x, v: jnp.asarray(x).at[:, idx].add(v), rn(2, 5, 3), rn(2, 4, 3), "scatter-add"),
+             (lambda x: jnp.asarray(x).at[idx].add(1.0), rn(5, 4), None, "scatter-add")]
+    for fn, x, v, primitive in cases:
+        inputs = (x,) if v is None else (x, v)
+        result = jfe.check(fn, *inputs, primitive=primitive)  # fallback off: an unmapped primitive raises
+        assert "adv_index" not in {n.op_type for n in result.graph.ops}  # no host gather
