@@ -15,8 +15,10 @@ the rows, the scattered dims the columns.
 
 A run-time index (``zeros.scatter_(-1, x.argmax(-1, keepdim=True), 1.0)``, a one-hot of a prediction)
 is compared with ``arange`` along the scattered dim, as run-time gathers are, when its integer range
-proves every index in bounds; a boolean mask with one value (``x[x < 0] = 0``) is a ``where``. Anything
-else raises :class:`Unsupported`, and the op runs on the CPU (with a fallback report).
+proves every index in bounds, or when it is a whole pushed input, which the host then checks at each
+push (a graph's edge targets; summed writes along one dim are one matmul with the index's one-hot rows);
+a boolean mask with one value (``x[x < 0] = 0``) is a ``where``. Anything else raises
+:class:`Unsupported`, and the op runs on the CPU (with a fallback report).
 
 Registered into :data:`pybuda.frontend.aten_builder.CONVERTERS` by ``@converts`` when
 :mod:`pybuda.frontend.aten_map` imports this module.
@@ -31,7 +33,7 @@ import torch
 
 from pybuda.frontend.aten_builder import Builder, converts, out_dtype, Unsupported, _is_number, _norm_dim
 from pybuda.frontend.aten_shape import MAX_ONE_HOT_ELEMENTS, RUNTIME_INDEX_MAX, _index_range, _known_value, \
-    _permute_by, const_gather
+    _one_hot_rows, _permute_by, const_gather
 
 #: Largest extent (along the scattered dim) of a run-time index: each index position is one comparison and
 #: one ``where`` over the whole output.
@@ -129,7 +131,12 @@ def index_put_of(b: Builder, x: Any, indices: List[Any], values: Any, accumulate
         raise Unsupported("index_put with index tensors on dims that are not adjacent")
     known = [_known_value(b, indices[d]) for d in used]
     if any(k is None for k in known):
-        raise Unsupported("index_put at indices computed at run time")
+        if accumulate and len(used) == 1:
+            out = _runtime_index_add(b, x, used[0], indices[used[0]], values, dt)
+            if out is not None:
+                return out
+        raise Unsupported("index_put at indices computed at run time (on the device: one index tensor, accumulating, "
+                          "pushed or proven in range)")
     first, last = used[0], used[-1] + 1
     sizes = shape[first:last]
     flat = torch.zeros((), dtype=torch.int64)
@@ -158,6 +165,51 @@ def index_put_of(b: Builder, x: Any, indices: List[Any], values: Any, accumulate
     if trail > 1:
         out = b.transpose(b.reshape(out, (lead, trail, width)), 1, 2)
     return b.reshape(out, shape)
+
+
+def _runtime_index_add(b: Builder, x: Any, dim: int, index: Any, values: Any, dt: torch.dtype) -> Optional[str]:
+    """``x.index_add(dim, index, values)`` for a run-time ``index`` (a graph neural network's edge targets, pushed
+    with the input): the one-hot rows of the index (:func:`pybuda.frontend.aten_shape._one_hot_rows`), transposed,
+    times the values, summed onto ``x``. A pushed index is checked by the host at each push (see
+    :func:`_bound_pushed`); one computed on the device must be proven in range. None when neither holds."""
+    shape = b.shape(x)
+    size = shape[dim]
+    if not dt.is_floating_point or not isinstance(index, str):
+        return None
+    _bound_pushed(b, index, size)
+    one_hot = _one_hot_rows(b, index, size)  # [n, size]
+    if one_hot is None:
+        return None
+    n = math.prod(b.shape(index))
+    lead, trail = math.prod(shape[:dim]), math.prod(shape[dim + 1:])
+    v = b.broadcast_to(b.tensor(values, dt), tuple(shape[:dim]) + tuple(b.shape(index)) + tuple(shape[dim + 1:]))
+    v = b.reshape(b.transpose(b.reshape(v, (lead, n, trail)), 0, 1), (n, lead * trail))
+    summed = b.op("matmul", [b.transpose(b.cast(one_hot, dt), 0, 1), v])  # [size, lead * trail]
+    summed = b.reshape(b.transpose(b.reshape(summed, (size, lead, trail)), 0, 1), shape)
+    return summed if _base_or_none(b, x) is None else b.op("add", [b.tensor(x, dt), summed])
+
+
+#: Ops whose result holds every value of their operand (and no other): a bound on the result is one on the operand.
+_WHOLE_VALUE_MOVES = ("reshape", "transpose", "squeeze", "unsqueeze", "broadcast")
+
+
+def _bound_pushed(b: Builder, index: str, size: int) -> None:
+    """When ``index`` is a whole graph input, reshaped, transposed or broadcast, tag that input so that the host
+    refuses a push holding an index outside ``[0, size)`` (an ``InputError``, as torch raises on such an index):
+    its integer range is then proven (:func:`pybuda.ops.integer.leaf_range`). Another reader's bound on the same
+    input narrows it further. A part of an input (``edges[1]``) is not tagged: the bound would hold the other
+    parts too, which may index something else."""
+    from pybuda.ir.graph import INPUT, OP
+
+    node = b.graph[index]
+    while node.kind == OP and node.op_type in _WHOLE_VALUE_MOVES and len(node.operands) == 1:
+        node = b.graph[node.operands[0]]
+    if node.kind != INPUT or node.dtype.is_floating_point or node.dtype == torch.bool:
+        return
+    low, high = 0, size - 1
+    if node.tags.get("value_range") is not None:
+        low, high = max(low, node.tags["value_range"][0]), min(high, node.tags["value_range"][1])
+    node.tags["value_range"] = (low, high)
 
 
 def _masked_put(b: Builder, x: Any, indices: List[Any], used: List[int], values: Any, accumulate: bool,
@@ -323,14 +375,21 @@ def _runtime_scatter(b: Builder, x: Any, dim: int, index: Any, src: Any, accumul
         raise Unsupported("scatter of integers at run-time indices")
     if any(ish[k] != shape[k] for k in range(rank) if k != dim):
         raise Unsupported("scatter at run-time indices that do not cover the tensor off the scattered dim")
+    column = _broadcast_column(b, index, dim) if accumulate and not _is_number(src) else None
+    if column is not None:  # one index per position along dim (an expanded edge list): an index_add
+        out = _runtime_index_add(b, x, dim, column, src, dt)
+        if out is not None:
+            return out
     if extent > MAX_RUNTIME_WRITES or shape[dim] > RUNTIME_INDEX_MAX:
         raise Unsupported(f"scatter of {extent} run-time indices along a dim of size {shape[dim]}")
     if extent > 1 and not accumulate and not _is_number(src):
         raise Unsupported("scatter of several values per row at run-time indices (with repeats, which write wins "
                           "depends on the indices' values)")
+    if isinstance(index, str):
+        _bound_pushed(b, index, shape[dim])
     r = integer_range(b.graph, b.tensor(index)) if isinstance(index, str) else None
     if r is None or r[0] < 0 or r[1] > shape[dim] - 1:
-        raise Unsupported("scatter at run-time indices not proven within bounds")
+        raise Unsupported("scatter at run-time indices that are neither pushed nor proven within bounds")
     positions = torch.arange(shape[dim], dtype=torch.float32).reshape([-1 if k == dim else 1 for k in range(rank)])
     places = b.const(positions, "positions")
     idx = b.cast(index, torch.float32)
@@ -345,6 +404,19 @@ def _runtime_scatter(b: Builder, x: Any, dim: int, index: Any, src: Any, accumul
         else:
             out = b.op("where", [hit, value, out])
     return out
+
+
+def _broadcast_column(b: Builder, index: str, dim: int) -> Optional[str]:
+    """``index`` as one dimension along ``dim`` when it is that vector broadcast over every other dim
+    (``edge_index[1][:, None].expand(-1, features)``), else None."""
+    from pybuda.ir.graph import OP
+
+    node = b.graph[index]
+    while node.kind == OP and node.op_type == "broadcast" and node.attrs.get("dim") != dim:
+        node = b.graph[node.operands[0]]
+    if any(size != 1 for k, size in enumerate(node.shape) if k != dim) or len(node.shape) != len(b.shape(index)):
+        return None
+    return b.reshape(node.name, (node.shape[dim],))
 
 
 def _along(b: Builder, v: str, dim: int, j: int) -> str:

@@ -197,7 +197,8 @@ def _check_value_range(rec: Any, value: torch.Tensor) -> None:
         elif low < 0:
             what = f"the simulated chip keeps integers exact in [{low:.0f}, {high:.0f}], so they would not come back unchanged"
         else:
-            what = f"the model was compiled for [{low:g}, {high:g}] (ids of an embedding table of {int(high) + 1} rows)"
+            what = (f"the model was compiled for [{low:g}, {high:g}] (indices into {int(high) + 1} rows: an embedding's "
+                    f"ids, or a lookup's or scatter's indices)")
         raise InputError(f"input '{rec.name}' holds values from {show(lo)} to {show(hi)}; {what}; first value "
                          f"outside: {show(first)}")
 

@@ -1,8 +1,9 @@
 """Writes at indexed positions run on the device: ``x[idx] = v`` and ``x[idx] += v`` (``index_put``),
 ``index_add``, ``scatter``, ``scatter_add``, ``scatter_reduce(..., 'sum')`` and ``F.fold`` with indices known at
 capture time become constant gathers (slices or one-hot matmuls) and ``where``s, or a matmul with a constant
-0/1 matrix when indices repeat and the writes add up; a one-hot scatter of a run-time index proven in range
-becomes comparisons with ``arange``; a boolean mask with one value becomes a ``where``. What the device
+0/1 matrix when indices repeat and the writes add up; a one-hot scatter of a run-time index proven in range,
+or pushed (the host checks each push), becomes comparisons with ``arange``; a boolean mask with one value
+becomes a ``where``. What the device
 cannot do (other reductions, unproven run-time indices) runs on the CPU with a fallback report."""
 
 import pytest
@@ -178,17 +179,65 @@ class RuntimeIndexPut(torch.nn.Module):
 
 
 class UnprovenRuntimeScatter(torch.nn.Module):
-    def forward(self, x, idx):  # idx is a graph input: nothing bounds its values
-        return torch.zeros_like(x).scatter(1, idx, x)
+    def forward(self, x, idx):  # a part of a pushed index: a bound on the whole input would bind the other part too
+        return torch.zeros_like(x).scatter(1, idx[:, :1], x)
 
 
 @pytest.mark.parametrize("module,inputs,op", [
     (ScatterMax(), (torch.randn(2, 3), torch.randn(2, 4)), "aten.scatter_reduce.two"),
     (RuntimeIndexPut(), (torch.randn(5, 3), torch.tensor([4, 0])), "aten.index_put.default"),
-    (UnprovenRuntimeScatter(), (torch.randn(2, 3), torch.tensor([[2], [0]])), "aten.scatter.src"),
+    (UnprovenRuntimeScatter(), (torch.randn(2, 3), torch.tensor([[2, 7], [0, 9]])), "aten.scatter.src"),
 ], ids=["amax", "runtime_index_put", "unproven_runtime_scatter"])
 def test_what_the_device_cannot_scatter_runs_on_the_cpu(module, inputs, op, fe):
     result = capture(module.eval(), inputs, for_device=True)
     assert result.report.has_fallback
     assert op in result.report.op_names(), str(result.report)
     fe.matches(result.run(*inputs), fe.torch_outputs(module, list(inputs)), atol=1e-6)
+
+
+class PushedTargets(torch.nn.Module):
+    """Message passing along pushed edges: node ``i`` sends its message to node ``targets[i]`` (one graph per push),
+    summed there with scatter_add and, again, with index_add."""
+
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(0)
+        self.lin = torch.nn.Linear(8, 8)
+
+    def forward(self, h, targets):  # h [1, 5, 8], targets [1, 5]
+        h, targets = h[0], targets[0]
+        messages = self.lin(h)
+        summed = torch.zeros_like(h).scatter_add(0, targets[:, None].expand(-1, 8), messages)
+        return (summed.relu() + h.index_add(0, targets, messages * 0.5))[None]
+
+
+TARGETS = torch.tensor([[1, 0, 1, 4, 3]])
+
+
+@pytest.mark.parametrize("fast", [True, False], ids=["float32", "chip_numerics"])
+def test_pushed_targets_are_scattered_on_the_device(fast):
+    # The targets are a run-time index: each becomes a one-hot row (a comparison with arange) and the sums one
+    # matmul; the host checks every pushed index against the node count, as torch raises on one out of range.
+    torch.manual_seed(0)
+    module = PushedTargets().eval()
+    h = torch.randn(1, 5, 8)
+    with torch.no_grad():
+        want = module(h, TARGETS)
+    pybuda.set_configuration_options(default_df_override=pybuda.DataFormat.Float32, golden_ignore_df_precision=fast)
+    device = pybuda.TTDevice("tt0", module=pybuda.PyTorchModule("m", module), arch=pybuda.BackendDevice.Wormhole_B0)
+    got = pybuda.run_inference(inputs=[(h, TARGETS)]).get(timeout=300)[0].value()
+    assert device.cpu_fallback_device_pre is None and device.cpu_fallback_device_post is None
+    assert calculate_pcc(got, want) >= 0.999
+    assert torch.allclose(got, want, atol=1e-5 if fast else 2e-2)
+
+
+def test_a_pushed_index_out_of_range_is_refused_at_the_push():
+    module = PushedTargets().eval()
+    h = torch.randn(1, 5, 8)
+    pybuda.set_configuration_options(default_df_override=pybuda.DataFormat.Float32)
+    pybuda.TTDevice("tt0", module=pybuda.PyTorchModule("m", module), arch=pybuda.BackendDevice.Wormhole_B0)
+    pybuda.run_inference(inputs=[(h, TARGETS)]).get(timeout=300)
+    bad = TARGETS.clone()
+    bad[0, 2] = 5  # one past the last node: torch raises, the device would drop the message
+    with pytest.raises(pybuda.errors.InputError, match=r"compiled for \[0, 4\].*first value outside: 5"):
+        pybuda.run_inference(inputs=[(h, bad)]).get(timeout=300)
