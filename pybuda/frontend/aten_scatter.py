@@ -111,13 +111,15 @@ def _index_add(b: Builder, n, p):
     source, alpha = p["source"], p.get("alpha", 1)
     if alpha != 1:
         source = b.binary("multiply", source, alpha, out_dtype(n))
-    return index_put_of(b, x, [None] * dim + [p["index"]], source, True, out_dtype(n), n.name)
+    return index_put_of(b, x, [None] * dim + [p["index"]], source, True, out_dtype(n), n.name, negative_ids=False)
 
 
 def index_put_of(b: Builder, x: Any, indices: List[Any], values: Any, accumulate: bool, dt: torch.dtype,
-                 name: str) -> str:
+                 name: str, negative_ids: bool = True) -> str:
     """``x[indices] = values`` (``+=`` with ``accumulate``) in ``dt``: ``indices`` per dim (None for a whole dim),
-    index tensors on adjacent dims and known at capture time, or one boolean mask with one value."""
+    index tensors on adjacent dims and known at capture time, one run-time index tensor when accumulating, or one
+    boolean mask with one value. ``negative_ids``: a negative index counts from the end (``index_put``), rather
+    than being refused (``index_add``)."""
     shape = b.shape(x)
     rank = len(shape)
     indices = indices + [None] * (rank - len(indices))
@@ -132,7 +134,7 @@ def index_put_of(b: Builder, x: Any, indices: List[Any], values: Any, accumulate
     known = [_known_value(b, indices[d]) for d in used]
     if any(k is None for k in known):
         if accumulate and len(used) == 1:
-            out = _runtime_index_add(b, x, used[0], indices[used[0]], values, dt)
+            out = _runtime_index_add(b, x, used[0], indices[used[0]], values, dt, negative_ids)
             if out is not None:
                 return out
         raise Unsupported("index_put at indices computed at run time (on the device: one index tensor, accumulating, "
@@ -167,17 +169,18 @@ def index_put_of(b: Builder, x: Any, indices: List[Any], values: Any, accumulate
     return b.reshape(out, shape)
 
 
-def _runtime_index_add(b: Builder, x: Any, dim: int, index: Any, values: Any, dt: torch.dtype) -> Optional[str]:
+def _runtime_index_add(b: Builder, x: Any, dim: int, index: Any, values: Any, dt: torch.dtype,
+                       negative_ids: bool) -> Optional[str]:
     """``x.index_add(dim, index, values)`` for a run-time ``index`` (a graph neural network's edge targets, pushed
-    with the input): the one-hot rows of the index (:func:`pybuda.frontend.aten_shape._one_hot_rows`), transposed,
-    times the values, summed onto ``x``. A pushed index is checked by the host at each push (see
-    :func:`_bound_pushed`); one computed on the device must be proven in range. None when neither holds."""
+    with the input): the one-hot rows of the index (:func:`_index_one_hot`), transposed, times the values, summed
+    onto ``x``. A pushed index is checked by the host at each push (see :func:`_bound_pushed`); one computed on
+    the device must be proven in range. None when neither holds."""
     shape = b.shape(x)
     size = shape[dim]
     if not dt.is_floating_point or not isinstance(index, str):
         return None
-    _bound_pushed(b, index, size)
-    one_hot = _one_hot_rows(b, index, size)  # [n, size]
+    _bound_pushed(b, index, -size if negative_ids else 0, size - 1)
+    one_hot = _index_one_hot(b, index, size, negative_ids)  # [n, size]
     if one_hot is None:
         return None
     n = math.prod(b.shape(index))
@@ -189,13 +192,31 @@ def _runtime_index_add(b: Builder, x: Any, dim: int, index: Any, values: Any, dt
     return summed if _base_or_none(b, x) is None else b.op("add", [b.tensor(x, dt), summed])
 
 
+def _index_one_hot(b: Builder, index: str, size: int, negative_ids: bool) -> Optional[str]:
+    """``[n, size]`` one-hot rows of ``index`` (:func:`pybuda.frontend.aten_shape._one_hot_rows`); with
+    ``negative_ids``, an index proven in ``[-size, size)`` matches ``arange(size)`` or ``arange(size) - size``
+    (at most one of the two: their sum is 0/1). None when the range is not proven."""
+    from pybuda.ops.integer import integer_range
+
+    r = integer_range(b.graph, index) if not b.dtype(index).is_floating_point else None
+    if r is None or not negative_ids or r[0] >= 0:
+        return _one_hot_rows(b, index, size)
+    n = math.prod(b.shape(index))
+    if r[0] < -size or r[1] > size - 1 or n * size > MAX_ONE_HOT_ELEMENTS or size > RUNTIME_INDEX_MAX:
+        return None
+    column = b.reshape(b.cast(index, torch.float32), (n, 1))
+    positions = torch.arange(size, dtype=torch.float32).reshape(1, size)
+    hits = [b.cast(b.op("equal", [column, b.const(p, "positions")]), torch.float32) for p in (positions, positions - size)]
+    return b.op("add", hits)
+
+
 #: Ops whose result holds every value of their operand (and no other): a bound on the result is one on the operand.
 _WHOLE_VALUE_MOVES = ("reshape", "transpose", "squeeze", "unsqueeze", "broadcast")
 
 
-def _bound_pushed(b: Builder, index: str, size: int) -> None:
+def _bound_pushed(b: Builder, index: str, low: int, high: int) -> None:
     """When ``index`` is a whole graph input, reshaped, transposed or broadcast, tag that input so that the host
-    refuses a push holding an index outside ``[0, size)`` (an ``InputError``, as torch raises on such an index):
+    refuses a push holding an index outside ``[low, high]`` (an ``InputError``, as torch raises on such an index):
     its integer range is then proven (:func:`pybuda.ops.integer.leaf_range`). Another reader's bound on the same
     input narrows it further. A part of an input (``edges[1]``) is not tagged: the bound would hold the other
     parts too, which may index something else."""
@@ -206,7 +227,6 @@ def _bound_pushed(b: Builder, index: str, size: int) -> None:
         node = b.graph[node.operands[0]]
     if node.kind != INPUT or node.dtype.is_floating_point or node.dtype == torch.bool:
         return
-    low, high = 0, size - 1
     if node.tags.get("value_range") is not None:
         low, high = max(low, node.tags["value_range"][0]), min(high, node.tags["value_range"][1])
     node.tags["value_range"] = (low, high)
@@ -377,7 +397,7 @@ def _runtime_scatter(b: Builder, x: Any, dim: int, index: Any, src: Any, accumul
         raise Unsupported("scatter at run-time indices that do not cover the tensor off the scattered dim")
     column = _broadcast_column(b, index, dim) if accumulate and not _is_number(src) else None
     if column is not None:  # one index per position along dim (an expanded edge list): an index_add
-        out = _runtime_index_add(b, x, dim, column, src, dt)
+        out = _runtime_index_add(b, x, dim, column, src, dt, negative_ids=False)
         if out is not None:
             return out
     if extent > MAX_RUNTIME_WRITES or shape[dim] > RUNTIME_INDEX_MAX:
@@ -386,7 +406,7 @@ def _runtime_scatter(b: Builder, x: Any, dim: int, index: Any, src: Any, accumul
         raise Unsupported("scatter of several values per row at run-time indices (with repeats, which write wins "
                           "depends on the indices' values)")
     if isinstance(index, str):
-        _bound_pushed(b, index, shape[dim])
+        _bound_pushed(b, index, 0, shape[dim] - 1)
     r = integer_range(b.graph, b.tensor(index)) if isinstance(index, str) else None
     if r is None or r[0] < 0 or r[1] > shape[dim] - 1:
         raise Unsupported("scatter at run-time indices that are neither pushed nor proven within bounds")

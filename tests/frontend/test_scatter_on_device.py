@@ -241,3 +241,21 @@ def test_a_pushed_index_out_of_range_is_refused_at_the_push():
     bad[0, 2] = 5  # one past the last node: torch raises, the device would drop the message
     with pytest.raises(pybuda.errors.InputError, match=r"compiled for \[0, 4\].*first value outside: 5"):
         pybuda.run_inference(inputs=[(h, bad)]).get(timeout=300)
+
+
+class PushedAccumulate(torch.nn.Module):
+    def forward(self, h, targets):  # index_put counts a negative index from the end
+        h, targets = h[0], targets[0]
+        return torch.index_put(h * 0.5, (targets,), h.tanh(), accumulate=True)[None]
+
+
+def test_a_pushed_index_counting_from_the_end_is_wrapped_on_the_device():
+    h, targets = torch.randn(1, 5, 8), torch.tensor([[1, -1, 0, -5, 4]])
+    module = PushedAccumulate().eval()
+    pybuda.set_configuration_options(default_df_override=pybuda.DataFormat.Float32, golden_ignore_df_precision=True)
+    device = pybuda.TTDevice("tt0", module=pybuda.PyTorchModule("m", module), arch=pybuda.BackendDevice.Wormhole_B0)
+    got = pybuda.run_inference(inputs=[(h, targets)]).get(timeout=300)[0].value()
+    assert device.cpu_fallback_device_pre is None and device.cpu_fallback_device_post is None
+    assert torch.allclose(got, module(h, targets), atol=1e-5)
+    with pytest.raises(pybuda.errors.InputError, match=r"\[-5, 4\].*first value outside: -6"):
+        pybuda.run_inference(inputs=[(h, torch.tensor([[1, -6, 0, 2, 4]]))]).get(timeout=300)
