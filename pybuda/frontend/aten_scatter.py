@@ -33,7 +33,7 @@ import torch
 
 from pybuda.frontend.aten_builder import Builder, converts, out_dtype, Unsupported, _is_number, _norm_dim
 from pybuda.frontend.aten_shape import MAX_ONE_HOT_ELEMENTS, RUNTIME_INDEX_MAX, _index_range, _known_value, \
-    _one_hot_rows, _permute_by, const_gather
+    _permute_by, bound_pushed_index, const_gather, index_one_hot, one_hot_matmul
 
 #: Largest extent (along the scattered dim) of a run-time index: each index position is one comparison and
 #: one ``where`` over the whole output.
@@ -172,64 +172,24 @@ def index_put_of(b: Builder, x: Any, indices: List[Any], values: Any, accumulate
 def _runtime_index_add(b: Builder, x: Any, dim: int, index: Any, values: Any, dt: torch.dtype,
                        negative_ids: bool) -> Optional[str]:
     """``x.index_add(dim, index, values)`` for a run-time ``index`` (a graph neural network's edge targets, pushed
-    with the input): the one-hot rows of the index (:func:`_index_one_hot`), transposed, times the values, summed
-    onto ``x``. A pushed index is checked by the host at each push (see :func:`_bound_pushed`); one computed on
+    with the input): the one-hot rows of the index (:func:`pybuda.frontend.aten_shape.index_one_hot`), transposed, times the values, summed
+    onto ``x``. A pushed index is checked by the host at each push (see :func:`pybuda.frontend.aten_shape.bound_pushed_index`); one computed on
     the device must be proven in range. None when neither holds."""
     shape = b.shape(x)
     size = shape[dim]
     if not dt.is_floating_point or not isinstance(index, str):
         return None
-    _bound_pushed(b, index, -size if negative_ids else 0, size - 1)
-    one_hot = _index_one_hot(b, index, size, negative_ids)  # [n, size]
+    bound_pushed_index(b, index, -size if negative_ids else 0, size - 1)
+    one_hot = index_one_hot(b, index, size, negative_ids)  # [n, size]
     if one_hot is None:
         return None
     n = math.prod(b.shape(index))
     lead, trail = math.prod(shape[:dim]), math.prod(shape[dim + 1:])
     v = b.broadcast_to(b.tensor(values, dt), tuple(shape[:dim]) + tuple(b.shape(index)) + tuple(shape[dim + 1:]))
     v = b.reshape(b.transpose(b.reshape(v, (lead, n, trail)), 0, 1), (n, lead * trail))
-    summed = b.op("matmul", [b.transpose(b.cast(one_hot, dt), 0, 1), v])  # [size, lead * trail]
+    summed = one_hot_matmul(b, b.transpose(b.cast(one_hot, dt), 0, 1), v)  # [size, lead * trail]
     summed = b.reshape(b.transpose(b.reshape(summed, (size, lead, trail)), 0, 1), shape)
     return summed if _base_or_none(b, x) is None else b.op("add", [b.tensor(x, dt), summed])
-
-
-def _index_one_hot(b: Builder, index: str, size: int, negative_ids: bool) -> Optional[str]:
-    """``[n, size]`` one-hot rows of ``index`` (:func:`pybuda.frontend.aten_shape._one_hot_rows`); with
-    ``negative_ids``, an index proven in ``[-size, size)`` matches ``arange(size)`` or ``arange(size) - size``
-    (at most one of the two: their sum is 0/1). None when the range is not proven."""
-    from pybuda.ops.integer import integer_range
-
-    r = integer_range(b.graph, index) if not b.dtype(index).is_floating_point else None
-    if r is None or not negative_ids or r[0] >= 0:
-        return _one_hot_rows(b, index, size)
-    n = math.prod(b.shape(index))
-    if r[0] < -size or r[1] > size - 1 or n * size > MAX_ONE_HOT_ELEMENTS or size > RUNTIME_INDEX_MAX:
-        return None
-    column = b.reshape(b.cast(index, torch.float32), (n, 1))
-    positions = torch.arange(size, dtype=torch.float32).reshape(1, size)
-    hits = [b.cast(b.op("equal", [column, b.const(p, "positions")]), torch.float32) for p in (positions, positions - size)]
-    return b.op("add", hits)
-
-
-#: Ops whose result holds every value of their operand (and no other): a bound on the result is one on the operand.
-_WHOLE_VALUE_MOVES = ("reshape", "transpose", "squeeze", "unsqueeze", "broadcast")
-
-
-def _bound_pushed(b: Builder, index: str, low: int, high: int) -> None:
-    """When ``index`` is a whole graph input, reshaped, transposed or broadcast, tag that input so that the host
-    refuses a push holding an index outside ``[low, high]`` (an ``InputError``, as torch raises on such an index):
-    its integer range is then proven (:func:`pybuda.ops.integer.leaf_range`). Another reader's bound on the same
-    input narrows it further. A part of an input (``edges[1]``) is not tagged: the bound would hold the other
-    parts too, which may index something else."""
-    from pybuda.ir.graph import INPUT, OP
-
-    node = b.graph[index]
-    while node.kind == OP and node.op_type in _WHOLE_VALUE_MOVES and len(node.operands) == 1:
-        node = b.graph[node.operands[0]]
-    if node.kind != INPUT or node.dtype.is_floating_point or node.dtype == torch.bool:
-        return
-    if node.tags.get("value_range") is not None:
-        low, high = max(low, node.tags["value_range"][0]), min(high, node.tags["value_range"][1])
-    node.tags["value_range"] = (low, high)
 
 
 def _masked_put(b: Builder, x: Any, indices: List[Any], used: List[int], values: Any, accumulate: bool,
@@ -406,7 +366,7 @@ def _runtime_scatter(b: Builder, x: Any, dim: int, index: Any, src: Any, accumul
         raise Unsupported("scatter of several values per row at run-time indices (with repeats, which write wins "
                           "depends on the indices' values)")
     if isinstance(index, str):
-        _bound_pushed(b, index, 0, shape[dim] - 1)
+        bound_pushed_index(b, index, 0, shape[dim] - 1)
     r = integer_range(b.graph, b.tensor(index)) if isinstance(index, str) else None
     if r is None or r[0] < 0 or r[1] > shape[dim] - 1:
         raise Unsupported("scatter at run-time indices that are neither pushed nor proven within bounds")

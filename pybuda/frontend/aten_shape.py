@@ -430,18 +430,94 @@ def _one_hot_rows(b: Builder, idx: Any, size: int) -> Optional[str]:
     return b.cast(hits, torch.float32)
 
 
-def _runtime_gather(b: Builder, x: Any, idx: Any, dim: int, final_shape: Sequence[int]) -> Optional[str]:
+def index_one_hot(b: Builder, index: str, size: int, negative_ids: bool) -> Optional[str]:
+    """``[n, size]`` one-hot rows of ``index`` (:func:`pybuda.frontend.aten_shape._one_hot_rows`); with
+    ``negative_ids``, an index proven in ``[-size, size)`` matches ``arange(size)`` or ``arange(size) - size``
+    (at most one of the two: their sum is 0/1). None when the range is not proven."""
+    from pybuda.ops.integer import integer_range
+
+    r = integer_range(b.graph, index) if not b.dtype(index).is_floating_point else None
+    if r is None or not negative_ids or r[0] >= 0:
+        return _one_hot_rows(b, index, size)
+    n = math.prod(b.shape(index))
+    if r[0] < -size or r[1] > size - 1 or n * size > MAX_ONE_HOT_ELEMENTS or size > RUNTIME_INDEX_MAX:
+        return None
+    column = b.reshape(b.cast(index, torch.float32), (n, 1))
+    positions = torch.arange(size, dtype=torch.float32).reshape(1, size)
+    hits = [b.cast(b.op("equal", [column, b.const(p, "positions")]), torch.float32) for p in (positions, positions - size)]
+    return b.op("add", hits)
+
+
+#: Ops whose result holds every value of their operand (and no other): a bound on the result is one on the operand.
+_WHOLE_VALUE_MOVES = ("reshape", "transpose", "squeeze", "unsqueeze", "broadcast")
+
+
+def bound_pushed_index(b: Builder, index: str, low: int, high: int, whole: bool = True) -> None:
+    """When ``index`` is a pushed graph input (reshaped, transposed, broadcast, squeezed), or one slice of one
+    (``edges[1]`` of an edge list), let the host refuse a push holding an index outside ``[low, high]`` (an
+    ``InputError``, as torch raises on such an index); the index's integer range is then proven
+    (:func:`pybuda.ops.integer.integer_range`). A whole input gets a ``value_range`` tag, which another reader's
+    bound narrows (``whole``: False leaves a whole input to its other readers, e.g. the lookups pass); a slice adds a ``value_regions`` entry to the input and tags the slice itself, so that other
+    parts of the input (the sources of the edge list, indexing another node set) keep their own bounds."""
+    from pybuda.ir.graph import INPUT, OP
+
+    node, part, k = b.graph[index], None, 0  # k: the sliced dim, in the coordinates of the current node
+    while node.kind == OP and len(node.operands) == 1:
+        operand = b.graph[node.operands[0]]
+        if part is None and node.op_type in _WHOLE_VALUE_MOVES:
+            pass
+        elif part is None and node.op_type == "index" and node.attrs.get("stride", 1) == 1:
+            part, k = node, node.attrs["dim"] % len(operand.shape)
+        elif part is not None and node.op_type == "squeeze":  # between the slice and the input: size-1 dims only
+            k = k if k < node.attrs["dim"] % len(operand.shape) else k + 1
+        elif part is not None and node.op_type == "unsqueeze" and k != node.attrs["dim"] % len(node.shape):
+            k = k if k < node.attrs["dim"] % len(node.shape) else k - 1
+        else:
+            return
+        node = operand
+    if node.kind != INPUT or node.dtype.is_floating_point or node.dtype == torch.bool:
+        return
+    if part is None:
+        if not whole:
+            return
+        if node.tags.get("value_range") is not None:
+            low, high = max(low, node.tags["value_range"][0]), min(high, node.tags["value_range"][1])
+        node.tags["value_range"] = (low, high)
+        return
+    if k == 0:
+        return  # dim 0 holds the samples of a push: a bound there would depend on the push's position
+    node.tags.setdefault("value_regions", []).append((k, part.attrs["start"], part.attrs["stop"], low, high))
+    bound = part.tags.get("value_range")
+    part.tags["value_range"] = (low, high) if bound is None else (max(low, bound[0]), min(high, bound[1]))
+
+
+def one_hot_matmul(b: Builder, one_hot: str, data: str) -> str:
+    """``one_hot @ data`` where each row of the run-time 0/1 matrix ``one_hot`` picks (or, with several ones, sums)
+    rows of ``data``: tagged as the lookups' one-hot matmuls are, so that the lowering passes the data whole (its
+    Float32 pieces, ``exact_pickers.ONE_HOT_COPY``, at HiFi2 or above) rather than as LoFi's 4 fraction bits."""
+    from pybuda.passes.graph.lookups import ONE_HOT_FIDELITY
+    from pybuda.passes.lowered.exact_pickers import ONE_HOT_COPY
+
+    out = b.op("matmul", [one_hot, data])
+    b.graph[out].tags.update({ONE_HOT_COPY: 1, "min_fidelity": ONE_HOT_FIDELITY})
+    return out
+
+
+def _runtime_gather(b: Builder, x: Any, idx: Any, dim: int, final_shape: Sequence[int],
+                    negative_ids: bool = False) -> Optional[str]:
     """``index_select(x, dim, idx)`` for a run-time index proven in range: the one-hot rows times ``x`` (a
     matmul), which the device runs (CLIP's pooled token, a decoder classifier's last token). None otherwise."""
     shape = b.shape(x)
     if not b.dtype(x).is_floating_point:
         return None
-    one_hot = _one_hot_rows(b, idx, shape[dim])
+    if isinstance(idx, str):  # a slice of a pushed input (an edge list's sources): the host checks that part
+        bound_pushed_index(b, idx, -shape[dim] if negative_ids else 0, shape[dim] - 1, whole=False)
+    one_hot = index_one_hot(b, idx, shape[dim], negative_ids) if isinstance(idx, str) else None
     if one_hot is None:
         return None
     order = [dim] + [k for k in range(len(shape)) if k != dim]
     moved = b.reshape(_permute_by(b, x, order), (shape[dim], max(1, math.prod(shape) // shape[dim])))
-    out = b.op("matmul", [b.cast(one_hot, b.dtype(x)), moved])
+    out = one_hot_matmul(b, b.cast(one_hot, b.dtype(x)), moved)
     n = math.prod(b.shape(idx))
     out = b.reshape(out, (n,) + tuple(shape[k] for k in order[1:]))
     return b.reshape(_permute_by(b, out, [order.index(k) if k != dim else 0 for k in range(len(shape))]),
@@ -457,7 +533,7 @@ def _adv_index(b: Builder, x: Any, idx: Any, dim: int, final_shape: Sequence[int
         name = b.node.name if b.node is not None else "gather"
         return b.reshape(const_gather(b, x, idx.value, dim, name), final_shape)
     if not isinstance(x, Const) and not isinstance(idx, Const):
-        out = _runtime_gather(b, x, idx, dim, final_shape)
+        out = _runtime_gather(b, x, idx, dim, final_shape, negative_ids)
         if out is not None:
             return out
     idx_shape = b.shape(idx)

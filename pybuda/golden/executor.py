@@ -183,9 +183,18 @@ def _check_value_range(rec: Any, value: torch.Tensor) -> None:
     would select no row on the device (zeros instead of torch's IndexError), and integers beyond what the
     chip keeps exact (a range symmetric around 0, see ``decompose._push_integer_inputs_exact``) would be
     rounded by its float math."""
+    for dim, start, stop, low, high in getattr(rec, "value_regions", None) or ():
+        if dim < value.dim():
+            _refuse_outside(rec, value.narrow(dim, start, stop - start), low, high, f"[{start}:{stop}] along dim {dim} ")
     if rec.value_range is None or not value.numel():
         return
-    low, high = rec.value_range
+    _refuse_outside(rec, value, *rec.value_range, "")
+
+
+def _refuse_outside(rec: Any, value: torch.Tensor, low: float, high: float, part: str) -> None:
+    """InputError when ``value`` (``part`` of input ``rec``) holds a value outside ``[low, high]``."""
+    if not value.numel():
+        return
     lo, hi = value.min(), value.max()
     if lo < low or hi > high:
         integers = not value.dtype.is_floating_point
@@ -199,7 +208,7 @@ def _check_value_range(rec: Any, value: torch.Tensor) -> None:
         else:
             what = (f"the model was compiled for [{low:g}, {high:g}] (indices into {int(high) + 1} rows: an embedding's "
                     f"ids, or a lookup's or scatter's indices)")
-        raise InputError(f"input '{rec.name}' holds values from {show(lo)} to {show(hi)}; {what}; first value "
+        raise InputError(f"input '{rec.name}' {part}holds values from {show(lo)} to {show(hi)}; {what}; first value "
                          f"outside: {show(first)}")
 
 

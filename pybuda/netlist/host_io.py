@@ -168,6 +168,10 @@ class QueueIO:
     # Inputs: the values the compiled model is correct for (embedding ids: [0, vocab - 1]); a push outside
     # it is refused by the host, since the device would return a wrong value without an error.
     value_range: Optional[Tuple[float, float]] = None
+    # Inputs: the same for parts of the input, each ``(dim, start, stop, low, high)``: the slice ``start:stop``
+    # along ``dim`` (>= 1, so the same for every sample) must hold values in ``[low, high]`` (an edge list's
+    # sources and targets, indexing different node sets).
+    value_regions: Optional[List[Tuple[int, int, int, float, float]]] = None
     # Parameter/constant queues: the host rounds the values to this many mantissa bits (nearest, ties to
     # even) before writing them, because every reader multiplies them at a fidelity that reads only that
     # many (pybuda.passes.lowered.lofi_weights).
@@ -194,6 +198,8 @@ class QueueIO:
         if self.value_range is not None:
             low, high = self.value_range
             self.value_range = (float(low), float(high))
+        if self.value_regions is not None:
+            self.value_regions = [(int(d), int(a), int(e), float(lo), float(hi)) for d, a, e, lo, hi in self.value_regions]
         self.device_shape = _shape(self.device_shape)
         self.host_tms = [tm if isinstance(tm, HostTM) else HostTM(tm[0], tm[1]) for tm in self.host_tms]
 
@@ -209,6 +215,7 @@ class QueueIO:
                 "device_shape": None if self.device_shape is None else list(self.device_shape),
                 "dtype": self.dtype, "batched": self.batched, "host_tms": [tm.to_dict() for tm in self.host_tms],
                 "tensor": self.tensor, "value_range": None if self.value_range is None else list(self.value_range),
+                "value_regions": None if self.value_regions is None else [list(r) for r in self.value_regions],
                 "mantissa_bits": self.mantissa_bits, "copy_of": self.copy_of, "finite_only": self.finite_only}
 
     @classmethod
@@ -218,7 +225,8 @@ class QueueIO:
                    framework_shape=d.get("framework_shape", ()), device_shape=d.get("device_shape"),
                    dtype=str(d.get("dtype", "float32")), batched=bool(d.get("batched", False)),
                    host_tms=[HostTM.from_dict(t) for t in d.get("host_tms", ())], tensor=d.get("tensor"),
-                   value_range=d.get("value_range"), mantissa_bits=d.get("mantissa_bits"), copy_of=d.get("copy_of"),
+                   value_range=d.get("value_range"), value_regions=d.get("value_regions"),
+                   mantissa_bits=d.get("mantissa_bits"), copy_of=d.get("copy_of"),
                    finite_only=bool(d.get("finite_only", False)))
 
 
@@ -344,6 +352,7 @@ def queue_io(queue: Any, name: Optional[str] = None, dtype: Optional[str] = None
                    device_shape=device_shape, dtype=dtype or str(tags.get("dtype", "float32")),
                    batched=bool(tags.get("batched")), host_tms=[HostTM(t, a) for t, a in tags.get("host_tms") or ()],
                    tensor=queue.name if ram else None, value_range=tags.get("value_range"),
+                   value_regions=tags.get("value_regions"),
                    mantissa_bits=tags.get("mantissa_bits") if ram else None,
                    finite_only=bool(tags.get("finite_only")) and queue.kind == "input")
 

@@ -334,8 +334,19 @@ def integer_range(graph, name: str, memo: Optional[Dict[str, Optional[IntRange]]
             stack.extend(pending)
             continue
         stack.pop()
-        memo[current] = _op_range(graph, node, [memo[o] for o in node.operands], rule)
+        memo[current] = _host_checked(node, _op_range(graph, node, [memo[o] for o in node.operands], rule))
     return memo[name]
+
+
+def _host_checked(node, found: Optional[IntRange]) -> Optional[IntRange]:
+    """``found`` narrowed by the node's ``value_range`` tag: a part of a pushed input that the host checks at
+    each push (``QueueIO.value_regions``; the frontend tags the slice that reads it)."""
+    bound = node.tags.get("value_range")
+    if bound is None:
+        return found
+    if found is None:
+        return (float(bound[0]), float(bound[1]))
+    return (max(found[0], float(bound[0])), min(found[1], float(bound[1])))
 
 
 def _rule(op_type: str, registry) -> Optional[IntRangeFn]:

@@ -179,14 +179,14 @@ class RuntimeIndexPut(torch.nn.Module):
 
 
 class UnprovenRuntimeScatter(torch.nn.Module):
-    def forward(self, x, idx):  # a part of a pushed index: a bound on the whole input would bind the other part too
-        return torch.zeros_like(x).scatter(1, idx[:, :1], x)
+    def forward(self, x, idx):  # computed from a pushed index: the host's check cannot bound it
+        return torch.zeros_like(x).scatter(1, idx - 1, x)
 
 
 @pytest.mark.parametrize("module,inputs,op", [
     (ScatterMax(), (torch.randn(2, 3), torch.randn(2, 4)), "aten.scatter_reduce.two"),
     (RuntimeIndexPut(), (torch.randn(5, 3), torch.tensor([4, 0])), "aten.index_put.default"),
-    (UnprovenRuntimeScatter(), (torch.randn(2, 3), torch.tensor([[2, 7], [0, 9]])), "aten.scatter.src"),
+    (UnprovenRuntimeScatter(), (torch.randn(2, 3), torch.tensor([[3], [1]])), "aten.scatter.src"),
 ], ids=["amax", "runtime_index_put", "unproven_runtime_scatter"])
 def test_what_the_device_cannot_scatter_runs_on_the_cpu(module, inputs, op, fe):
     result = capture(module.eval(), inputs, for_device=True)
@@ -249,13 +249,59 @@ class PushedAccumulate(torch.nn.Module):
         return torch.index_put(h * 0.5, (targets,), h.tanh(), accumulate=True)[None]
 
 
-def test_a_pushed_index_counting_from_the_end_is_wrapped_on_the_device():
-    h, targets = torch.randn(1, 5, 8), torch.tensor([[1, -1, 0, -5, 4]])
-    module = PushedAccumulate().eval()
+def _matches_on_the_device_and_refuses(module, inputs, bad_inputs, refusal):
+    """``module`` runs wholly on the golden device (plain float32) and matches torch on ``inputs``; a push of
+    ``bad_inputs`` is an InputError matching ``refusal``."""
+    module = module.eval()
     pybuda.set_configuration_options(default_df_override=pybuda.DataFormat.Float32, golden_ignore_df_precision=True)
     device = pybuda.TTDevice("tt0", module=pybuda.PyTorchModule("m", module), arch=pybuda.BackendDevice.Wormhole_B0)
-    got = pybuda.run_inference(inputs=[(h, targets)]).get(timeout=300)[0].value()
+    got = pybuda.run_inference(inputs=[inputs]).get(timeout=300)[0].value()
     assert device.cpu_fallback_device_pre is None and device.cpu_fallback_device_post is None
-    assert torch.allclose(got, module(h, targets), atol=1e-5)
-    with pytest.raises(pybuda.errors.InputError, match=r"\[-5, 4\].*first value outside: -6"):
-        pybuda.run_inference(inputs=[(h, torch.tensor([[1, -6, 0, 2, 4]]))]).get(timeout=300)
+    assert torch.allclose(got, module(*inputs), atol=1e-5)
+    with pytest.raises(pybuda.errors.InputError, match=refusal):
+        pybuda.run_inference(inputs=[bad_inputs]).get(timeout=300)
+
+
+def test_a_pushed_index_counting_from_the_end_is_wrapped_on_the_device():
+    h = torch.randn(1, 5, 8)
+    _matches_on_the_device_and_refuses(PushedAccumulate(), (h, torch.tensor([[1, -1, 0, -5, 4]])),
+                                       (h, torch.tensor([[1, -6, 0, 2, 4]])), r"\[-5, 4\].*first value outside: -6")
+
+
+class EdgeList(torch.nn.Module):
+    """PyTorch Geometric's layout: one pushed ``[2, E]`` edge list, sources into 5 nodes, targets into 3 (a
+    bipartite graph). Each row of the list is bound to its own node count at the push."""
+
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(0)
+        self.lin = torch.nn.Linear(8, 8)
+
+    def forward(self, h, edges):  # h [1, 5, 8], edges [1, 2, E]
+        h, sources, targets = h[0], edges[0, 0], edges[0, 1]
+        messages = self.lin(h)[sources]
+        return torch.zeros(3, 8).index_add(0, targets, messages).relu()[None]
+
+
+def test_an_edge_list_gathers_and_scatters_on_the_device():
+    h, edges = torch.randn(1, 5, 8), torch.tensor([[[0, 4, 2, 4, 1, 3], [2, 0, 1, 2, 0, 1]]])
+    bad = edges.clone()
+    bad[0, 1, 3] = 3  # a target past the 3 target nodes (a source may be 3)
+    _matches_on_the_device_and_refuses(EdgeList(), (h, edges), (h, bad),
+                                       r"\[1:2\] along dim 1.*\[0, 2\].*first value outside: 3")
+
+
+def test_an_image_keeps_the_bounds_of_each_row_of_an_edge_list(tmp_path):
+    h, edges = torch.randn(1, 5, 8), torch.tensor([[[0, 4, 2, 4, 1, 3], [2, 0, 1, 2, 0, 1]]])
+    module = EdgeList().eval()
+    pybuda.set_configuration_options(default_df_override=pybuda.DataFormat.Float32)
+    device = pybuda.TTDevice("tt0", module=pybuda.PyTorchModule("m", module), arch=pybuda.BackendDevice.Wormhole_B0)
+    path = str(tmp_path / "edges.tti")
+    device.compile_to_image(img_path=path, sample_inputs=(h, edges))
+    pybuda.pybuda_reset()
+    image = pybuda.TTDeviceImage.load_from_disk(path)
+    pybuda.TTDevice.load_image(img=image)
+    bad = edges.clone()
+    bad[0, 1, 3] = 3
+    with pytest.raises(pybuda.errors.InputError, match=r"\[1:2\] along dim 1.*first value outside: 3"):
+        pybuda.run_inference(inputs=[(h, bad)]).get(timeout=300)
