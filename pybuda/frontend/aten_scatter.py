@@ -33,7 +33,7 @@ import torch
 
 from pybuda.frontend.aten_builder import Builder, converts, out_dtype, Unsupported, _is_number, _norm_dim
 from pybuda.frontend.aten_shape import MAX_ONE_HOT_ELEMENTS, RUNTIME_INDEX_MAX, _index_range, _known_value, \
-    _permute_by, bound_pushed_index, const_gather, index_one_hot, one_hot_matmul
+    _one_hot_rows, _permute_by, bound_pushed_index, const_gather, one_hot_matmul
 
 #: Largest extent (along the scattered dim) of a run-time index: each index position is one comparison and
 #: one ``where`` over the whole output.
@@ -72,17 +72,14 @@ def scatter_columns(b: Builder, src: Any, dest: torch.Tensor, size: int, base: O
     source[dest] = torch.arange(dest.numel())  # a repeated destination keeps its last write
     written = source >= 0
     if _is_number(src):
-        picked = b.scalar(src, dt, 2)
+        out = b.scalar(src, dt, 2)
     else:
-        picked = const_gather(b, b.tensor(src, dt), source.clamp(min=0), 1, name)
+        out = const_gather(b, b.tensor(src, dt), source.clamp(min=0), 1, name)
+    if not bool(written.all()):  # the columns nobody writes: zeros to add, or what base holds there
+        keep = base if base is not None and not accumulate else b.scalar(0, dt, 2)
+        out = b.op("where", [b.const(written.reshape(1, size), f"{name}.written"), out, keep])
     if accumulate and base is not None:
-        if not bool(written.all()):
-            picked = b.op("where", [b.const(written.reshape(1, size), f"{name}.written"), picked, b.scalar(0, dt, 2)])
-        return b.op("add", [base, picked])
-    if bool(written.all()):
-        return b.broadcast_to(picked, (rows, size))
-    keep = base if base is not None else b.scalar(0, dt, 2)
-    out = b.op("where", [b.const(written.reshape(1, size), f"{name}.written"), picked, keep])
+        return b.op("add", [base, out])
     return b.broadcast_to(out, (rows, size))
 
 
@@ -172,15 +169,16 @@ def index_put_of(b: Builder, x: Any, indices: List[Any], values: Any, accumulate
 def _runtime_index_add(b: Builder, x: Any, dim: int, index: Any, values: Any, dt: torch.dtype,
                        negative_ids: bool) -> Optional[str]:
     """``x.index_add(dim, index, values)`` for a run-time ``index`` (a graph neural network's edge targets, pushed
-    with the input): the one-hot rows of the index (:func:`pybuda.frontend.aten_shape.index_one_hot`), transposed, times the values, summed
-    onto ``x``. A pushed index is checked by the host at each push (see :func:`pybuda.frontend.aten_shape.bound_pushed_index`); one computed on
-    the device must be proven in range. None when neither holds."""
+    with the input): the one-hot rows of the index (:func:`pybuda.frontend.aten_shape._one_hot_rows`),
+    transposed, times the values, summed onto ``x``. A pushed index is checked by the host at each push (see
+    :func:`pybuda.frontend.aten_shape.bound_pushed_index`); one computed on the device must be proven in range.
+    None when neither holds."""
     shape = b.shape(x)
     size = shape[dim]
     if not dt.is_floating_point or not isinstance(index, str):
         return None
     bound_pushed_index(b, index, -size if negative_ids else 0, size - 1)
-    one_hot = index_one_hot(b, index, size, negative_ids)  # [n, size]
+    one_hot = _one_hot_rows(b, index, size, negative_ids)  # [n, size]
     if one_hot is None:
         return None
     n = math.prod(b.shape(index))
@@ -315,15 +313,10 @@ def scatter_of(b: Builder, x: Any, dim: int, index: Any, src: Any, accumulate: b
     reduced = known.permute(order)[(0,) * len(steady)] if steady else known.permute(order)
     col_sizes = [shape[k] for k in varying] + [shape[dim]]
     # Flat column of every written value: its position along the varying dims, then its index.
-    dest = torch.zeros(reduced.shape, dtype=torch.int64)
-    stride = 1
-    for axis in range(len(col_sizes) - 1, -1, -1):
-        if axis == len(col_sizes) - 1:
-            coord = reduced
-        else:
-            coord = torch.arange(reduced.shape[axis]).reshape([-1 if a == axis else 1 for a in range(reduced.dim())])
-        dest = dest + coord * stride
-        stride *= col_sizes[axis]
+    dest, stride = reduced, shape[dim]
+    for axis in range(len(varying) - 1, -1, -1):
+        coord = torch.arange(reduced.shape[axis]).reshape([-1 if a == axis else 1 for a in range(reduced.dim())])
+        dest, stride = dest + coord * stride, stride * col_sizes[axis]
     rows, width = math.prod(shape[k] for k in steady), math.prod(col_sizes)
     base = _base_or_none(b, x)
     moved_shape = tuple(shape[k] for k in order)
@@ -365,9 +358,8 @@ def _runtime_scatter(b: Builder, x: Any, dim: int, index: Any, src: Any, accumul
     if extent > 1 and not accumulate and not _is_number(src):
         raise Unsupported("scatter of several values per row at run-time indices (with repeats, which write wins "
                           "depends on the indices' values)")
-    if isinstance(index, str):
-        bound_pushed_index(b, index, 0, shape[dim] - 1)
-    r = integer_range(b.graph, b.tensor(index)) if isinstance(index, str) else None
+    bound_pushed_index(b, index, 0, shape[dim] - 1)
+    r = integer_range(b.graph, index)
     if r is None or r[0] < 0 or r[1] > shape[dim] - 1:
         raise Unsupported("scatter at run-time indices that are neither pushed nor proven within bounds")
     positions = torch.arange(shape[dim], dtype=torch.float32).reshape([-1 if k == dim else 1 for k in range(rank)])

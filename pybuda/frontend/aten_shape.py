@@ -413,39 +413,26 @@ def const_gather(b: Builder, x: Any, index: torch.Tensor, dim: int, name: str) -
 RUNTIME_INDEX_MAX = 2 ** 11
 
 
-def _one_hot_rows(b: Builder, idx: Any, size: int) -> Optional[str]:
+def _one_hot_rows(b: Builder, idx: Any, size: int, negative_ids: bool = False) -> Optional[str]:
     """``[n, size]`` float one-hot rows of the run-time integer index ``idx`` (flattened to n), when its integer
-    range (:mod:`pybuda.ops.integer`) proves every index within ``[0, size)`` (torch raises otherwise); else
-    None. A comparison with ``arange(size)``: 0/1, exact in every format."""
+    range (:mod:`pybuda.ops.integer`) proves every index within ``[0, size)`` (torch raises otherwise), or within
+    ``[-size, size)`` with ``negative_ids`` (a negative index counts from the end); else None. A comparison with
+    ``arange(size)``, and for a range reaching below 0 also with ``arange(size) - size`` (at most one of the two
+    matches: their sum is 0/1): exact in every format."""
     from pybuda.ops.integer import integer_range
 
     if not isinstance(idx, str) or b.dtype(idx).is_floating_point or b.dtype(idx) == torch.bool:
         return None
     r = integer_range(b.graph, idx)
     n = math.prod(b.shape(idx))
-    if r is None or r[0] < 0 or r[1] > size - 1 or n * size > MAX_ONE_HOT_ELEMENTS or size > RUNTIME_INDEX_MAX:
+    low = -size if negative_ids else 0
+    if r is None or r[0] < low or r[1] > size - 1 or n * size > MAX_ONE_HOT_ELEMENTS or size > RUNTIME_INDEX_MAX:
         return None
     column = b.reshape(b.cast(idx, torch.float32), (n, 1))
-    hits = b.op("equal", [column, b.const(torch.arange(size, dtype=torch.float32).reshape(1, size), "positions")])
-    return b.cast(hits, torch.float32)
-
-
-def index_one_hot(b: Builder, index: str, size: int, negative_ids: bool) -> Optional[str]:
-    """``[n, size]`` one-hot rows of ``index`` (:func:`pybuda.frontend.aten_shape._one_hot_rows`); with
-    ``negative_ids``, an index proven in ``[-size, size)`` matches ``arange(size)`` or ``arange(size) - size``
-    (at most one of the two: their sum is 0/1). None when the range is not proven."""
-    from pybuda.ops.integer import integer_range
-
-    r = integer_range(b.graph, index) if not b.dtype(index).is_floating_point else None
-    if r is None or not negative_ids or r[0] >= 0:
-        return _one_hot_rows(b, index, size)
-    n = math.prod(b.shape(index))
-    if r[0] < -size or r[1] > size - 1 or n * size > MAX_ONE_HOT_ELEMENTS or size > RUNTIME_INDEX_MAX:
-        return None
-    column = b.reshape(b.cast(index, torch.float32), (n, 1))
     positions = torch.arange(size, dtype=torch.float32).reshape(1, size)
-    hits = [b.cast(b.op("equal", [column, b.const(p, "positions")]), torch.float32) for p in (positions, positions - size)]
-    return b.op("add", hits)
+    hits = [b.cast(b.op("equal", [column, b.const(p, "positions")]), torch.float32)
+            for p in ((positions,) if r[0] >= 0 else (positions, positions - size))]
+    return hits[0] if len(hits) == 1 else b.op("add", hits)
 
 
 #: Ops whose result holds every value of their operand (and no other): a bound on the result is one on the operand.
@@ -457,9 +444,11 @@ def bound_pushed_index(b: Builder, index: str, low: int, high: int, whole: bool 
     (``edges[1]`` of an edge list), let the host refuse a push holding an index outside ``[low, high]`` (an
     ``InputError``, as torch raises on such an index); the index's integer range is then proven
     (:func:`pybuda.ops.integer.integer_range`). A whole input gets a ``value_range`` tag, which another reader's
-    bound narrows (``whole``: False leaves a whole input to its other readers, e.g. the lookups pass); a slice adds a ``value_regions`` entry to the input and tags the slice itself, so that other
-    parts of the input (the sources of the edge list, indexing another node set) keep their own bounds."""
+    bound narrows (``whole``: False leaves a whole input to its other readers, e.g. the lookups pass); a slice
+    adds a ``value_regions`` entry to the input and tags the slice itself, so that other parts of the input (the
+    sources of the edge list, indexing another node set) keep their own bounds."""
     from pybuda.ir.graph import INPUT, OP
+    from pybuda.ops.integer import narrow_value_range
 
     node, part, k = b.graph[index], None, 0  # k: the sliced dim, in the coordinates of the current node
     while node.kind == OP and len(node.operands) == 1:
@@ -478,17 +467,13 @@ def bound_pushed_index(b: Builder, index: str, low: int, high: int, whole: bool 
     if node.kind != INPUT or node.dtype.is_floating_point or node.dtype == torch.bool:
         return
     if part is None:
-        if not whole:
-            return
-        if node.tags.get("value_range") is not None:
-            low, high = max(low, node.tags["value_range"][0]), min(high, node.tags["value_range"][1])
-        node.tags["value_range"] = (low, high)
+        if whole:
+            narrow_value_range(node.tags, low, high)
         return
     if k == 0:
         return  # dim 0 holds the samples of a push: a bound there would depend on the push's position
     node.tags.setdefault("value_regions", []).append((k, part.attrs["start"], part.attrs["stop"], low, high))
-    bound = part.tags.get("value_range")
-    part.tags["value_range"] = (low, high) if bound is None else (max(low, bound[0]), min(high, bound[1]))
+    narrow_value_range(part.tags, low, high)
 
 
 def one_hot_matmul(b: Builder, one_hot: str, data: str) -> str:
@@ -508,11 +493,11 @@ def _runtime_gather(b: Builder, x: Any, idx: Any, dim: int, final_shape: Sequenc
     """``index_select(x, dim, idx)`` for a run-time index proven in range: the one-hot rows times ``x`` (a
     matmul), which the device runs (CLIP's pooled token, a decoder classifier's last token). None otherwise."""
     shape = b.shape(x)
-    if not b.dtype(x).is_floating_point:
+    if not b.dtype(x).is_floating_point or not isinstance(idx, str):
         return None
-    if isinstance(idx, str):  # a slice of a pushed input (an edge list's sources): the host checks that part
-        bound_pushed_index(b, idx, -shape[dim] if negative_ids else 0, shape[dim] - 1, whole=False)
-    one_hot = index_one_hot(b, idx, shape[dim], negative_ids) if isinstance(idx, str) else None
+    # a slice of a pushed input (an edge list's sources): the host checks that part
+    bound_pushed_index(b, idx, -shape[dim] if negative_ids else 0, shape[dim] - 1, whole=False)
+    one_hot = _one_hot_rows(b, idx, shape[dim], negative_ids)
     if one_hot is None:
         return None
     order = [dim] + [k for k in range(len(shape)) if k != dim]

@@ -186,9 +186,8 @@ def _check_value_range(rec: Any, value: torch.Tensor) -> None:
     for dim, start, stop, low, high in getattr(rec, "value_regions", None) or ():
         if dim < value.dim():
             _refuse_outside(rec, value.narrow(dim, start, stop - start), low, high, f"[{start}:{stop}] along dim {dim} ")
-    if rec.value_range is None or not value.numel():
-        return
-    _refuse_outside(rec, value, *rec.value_range, "")
+    if rec.value_range is not None:
+        _refuse_outside(rec, value, *rec.value_range, "")
 
 
 def _refuse_outside(rec: Any, value: torch.Tensor, low: float, high: float, part: str) -> None:

@@ -342,11 +342,20 @@ def _host_checked(node, found: Optional[IntRange]) -> Optional[IntRange]:
     """``found`` narrowed by the node's ``value_range`` tag: a part of a pushed input that the host checks at
     each push (``QueueIO.value_regions``; the frontend tags the slice that reads it)."""
     bound = node.tags.get("value_range")
-    if bound is None:
-        return found
-    if found is None:
-        return (float(bound[0]), float(bound[1]))
-    return (max(found[0], float(bound[0])), min(found[1], float(bound[1])))
+    return intersection(found, None if bound is None else (float(bound[0]), float(bound[1])))
+
+
+def intersection(a: Optional[IntRange], b: Optional[IntRange]) -> Optional[IntRange]:
+    """The values both ranges allow; either one alone when the other is None (no bound)."""
+    if a is None or b is None:
+        return b if a is None else a
+    return (max(a[0], b[0]), min(a[1], b[1]))
+
+
+def narrow_value_range(tags: Dict, low: float, high: float) -> None:
+    """Bound a pushed input (its node ``tags``) to ``[low, high]`` within the bound it has: every reader's must hold
+    (the host refuses a push outside ``tags["value_range"]``)."""
+    tags["value_range"] = intersection(tags.get("value_range"), (low, high))
 
 
 def _rule(op_type: str, registry) -> Optional[IntRangeFn]:

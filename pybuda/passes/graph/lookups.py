@@ -16,6 +16,7 @@ from typing import Optional
 import torch
 
 from pybuda.ir.graph import CONSTANT, INPUT
+from pybuda.ops.integer import narrow_value_range
 from pybuda.ops.common import normalize_dim
 from pybuda.passes.graph.exact_steps import SIGN, equal_of, heaviside, negated
 from pybuda.passes.graph.rewrite import Rewriter
@@ -83,10 +84,7 @@ def _lookup_onehot(rw, node, ids: str, rows: int, negative: bool) -> Optional[st
         # Integer ids are pushed in a float format, where they are exact (< 2**24 in Float32); the data-format
         # pass keeps integer-valued queues in Float32 whatever the default format is.
         root.tags["device_dtype"] = "float32"
-        low, high = (-rows if negative else 0), rows - 1
-        if root.tags.get("value_range") is not None:  # another lookup reads the same ids: both must hold
-            low, high = max(low, root.tags["value_range"][0]), min(high, root.tags["value_range"][1])
-        root.tags["value_range"] = (low, high)
+        narrow_value_range(root.tags, -rows if negative else 0, rows - 1)  # another lookup's bound holds too
     target = tuple(rw.shape(ids)) + (1,)
     exact = {"exact_df": "Float32"}  # a block format would round neighbouring ids of a block together
     if not split:
