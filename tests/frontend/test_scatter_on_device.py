@@ -305,3 +305,26 @@ def test_an_image_keeps_the_bounds_of_each_row_of_an_edge_list(tmp_path):
     bad[0, 1, 3] = 3
     with pytest.raises(pybuda.errors.InputError, match=r"\[1:2\] along dim 1.*first value outside: 3"):
         pybuda.run_inference(inputs=[(h, bad)]).get(timeout=300)
+
+
+class SegmentMean(torch.nn.Module):
+    """A set readout: per-segment means over a pushed segment id per element (sums and counts by index_add)."""
+
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(1)
+        self.phi = torch.nn.Linear(6, 6)
+        self.rho = torch.nn.Linear(6, 2)
+
+    def forward(self, x, segments):  # x [1, 9, 6], segments [1, 9] in [0, 4)
+        pooled = torch.zeros(4, 6).index_add(0, segments[0], self.phi(x[0]).relu())
+        counts = torch.zeros(4).index_add(0, segments[0], torch.ones(9))
+        return self.rho(pooled / counts.clamp(min=1)[:, None])[None]
+
+
+def test_a_segment_mean_over_pushed_segment_ids_runs_on_the_device():
+    torch.manual_seed(0)
+    x, segments = torch.randn(1, 9, 6), torch.tensor([[0, 1, 1, 3, 2, 0, 3, 3, 1]])
+    bad = segments.clone()
+    bad[0, 4] = 4
+    _matches_on_the_device_and_refuses(SegmentMean(), (x, segments), (x, bad), r"\[0, 3\].*first value outside: 4")

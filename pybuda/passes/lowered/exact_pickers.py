@@ -38,7 +38,7 @@ import torch
 from pybuda.dtypes import DataFormat, MathFidelity
 from pybuda.golden.kernels import copied_fraction_bits, fraction_bits
 from pybuda.ir.lowered import BudaGraph, BudaOp, BudaQueue, TileShape
-from pybuda.netlist.tms import Broadcast, as_tms
+from pybuda.netlist.tms import Broadcast, Transpose, as_tms
 from pybuda.passes.context import CompileContext
 from pybuda.perf import sparse as sparse_work
 
@@ -264,6 +264,8 @@ def exact_zero_padding(bg: BudaGraph, ctx: CompileContext) -> BudaGraph:
             continue
         if all(_multiplies(bg.ops.get(name)) for name in readers.get(op.name, ())):
             continue
+        if any(isinstance(tm, Transpose) for tm in as_tms(op.input_tms.get(0, []))):
+            continue  # the data moves to input 1 of the select, where a transpose is not allowed (tm_allowed)
         if mask not in steps:
             steps[mask] = _step_queue(bg, mask)
         op.type = "heaviside"
