@@ -280,8 +280,10 @@ def out_shape(n: torch.fx.Node) -> Tuple[int, ...]:
 
 
 def out_dtype(n: torch.fx.Node) -> torch.dtype:
-    """The dtype torch recorded for FX node ``n``."""
-    return meta_val(n).dtype
+    """The dtype torch recorded for FX node ``n``; for a complex node, the dtype of its real and imaginary parts
+    (the device holds a complex value as a :class:`Complex` pair)."""
+    dtype = meta_val(n).dtype
+    return dtype.to_real() if dtype.is_complex else dtype
 
 
 def _norm_dim(dim: int, rank: int) -> int:

@@ -36,7 +36,9 @@ import torch
 import torch.fx
 
 # The converter families register themselves with @converts on import.
-from pybuda.frontend import aten_complex, aten_eltwise, aten_nn, aten_scatter, aten_shape  # noqa: F401
+from pybuda.frontend import (  # noqa: F401
+    aten_complex, aten_complex_ops, aten_eltwise, aten_nn, aten_scatter, aten_shape, aten_sort,
+)
 from pybuda.frontend.aten_builder import (  # noqa: F401  (re-exported: the frontend's names)
     CONVERTERS, Builder, Complex, Const, Missing, RealView, Unsupported, converts,
 )
@@ -88,10 +90,15 @@ def convert_node(b: Builder, node: torch.fx.Node, env: Mapping[torch.fx.Node, An
     b.begin(node)
     if node.target is operator.getitem:
         return convert_getitem(b, node, args[0], args[1])
-    if not has_converter(node.target):
+    if not isinstance(node.target, torch._ops.OpOverload) or node.target.namespace != "aten":
         raise Unsupported("no mapping to a pybuda op")
     params = bind(node.target, args, kwargs)
-    value = CONVERTERS[op_name(node.target)](b, node, params)
+    converter = CONVERTERS.get(op_name(node.target))
+    value = aten_complex_ops.convert(b, node, params, converter)  # an op with a complex operand
+    if value is NotImplemented:
+        if converter is None:
+            raise Unsupported("no mapping to a pybuda op")
+        value = converter(b, node, params)
     return b.finish(_conform(b, node, value, meta_val(node)))
 
 

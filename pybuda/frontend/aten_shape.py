@@ -413,22 +413,30 @@ def const_gather(b: Builder, x: Any, index: torch.Tensor, dim: int, name: str) -
 RUNTIME_INDEX_MAX = 2 ** 11
 
 
-def _one_hot_rows(b: Builder, idx: Any, size: int, negative_ids: bool = False) -> Optional[str]:
-    """``[n, size]`` float one-hot rows of the run-time integer index ``idx`` (flattened to n), when its integer
-    range (:mod:`pybuda.ops.integer`) proves every index within ``[0, size)`` (torch raises otherwise), or within
-    ``[-size, size)`` with ``negative_ids`` (a negative index counts from the end); else None. A comparison with
-    ``arange(size)``, and for a range reaching below 0 also with ``arange(size) - size`` (at most one of the two
-    matches: their sum is 0/1): exact in every format."""
+def _proven_in_range(b: Builder, idx: Any, size: int, negative_ids: bool = False) -> Optional[Tuple[int, int]]:
+    """The integer range (:mod:`pybuda.ops.integer`) of the run-time index ``idx`` when it proves every index
+    within ``[0, size)`` (torch raises otherwise), or within ``[-size, size)`` with ``negative_ids`` (a negative
+    index counts from the end), and a one-hot of it is small enough to build; else None."""
     from pybuda.ops.integer import integer_range
 
     if not isinstance(idx, str) or b.dtype(idx).is_floating_point or b.dtype(idx) == torch.bool:
         return None
     r = integer_range(b.graph, idx)
-    n = math.prod(b.shape(idx))
     low = -size if negative_ids else 0
-    if r is None or r[0] < low or r[1] > size - 1 or n * size > MAX_ONE_HOT_ELEMENTS or size > RUNTIME_INDEX_MAX:
+    if r is None or r[0] < low or r[1] > size - 1 or math.prod(b.shape(idx)) * size > MAX_ONE_HOT_ELEMENTS or \
+            size > RUNTIME_INDEX_MAX:
         return None
-    column = b.reshape(b.cast(idx, torch.float32), (n, 1))
+    return r
+
+
+def _one_hot_rows(b: Builder, idx: Any, size: int, negative_ids: bool = False) -> Optional[str]:
+    """``[n, size]`` float one-hot rows of the run-time integer index ``idx`` (flattened to n), when
+    :func:`_proven_in_range`; else None. A comparison with ``arange(size)``, and for a range reaching below 0 also
+    with ``arange(size) - size`` (at most one of the two matches: their sum is 0/1): exact in every format."""
+    r = _proven_in_range(b, idx, size, negative_ids)
+    if r is None:
+        return None
+    column = b.reshape(b.cast(idx, torch.float32), (math.prod(b.shape(idx)), 1))
     positions = torch.arange(size, dtype=torch.float32).reshape(1, size)
     hits = [b.cast(b.op("equal", [column, b.const(p, "positions")]), torch.float32)
             for p in ((positions,) if r[0] >= 0 else (positions, positions - size))]
@@ -476,15 +484,16 @@ def bound_pushed_index(b: Builder, index: str, low: int, high: int, whole: bool 
     narrow_value_range(part.tags, low, high)
 
 
-def one_hot_matmul(b: Builder, one_hot: str, data: str) -> str:
+def one_hot_matmul(b: Builder, one_hot: str, data: str, data_input: int = 1) -> str:
     """``one_hot @ data`` where each row of the run-time 0/1 matrix ``one_hot`` picks (or, with several ones, sums)
-    rows of ``data``: tagged as the lookups' one-hot matmuls are, so that the lowering passes the data whole (its
+    rows of ``data`` (``data_input`` 0: ``data @ one_hot``, each column picking columns): tagged as the lookups' one-hot matmuls are, so that the lowering passes the data whole (its
     Float32 pieces, ``exact_pickers.ONE_HOT_COPY``, at HiFi2 or above) rather than as LoFi's 4 fraction bits."""
     from pybuda.passes.graph.lookups import ONE_HOT_FIDELITY
     from pybuda.passes.lowered.exact_pickers import ONE_HOT_COPY
 
-    out = b.op("matmul", [one_hot, data])
-    b.graph[out].tags.update({ONE_HOT_COPY: 1, "min_fidelity": ONE_HOT_FIDELITY})
+    operands = [one_hot, data] if data_input == 1 else [data, one_hot]
+    out = b.op("matmul", operands)
+    b.graph[out].tags.update({ONE_HOT_COPY: data_input, "min_fidelity": ONE_HOT_FIDELITY})
     return out
 
 
@@ -600,8 +609,8 @@ def _index_select(b: Builder, n, p):
 @converts("gather")
 def _gather(b: Builder, n, p):
     """``gather(x, dim, index)``: an index known at capture time (DeBERTa's relative-position tables) is a
-    constant gather the device runs (:func:`_const_index_gather`); a run-time index is one adv_index over the
-    flattened ``x`` with computed flat indices."""
+    constant gather the device runs (:func:`_const_index_gather`); a run-time index proven in range is a batched
+    one-hot matmul (:func:`_runtime_index_gather`); any other is one adv_index over the flattened ``x``."""
     x, idx = p["self"], p["index"]
     xs, ish = b.shape(x), b.shape(idx)
     rank = len(xs)
@@ -620,6 +629,14 @@ def _gather(b: Builder, n, p):
         out = _const_index_gather(b, x, known, dim, n.name)
         if out is not None:
             return out
+    out = _runtime_index_gather(b, x, idx, dim) if known is None else None
+    return out if out is not None else _flat_index_gather(b, n, x, idx, dim)
+
+
+def _flat_index_gather(b: Builder, n, x: Any, idx: Any, dim: int) -> str:
+    """``gather`` as one adv_index over the flattened ``x`` at computed flat indices (the host's form)."""
+    xs, ish = b.shape(x), b.shape(idx)
+    rank = len(xs)
     strides = [math.prod(xs[k + 1:]) for k in range(rank)]
     # Offset of every index position in the flattened x, ignoring the gathered dim.
     base = torch.zeros(ish, dtype=torch.int64)
@@ -632,6 +649,33 @@ def _gather(b: Builder, n, p):
     flat = b.reshape(flat, (max(1, math.prod(ish)),))
     out = b.op("adv_index", [b.reshape(x, (math.prod(xs),)), flat], dim=0)
     return b.reshape(out, ish)
+
+
+def _runtime_index_gather(b: Builder, x: Any, idx: Any, dim: int) -> Optional[str]:
+    """``gather(x, dim, idx)`` at a run-time index proven in range (a pushed label read from the log-probabilities,
+    the k nearest neighbours' features at ``topk``'s indices): for each position off ``dim``, that slice of ``x``
+    (a row) times the one-hot columns of its indices, one small matmul per position (batched). The data stays in
+    rows, so nothing moves it through a transpose. A pushed index is bound to ``[0, size)`` (the host refuses
+    others, as torch raises). None when the range is not proven."""
+    if not isinstance(idx, str) or not b.dtype(x).is_floating_point:
+        return None
+    xs, ish = b.shape(x), b.shape(idx)
+    rank, size = len(xs), xs[dim]
+    bound_pushed_index(b, idx, 0, size - 1)
+    if _proven_in_range(b, idx, size) is None:
+        return None
+    v = b.tensor(x)
+    for k in range(rank):  # gather reads only the leading ish[k] positions of every other dim
+        if k != dim and ish[k] < xs[k]:
+            v = _index_range(b, v, k, 0, ish[k])
+    order = [k for k in range(rank) if k != dim] + [dim]
+    rest, taken = math.prod(ish[k] for k in order[:-1]), ish[dim]
+    ids = b.reshape(b.cast(_permute_by(b, idx, order), torch.float32), (rest, 1, taken))
+    positions = b.const(torch.arange(size, dtype=torch.float32).reshape(1, size, 1), "positions")
+    one_hot = b.cast(b.op("equal", [ids, positions]), b.dtype(x))  # [rest, size, taken]
+    data = b.reshape(_permute_by(b, v, order), (rest, 1, size))
+    out = b.reshape(one_hot_matmul(b, one_hot, data, data_input=0), tuple(ish[k] for k in order))
+    return _permute_by(b, out, [order.index(k) for k in range(rank)])
 
 
 def _gather_of_uniform_table(b: Builder, x: Any, table: torch.Tensor, idx: Any, dim: int,

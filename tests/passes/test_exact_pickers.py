@@ -31,6 +31,9 @@ MOVES = {
     "gather": (lambda x: x[:, torch.tensor([3, 1, 7, 7])], (1, 12, 32)),
     "pixel_shuffle": (lambda x: torch.nn.functional.pixel_shuffle(x, 2), (1, 8, 6, 6)),
     "unaligned_columns": (lambda x: torch.cat([x[..., 5:20], x[..., :3]], -1), (1, 8, 40)),
+    # a run-time index (proven in range) along the last dim: the data moves to rows by a rotation whose column
+    # picker is sliced into z, its padding is zeroed, and a one-hot matmul reads it; each must copy it whole
+    "runtime_index_select": (lambda x: torch.relu(x).index_select(2, x[0, 0].argmax(0, keepdim=True)), (3, 4, 10)),
     # plain matmuls with a constant one-hot matrix (decompositions and the frontend's constant gather)
     "nearest_resize": (lambda x: torch.nn.functional.interpolate(x, scale_factor=2, mode="nearest"), (1, 4, 6, 6)),
     "permutation": (lambda x: x[..., torch.tensor([5, 0, 3, 3, 1, 4, 2, 2, 0, 1, 7, 6, 9, 8, 8])], (1, 6, 10)),

@@ -95,6 +95,21 @@ def test_matmul_shapes(ashape, bshape):
     check_lowering(g, [torch.randn(*ashape)])
 
 
+@pytest.mark.parametrize("weights", [True, False], ids=["parameter", "activation"])
+def test_matmul_operands_broadcasting_over_different_leading_dims(weights):
+    # A capsule layer's W [1, 8, 3, 16, 8] @ u [b, 8, 1, 8, 1]: each operand broadcasts over a dim the other has.
+    g = _g()
+    g.add_input("u", (2, 8, 1, 8, 1))
+    if weights:
+        g.add_parameter("w", torch.randn(1, 8, 3, 16, 8))
+    else:
+        g.add_input("w", (1, 8, 3, 16, 8))
+    g.add_op("y", "matmul", ["w", "u"])
+    g.add_output("out", "y")
+    inputs = [torch.randn(2, 8, 1, 8, 1)] + ([] if weights else [torch.randn(1, 8, 3, 16, 8)])
+    check_lowering(g, inputs)
+
+
 def test_matmul_with_bias_operand():
     g = _g()
     g.add_input("a", (1, 64, 96))

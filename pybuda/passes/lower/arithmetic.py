@@ -190,11 +190,10 @@ class ArithmeticLowering:
         out_shape = tuple(node.shape)
         z, m, n = canonical_zrc(out_shape)
         k = sa[-1]
-        if len(sa) > 2 and a.z not in (1, z) or len(sb) > 2 and b.z not in (1, z):
-            raise self.err(f"matmul batch dims {list(sa[:-2])} x {list(sb[:-2])} -> {list(out_shape[:-2])} mix "
-                           f"broadcast and non-broadcast leading dims")
         for v, s, i in ((a, sa, 0), (b, sb, 1)):
-            if len(s) > 2 and v.z == z and z > 1 and tuple(s[:-2]) != tuple(out_shape[:-2]):
+            # An operand that broadcasts over some leading dims but not all ([1, 32, 10] x [2, 32, 1]) is
+            # repeated to the output's; one that broadcasts over all of them is a z broadcast below.
+            if len(s) > 2 and v.z != 1 and z > 1 and tuple(s[:-2]) != tuple(out_shape[:-2]):
                 ops[i] = self._expand_leading(v, s, out_shape, i)
         a, b = ops[0], ops[1]
         if k % TILE and a.pad_c != ZERO and b.pad_r != ZERO:

@@ -38,7 +38,7 @@ import torch
 from pybuda.dtypes import DataFormat, MathFidelity
 from pybuda.golden.kernels import copied_fraction_bits, fraction_bits
 from pybuda.ir.lowered import BudaGraph, BudaOp, BudaQueue, TileShape
-from pybuda.netlist.tms import Broadcast, Transpose, as_tms
+from pybuda.netlist.tms import Broadcast, HSlice, Transpose, VSlice, as_tms
 from pybuda.passes.context import CompileContext
 from pybuda.perf import sparse as sparse_work
 
@@ -115,7 +115,7 @@ def copied_input(bg: BudaGraph, op: BudaOp) -> Optional[int]:
             continue
         if not _truncates(op, data):
             continue  # nothing to make exact: no need to look at the matrix (a model's every weight at Float32)
-        if any(not (isinstance(tm, Broadcast) and tm.dim == "z") for tm in as_tms(op.input_tms.get(const, ()))):
+        if not all(_keeps_selection(tm) for tm in as_tms(op.input_tms.get(const, ()))):
             continue
         matrix = bg.tensors[op.inputs[const]]
         if matrix.dim() < 2 or matrix.numel() != matrix.shape[-2] * matrix.shape[-1]:
@@ -123,6 +123,12 @@ def copied_input(bg: BudaGraph, op: BudaOp) -> Optional[int]:
         if is_selection(matrix, const):
             return data
     return None
+
+
+def _keeps_selection(tm) -> bool:
+    """Whether a TM on a selection matrix leaves one: a z broadcast repeats it whole, and a slice (the column
+    pickers of a rotated move are sliced into z) cuts each row and each column into parts, none with a second 1."""
+    return (isinstance(tm, Broadcast) and tm.dim == "z") or isinstance(tm, (HSlice, VSlice))
 
 
 def is_selection(matrix: torch.Tensor, const: int) -> bool:
@@ -157,9 +163,10 @@ def _needs_pieces(bg: BudaGraph, op: BudaOp, d: int, readers: Dict[str, List[str
 def _multiplies(reader: Optional[BudaOp]) -> bool:
     """Whether ``reader`` (None: a queue) reads its inputs through the multiplier's source registers itself (a
     matmul or an elementwise multiply), which keep 9 or 10 of the bits: the picker's truncation then costs at
-    most one bit of a product that is rounded anyway. Another picker does not count: it would be made exact
-    from truncated data."""
-    return reader is not None and reader.type in ("matmul", "multiply") and not reader.tags.get("picker")
+    most one bit of a product that is rounded anyway. Another picker, or a matmul that copies one input (a one-hot
+    matmul of run-time ids), does not count: it would be made exact from truncated data."""
+    return reader is not None and reader.type in ("matmul", "multiply") and not reader.tags.get("picker") and \
+        reader.tags.get(ONE_HOT_COPY) is None and COPIES_INPUT not in reader.tags
 
 
 def _one_tile(bg: BudaGraph) -> str:
