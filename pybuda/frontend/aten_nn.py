@@ -13,7 +13,7 @@ from typing import Any, List, Sequence, Tuple
 import torch
 
 from pybuda.frontend.aten_builder import (_as_bool, _reduce_max_or_min, out_shape_of, Builder, Const, converts, Missing, out_dtype, out_shape, Unsupported, _dims, _is_number, _norm_dim)
-from pybuda.frontend.aten_shape import const_gather
+from pybuda.frontend.aten_shape import _index_range, _permute_by, const_gather
 from pybuda.frontend.fx_program import meta_val, op_name
 
 # --- reductions -----------------------------------------------------------------------------------
@@ -483,18 +483,25 @@ def _conv(b: Builder, n, p):
     stride, dilation = p["stride"], p["dilation"]
     padding = p["padding"]
     spatial = b.rank(x) - 2
-    if spatial not in (1, 2):
-        raise Unsupported(f"{spatial}-d convolution")
+    if spatial not in (1, 2, 3) or (spatial == 3 and transposed):
+        raise Unsupported(f"{spatial}-d {'transposed ' if transposed else ''}convolution")
     if isinstance(padding, str):
         if padding == "valid":
             padding = [0] * spatial
         else:
             dil = tuple(int(d) for d in (dilation if isinstance(dilation, (list, tuple)) else [dilation]))
             same = _same_padding(b.shape(w)[2:], dil * spatial if len(dil) == 1 else dil)
-            # (left, right, top, bottom) of the 2-d conv; a 1-d conv is one over a height-1 image
-            padding = (same[-1] + same[0]) if spatial == 2 else (same[0] + (0, 0))
+            # (left, right, top, bottom) of the 2-d conv; a 1-d conv is one over a height-1 image; a 3-d conv
+            # (front, back, left, right, top, bottom)
+            padding = (same[-1] + same[0]) if spatial == 2 else (same[0] + (0, 0)) if spatial == 1 else \
+                (same[0] + same[2] + same[1])
     output_padding = p.get("output_padding") or [0] * spatial
-    if spatial == 2:
+    if spatial == 3:
+        depth_pad = (padding[0], padding[1]) if isinstance(padding, tuple) and len(padding) == 6 else \
+            (_pair(padding, 3)[0],) * 2
+        plane_pad = padding[2:] if isinstance(padding, tuple) and len(padding) == 6 else _pair(padding, 3)[1:]
+        out = conv3d_as_2d(b, x, w, bias, _pair(stride, 3), depth_pad, plane_pad, _pair(dilation, 3), groups)
+    elif spatial == 2:
         out = _conv2d(b, x, w, bias, stride, padding, dilation, groups, transposed, output_padding)
     else:
         # 1-d convolution: run it as a 2-d one over a height-1 image.
@@ -506,6 +513,41 @@ def _conv(b: Builder, n, p):
         out = _conv2d(b, x2, w2, bias, one(stride), pad2, one(dilation), groups, transposed,
                       (0, _pair(output_padding, 1)[0]))
     return b.reshape(out, out_shape(n))
+
+
+def conv3d_as_2d(b: Builder, x: str, w: str, bias: Any, stride: Sequence[int], depth_pad: Sequence[int],
+                 plane_pad: Any, dilation: Sequence[int], groups: int) -> str:
+    """A 3-d convolution (``x [N, C, D, H, W]``, ``w [O, C/groups, kD, kH, kW]``) as ``kD`` 2-d ones, which the
+    device runs: the kernel's depth slice ``kd`` meets the input frames ``kd * dilation + t * stride`` of every
+    output frame ``t``, so those frames (a strided slice, depth padding as zero frames) go through one conv2d
+    with the output frames folded into the batch, and the ``kD`` results add up. ``plane_pad``: ``(pad_h,
+    pad_w)`` or ``(left, right, top, bottom)``."""
+    xs, ws = b.shape(x), b.shape(w)
+    n, c, depth = xs[0], xs[1], xs[2]
+    kd_size = ws[2]
+    (sd, sh, sw), (dd, dh, dw) = stride, dilation
+    front, back = int(depth_pad[0]), int(depth_pad[1])
+    if front or back:
+        zeros = [b.const(torch.zeros((n, c, k) + tuple(xs[3:]), dtype=b.dtype(x)), "depth_pad") for k in (front, back)]
+        x = b.op("concatenate", ([zeros[0]] if front else []) + [x] + ([zeros[1]] if back else []), axis=2)
+        depth += front + back
+    frames = (depth - dd * (kd_size - 1) - 1) // sd + 1
+    if frames < 1:
+        raise Unsupported(f"3-d convolution with no output frames (depth {depth}, kernel {kd_size})")
+    if len(plane_pad) == 4:
+        sides = tuple(int(v) for v in plane_pad)
+    else:
+        sides = (int(plane_pad[1]),) * 2 + (int(plane_pad[0]),) * 2
+    total = None
+    for kd in range(kd_size):
+        start = kd * dd
+        picked = _index_range(b, x, 2, start, start + (frames - 1) * sd + 1, sd)  # [N, C, frames, H, W]
+        batch = b.reshape(_permute_by(b, picked, [0, 2, 1, 3, 4]), (n * frames, c) + tuple(xs[3:]))
+        kernel = b.reshape(_index_range(b, w, 2, kd, kd + 1), (ws[0], ws[1]) + tuple(ws[3:]))
+        out = _conv2d(b, batch, kernel, bias if kd == 0 else None, (sh, sw), sides, (dh, dw), groups)
+        total = out if total is None else b.op("add", [total, out])
+    shape = b.shape(total)
+    return _permute_by(b, b.reshape(total, (n, frames) + shape[1:]), [0, 2, 1, 3, 4])
 
 
 def _reads_output(n, i: int) -> bool:
@@ -538,6 +580,67 @@ def _avg_pool2d(b: Builder, n, p):
     return b.op("avg_pool2d", [p["self"]], kernel_size=kernel, stride=stride, padding=_pool_padding(p["padding"]),
                 ceil_mode=bool(p["ceil_mode"]), count_include_pad=bool(p["count_include_pad"]),
                 divisor_override=p["divisor_override"], channel_last=False)
+
+
+def _frames_pooled(b: Builder, x: Any, op_type: str, kernel, stride, padding, **attrs) -> str:
+    """The 2-d pooling ``op_type`` of every frame of ``x [N, C, D, H, W]`` (frames folded into the batch)."""
+    xs = b.shape(x)
+    folded = b.reshape(_permute_by(b, x, [0, 2, 1, 3, 4]), (xs[0] * xs[2], xs[1]) + tuple(xs[3:]))
+    out = b.op(op_type, [folded], kernel_size=tuple(kernel[1:]), stride=tuple(stride[1:]),
+               padding=(padding[2], padding[2], padding[1], padding[1]), ceil_mode=False, channel_last=False, **attrs)
+    shape = b.shape(out)
+    return _permute_by(b, b.reshape(out, (xs[0], xs[2]) + shape[1:]), [0, 2, 1, 3, 4])
+
+
+def _over_depth(b: Builder, x: str, op_type: str, k: int, s: int, pad: int, fill: float, dilation: int = 1) -> str:
+    """``op_type`` (maximum or add) of the frames ``kd * dilation + t * s`` over ``kd`` for every output frame
+    ``t``, with ``pad`` frames of ``fill`` on both sides."""
+    xs = b.shape(x)
+    if pad:
+        edge = b.const(torch.full((xs[0], xs[1], pad) + tuple(xs[3:]), fill, dtype=b.dtype(x)), "depth_pad")
+        x = b.op("concatenate", [edge, x, edge], axis=2)
+    depth = xs[2] + 2 * pad
+    frames = (depth - dilation * (k - 1) - 1) // s + 1
+    total = None
+    for kd in range(k):
+        start = kd * dilation
+        picked = _index_range(b, x, 2, start, start + (frames - 1) * s + 1, s)
+        total = picked if total is None else b.op(op_type, [total, picked])
+    return total
+
+
+def _pool3d_args(b: Builder, p) -> Tuple[Tuple[int, ...], Tuple[int, ...], Tuple[int, ...]]:
+    kernel = _pair(p["kernel_size"], 3)
+    stride = _pair(p["stride"], 3) if p.get("stride") else kernel
+    if p.get("ceil_mode"):
+        raise Unsupported("3-d pooling with ceil_mode")
+    return kernel, stride, _pair(p.get("padding", 0), 3)
+
+
+@converts("max_pool3d", "max_pool3d_with_indices")
+def _max_pool3d(b: Builder, n, p):
+    """The max over each 3-d window: the 2-d max pool of every frame, then the maximum over the window's frames."""
+    if op_name(n.target) == "max_pool3d_with_indices" and _reads_output(n, 1):
+        raise Unsupported("max pooling's indices")
+    kernel, stride, padding = _pool3d_args(b, p)
+    dilation = _pair(p.get("dilation", 1), 3)
+    planes = _frames_pooled(b, p["self"], "max_pool2d", kernel, stride, padding, dilation=tuple(dilation[1:]))
+    out = _over_depth(b, planes, "maximum", kernel[0], stride[0], padding[0], float("-inf"), dilation[0])
+    return (out, Missing("max_pool3d indices")) if op_name(n.target) == "max_pool3d_with_indices" else out
+
+
+@converts("avg_pool3d")
+def _avg_pool3d(b: Builder, n, p):
+    """The mean of each 3-d window: the 2-d average of every frame (padding counted), summed over the window's
+    frames and divided by their count (or by ``divisor_override`` over the window's size)."""
+    kernel, stride, padding = _pool3d_args(b, p)
+    if any(padding) and not p.get("count_include_pad", True):
+        raise Unsupported("3-d average pooling of padding that is not counted")
+    planes = _frames_pooled(b, p["self"], "avg_pool2d", kernel, stride, padding, count_include_pad=True,
+                            divisor_override=None)
+    total = _over_depth(b, planes, "add", kernel[0], stride[0], padding[0], 0.0)
+    divisor = p.get("divisor_override") or kernel[0] * kernel[1] * kernel[2]
+    return b.binary("multiply", total, kernel[1] * kernel[2] / divisor, b.dtype(total))
 
 
 #: Largest pairwise-difference tensor (elements) ``torch.cdist`` builds on the device; beyond it, the host.

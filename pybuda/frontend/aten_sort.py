@@ -48,20 +48,17 @@ def _float_data(b: Builder, x: Any, what: str) -> str:
     return b.cast(x, torch.float32)
 
 
-@converts("topk")
-def _topk(b: Builder, n, p):
-    """``topk`` for small ``k``; ``largest=False`` is the top k of the negation, negated back."""
-    k = int(p["k"])
-    v = _float_data(b, p["self"], "topk")
+def top_k(b: Builder, x: Any, k: int, dim: int, largest: bool = True) -> Tuple[str, str]:
+    """``(values, indices)`` of the ``k`` largest (smallest) values along ``dim``, both in the data's float dtype:
+    k rounds of max, argmax and a -inf mask; the smallest are the largest of the negation, negated back."""
+    v = _float_data(b, x, "topk")
     shape = b.shape(v)
-    dim = _norm_dim(p.get("dim", -1), len(shape))
     if k > TOPK_MAX:
         raise Unsupported(f"topk with k = {k} (the device takes one round per value, up to {TOPK_MAX})")
     if not 0 < k <= shape[dim]:
         raise Unsupported(f"topk with k = {k} of {shape[dim]} values")
     if shape[dim] > RUNTIME_INDEX_MAX:
         raise Unsupported(f"topk over {shape[dim]} values (the device compares indices up to {RUNTIME_INDEX_MAX})")
-    largest = p.get("largest", True) is not False
     if not largest:
         v = negated(b, v)
     dt = b.dtype(v)
@@ -76,9 +73,15 @@ def _topk(b: Builder, n, p):
             v = b.op("where", [taken, b.scalar(float("-inf"), dt, len(shape)), v])
     value = values[0] if k == 1 else b.op("concatenate", values, axis=dim)
     index = indices[0] if k == 1 else b.op("concatenate", indices, axis=dim)
-    if not largest:
-        value = negated(b, value)
-    return _results(b, n, value, index)
+    return (value if largest else negated(b, value)), index
+
+
+@converts("topk")
+def _topk(b: Builder, n, p):
+    x = p["self"]
+    dim = _norm_dim(p.get("dim", -1), max(1, b.rank(x)))
+    values, indices = top_k(b, x, int(p["k"]), dim, p.get("largest", True) is not False)
+    return _results(b, n, values, indices)
 
 
 def _results(b: Builder, n, value: str, index: str) -> List[str]:
@@ -159,4 +162,4 @@ def _place(b: Builder, n, x: Any, dim: int, place: int, keepdim: bool, what: str
     return _results(b, n, value, index)
 
 
-__all__ = ["SORT_MAX", "TOPK_MAX", "sorted_along"]
+__all__ = ["SORT_MAX", "TOPK_MAX", "sorted_along", "top_k"]

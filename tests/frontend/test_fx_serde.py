@@ -50,7 +50,8 @@ def _(x):
 
 
 class Tagger(nn.Module):
-    """Embedding first (CPU pre, int64 ids); max/cumsum/masked_fill(-inf)+topk at the end (CPU post)."""
+    """Embedding first (CPU pre, int64 ids); max/cumsum/masked_fill(-inf)+topk at the end (CPU post, by
+    cpu_fallback_ops)."""
 
     def __init__(self):
         super().__init__()
@@ -70,7 +71,7 @@ class Tagger(nn.Module):
 
 
 class SortCumprod(nn.Module):
-    """sort at the start (pre, getitem on a multi-output op), cumprod at the end (post)."""
+    """sort at the start (pre by cpu_fallback_ops, getitem on a multi-output op), cumprod at the end (post)."""
 
     def __init__(self):
         super().__init__()
@@ -95,7 +96,13 @@ class CustomTail(nn.Module):
 
 def tagger_config():
     cfg = CompilerConfig()
-    cfg.cpu_fallback_ops = ["embedding", "max", "cumsum", "masked_fill"]
+    cfg.cpu_fallback_ops = ["embedding", "max", "cumsum", "masked_fill", "topk"]
+    return cfg
+
+
+def sort_config():
+    cfg = CompilerConfig()
+    cfg.cpu_fallback_ops = ["sort"]
     return cfg
 
 
@@ -111,7 +118,7 @@ def stages():
     out = {}
     tagger = capture(Tagger().eval(), tagger_inputs(), config=tagger_config())
     out["tagger_pre"], out["tagger_post"] = tagger.pre, tagger.post
-    sort = capture(SortCumprod().eval(), (torch.randn(2, 3, 8),))
+    sort = capture(SortCumprod().eval(), (torch.randn(2, 3, 8),), config=sort_config())
     out["sort_pre"], out["sort_post"] = sort.pre, sort.post
     assert all(isinstance(v, torch.fx.GraphModule) for v in out.values())
     return out

@@ -122,7 +122,7 @@ ON_DEVICE = [
     "test_einsum_inner_prod", "test_constant_pad_negative_axes", "test_clip_default_min",
     "test_averagepool_2d_same_upper", "test_maxpool_1d_default", "test_cumsum_1d_reverse_exclusive",
     "test_matmul_bcast", "test_xor3d", "test_range_float_type_positive_delta", "test_causal_conv_with_state_basic",
-    "test_convtranspose_1d", "test_reduce_max_bool_inputs",
+    "test_convtranspose_1d", "test_reduce_max_bool_inputs", "test_top_k_same_values_2d", "test_top_k_smallest",
 ]
 
 
@@ -148,3 +148,14 @@ def test_model_local_functions_are_inlined():
     assert [n.op_type for n in expand_functions(model, CONVERTERS).graph.node] == ["Add"]
     x = _rng().standard_normal((2, 3)).astype(np.float32)
     _on_device(model, [x])
+
+
+def test_a_3d_convolution_with_uneven_pads_runs_on_the_device():
+    rng = _rng()
+    x = rng.standard_normal((2, 3, 5, 6, 7)).astype(np.float32)
+    w = helper.make_tensor("w", TensorProto.FLOAT, [4, 3, 2, 3, 3], rng.standard_normal(4 * 3 * 18).tolist())
+    b = helper.make_tensor("b", TensorProto.FLOAT, [4], rng.standard_normal(4).tolist())
+    nodes = [helper.make_node("Conv", ["x", "w", "b"], ["y"], strides=[2, 1, 2], pads=[1, 0, 1, 0, 1, 2])]
+    graph = helper.make_graph(nodes, "conv3d", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3, 5, 6, 7])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 4, 3, 5, 4])], initializer=[w, b])
+    _on_device(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), [x])

@@ -86,15 +86,15 @@ def test_trilu_keeps_infinities_and_one_hot_takes_off_on_values():
 
 
 def test_a_model_of_host_only_ops_runs_with_its_fallback_report():
-    # torch.topk alone exports as one TopK node, which has no device mapping. The torch frontend runs such a model
+    # A TopK of k = 20 alone (the device finds at most TOPK_MAX values) has no device form. The torch frontend runs such a model
     # (its device graph passes the CPU stage's values through); the ONNX import refused it with a CompileError
     # ("no part for the device").
     x = np.random.default_rng(2).standard_normal((5, 37)).astype(np.float32)
     nodes = [helper.make_node("TopK", ["x", "k"], ["v", "i"], axis=-1)]
     model = _model(nodes, [helper.make_tensor_value_info("x", TensorProto.FLOAT, [5, 37])],
-                   [helper.make_tensor_value_info("v", TensorProto.FLOAT, [5, 4]),
-                    helper.make_tensor_value_info("i", TensorProto.INT64, [5, 4])],
-                   [onnx.numpy_helper.from_array(np.array([4], np.int64), "k")])
+                   [helper.make_tensor_value_info("v", TensorProto.FLOAT, [5, 20]),
+                    helper.make_tensor_value_info("i", TensorProto.INT64, [5, 20])],
+                   [onnx.numpy_helper.from_array(np.array([20], np.int64), "k")])
     got = pybuda.run_inference(pybuda.OnnxModule("topk", model), inputs=[(torch.from_numpy(x),)]).get()
     pybuda.shutdown()
     want = ort_run(model, [x])

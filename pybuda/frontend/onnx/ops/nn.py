@@ -9,7 +9,7 @@ from typing import Any, List, Sequence, Tuple
 import torch
 
 from pybuda.frontend.aten_builder import Missing, Unsupported, _reduce_max_or_min
-from pybuda.frontend.aten_nn import _conv2d, _matmul, _reduce
+from pybuda.frontend.aten_nn import _conv2d, _matmul, _reduce, conv3d_as_2d
 from pybuda.frontend.aten_shape import _index_range
 from pybuda.frontend.onnx.converter import NodeCtx, converts
 from pybuda.frontend.onnx.ops.common import _float_out
@@ -82,7 +82,7 @@ def _conv(ctx: NodeCtx):
     b = ctx.b
     dt = _float_out(ctx)
     spatial = ctx.rank(0) - 2
-    if spatial not in (1, 2):
+    if spatial not in (1, 2, 3):
         raise Unsupported(f"{spatial}-d convolution")
     kernel = list(ctx.attr("kernel_shape", list(ctx.shape(1)[2:]), (list,)))
     strides, dil, pads = _spatial_attrs(ctx, spatial, kernel)
@@ -91,6 +91,10 @@ def _conv(ctx: NodeCtx):
         raise ctx.bad(f"group {groups} does not divide the {ctx.shape(0)[1]} input channels")
     x, w = ctx.x(0, dt), ctx.x(1, dt)
     bias = ctx.x(2, dt) if ctx.has(2) else None
+    if spatial == 3:  # pads [front, top, left, back, bottom, right]
+        return b.reshape(_per_sample(b, x, lambda xi: conv3d_as_2d(
+            b, xi, w, bias, strides, (pads[0], pads[3]), (pads[2], pads[5], pads[1], pads[4]), dil, groups)),
+            ctx.out_shape())
     if spatial == 1:
         xs, ws = ctx.shape(0), ctx.shape(1)
         x = b.reshape(x, (xs[0], xs[1], 1, xs[2]))

@@ -87,6 +87,20 @@ def _argmax(ctx: NodeCtx):
     return b.cast(b.reshape(b.op("argmax", [x], dim=dim, last=last), ctx.out_shape()), ctx.out_dtype())
 
 
+@converts("TopK")
+def _topk(ctx: NodeCtx):
+    """The k largest (``largest=0``: smallest) values along ``axis`` and their indices, sorted, ties in ascending
+    index order (:func:`pybuda.frontend.aten_sort.top_k`). k is an input from opset 10 (an attribute before)."""
+    from pybuda.frontend.aten_sort import top_k
+
+    rank = ctx.rank(0)
+    axis = ctx.axis(ctx.attr("axis", -1, (int,)), rank)
+    k = ctx.ints(1, "k")[0] if ctx.has(1) else ctx.attr("k", types=(int,))
+    largest = bool(ctx.attr("largest", 1, (int,)))
+    values, indices = top_k(ctx.b, ctx.x(0), int(k), axis, largest)
+    return [ctx.b.cast(values, ctx.out_dtype(0)), ctx.b.cast(indices, ctx.out_dtype(1))]
+
+
 @converts("CumSum")
 def _cumsum(ctx: NodeCtx):
     _float_out(ctx)
