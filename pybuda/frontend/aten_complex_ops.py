@@ -42,7 +42,7 @@ PARTWISE = frozenset({
     "select_copy", "unsqueeze_copy", "squeeze_copy", "transpose_copy",
 })
 
-#: Ops that drop the imaginary part: no op at all (their result is the complex value itself).
+#: Ops that materialise a lazy conjugate or negation: the pair holds the value itself already.
 _IDENTITY = frozenset({"resolve_conj", "resolve_neg"})
 
 

@@ -183,3 +183,19 @@ def test_mae_random_masking_runs_on_the_device(fe):
     module = RandomMasking().eval()
     result = _no_fallback(module, patches, noise)
     fe.matches(result.run(patches, noise), list(module(patches, noise)), atol=0)
+
+
+class Running(torch.nn.Module):
+    def forward(self, x):  # [3, 7]
+        high, low = torch.cummax(x, dim=1), torch.cummin(x, dim=0)
+        return high.values, high.indices, low.values, low.indices
+
+
+@pytest.mark.parametrize("ties", [False, True], ids=["distinct", "ties"])
+def test_running_max_and_min_match_torch(ties):
+    g = torch.Generator().manual_seed(6)
+    x = torch.randint(-2, 3, (3, 7), generator=g).float() if ties else torch.randn(3, 7, generator=g)
+    module = Running().eval()
+    got, want = _no_fallback(module, x).run(x), module(x)
+    for g_, w in zip(got, want):
+        assert torch.equal(g_.to(w.dtype), w)

@@ -466,9 +466,9 @@ def test_run_training_with_more_microbatches_than_the_default_saved_queue():
         assert g == pytest.approx(w, rel=LOSS_RTOL)
 
 
-class TorchCummaxNet(torch.nn.Module):
-    """Linear layers around two running maxima: cummax has no device form, so the first linear and cummax run in a
-    CPU-fallback stage before the device part and the second cummax and last linear in one after it."""
+class TorchSortNet(torch.nn.Module):
+    """Linear layers around two sorts, kept on the CPU (``cpu_fallback_ops``): the first linear and sort run in a
+    CPU-fallback stage before the device part and the second sort and last linear in one after it."""
 
     def __init__(self):
         super().__init__()
@@ -476,18 +476,19 @@ class TorchCummaxNet(torch.nn.Module):
         self.a, self.b, self.c = torch.nn.Linear(20, 16), torch.nn.Linear(16, 16), torch.nn.Linear(16, 10)
 
     def forward(self, x):
-        h = torch.relu(self.b(torch.cummax(self.a(x), dim=-1).values))
-        return self.c(torch.cummax(h, dim=-1).values)
+        h = torch.relu(self.b(torch.sort(self.a(x), dim=-1).values))
+        return self.c(torch.sort(h, dim=-1).values)
 
 
 def test_cpu_fallback_stages_train_beside_the_device_part():
     """A PyTorch model split into host / device / host stages trains like torch: gradients cross the device
     boundary both ways, the host stages step with the TTDevice's optimizer, and the device's checkpoints,
     gradients and parameter updates cover the host stages' parameters by their torch names. (A small learning
-    rate: cummax routes gradients by the order of its inputs, so TF32 differences that swap two close values
+    rate: sort routes gradients by the order of its inputs, so TF32 differences that swap two close values
     would make the runs part ways.)"""
     float32_everywhere()
-    model = TorchCummaxNet()
+    pybuda.config.add_cpu_fallback_ops("sort")
+    model = TorchSortNet()
     twin = copy.deepcopy(model)
     tt0 = pybuda.TTDevice("tt0", module=pybuda.PyTorchModule("sortnet", model),
                           optimizer=pybuda.optimizers.SGD(learning_rate=0.01), fp32_fallback=pybuda.DataFormat.Float32,
@@ -765,8 +766,9 @@ class TiedEmbedding(torch.nn.Module):
         return self.head(torch.tanh(self.mid(self.emb(ids))))
 
 
-class SharedByCpuStages(torch.nn.Module):
-    """Linear ``a`` read by the CPU pre-stage (before one cummax) and by the CPU post-stage (after another)."""
+class SharedBySortStages(torch.nn.Module):
+    """Linear ``a`` read by the CPU pre-stage (before one sort) and by the CPU post-stage (after another), with
+    sort in ``cpu_fallback_ops``."""
 
     def __init__(self):
         super().__init__()
@@ -774,8 +776,8 @@ class SharedByCpuStages(torch.nn.Module):
         self.a, self.b, self.c = torch.nn.Linear(16, 16), torch.nn.Linear(16, 16), torch.nn.Linear(16, 16)
 
     def forward(self, x):
-        h = torch.relu(self.b(torch.cummax(self.a(x), dim=-1).values))
-        return self.a(torch.cummax(self.c(h), dim=-1).values)
+        h = torch.relu(self.b(torch.sort(self.a(x), dim=-1).values))
+        return self.a(torch.sort(self.c(h), dim=-1).values)
 
 
 def _tied_data(steps):
@@ -788,13 +790,14 @@ def _sorted_data(steps):
     return [(torch.randn(1, 4, 16, generator=g), torch.randn(1, 4, 16, generator=g)) for _ in range(steps)]
 
 
-@pytest.mark.parametrize("model, data, lr", [(TiedEmbedding, _tied_data, 0.5), (SharedByCpuStages, _sorted_data, 0.1)],
+@pytest.mark.parametrize("model, data, lr", [(TiedEmbedding, _tied_data, 0.5), (SharedBySortStages, _sorted_data, 0.1)],
                          ids=["tied_embedding_and_head", "parameter_of_both_cpu_stages"])
 def test_a_parameter_read_in_two_stages_steps_once_with_its_whole_gradient(model, data, lr):
     # The tied head ran on the device with a copy of the embedding table, which the CPU pre-stage trained
     # too: each copy stepped with its own share of the gradient and they drifted apart (the checkpoint held
     # both, 'head.weight' and 'emb.weight', 25 apart after one step). A parameter both CPU stages read was
     # stepped by both stages' optimizers: twice torch's step. No error either way.
+    pybuda.config.add_cpu_fallback_ops("sort")
     model = model()
     twin = copy.deepcopy(model)
     tt0, cpu = _torch_module_with_a_cpu_loss(model, "shared", lr)
