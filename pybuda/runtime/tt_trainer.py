@@ -334,7 +334,12 @@ class TTTrainer:
             input_grads = []
             for k, node in enumerate(stage.graphs.forward.inputs[:stage.n_inputs]):
                 out_name = stage.graphs.input_grads.get(node.name)
-                input_grads.append(named[out_name] if out_name is not None else None)
+                g = named[out_name] if out_name is not None else None
+                if g is not None and tuple(g.shape) == tuple(node.shape) and self.microbatch > 1:
+                    # A gradient no sample's values reach (an input only a comparison reads: zeros) is one
+                    # constant entry: it is every sample's.
+                    g = g.expand(_batched(node.shape, self.microbatch)).contiguous()
+                input_grads.append(g)
             grads = input_grads
         return [g if g is not None else None for g in input_grads]
 

@@ -527,6 +527,43 @@ def test_cpu_fallback_stages_train_beside_the_device_part():
         tt0.update_device_parameters({"nope": torch.zeros(1)})
 
 
+class SignedBessel(torch.nn.Module):
+    """The device reads the CPU stage's ``h`` only through a comparison: no gradient reaches that input."""
+
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(4)
+        self.a, self.b = torch.nn.Linear(20, 16), torch.nn.Linear(16, 10)
+
+    def forward(self, x):
+        h = self.a(x)
+        gate = torch.special.i0(h)  # no device form: a CPU pre-stage that hands the device h and gate
+        return self.b(torch.where(h > 0, gate, -gate))
+
+
+def test_an_input_the_device_only_compares_gets_a_zero_gradient_for_every_sample():
+    # Its gradient is a constant of one sample: it came back as [1, 3, 16] for a microbatch of 4, and the CPU
+    # stage's backward failed to reshape it.
+    float32_everywhere()
+    model = SignedBessel()
+    twin = copy.deepcopy(model)
+    tt0 = pybuda.TTDevice("tt0", module=pybuda.PyTorchModule("signed", model),
+                          optimizer=pybuda.optimizers.SGD(learning_rate=0.01), arch=pybuda.BackendDevice.Wormhole_B0)
+    cpu = pybuda.CPUDevice("cpu0")
+    cpu.place_loss_module(pybuda.PyTorchModule("mse", torch.nn.MSELoss(reduction="sum")))
+    (x,), (y,) = make_data(1)
+    tt0.push_to_inputs(x)
+    cpu.push_to_target_inputs(y)
+    pybuda.initialize_pipeline(training=True)
+    assert tt0.cpu_fallback_device_pre is not None
+    pybuda.run_forward(1)
+    pybuda.run_backward(1, zero_grad=True)
+    torch.nn.functional.mse_loss(twin(x), y, reduction="sum").backward()
+    grads = pybuda.get_parameter_gradients(tt0)[0]
+    for name, p in twin.named_parameters():
+        assert torch.allclose(grads[name].value(), p.grad, rtol=RTOL, atol=ATOL * float(p.grad.abs().max())), name
+
+
 def _torch_module_with_a_cpu_loss(model, name, lr=0.05):
     """``model`` on a TTDevice (SGD ``lr``, Float32) and a torch MSE on a CPUDevice after it: ``(tt0, cpu)``."""
     float32_everywhere()
