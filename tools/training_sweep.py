@@ -282,7 +282,7 @@ class FrozenTrunk(nn.Module):
 
 
 class SortMiddle(nn.Module):
-    """Linears around a sort (no device form): the model trains partly on the CPU."""
+    """Linears around a sort (on the device: gradients routed through its permutation matrix)."""
 
     def __init__(self):
         super().__init__()
@@ -291,6 +291,42 @@ class SortMiddle(nn.Module):
     def forward(self, x):
         h = torch.relu(self.b(torch.sort(self.a(x), dim=-1).values))
         return self.c(h)
+
+
+class MoETop2(nn.Module):
+    """A mixture of experts routed by top-2 gating (topk, then a gather of the chosen experts' outputs)."""
+
+    def __init__(self, d: int = 16, experts: int = 4):
+        super().__init__()
+        self.gate = nn.Linear(d, experts)
+        self.experts = nn.ModuleList([nn.Linear(d, d) for _ in range(experts)])
+
+    def forward(self, x):
+        weights, chosen = self.gate(x).softmax(-1).topk(2, dim=-1)
+        outs = torch.stack([e(x) for e in self.experts], dim=-2)
+        picked = torch.gather(outs, -2, chosen[..., None].expand(*chosen.shape, x.shape[-1]))
+        return (picked * (weights / weights.sum(-1, keepdim=True))[..., None]).sum(-2)
+
+
+class ComplexRotary(nn.Module):
+    """A projection rotated by complex rotary embeddings (Meta Llama's view_as_complex form)."""
+
+    def __init__(self, d: int = 32, length: int = 8):
+        super().__init__()
+        self.proj = nn.Linear(d, d)
+        angles = torch.outer(torch.arange(length, dtype=torch.float32), 1.0 / 100 ** (torch.arange(0, d, 2) / d))
+        self.register_buffer("cis", torch.polar(torch.ones_like(angles), angles))
+
+    def forward(self, x):
+        z = torch.view_as_complex(self.proj(x).reshape(*x.shape[:-1], -1, 2))
+        return torch.view_as_real(z * self.cis).flatten(-2)
+
+
+class BesselMiddle(SortMiddle):
+    """Linears around a Bessel function (no device form): the model trains partly on the CPU."""
+
+    def forward(self, x):
+        return self.c(torch.relu(self.b(torch.special.i0(self.a(x)))))
 
 
 class TinyAttention(nn.Module):
@@ -441,12 +477,15 @@ add("tied_lm", TiedLM, [ids(50, 6)], ids(50, 6), "token_ce", optimizers=("sgd", 
 add("frozen_trunk", FrozenTrunk, [floats(20)], floats(10), "mse", optimizers=("sgd", "adam"))
 add("optimize_subset", lambda: mlp("relu"), [floats(20)], floats(10), "mse", optimizers=("sgd", "adam"),
     only=("2.weight", "2.bias", "4.weight"), note="the optimizer is given some parameters: the others stay")
-add("optimize_subset_fallback", SortMiddle, [floats(20)], floats(10), "mse", optimizers=("sgd",),
+add("optimize_subset_fallback", BesselMiddle, [floats(20)], floats(10), "mse", optimizers=("sgd",),
     only=("b.weight", "c.weight"), note="parameters of CPU-fallback stages left out of the optimizer stay")
-add("sort_fallback", SortMiddle, [floats(20)], floats(10), "l1", optimizers=("sgd",))
+add("cpu_fallback", BesselMiddle, [floats(20)], floats(10), "mse", optimizers=("sgd",))
+add("moe_top2", MoETop2, [floats(6, 16)], floats(6, 16), "mse", optimizers=("sgd", "adam"))
+add("rope_complex", ComplexRotary, [floats(8, 32)], floats(8, 32), "mse", optimizers=("sgd",))
+add("sort_middle", SortMiddle, [floats(20)], floats(10), "l1", optimizers=("sgd",))
 add("mha_block", TinyAttention, [floats(6, 32)], classes(5), "ce", optimizers=("sgd", "adam"))
 # layers from tools/torch_idiom_sweep.py
-for _name in ("conv2d_depthwise", "convT2d", "instance_norm", "bilinear", "gru_bidir1_bf"):
+for _name in ("conv2d_depthwise", "convT2d", "instance_norm", "bilinear", "gru_bidir1_bf", "conv3d"):
     add_idiom(_name)
 # small transformers (tools/hf_model_sweep.py)
 add("hf_bert", _hf("bert"), [ids(256, 16, low=3)], classes(3), "ce", optimizers=("sgd", "adamw"), mb=1)
