@@ -156,6 +156,15 @@ def _causal(cfg_cls: str, model_cls: str, **kw):
     return build
 
 
+def _batched_experts(build):
+    """``build`` with the model's MoE experts run by transformers' ``batched_mm`` implementation."""
+    def wrapped():
+        module, inputs = build()
+        module.model.config._experts_implementation = "batched_mm"
+        return module, inputs
+    return wrapped
+
+
 def _seq2seq(cfg_cls: str, model_cls: str, **kw):
     def build():
         config = _cfg(cfg_cls, **kw)
@@ -260,6 +269,9 @@ MODELS: Dict[str, Callable[[], Tuple[nn.Module, Tuple[torch.Tensor, ...]]]] = {
     "biogpt": _causal("BioGptConfig", "BioGptForCausalLM"),
     "mixtral": _causal("MixtralConfig", "MixtralForCausalLM", num_key_value_heads=2, num_local_experts=4,
                        num_experts_per_tok=2),
+    # transformers' batched experts (every token through its top-k experts by gathers and bmm: no loop over values)
+    "mixtral_batched_mm": _batched_experts(_causal("MixtralConfig", "MixtralForCausalLM", num_key_value_heads=2,
+                                                   num_local_experts=4, num_experts_per_tok=2)),
     # encoder-decoders
     "t5_encoder": _t5_encoder,
     "t5": _seq2seq("T5Config", "T5ForConditionalGeneration", **T5),
