@@ -777,6 +777,46 @@ def _scatter(b: Builder, eqn, args):
                         eqn.primitive.name == "scatter-add", out_dtype(eqn), "scatter")
 
 
+@converts("top_k")
+def _top_k(b: Builder, eqn, args):
+    """``jax.lax.top_k`` along its axis (the last before ``axis`` was a parameter): the torch frontend's top_k."""
+    from pybuda.frontend.aten_sort import top_k
+
+    x = b.tensor(args[0])
+    axis = int(eqn.params.get("axis", -1)) % b.rank(x)
+    values, indices = top_k(b, x, int(eqn.params["k"]), axis)
+    return [b.cast(values, out_dtype(eqn, 0)), b.cast(indices, out_dtype(eqn, 1))]
+
+
+@converts("sort")
+def _sort(b: Builder, eqn, args):
+    """A stable sort by one key (``jnp.sort``, and ``jnp.argsort``: the key with an ``iota`` carried along): the
+    torch frontend's sort; a carried iota along the dim is the sort's indices, other carried float operands are
+    gathered at them."""
+    from pybuda.frontend.aten_shape import _known_value, _runtime_index_gather
+    from pybuda.frontend.aten_sort import sorted_along
+
+    if int(eqn.params.get("num_keys", 1)) != 1:
+        raise Unsupported("sort by several keys")
+    key = b.tensor(args[0])
+    dim = int(eqn.params["dimension"]) % b.rank(key)
+    values, indices = sorted_along(b, key, dim, False)
+    index = b.cast(indices, torch.int32)
+    outs = [b.cast(values, out_dtype(eqn, 0))]
+    shape = b.shape(key)
+    iota = torch.arange(shape[dim]).reshape([-1 if d == dim else 1 for d in range(len(shape))]).expand(shape)
+    for k, carried in enumerate(args[1:], start=1):
+        known = _known_value(b, carried) if b.is_tensor(carried) else None
+        if known is not None and torch.equal(known.to(torch.int64), iota):
+            outs.append(b.cast(indices, out_dtype(eqn, k)))
+            continue
+        moved = _runtime_index_gather(b, carried, index, dim) if b.is_tensor(carried) else None
+        if moved is None:
+            raise Unsupported("sort carrying an operand other than an iota or float data")
+        outs.append(b.cast(moved, out_dtype(eqn, k)))
+    return outs
+
+
 def _take_call(b: Builder, eqn, args):
     """A ``jit`` named ``_take`` (``jnp.take``, Flax ``Embed``): the gather on the raw indices, without
     the index wrapping JAX adds (integer math the chip cannot run); indices must be in range."""

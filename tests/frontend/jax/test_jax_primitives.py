@@ -319,3 +319,16 @@ def test_updates_at_constant_indices_run_on_the_device(jfe):
         inputs = (x,) if v is None else (x, v)
         result = jfe.check(fn, *inputs, primitive=primitive)  # fallback off: an unmapped primitive raises
         assert "adv_index" not in {n.op_type for n in result.graph.ops}  # no host gather
+
+
+def test_top_k_and_sorts_run_on_the_device(jfe):
+    # top_k and sort (jnp.sort, jnp.argsort: a sort carrying an iota) had no converter; they are the torch
+    # frontend's top_k and stable sort, and a carried float operand is gathered at the sort's indices.
+    x, y = rn(3, 9), rn(3, 9)
+    cases = [(lambda a: jax.lax.top_k(a, 3), "top_k"),
+             (lambda a: jnp.sort(a, axis=0), "sort"),
+             (lambda a: jnp.argsort(a, axis=-1), "sort"),
+             (lambda a: jax.lax.sort((a, jnp.asarray(y)), dimension=1, num_keys=1)[1], "sort")]
+    for fn, primitive in cases:
+        result = jfe.check(fn, x, primitive=primitive)  # fallback off: an unmapped primitive raises
+        assert "adv_index" not in {n.op_type for n in result.graph.ops}
