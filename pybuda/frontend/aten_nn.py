@@ -324,6 +324,24 @@ def _linear(b: Builder, n, p):
     return _matmul(b, p["input"], wt, p.get("bias"), out_shape(n), out_dtype(n))
 
 
+@converts("bilinear")
+def _bilinear(b: Builder, n, p):
+    """``nn.Bilinear``: ``y[.., o] = sum_ij x1[.., i] W[o, i, j] x2[.., j] + bias[o]`` as one matmul of ``x1`` with
+    ``W`` laid out ``[i, o * j]``, a multiply by ``x2`` and a sum over ``j`` (no ``[.., o, i, j]`` product)."""
+    dt = out_dtype(n)
+    x1, x2, w = b.tensor(p["input1"], dt), b.tensor(p["input2"], dt), b.tensor(p["weight"], dt)
+    (outs, size1, size2), lead = b.shape(w), b.shape(x1)[:-1]
+    rows = math.prod(lead)
+    flat_w = b.reshape(_permute_by(b, w, [1, 0, 2]), (size1, outs * size2))
+    mixed = b.reshape(_matmul(b, b.reshape(x1, (rows, size1)), flat_w, None, (rows, outs * size2), dt),
+                      (rows, outs, size2))
+    y = b.op("reduce_sum", [b.op("multiply", [mixed, b.reshape(x2, (rows, 1, size2))])], dim=2)
+    y = b.reshape(y, (rows, outs))
+    if p.get("bias") is not None:
+        y = b.binary("add", y, p["bias"], dt)
+    return b.reshape(y, out_shape(n))
+
+
 @converts("mm", "bmm", "matmul")
 def _mm(b: Builder, n, p):
     return _matmul(b, p["self"], p.get("mat2", p.get("other")), None, out_shape(n), out_dtype(n))

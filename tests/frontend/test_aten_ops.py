@@ -108,6 +108,8 @@ CASES = {
     "gather": (lambda x, i: torch.gather(x, 1, i) + torch.gather(x, 2, i.transpose(1, 2)[:, :, :2]).sum(),
                (r(2, 5, 4), ints(4, 2, 3, 4))),
     "embedding": (lambda w, i: F.embedding(i, w), (r(10, 4), ints(10, 2, 5))),
+    "bilinear": (lambda a, c, w, bias: F.bilinear(a, c, w, bias) + F.bilinear(a[0], c[0], w),
+                 (r(2, 3, 4), r(2, 3, 6, seed=2), r(5, 4, 6, seed=3), r(5, seed=4))),
     "arange_full_consts": (lambda x: x + torch.arange(8) * 0.5 + torch.ones(8) + torch.full((3, 8), 2.0)
                            + torch.zeros_like(x) + x.new_ones(x.shape), (r(*X),)),
     # normalisation
