@@ -464,6 +464,28 @@ def _unary_scaled(b: Builder, n, p):
     return b.binary("multiply", b.op("log", [x]), 1.0 / math.log(2.0 if name == "log2" else 10.0), dt)
 
 
+@converts("remainder", "fmod")
+def _remainder(b: Builder, n, p):
+    """An integer ``x % d`` (``fmod``) by a constant ``d > 0`` where ``x``'s proven integer range makes it at most one
+    wrap: ``x`` itself within ``[0, d)`` (``(-d, d)`` for fmod, which keeps the sign), ``x + d`` where negative
+    within ``[-d, d)`` (``take_along_dim`` wraps indices that argsort proved in range). Other remainders, and any
+    of float data, run on the CPU."""
+    from pybuda.ops.integer import integer_range
+
+    x, d = p["self"], p["other"]
+    name = op_name(n.target)
+    if not isinstance(x, str) or not isinstance(d, int) or isinstance(d, bool) or d <= 0 or \
+            b.dtype(x).is_floating_point or b.dtype(x) == torch.bool:
+        raise Unsupported(f"{name} other than of integers by a positive constant")
+    r = integer_range(b.graph, x)
+    if r is not None and r[0] >= (-d + 1 if name == "fmod" else 0) and r[1] < d:
+        return b.tensor(x)
+    if r is not None and name == "remainder" and r[0] >= -d and r[1] < d:
+        dt = b.dtype(x)
+        return b.op("where", [b.cast(b.binary("less", x, 0, dt), torch.bool), b.binary("add", x, d, dt), x])
+    raise Unsupported(f"{name} by {d} of integers not proven within [-{d}, {d})")
+
+
 @converts("neg")
 def _neg(b: Builder, n, p):
     return b.negative(p["self"], out_dtype(n))

@@ -199,3 +199,28 @@ def test_running_max_and_min_match_torch(ties):
     got, want = _no_fallback(module, x).run(x), module(x)
     for g_, w in zip(got, want):
         assert torch.equal(g_.to(w.dtype), w)
+
+
+class Wraps(torch.nn.Module):
+    def forward(self, x):  # [4, 9]
+        shifted = (x.argmax(-1) - 3) % 9  # argmax in [0, 8]: one wrap at most
+        return torch.take_along_dim(x, x.argsort(-1)[:, :3], -1), shifted, torch.fmod(x.argmin(-1), 9)
+
+
+def test_remainders_of_indices_proven_in_range_run_on_the_device():
+    x = torch.randn(4, 9, generator=torch.Generator().manual_seed(7))
+    module = Wraps().eval()
+    got, want = _no_fallback(module, x).run(x), module(x)
+    for g, w in zip(got, want):
+        assert torch.equal(g.to(w.dtype), w)
+
+
+def test_an_unproven_remainder_runs_on_the_cpu_with_a_reason():
+    class Mod(torch.nn.Module):
+        def forward(self, i):
+            return i % 5
+
+    i = torch.tensor([[7, -3, 12]])
+    result = capture(Mod().eval(), (i,), for_device=True)
+    assert "remainder by 5 of integers not proven within [-5, 5)" in str(result.report)
+    assert torch.equal(result.run(i)[0], i % 5)
