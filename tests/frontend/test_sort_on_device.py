@@ -22,6 +22,12 @@ def _no_fallback(module, *inputs):
     return result
 
 
+def _exactly_on_the_device(module, *inputs):
+    """Every output of ``module`` computed wholly on the device equals torch's, element for element."""
+    for got, want in zip(_no_fallback(module, *inputs).run(*inputs), module(*inputs)):
+        assert torch.equal(got.to(want.dtype), want)
+
+
 class TopK(torch.nn.Module):
     def forward(self, x):  # [2, 5, 40]
         big = x.topk(4, dim=-1)
@@ -150,10 +156,7 @@ class Selections(torch.nn.Module):
 
 def test_kthvalue_median_and_argsort_match_torch():
     x = torch.randn(4, 9, generator=torch.Generator().manual_seed(4))
-    module = Selections().eval()
-    got, want = _no_fallback(module, x).run(x), module(x)
-    for g, w in zip(got, want):
-        assert torch.equal(g.to(w.dtype), w)
+    _exactly_on_the_device(Selections().eval(), x)
 
 
 def test_a_long_sort_runs_on_the_cpu_with_a_reason():
@@ -195,10 +198,7 @@ class Running(torch.nn.Module):
 def test_running_max_and_min_match_torch(ties):
     g = torch.Generator().manual_seed(6)
     x = torch.randint(-2, 3, (3, 7), generator=g).float() if ties else torch.randn(3, 7, generator=g)
-    module = Running().eval()
-    got, want = _no_fallback(module, x).run(x), module(x)
-    for g_, w in zip(got, want):
-        assert torch.equal(g_.to(w.dtype), w)
+    _exactly_on_the_device(Running().eval(), x)
 
 
 class Wraps(torch.nn.Module):
@@ -209,10 +209,7 @@ class Wraps(torch.nn.Module):
 
 def test_remainders_of_indices_proven_in_range_run_on_the_device():
     x = torch.randn(4, 9, generator=torch.Generator().manual_seed(7))
-    module = Wraps().eval()
-    got, want = _no_fallback(module, x).run(x), module(x)
-    for g, w in zip(got, want):
-        assert torch.equal(g.to(w.dtype), w)
+    _exactly_on_the_device(Wraps().eval(), x)
 
 
 def test_an_unproven_remainder_runs_on_the_cpu_with_a_reason():
