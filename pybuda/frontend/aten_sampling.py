@@ -12,9 +12,11 @@ built ``[N, H * W, Ho * Wo]`` (columns per output position), so ``x [N, C, H * W
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 
-from pybuda.frontend.aten_builder import Builder, Unsupported, converts, out_dtype, out_shape
+from pybuda.frontend.aten_builder import Builder, Unsupported, converts, out_dtype
 from pybuda.ir.graph import OP
 
 #: Largest weight matrix (samples x input pixels x output positions) a run-time grid_sample builds on the device.
@@ -33,15 +35,20 @@ def _tents(b: Builder, coordinate: str, size: int, dt: torch.dtype) -> str:
 
 @converts("grid_sampler", "grid_sampler_2d")
 def _grid_sampler(b: Builder, n, p):
-    x, grid = p["input"], p["grid"]
-    mode, padding, aligned = int(p["interpolation_mode"]), int(p["padding_mode"]), bool(p["align_corners"])
+    mode, padding = int(p["interpolation_mode"]), int(p["padding_mode"])
     if mode != _BILINEAR:
         raise Unsupported("grid_sample other than bilinear at run-time coordinates")
     if padding not in (_ZEROS, _BORDER):
         raise Unsupported("grid_sample with reflection padding")
+    return bilinear_sample(b, p["input"], p["grid"], padding == _BORDER, bool(p["align_corners"]), out_dtype(n))
+
+
+def bilinear_sample(b: Builder, x: Any, grid: Any, border: bool, aligned: bool, dt: torch.dtype) -> str:
+    """``x [N, C, H, W]`` sampled bilinearly at ``grid [N, Ho, Wo, 2]`` (x, y in [-1, 1]): ``[N, C, Ho, Wo]``.
+    ``border``: coordinates clamped into the image (else zeros outside); ``aligned``: -1 and 1 are the corner
+    pixels' centres (else their outer edges)."""
     if b.rank(x) != 4:
         raise Unsupported("grid_sample of a volume")
-    dt = out_dtype(n)
     (samples, channels, height, width), (_, out_h, out_w, _) = b.shape(x), b.shape(grid)
     positions, pixels = out_h * out_w, height * width
     if samples * positions * pixels > MAX_SAMPLING_WEIGHTS:
@@ -55,7 +62,7 @@ def _grid_sampler(b: Builder, n, p):
         normalised = b.reshape(b.op("index", [g], dim=3, start=axis, stop=axis + 1, stride=1), (samples, 1, positions))
         scale = (size - 1) / 2 if aligned else size / 2
         at = b.binary("add", b.binary("multiply", normalised, scale, dt), (size - 1) / 2, dt)
-        if padding == _BORDER:
+        if border:
             at = b.op("clip", [at], min=0.0, max=float(size - 1))
         return at
 
@@ -70,7 +77,7 @@ def _grid_sampler(b: Builder, n, p):
         if b.graph[name].kind == OP:
             b.graph[name].tags.setdefault("exact_df", "Float32")
     data = b.reshape(b.tensor(x, dt), (samples, channels, pixels))
-    return b.reshape(b.op("matmul", [data, weights]), out_shape(n))
+    return b.reshape(b.op("matmul", [data, weights]), (samples, channels, out_h, out_w))
 
 
-__all__ = ["MAX_SAMPLING_WEIGHTS"]
+__all__ = ["MAX_SAMPLING_WEIGHTS", "bilinear_sample"]

@@ -340,3 +340,19 @@ def _softmax(ctx: NodeCtx):
     return ctx.b.op(op, [ctx.x(0)], dim=dim, stable=True)
 
 
+
+
+@converts("GridSample")
+def _grid_sample(ctx: NodeCtx):
+    """Bilinear sampling (``mode`` linear, opset 20; bilinear before) with zeros or border padding at run-time
+    coordinates: the torch frontend's :func:`pybuda.frontend.aten_sampling.bilinear_sample`."""
+    from pybuda.frontend.aten_sampling import bilinear_sample
+
+    dt = _float_out(ctx)
+    mode = ctx.attr("mode", "linear" if ctx.opset >= 20 else "bilinear", (str,))
+    padding = ctx.attr("padding_mode", "zeros", (str,), ("zeros", "border", "reflection"))
+    if mode not in ("linear", "bilinear") or padding == "reflection":
+        raise Unsupported(f"GridSample with mode {mode!r} and padding {padding!r}")
+    out = bilinear_sample(ctx.b, ctx.x(0, dt), ctx.x(1, dt), padding == "border",
+                          bool(ctx.attr("align_corners", 0, (int,))), dt)
+    return ctx.b.reshape(out, ctx.out_shape())
