@@ -582,7 +582,7 @@ def _conv(b: Builder, eqn, args):
     dt = out_dtype(eqn)
     x, w = tensor_of(b, eqn, args, 0, dt), tensor_of(b, eqn, args, 1, dt)
     spatial = len(lhs_spec) - 2
-    if spatial not in (1, 2):
+    if spatial not in (1, 2, 3):
         raise Unsupported(f"{spatial}-d convolution")
     pads = [tuple(int(v) for v in pr) for pr in p["padding"]]
     if any(v < 0 for pr in pads for v in pr):
@@ -591,6 +591,15 @@ def _conv(b: Builder, eqn, args):
     dil = [int(d) for d in p["rhs_dilation"]]
     # Weights to [Cout, Cin/groups, kh, kw].
     w = permute(b, w, rhs_spec)
+    if spatial == 3:  # kD 2-d convolutions over the frames (the torch frontend's conv3d_as_2d)
+        from pybuda.frontend.aten_nn import conv3d_as_2d
+
+        if any(d != 1 for d in lhs_dil):
+            raise Unsupported("a transposed 3-d convolution")
+        (front, back), (top, bottom), (left, right) = pads
+        out = conv3d_as_2d(b, permute(b, x, lhs_spec), w, None, strides, (front, back), (left, right, top, bottom),
+                           dil, int(p["feature_group_count"]))
+        return _from_nc_layout(b, out, out_spec)
     if spatial == 1:
         # Run a 1-d convolution as a 2-d one over a height-1 image (NCHW).
         x = permute(b, x, lhs_spec)

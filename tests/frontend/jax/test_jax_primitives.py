@@ -332,3 +332,16 @@ def test_top_k_and_sorts_run_on_the_device(jfe):
     for fn, primitive in cases:
         result = jfe.check(fn, x, primitive=primitive)  # fallback off: an unmapped primitive raises
         assert "adv_index" not in {n.op_type for n in result.graph.ops}
+
+
+def test_3d_convolutions_run_as_2d_ones(jfe):
+    # NCDHW and NDHWC (Flax's layout), strided, padded unevenly, dilated and grouped.
+    def ncdhw(a, k):
+        return lax.conv_general_dilated(a, k, (2, 1, 1), ((1, 0), (0, 1), (1, 1)), rhs_dilation=(1, 2, 1),
+                                        feature_group_count=2)
+
+    def ndhwc(a, k):
+        return lax.conv_general_dilated(a, k, (1, 1, 2), "SAME", dimension_numbers=("NDHWC", "DHWIO", "NDHWC"))
+
+    jfe.check(ncdhw, rn(2, 4, 6, 7, 5), rn(6, 2, 3, 2, 3), primitive="conv_general_dilated")
+    jfe.check(ndhwc, rn(1, 5, 6, 7, 4), rn(3, 3, 2, 4, 5), primitive="conv_general_dilated")
