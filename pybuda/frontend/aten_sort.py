@@ -1,5 +1,5 @@
 """Converters for the ordering ops: ``topk``, ``sort`` (``argsort``, ``msort``), ``kthvalue``, ``median`` and the
-running ``cummax``/``cummin``.
+running ``cummax``/``cummin`` and ``logcumsumexp``.
 
 The chip has no sort, but it compares and finds maxima exactly, so the order of a short dim is computed from them:
 
@@ -119,34 +119,51 @@ def sorted_along(b: Builder, x: Any, dim: int, descending: bool, what: str = "so
     return back(values), back(indices)
 
 
-@converts("cummax", "cummin")
-def _cummax(b: Builder, n, p):
-    """The running max (min) along ``dim``: value j is the max over positions 0..j (a max over the lower triangle
-    of an n x n matrix, the rest masked with -inf), and its index the last position holding it, as torch's."""
-    name = op_name(n.target)
-    v = _float_data(b, p["self"], name)
+def _running_window(b: Builder, v: str, dim: int, what: str):
+    """``(window, back)`` for a running reduction of ``v`` along ``dim``: ``window [rows, j, i]`` holds value i
+    where i <= j and -inf elsewhere (row j is what position j has seen), and ``back`` turns a ``[rows, j, 1]``
+    result into ``v``'s layout."""
     shape = b.shape(v)
     rank = len(shape)
-    dim = _norm_dim(p["dim"], max(1, rank))
     size = shape[dim] if rank else 1
     if size > SORT_MAX or math.prod(shape) * size > MAX_ONE_HOT_ELEMENTS:
-        raise Unsupported(f"{name} of {size} values (the device compares every pair, up to {SORT_MAX} values)")
-    if name == "cummin":
-        v = negated(b, v)
+        raise Unsupported(f"{what} of {size} values (the device compares every pair, up to {SORT_MAX} values)")
     order = [d for d in range(rank) if d != dim] + [dim]
     rows = b.reshape(_permute_by(b, v, order), (max(1, math.prod(shape) // size), 1, size))  # [rows, 1, i]
     seen = b.const(torch.ones(size, size, dtype=torch.bool).tril().reshape(1, size, size), "seen")  # [1, j, i]
     window = b.op("where", [seen, b.broadcast_to(rows, (b.shape(rows)[0], size, size)),
                             b.scalar(float("-inf"), b.dtype(v), 3)])
-    values = b.op("reduce_max", [window], dim=2)
-    indices = b.op("argmax", [window], dim=2, last=True)
-    if name == "cummin":
-        values = negated(b, values)
 
     def back(t: str) -> str:
         t = b.reshape(t, tuple(shape[d] for d in order))
         return _permute_by(b, t, [order.index(d) for d in range(rank)])
+    return window, back
+
+
+@converts("cummax", "cummin")
+def _cummax(b: Builder, n, p):
+    """The running max (min) along ``dim``: value j is the max over positions 0..j, and its index the last
+    position holding it, as torch's."""
+    name = op_name(n.target)
+    v = _float_data(b, p["self"], name)
+    if name == "cummin":
+        v = negated(b, v)
+    window, back = _running_window(b, v, _norm_dim(p["dim"], max(1, b.rank(v))), name)
+    values = b.op("reduce_max", [window], dim=2)
+    indices = b.op("argmax", [window], dim=2, last=True)
+    if name == "cummin":
+        values = negated(b, values)
     return _results(b, n, back(values), back(indices))
+
+
+@converts("logcumsumexp")
+def _logcumsumexp(b: Builder, n, p):
+    """``log(sum(exp(x_i)))`` over positions 0..j, stably: each running window less its own max."""
+    v = _float_data(b, p["self"], "logcumsumexp")
+    window, back = _running_window(b, v, _norm_dim(p["dim"], max(1, b.rank(v))), "logcumsumexp")
+    top = b.op("reduce_max", [window], dim=2)
+    total = b.op("reduce_sum", [b.op("exp", [b.op("subtract", [window, top])])], dim=2)
+    return b.cast(back(b.op("add", [b.op("log", [total]), top])), meta_val(n).dtype)
 
 
 @converts("sort")

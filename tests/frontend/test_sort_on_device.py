@@ -194,6 +194,17 @@ class Running(torch.nn.Module):
         return high.values, high.indices, low.values, low.indices
 
 
+class RunningLogSumExp(torch.nn.Module):
+    def forward(self, x):  # [3, 7]
+        return torch.logcumsumexp(x * 20.0, dim=1), torch.logcumsumexp(x, dim=0)  # large values: stably
+
+
+def test_logcumsumexp_matches_torch(fe):
+    x = torch.randn(3, 7, generator=torch.Generator().manual_seed(8))
+    module = RunningLogSumExp().eval()
+    fe.matches(_no_fallback(module, x).run(x), list(module(x)), atol=1e-5)
+
+
 @pytest.mark.parametrize("ties", [False, True], ids=["distinct", "ties"])
 def test_running_max_and_min_match_torch(ties):
     g = torch.Generator().manual_seed(6)
