@@ -58,20 +58,12 @@ def _split_const(v: Any) -> Any:
     return v
 
 
-def _has_complex(v: Any) -> bool:
-    if isinstance(v, Complex):
-        return True
-    if isinstance(v, (list, tuple)):
-        return any(_has_complex(x) for x in v)
-    return False
-
-
 def convert(b: Builder, n: torch.fx.Node, params: Dict[str, Any], converter: Optional[Callable[..., Any]]) -> Any:
     """The value of FX node ``n`` when an operand is complex, or ``NotImplemented`` when none is (the caller then
     uses ``converter``, the op's own, as for real operands)."""
     params = {k: _split_const(v) for k, v in params.items()}
     name = op_name(n.target)
-    if not any(_has_complex(v) for v in params.values()):
+    if next(_complexes(params.values()), None) is None:
         if name in ("_to_copy", "to") and out_dtype(n).is_complex and b.is_tensor(params.get("self")):
             return Complex(b.tensor(params["self"], out_dtype(n)), None)  # a real tensor made complex
         return NotImplemented
@@ -111,6 +103,7 @@ def _partwise(b: Builder, n: torch.fx.Node, params: Dict[str, Any], converter: C
 
 
 def _complexes(values):
+    """The Complex values among ``values``, in lists too."""
     for v in values:
         if isinstance(v, Complex):
             yield v

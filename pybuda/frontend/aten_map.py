@@ -45,15 +45,6 @@ from pybuda.frontend.aten_builder import (  # noqa: F401  (re-exported: the fron
 from pybuda.frontend.fx_program import bind, meta_val, op_name
 
 
-def has_converter(target: Any) -> bool:
-    """True when the FX call target has a converter (ATen ops by packet name, and ``getitem``)."""
-    if target is operator.getitem:
-        return True
-    if isinstance(target, torch._ops.OpOverload) and target.namespace == "aten":
-        return op_name(target) in CONVERTERS
-    return False
-
-
 def mapped_aten_ops() -> List[str]:
     """Names of the ATen ops (overload packets) the frontend maps, sorted."""
     return sorted(CONVERTERS)

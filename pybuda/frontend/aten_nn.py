@@ -540,32 +540,54 @@ def conv3d_as_2d(b: Builder, x: str, w: str, bias: Any, stride: Sequence[int], d
     output frame ``t``, so those frames (a strided slice, depth padding as zero frames) go through one conv2d
     with the output frames folded into the batch, and the ``kD`` results add up. ``plane_pad``: ``(pad_h,
     pad_w)`` or ``(left, right, top, bottom)``."""
-    xs, ws = b.shape(x), b.shape(w)
-    n, c, depth = xs[0], xs[1], xs[2]
-    kd_size = ws[2]
+    ws = b.shape(w)
     (sd, sh, sw), (dd, dh, dw) = stride, dilation
-    front, back = int(depth_pad[0]), int(depth_pad[1])
-    if front or back:
-        zeros = [b.const(torch.zeros((n, c, k) + tuple(xs[3:]), dtype=b.dtype(x)), "depth_pad") for k in (front, back)]
-        x = b.op("concatenate", ([zeros[0]] if front else []) + [x] + ([zeros[1]] if back else []), axis=2)
-        depth += front + back
-    frames = (depth - dd * (kd_size - 1) - 1) // sd + 1
-    if frames < 1:
-        raise Unsupported(f"3-d convolution with no output frames (depth {depth}, kernel {kd_size})")
+    x = _padded_depth(b, x, int(depth_pad[0]), int(depth_pad[1]), 0.0)
     if len(plane_pad) == 4:
         sides = tuple(int(v) for v in plane_pad)
     else:
         sides = (int(plane_pad[1]),) * 2 + (int(plane_pad[0]),) * 2
     total = None
-    for kd in range(kd_size):
-        start = kd * dd
-        picked = _index_range(b, x, 2, start, start + (frames - 1) * sd + 1, sd)  # [N, C, frames, H, W]
-        batch = b.reshape(_permute_by(b, picked, [0, 2, 1, 3, 4]), (n * frames, c) + tuple(xs[3:]))
+    for kd, frames in enumerate(_window_frames(b, x, ws[2], sd, dd, "3-d convolution")):
         kernel = b.reshape(_index_range(b, w, 2, kd, kd + 1), (ws[0], ws[1]) + tuple(ws[3:]))
-        out = _conv2d(b, batch, kernel, bias if kd == 0 else None, (sh, sw), sides, (dh, dw), groups)
+        out = _conv2d(b, _frames_as_batch(b, frames), kernel, bias if kd == 0 else None, (sh, sw), sides, (dh, dw),
+                      groups)
         total = out if total is None else b.op("add", [total, out])
-    shape = b.shape(total)
-    return _permute_by(b, b.reshape(total, (n, frames) + shape[1:]), [0, 2, 1, 3, 4])
+    return _batch_as_frames(b, total, b.shape(x)[0])
+
+
+def _padded_depth(b: Builder, x: str, front: int, back: int, fill: float) -> str:
+    """``x [N, C, D, H, W]`` with ``front`` and ``back`` frames of ``fill`` added along the depth."""
+    if not (front or back):
+        return x
+    xs = b.shape(x)
+
+    def edge(frames: int) -> List[str]:
+        return [b.const(torch.full((xs[0], xs[1], frames) + tuple(xs[3:]), fill, dtype=b.dtype(x)), "depth_pad")] \
+            if frames else []
+    return b.op("concatenate", edge(front) + [x] + edge(back), axis=2)
+
+
+def _window_frames(b: Builder, x: str, k: int, stride: int, dilation: int, what: str) -> List[str]:
+    """For each of the ``k`` frames of a depth window, the input frames it meets for every output frame ``t``
+    (``kd * dilation + t * stride``): ``k`` strided slices ``[N, C, frames, H, W]``."""
+    depth = b.shape(x)[2]
+    frames = (depth - dilation * (k - 1) - 1) // stride + 1
+    if frames < 1:
+        raise Unsupported(f"{what} with no output frames (depth {depth}, window {k})")
+    return [_index_range(b, x, 2, kd * dilation, kd * dilation + (frames - 1) * stride + 1, stride) for kd in range(k)]
+
+
+def _frames_as_batch(b: Builder, x: str) -> str:
+    """``[N, C, D, H, W]`` as ``[N * D, C, H, W]``: every frame an image of the batch."""
+    xs = b.shape(x)
+    return b.reshape(_permute_by(b, x, [0, 2, 1, 3, 4]), (xs[0] * xs[2], xs[1]) + tuple(xs[3:]))
+
+
+def _batch_as_frames(b: Builder, x: str, samples: int) -> str:
+    """``[N * D, C, H, W]`` back to ``[N, C, D, H, W]``."""
+    shape = b.shape(x)
+    return _permute_by(b, b.reshape(x, (samples, shape[0] // samples) + shape[1:]), [0, 2, 1, 3, 4])
 
 
 def _reads_output(n, i: int) -> bool:
@@ -602,27 +624,16 @@ def _avg_pool2d(b: Builder, n, p):
 
 def _frames_pooled(b: Builder, x: Any, op_type: str, kernel, stride, padding, **attrs) -> str:
     """The 2-d pooling ``op_type`` of every frame of ``x [N, C, D, H, W]`` (frames folded into the batch)."""
-    xs = b.shape(x)
-    folded = b.reshape(_permute_by(b, x, [0, 2, 1, 3, 4]), (xs[0] * xs[2], xs[1]) + tuple(xs[3:]))
-    out = b.op(op_type, [folded], kernel_size=tuple(kernel[1:]), stride=tuple(stride[1:]),
+    out = b.op(op_type, [_frames_as_batch(b, b.tensor(x))], kernel_size=tuple(kernel[1:]), stride=tuple(stride[1:]),
                padding=(padding[2], padding[2], padding[1], padding[1]), ceil_mode=False, channel_last=False, **attrs)
-    shape = b.shape(out)
-    return _permute_by(b, b.reshape(out, (xs[0], xs[2]) + shape[1:]), [0, 2, 1, 3, 4])
+    return _batch_as_frames(b, out, b.shape(x)[0])
 
 
 def _over_depth(b: Builder, x: str, op_type: str, k: int, s: int, pad: int, fill: float, dilation: int = 1) -> str:
     """``op_type`` (maximum or add) of the frames ``kd * dilation + t * s`` over ``kd`` for every output frame
     ``t``, with ``pad`` frames of ``fill`` on both sides."""
-    xs = b.shape(x)
-    if pad:
-        edge = b.const(torch.full((xs[0], xs[1], pad) + tuple(xs[3:]), fill, dtype=b.dtype(x)), "depth_pad")
-        x = b.op("concatenate", [edge, x, edge], axis=2)
-    depth = xs[2] + 2 * pad
-    frames = (depth - dilation * (k - 1) - 1) // s + 1
     total = None
-    for kd in range(k):
-        start = kd * dilation
-        picked = _index_range(b, x, 2, start, start + (frames - 1) * s + 1, s)
+    for picked in _window_frames(b, _padded_depth(b, x, pad, pad, fill), k, s, dilation, "3-d pooling"):
         total = picked if total is None else b.op(op_type, [total, picked])
     return total
 

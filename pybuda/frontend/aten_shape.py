@@ -486,8 +486,9 @@ def bound_pushed_index(b: Builder, index: str, low: int, high: int, whole: bool 
 
 def one_hot_matmul(b: Builder, one_hot: str, data: str, data_input: int = 1) -> str:
     """``one_hot @ data`` where each row of the run-time 0/1 matrix ``one_hot`` picks (or, with several ones, sums)
-    rows of ``data`` (``data_input`` 0: ``data @ one_hot``, each column picking columns): tagged as the lookups' one-hot matmuls are, so that the lowering passes the data whole (its
-    Float32 pieces, ``exact_pickers.ONE_HOT_COPY``, at HiFi2 or above) rather than as LoFi's 4 fraction bits."""
+    rows of ``data`` (``data_input`` 0: ``data @ one_hot``, each column picking columns): tagged as the lookups'
+    one-hot matmuls are, so that the lowering passes the data whole (its Float32 pieces,
+    ``exact_pickers.ONE_HOT_COPY``, at HiFi2 or above) rather than as LoFi's 4 fraction bits."""
     from pybuda.passes.graph.lookups import ONE_HOT_FIDELITY
     from pybuda.passes.lowered.exact_pickers import ONE_HOT_COPY
 
@@ -651,6 +652,16 @@ def _flat_index_gather(b: Builder, n, x: Any, idx: Any, dim: int) -> str:
     return b.reshape(out, ish)
 
 
+def _gathered_region(b: Builder, x: Any, ish: Sequence[int], dim: int) -> str:
+    """The part of ``x`` a ``gather`` along ``dim`` with an index of shape ``ish`` reads: the leading ``ish[k]``
+    positions of every other dim."""
+    v = b.tensor(x)
+    for k, size in enumerate(b.shape(x)):
+        if k != dim and ish[k] < size:
+            v = _index_range(b, v, k, 0, ish[k])
+    return v
+
+
 def _runtime_index_gather(b: Builder, x: Any, idx: Any, dim: int) -> Optional[str]:
     """``gather(x, dim, idx)`` at a run-time index proven in range (a pushed label read from the log-probabilities,
     the k nearest neighbours' features at ``topk``'s indices): for each position off ``dim``, that slice of ``x``
@@ -664,10 +675,7 @@ def _runtime_index_gather(b: Builder, x: Any, idx: Any, dim: int) -> Optional[st
     bound_pushed_index(b, idx, 0, size - 1)
     if _proven_in_range(b, idx, size) is None:
         return None
-    v = b.tensor(x)
-    for k in range(rank):  # gather reads only the leading ish[k] positions of every other dim
-        if k != dim and ish[k] < xs[k]:
-            v = _index_range(b, v, k, 0, ish[k])
+    v = _gathered_region(b, x, ish, dim)
     order = [k for k in range(rank) if k != dim] + [dim]
     rest, taken = math.prod(ish[k] for k in order[:-1]), ish[dim]
     ids = b.reshape(b.cast(_permute_by(b, idx, order), torch.float32), (rest, 1, taken))
@@ -722,10 +730,7 @@ def _const_index_gather(b: Builder, x: Any, index: torch.Tensor, dim: int, name:
     index = torch.where(index < 0, index + xs[dim], index)
     if index.numel() == 0 or int(index.min()) < 0 or int(index.max()) >= xs[dim]:
         return None
-    v = b.tensor(x)
-    for k in range(rank):  # gather reads only the leading ish[k] positions of every other dim
-        if k != dim and ish[k] < xs[k]:
-            v = _index_range(b, v, k, 0, ish[k])
+    v = _gathered_region(b, x, ish, dim)
     varying = [k for k in range(rank) if k != dim and ish[k] > 1
                and not bool((index == index.narrow(k, 0, 1)).all())]
     steady = [k for k in range(rank) if k != dim and k not in varying]

@@ -17,7 +17,7 @@ A NaN has no place in this order: data holding NaN sorts in no defined way on th
 from __future__ import annotations
 
 import math
-from typing import Any, List, Tuple
+from typing import Any, Callable, List, Tuple
 
 import torch
 
@@ -92,16 +92,8 @@ def _results(b: Builder, n, value: str, index: str) -> List[str]:
 def sorted_along(b: Builder, x: Any, dim: int, descending: bool, what: str = "sort") -> Tuple[str, str]:
     """``(values, indices)`` of a stable sort of ``x`` along ``dim``, both in ``x``'s float dtype."""
     v = _float_data(b, x, what)
-    shape = b.shape(v)
-    rank, size = len(shape), shape[dim]
-    if size > SORT_MAX:
-        raise Unsupported(f"{what} of {size} values (the device compares every pair, up to {SORT_MAX} values)")
-    if math.prod(shape) * size > MAX_ONE_HOT_ELEMENTS:
-        raise Unsupported(f"{what} of {math.prod(shape)} values in rows of {size} (a permutation matrix per row "
-                          f"over {MAX_ONE_HOT_ELEMENTS} elements)")
-    dt = b.dtype(v)
-    order = [d for d in range(rank) if d != dim] + [dim]
-    rows = b.reshape(_permute_by(b, v, order), (max(1, math.prod(shape) // size), 1, size))  # [rows, 1, j]
+    rows, back = _pairwise_rows(b, v, dim, what)  # [rows, 1, j]
+    size, dt = b.shape(rows)[2], b.dtype(v)
     column = b.op("transpose", [rows], dim0=1, dim1=2)  # [rows, i, 1]
     # Value j comes before value i when it is smaller (larger, descending), or equal at a lower index.
     before = b.op("greater" if descending else "less", [rows, column])
@@ -112,31 +104,39 @@ def sorted_along(b: Builder, x: Any, dim: int, descending: bool, what: str = "so
     permutation = b.op("equal", [rank_of, places])  # [rows, i, place]: 1 where value i goes to that place
     values = one_hot_matmul(b, permutation, rows, data_input=0)  # [rows, 1, place]
     indices = b.op("argmax", [permutation], dim=1)  # [rows, 1, place]: the i that goes there
-
-    def back(t: str) -> str:
-        t = b.reshape(t, tuple(shape[d] for d in order))
-        return _permute_by(b, t, [order.index(d) for d in range(rank)])
     return back(values), back(indices)
 
 
-def _running_window(b: Builder, v: str, dim: int, what: str):
-    """``(window, back)`` for a running reduction of ``v`` along ``dim``: ``window [rows, j, i]`` holds value i
-    where i <= j and -inf elsewhere (row j is what position j has seen), and ``back`` turns a ``[rows, j, 1]``
-    result into ``v``'s layout."""
+def _pairwise_rows(b: Builder, v: str, dim: int, what: str) -> Tuple[str, Callable[[str], str]]:
+    """``v`` with ``dim`` moved last, as ``[rows, 1, n]``, for an op that compares every pair of values of a row
+    (an n x n matrix per row), and ``back``, which turns a result of one value per position (``[rows, 1, n]`` or
+    ``[rows, n, 1]``) into ``v``'s layout."""
     shape = b.shape(v)
-    rank = len(shape)
-    size = shape[dim] if rank else 1
-    if size > SORT_MAX or math.prod(shape) * size > MAX_ONE_HOT_ELEMENTS:
+    if not shape:
+        raise Unsupported(f"{what} of a scalar")
+    rank, size = len(shape), shape[dim]
+    if size > SORT_MAX:
         raise Unsupported(f"{what} of {size} values (the device compares every pair, up to {SORT_MAX} values)")
+    if math.prod(shape) * size > MAX_ONE_HOT_ELEMENTS:
+        raise Unsupported(f"{what} of {math.prod(shape)} values in rows of {size} (a matrix of pairs per row "
+                          f"over {MAX_ONE_HOT_ELEMENTS} elements)")
     order = [d for d in range(rank) if d != dim] + [dim]
-    rows = b.reshape(_permute_by(b, v, order), (max(1, math.prod(shape) // size), 1, size))  # [rows, 1, i]
-    seen = b.const(torch.ones(size, size, dtype=torch.bool).tril().reshape(1, size, size), "seen")  # [1, j, i]
-    window = b.op("where", [seen, b.broadcast_to(rows, (b.shape(rows)[0], size, size)),
-                            b.scalar(float("-inf"), b.dtype(v), 3)])
+    rows = b.reshape(_permute_by(b, v, order), (math.prod(shape) // size, 1, size))
 
     def back(t: str) -> str:
         t = b.reshape(t, tuple(shape[d] for d in order))
         return _permute_by(b, t, [order.index(d) for d in range(rank)])
+    return rows, back
+
+
+def _running_window(b: Builder, v: str, dim: int, what: str) -> Tuple[str, Callable[[str], str]]:
+    """``(window, back)`` for a running reduction of ``v`` along ``dim``: ``window [rows, j, i]`` holds value i
+    where i <= j and -inf elsewhere (row j is what position j has seen), and ``back`` turns a ``[rows, j, 1]``
+    result into ``v``'s layout (:func:`_pairwise_rows`)."""
+    rows, back = _pairwise_rows(b, v, dim, what)  # [rows, 1, i]
+    count, _, size = b.shape(rows)
+    seen = b.const(torch.ones(size, size, dtype=torch.bool).tril().reshape(1, size, size), "seen")  # [1, j, i]
+    window = b.op("where", [seen, b.broadcast_to(rows, (count, size, size)), b.scalar(float("-inf"), b.dtype(v), 3)])
     return window, back
 
 

@@ -340,8 +340,6 @@ def _softmax(ctx: NodeCtx):
     return ctx.b.op(op, [ctx.x(0)], dim=dim, stable=True)
 
 
-
-
 @converts("GridSample")
 def _grid_sample(ctx: NodeCtx):
     """Bilinear sampling (``mode`` linear, opset 20; bilinear before) with zeros or border padding at run-time
