@@ -122,7 +122,12 @@ def fidelity_combine(op, b_pieces: Sequence[torch.Tensor], a_pieces: Sequence[to
     A SrcB operand with a single piece (its "lo" part is zero) needs only the first product."""
     out = op(b_pieces[0], a_pieces[0])
     if len(b_pieces) > 1 and len(a_pieces) > 1:
-        out = out + op(b_pieces[1], a_pieces[1])
+        second = op(b_pieces[1], a_pieces[1])
+        if out.shape == second.shape and formats.broadcast_base(out) is out and out.is_contiguous() \
+                and all(out.untyped_storage().data_ptr() != x.untyped_storage().data_ptr()
+                        for x in (*b_pieces, *a_pieces)):
+            return out.add_(second)  # a product of its own: summed where it is, no third output-sized tensor
+        out = out + second
     return out
 
 
@@ -208,14 +213,53 @@ def gemm(a: torch.Tensor, b: torch.Tensor, cache: Optional[Dict] = None) -> torc
     return torch.matmul(a, b)
 
 
+def _same_view(x: torch.Tensor, y: torch.Tensor) -> bool:
+    """Whether ``x`` and ``y`` are the same values: one tensor, or views of the same memory alike in every way."""
+    return x is y or (x.data_ptr() == y.data_ptr() and x.shape == y.shape and x.stride() == y.stride()
+                      and x.dtype == y.dtype)
+
+
+def _special_values_kept(x: torch.Tensor, piece: torch.Tensor, cache: Optional[Dict]) -> bool:
+    """Whether the single fidelity ``piece`` of operand ``x`` is zero, infinite and NaN exactly where ``x`` is:
+    then a product of such pieces makes a NaN only where the plain product does (:func:`_without_new_nans`).
+    A piece that is ``x`` itself always does. A mask keeps sign and exponent, so only a subnormal (flushed to
+    zero) or a NaN (whose kept mantissa bits may be zero: an infinity) changes class; a constant operand is
+    checked once (kept in its ``cache``), a run-time one is not checked (the caller scans the product)."""
+    if _same_view(piece, x):
+        return True
+    if cache is None:
+        return False
+
+    def kept() -> bool:
+        base, masked = formats.broadcast_base(x), formats.broadcast_base(piece)
+        if base.shape != masked.shape:
+            return False
+        return bool(torch.equal(base == 0, masked == 0)) and bool(torch.equal(torch.isinf(base), torch.isinf(masked))) \
+            and bool(torch.equal(torch.isnan(base), torch.isnan(masked)))
+    return _cached_with(cache, piece, ("special_values_kept", id(piece)), kept)
+
+
+def _without_new_nans(out: torch.Tensor, plain: Callable[[], torch.Tensor],
+                      operands: Sequence[Tuple[torch.Tensor, Tuple[torch.Tensor, ...], Optional[Dict]]]) -> torch.Tensor:
+    """``out`` (a product of fidelity pieces) with NaNs the pieces made and ``plain()`` does not have replaced
+    (:func:`formats.keep_infinities`). The scan of ``out`` is skipped when every operand ``(x, pieces, cache)``
+    has one piece whose zeros, infinities and NaNs are those of ``x``: each term of the product is then NaN,
+    infinite or zero exactly where the plain term is (a masked magnitude is no larger, so it overflows only
+    where the plain one does), so the pieces make no NaN of their own. That is LoFi's usual case: a Bfp8_b
+    activation needs no mask and a weight's mask is checked once."""
+    if all(len(pieces) == 1 and _special_values_kept(x, pieces[0], cache) for x, pieces, cache in operands):
+        return out
+    return formats.keep_infinities(out, plain)
+
+
 def _mul(a: torch.Tensor, b: torch.Tensor, fidelity: Optional[MathFidelity],
          caches: Sequence[Optional[Dict]] = (None, None), dfs: Sequence = (None, None)) -> torch.Tensor:
     """ELWMUL: in0 → SrcA, in1 → SrcB (see ``formats.fidelity_multiply``)."""
     if fidelity is None:
         return a * b
-    out = fidelity_combine(torch.mul, _pieces(b, "b", fidelity, caches[1], dfs[1]),
-                           _pieces(a, "a", fidelity, caches[0], dfs[0]))
-    return formats.keep_infinities(out, lambda: a * b)
+    b_pieces, a_pieces = _pieces(b, "b", fidelity, caches[1], dfs[1]), _pieces(a, "a", fidelity, caches[0], dfs[0])
+    out = fidelity_combine(torch.mul, b_pieces, a_pieces)
+    return _without_new_nans(out, lambda: a * b, ((b, b_pieces, caches[1]), (a, a_pieces, caches[0])))
 
 
 def _matmul(a: torch.Tensor, b: torch.Tensor, fidelity: Optional[MathFidelity],
@@ -226,9 +270,9 @@ def _matmul(a: torch.Tensor, b: torch.Tensor, fidelity: Optional[MathFidelity],
 
     if fidelity is None:
         return mm(a, b)
-    out = fidelity_combine(mm, _pieces(a, "b", fidelity, caches[0], dfs[0]),
-                           _pieces(b, "a", fidelity, caches[1], dfs[1]))
-    return formats.keep_infinities(out, lambda: mm(a, b))
+    a_pieces, b_pieces = _pieces(a, "b", fidelity, caches[0], dfs[0]), _pieces(b, "a", fidelity, caches[1], dfs[1])
+    out = fidelity_combine(mm, a_pieces, b_pieces)
+    return _without_new_nans(out, lambda: mm(a, b), ((a, a_pieces, caches[0]), (b, b_pieces, caches[1])))
 
 
 #: Unary kernels (copy and SFPU op types) by name, from the device-op table (its ``golden`` field):
