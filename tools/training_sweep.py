@@ -111,6 +111,14 @@ def classes(n: int, *shape: int) -> Callable[[torch.Generator, int], torch.Tenso
     return ids(n, *shape)
 
 
+def labels_with_ignored(n: int, *shape: int, ignored: int = -100) -> Callable[[torch.Generator, int], torch.Tensor]:
+    """Class ids with about a quarter of them set to ``ignored`` (a loss's ``ignore_index``: padding tokens)."""
+    def make(g: torch.Generator, mb: int) -> torch.Tensor:
+        t = torch.randint(0, n, (mb, *shape), generator=g)
+        return torch.where(torch.rand(t.shape, generator=g) < 0.25, torch.full_like(t, ignored), t)
+    return make
+
+
 def bits(*shape: int) -> Callable[[torch.Generator, int], torch.Tensor]:
     return lambda g, mb: (torch.rand(mb, *shape, generator=g) > 0.5).float()
 
@@ -121,14 +129,15 @@ def bits(*shape: int) -> Callable[[torch.Generator, int], torch.Tensor]:
 class TokenCrossEntropy(nn.Module):
     """Cross entropy over the last dim of ``[..., classes]`` logits against ``[...]`` class ids."""
 
-    def __init__(self, label_smoothing: float = 0.0, ignore_index: int = -100):
+    def __init__(self, label_smoothing: float = 0.0, ignore_index: int = -100, reduction: str = "mean"):
         super().__init__()
         self.label_smoothing = label_smoothing
         self.ignore_index = ignore_index
+        self.reduction = reduction
 
     def forward(self, logits: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
         return F.cross_entropy(logits.flatten(0, -2), target.flatten(), label_smoothing=self.label_smoothing,
-                               ignore_index=self.ignore_index)
+                               ignore_index=self.ignore_index, reduction=self.reduction)
 
 
 LOSSES: Dict[str, Callable[[], nn.Module]] = {
@@ -140,6 +149,7 @@ LOSSES: Dict[str, Callable[[], nn.Module]] = {
     "ce_smooth": lambda: nn.CrossEntropyLoss(label_smoothing=0.1),
     "token_ce": TokenCrossEntropy,
     "token_ce_smooth": lambda: TokenCrossEntropy(label_smoothing=0.1),
+    "token_ce_sum": lambda: TokenCrossEntropy(reduction="sum"),
     "bce_logits": nn.BCEWithLogitsLoss,
     "nll": nn.NLLLoss,
 }
@@ -461,6 +471,8 @@ add("mlp_devloss_mse", lambda: mlp("relu"), [floats(20)], floats(10), "mse", opt
     loss_on_device=True)
 add("mlp_devloss_ce", lambda: mlp("relu"), [floats(20)], classes(10), "ce", optimizers=("sgd",),
     loss_on_device=True)
+add("mlp_devloss_token_ce_ignored", lambda: mlp("gelu"), [floats(4, 20)], labels_with_ignored(10, 4), "token_ce_sum",
+    optimizers=("sgd", "adam"), loss_on_device=True, note="padding tokens (-100) ignored by a summed loss on the device")
 # conv nets
 add("cnn_bn_mb1", lambda: CnnBN("bn"), [floats(3, 8, 8)], classes(5), "ce", mb=1)
 add("cnn_bn_frozen", lambda: CnnBN("bn"), [floats(3, 8, 8)], classes(5), "ce", train_mode=False, optimizers=("sgd",),

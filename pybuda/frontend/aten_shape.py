@@ -421,7 +421,7 @@ def _proven_in_range(b: Builder, idx: Any, size: int, negative_ids: bool = False
 
     if not isinstance(idx, str) or b.dtype(idx).is_floating_point or b.dtype(idx) == torch.bool:
         return None
-    r = integer_range(b.graph, idx)
+    r = (0.0, size - 1.0) if _masked_label(b, idx, size) else integer_range(b.graph, idx)
     low = -size if negative_ids else 0
     if r is None or r[0] < low or r[1] > size - 1 or math.prod(b.shape(idx)) * size > MAX_ONE_HOT_ELEMENTS or \
             size > RUNTIME_INDEX_MAX:
@@ -447,14 +447,48 @@ def _one_hot_rows(b: Builder, idx: Any, size: int, negative_ids: bool = False) -
 _WHOLE_VALUE_MOVES = ("reshape", "transpose", "squeeze", "unsqueeze", "broadcast")
 
 
-def bound_pushed_index(b: Builder, index: str, low: int, high: int, whole: bool = True) -> None:
+def _masked_label(b: Builder, idx: str, size: int) -> bool:
+    """Whether the run-time index ``idx`` is a pushed integer label with its ignored value masked out,
+    ``where(label != V, label, c)`` (or ``where(label == V, c, label)``) through whole-value moves, with constants
+    ``V`` and ``c``, ``c`` in ``[0, size)``: what a loss's ``ignore_index`` makes of the target before gathering
+    the log-probabilities (``cross_entropy``, ``nll_loss``). The host then refuses a push whose label is neither
+    in ``[0, size)`` nor ``V`` (as torch raises on such a target), so ``idx`` is within ``[0, size)``."""
+    from pybuda.ir.graph import OP
+
+    node = b.graph[idx]
+    while node.kind == OP and node.op_type in _WHOLE_VALUE_MOVES and len(node.operands) == 1:
+        node = b.graph[node.operands[0]]
+    if node.kind != OP or node.op_type != "where" or len(node.operands) != 3:
+        return False
+    cond, yes, no = node.operands
+    test = b.graph[cond]
+    if test.kind == OP and test.op_type == "cast" and len(test.operands) == 1:
+        test = b.graph[test.operands[0]]
+    if test.kind != OP or test.op_type not in ("not_equal", "equal") or len(test.operands) != 2:
+        return False
+    label, fill = (yes, no) if test.op_type == "not_equal" else (no, yes)
+    if label not in test.operands:
+        return False
+    ignored = _known_value(b, test.operands[1] if test.operands[0] == label else test.operands[0])
+    fill_value = _known_value(b, fill)
+    if ignored is None or fill_value is None or ignored.numel() != 1 or fill_value.numel() != 1:
+        return False
+    v, c = float(ignored.reshape(())), float(fill_value.reshape(()))
+    if v != round(v) or c != round(c) or not 0 <= c < size:
+        return False
+    return bound_pushed_index(b, label, 0, size - 1, also=(v,))
+
+
+def bound_pushed_index(b: Builder, index: str, low: int, high: int, whole: bool = True,
+                       also: Sequence[float] = ()) -> bool:
     """When ``index`` is a pushed graph input (reshaped, transposed, broadcast, squeezed), or one slice of one
     (``edges[1]`` of an edge list), let the host refuse a push holding an index outside ``[low, high]`` (an
     ``InputError``, as torch raises on such an index); the index's integer range is then proven
     (:func:`pybuda.ops.integer.integer_range`). A whole input gets a ``value_range`` tag, which another reader's
     bound narrows (``whole``: False leaves a whole input to its other readers, e.g. the lookups pass); a slice
     adds a ``value_regions`` entry to the input and tags the slice itself, so that other parts of the input (the
-    sources of the edge list, indexing another node set) keep their own bounds."""
+    sources of the edge list, indexing another node set) keep their own bounds. ``also``: single values allowed
+    besides. Returns whether the host now checks the bound."""
     from pybuda.ir.graph import INPUT, OP
     from pybuda.ops.integer import narrow_value_range
 
@@ -470,18 +504,20 @@ def bound_pushed_index(b: Builder, index: str, low: int, high: int, whole: bool 
         elif part is not None and node.op_type == "unsqueeze" and k != node.attrs["dim"] % len(node.shape):
             k = k if k < node.attrs["dim"] % len(node.shape) else k - 1
         else:
-            return
+            return False
         node = operand
     if node.kind != INPUT or node.dtype.is_floating_point or node.dtype == torch.bool:
-        return
+        return False
     if part is None:
         if whole:
-            narrow_value_range(node.tags, low, high)
-        return
+            narrow_value_range(node.tags, low, high, also)
+        return whole
     if k == 0:
-        return  # dim 0 holds the samples of a push: a bound there would depend on the push's position
-    node.tags.setdefault("value_regions", []).append((k, part.attrs["start"], part.attrs["stop"], low, high))
-    narrow_value_range(part.tags, low, high)
+        return False  # dim 0 holds the samples of a push: a bound there would depend on the push's position
+    region = (k, part.attrs["start"], part.attrs["stop"], low, high)
+    node.tags.setdefault("value_regions", []).append(region + ((tuple(also),) if also else ()))
+    narrow_value_range(part.tags, low, high, also)
+    return True
 
 
 def one_hot_matmul(b: Builder, one_hot: str, data: str, data_input: int = 1) -> str:

@@ -70,9 +70,7 @@ class GoldenExecutor:
         if len(inputs) != len(host_inputs):
             raise InputError(f"the compiled model takes {len(host_inputs)} input(s), got {len(inputs)}")
         for rec, x in zip(host_inputs, inputs):
-            _check_integer_range(rec.name, x, self._input_formats.get(rec.queue))
-            _check_value_range(rec, x)
-            _check_finite(rec, x)
+            check_push(rec, x, self._input_formats.get(rec.queue))
         device_inputs = [to_device_layout(rec, x) for rec, x in zip(host_inputs, inputs)]
         entries = device_inputs[0].shape[0] if device_inputs else self.microbatch
         if entries % self.microbatch:
@@ -162,6 +160,15 @@ def integer_output(name: str, value: torch.Tensor, dtype: torch.dtype) -> torch.
     return rounded.to(dtype)
 
 
+def check_push(rec: Any, value: torch.Tensor, df: Any) -> None:
+    """Refuse a framework tensor pushed to input ``rec`` (its queue in format ``df``) that the compiled model would
+    turn into a wrong number without an error: integers the chip does not keep exact, values outside the range it
+    was compiled for (ids beyond a table), NaN or infinity where its data movement does not carry them."""
+    _check_integer_range(rec.name, value, df)
+    _check_value_range(rec, value)
+    _check_finite(rec, value)
+
+
 def _check_integer_range(name: str, value: torch.Tensor, df: Any) -> None:
     """Integer data must come back unchanged: beyond its queue's integer format the chip would saturate
     it, and beyond 2**24 the golden device's float32 math would round it (an int64 id of 2**30 + 1 would
@@ -183,22 +190,32 @@ def _check_value_range(rec: Any, value: torch.Tensor) -> None:
     would select no row on the device (zeros instead of torch's IndexError), and integers beyond what the
     chip keeps exact (a range symmetric around 0, see ``decompose._push_integer_inputs_exact``) would be
     rounded by its float math."""
-    for dim, start, stop, low, high in getattr(rec, "value_regions", None) or ():
+    for dim, start, stop, low, high, *also in getattr(rec, "value_regions", None) or ():
         if dim < value.dim():
-            _refuse_outside(rec, value.narrow(dim, start, stop - start), low, high, f"[{start}:{stop}] along dim {dim} ")
+            _refuse_outside(rec, value.narrow(dim, start, stop - start), low, high, f"[{start}:{stop}] along dim {dim} ",
+                            also[0] if also else ())
     if rec.value_range is not None:
-        _refuse_outside(rec, value, *rec.value_range, "")
+        _refuse_outside(rec, value, *rec.value_range, "", getattr(rec, "value_also", None) or ())
 
 
-def _refuse_outside(rec: Any, value: torch.Tensor, low: float, high: float, part: str) -> None:
-    """InputError when ``value`` (``part`` of input ``rec``) holds a value outside ``[low, high]``."""
+def _refuse_outside(rec: Any, value: torch.Tensor, low: float, high: float, part: str,
+                    also: Sequence[float] = ()) -> None:
+    """InputError when ``value`` (``part`` of input ``rec``) holds a value outside ``[low, high]`` that is not
+    one of ``also``."""
     if not value.numel():
         return
     lo, hi = value.min(), value.max()
     if lo < low or hi > high:
+        outside = (value < low) | (value > high)
+        for v in also:
+            outside &= value != v
+        if not bool(outside.any()):
+            return
         integers = not value.dtype.is_floating_point
         show = (lambda v: f"{int(v)}") if integers else (lambda v: f"{float(v):g}")
-        first = value[(value < low) | (value > high)].flatten()[0]
+        first = value[outside].flatten()[0]
+        if also:
+            lo, hi = value[outside].min(), value[outside].max()
         if low == -(high + 1):  # a lookup whose negative ids count from the end (ONNX Gather, x[ids])
             what = (f"the model was compiled for [{low:g}, {high:g}] (ids of a table of {int(high) + 1} rows, "
                     f"negative ones counting from the end)")
@@ -207,6 +224,8 @@ def _refuse_outside(rec: Any, value: torch.Tensor, low: float, high: float, part
         else:
             what = (f"the model was compiled for [{low:g}, {high:g}] (indices into {int(high) + 1} rows: an embedding's "
                     f"ids, or a lookup's or scatter's indices)")
+        if also:
+            what += f" (besides {', '.join(show(v) for v in also)}, which the model masks out)"
         raise InputError(f"input '{rec.name}' {part}holds values from {show(lo)} to {show(hi)}; {what}; first value "
                          f"outside: {show(first)}")
 

@@ -170,8 +170,12 @@ class QueueIO:
     value_range: Optional[Tuple[float, float]] = None
     # Inputs: the same for parts of the input, each ``(dim, start, stop, low, high)``: the slice ``start:stop``
     # along ``dim`` (>= 1, so the same for every sample) must hold values in ``[low, high]`` (an edge list's
-    # sources and targets, indexing different node sets).
-    value_regions: Optional[List[Tuple[int, int, int, float, float]]] = None
+    # sources and targets, indexing different node sets), or one of the values of a sixth entry when there is
+    # one (a shifted label's ``ignore_index``).
+    value_regions: Optional[List[Tuple]] = None
+    # Inputs: single values allowed besides ``value_range`` (a label's ``ignore_index``, which the model masks
+    # out before using the label as an index).
+    value_also: Optional[List[float]] = None
     # Parameter/constant queues: the host rounds the values to this many mantissa bits (nearest, ties to
     # even) before writing them, because every reader multiplies them at a fidelity that reads only that
     # many (pybuda.passes.lowered.lofi_weights).
@@ -199,7 +203,11 @@ class QueueIO:
             low, high = self.value_range
             self.value_range = (float(low), float(high))
         if self.value_regions is not None:
-            self.value_regions = [(int(d), int(a), int(e), float(lo), float(hi)) for d, a, e, lo, hi in self.value_regions]
+            self.value_regions = [(int(r[0]), int(r[1]), int(r[2]), float(r[3]), float(r[4]))
+                                  + ((tuple(float(v) for v in r[5]),) if len(r) > 5 and r[5] else ())
+                                  for r in self.value_regions]
+        if self.value_also is not None:
+            self.value_also = [float(v) for v in self.value_also] or None
         self.device_shape = _shape(self.device_shape)
         self.host_tms = [tm if isinstance(tm, HostTM) else HostTM(tm[0], tm[1]) for tm in self.host_tms]
 
@@ -215,7 +223,9 @@ class QueueIO:
                 "device_shape": None if self.device_shape is None else list(self.device_shape),
                 "dtype": self.dtype, "batched": self.batched, "host_tms": [tm.to_dict() for tm in self.host_tms],
                 "tensor": self.tensor, "value_range": None if self.value_range is None else list(self.value_range),
-                "value_regions": None if self.value_regions is None else [list(r) for r in self.value_regions],
+                "value_regions": None if self.value_regions is None else [
+                    [list(x) if isinstance(x, tuple) else x for x in r] for r in self.value_regions],
+                "value_also": self.value_also,
                 "mantissa_bits": self.mantissa_bits, "copy_of": self.copy_of, "finite_only": self.finite_only}
 
     @classmethod
@@ -226,7 +236,7 @@ class QueueIO:
                    dtype=str(d.get("dtype", "float32")), batched=bool(d.get("batched", False)),
                    host_tms=[HostTM.from_dict(t) for t in d.get("host_tms", ())], tensor=d.get("tensor"),
                    value_range=d.get("value_range"), value_regions=d.get("value_regions"),
-                   mantissa_bits=d.get("mantissa_bits"), copy_of=d.get("copy_of"),
+                   value_also=d.get("value_also"), mantissa_bits=d.get("mantissa_bits"), copy_of=d.get("copy_of"),
                    finite_only=bool(d.get("finite_only", False)))
 
 
@@ -352,7 +362,7 @@ def queue_io(queue: Any, name: Optional[str] = None, dtype: Optional[str] = None
                    device_shape=device_shape, dtype=dtype or str(tags.get("dtype", "float32")),
                    batched=bool(tags.get("batched")), host_tms=[HostTM(t, a) for t, a in tags.get("host_tms") or ()],
                    tensor=queue.name if ram else None, value_range=tags.get("value_range"),
-                   value_regions=tags.get("value_regions"),
+                   value_regions=tags.get("value_regions"), value_also=tags.get("value_also"),
                    mantissa_bits=tags.get("mantissa_bits") if ram else None,
                    finite_only=bool(tags.get("finite_only")) and queue.kind == "input")
 

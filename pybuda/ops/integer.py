@@ -297,7 +297,8 @@ def leaf_range(graph, node) -> Optional[IntRange]:
     if node.kind == INPUT and not node.dtype.is_floating_point:
         tagged = node.tags.get("value_range")
         if tagged is not None:
-            return (float(tagged[0]), float(tagged[1]))
+            also = node.tags.get("value_also") or ()
+            return (float(min((tagged[0], *also))), float(max((tagged[1], *also))))
         return (-float(FLOAT32_EXACT_INT), float(FLOAT32_EXACT_INT))
     return None
 
@@ -342,7 +343,8 @@ def _host_checked(node, found: Optional[IntRange]) -> Optional[IntRange]:
     """``found`` narrowed by the node's ``value_range`` tag: a part of a pushed input that the host checks at
     each push (``QueueIO.value_regions``; the frontend tags the slice that reads it)."""
     bound = node.tags.get("value_range")
-    return intersection(found, None if bound is None else (float(bound[0]), float(bound[1])))
+    also = node.tags.get("value_also") or ()
+    return intersection(found, None if bound is None else (float(min((bound[0], *also))), float(max((bound[1], *also)))))
 
 
 def intersection(a: Optional[IntRange], b: Optional[IntRange]) -> Optional[IntRange]:
@@ -352,10 +354,23 @@ def intersection(a: Optional[IntRange], b: Optional[IntRange]) -> Optional[IntRa
     return (max(a[0], b[0]), min(a[1], b[1]))
 
 
-def narrow_value_range(tags: Dict, low: float, high: float) -> None:
-    """Bound a pushed input (its node ``tags``) to ``[low, high]`` within the bound it has: every reader's must hold
-    (the host refuses a push outside ``tags["value_range"]``)."""
-    tags["value_range"] = intersection(tags.get("value_range"), (low, high))
+def narrow_value_range(tags: Dict, low: float, high: float, also: Sequence[float] = ()) -> None:
+    """Bound a pushed input (its node ``tags``) to ``[low, high]``, plus the single values ``also`` (a label's
+    ``ignore_index``), within the bound it has: every reader's must hold (the host refuses a push outside
+    ``tags["value_range"]`` that is not one of ``tags["value_also"]``)."""
+    old_range, old_also = tags.get("value_range"), tags.get("value_also")
+
+    def allowed(v: float, rng: Optional[IntRange], extra: Optional[Sequence[float]]) -> bool:
+        return rng is None or rng[0] <= v <= rng[1] or v in (extra or ())
+
+    kept = intersection(old_range, (low, high))
+    extra = sorted({v for v in (*(old_also or ()), *also) if allowed(v, old_range, old_also)
+                    and allowed(v, (low, high), also) and not kept[0] <= v <= kept[1]})
+    tags["value_range"] = kept
+    if extra:
+        tags["value_also"] = tuple(extra)
+    else:
+        tags.pop("value_also", None)
 
 
 def _rule(op_type: str, registry) -> Optional[IntRangeFn]:

@@ -71,17 +71,21 @@ class NetlistProgram:
 
     def run(self, inputs: Sequence[Optional[torch.Tensor]],
             params: Optional[Mapping[str, int]] = None) -> List[Optional[torch.Tensor]]:
+        from pybuda.golden.executor import check_push
         from pybuda.netlist.host_io import from_device_layout, to_device_layout, torch_dtype
 
         part, dev = self.part, self.owner.device
         recs = part.host_io.inputs
         if len(inputs) != len(recs):
             raise InputError(f"program {part.program} takes {len(recs)} input(s), got {len(inputs)}")
-        for rec, x in zip(recs, inputs):
-            if rec.name in part.linked_inputs or rec.name in self._unread:
-                continue
+        pushed = [(rec, x) for rec, x in zip(recs, inputs)
+                  if rec.name not in part.linked_inputs and rec.name not in self._unread]
+        # Every push is checked before any is made: a refused one leaves no queue half fed.
+        for rec, x in pushed:
             if x is None:
                 raise InputError(f"program {part.program}: input '{rec.name}' is not on the device; pass its value")
+            check_push(rec, x, dev.netlist.queues[self._queue(rec)].df)
+        for rec, x in pushed:
             dev.push(self._queue(rec), to_device_layout(rec, x))
         dev.run_program(part.program, {"$p_loop_count": 1, **dict(params or {})})
         outs: List[Optional[torch.Tensor]] = []

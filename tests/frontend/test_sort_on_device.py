@@ -14,6 +14,8 @@ from pybuda.frontend.torch import capture
 
 #: The golden chip's exp and log (log_softmax) at Float32 are within this relative error; the gather adds none.
 SFPU_RTOL = 1e-3
+#: A loss adds a few such log-probabilities (each within SFPU_RTOL, not all of one sign).
+LOSS_RTOL = 3 * SFPU_RTOL
 
 
 def _no_fallback(module, *inputs):
@@ -124,6 +126,68 @@ def test_gather_at_pushed_labels_runs_on_the_device_and_refuses_bad_labels():
     assert torch.allclose(got, module(logits, labels), rtol=SFPU_RTOL, atol=0)
     with pytest.raises(InputError, match="indices"):
         pybuda.run_inference(inputs=[(logits, torch.tensor([3, 0, 10, 5]))]).get(timeout=300)
+
+
+class CrossEntropy(torch.nn.Module):
+    def __init__(self, **options):
+        super().__init__()
+        self.options = options
+
+    def forward(self, logits, labels):
+        return torch.nn.functional.cross_entropy(logits, labels, **self.options)
+
+
+@pytest.mark.parametrize("options", [{}, {"reduction": "none"}, {"reduction": "sum", "label_smoothing": 0.1},
+                                     {"ignore_index": 3}], ids=["mean", "none", "sum_smoothed", "ignore_in_range"])
+def test_cross_entropy_with_an_ignored_label_runs_on_the_device(options):
+    # The loss gathers at where(label != ignore_index, label, 0): proven in range once the host refuses labels that
+    # are neither a class nor the ignored value; the ignored value itself is pushed and masked out on the device.
+    ignored = options.get("ignore_index", -100)
+    torch.manual_seed(0)
+    logits, labels = torch.randn(5, 10), torch.tensor([3, ignored, 9, 0, 5])
+    module = CrossEntropy(**options).eval()
+    _no_fallback(module, logits, labels)
+    pybuda.set_configuration_options(default_df_override=pybuda.DataFormat.Float32,
+                                     default_math_fidelity=pybuda.MathFidelity.HiFi4)
+    pybuda.TTDevice("tt0", module=pybuda.PyTorchModule("ce", module), arch=pybuda.BackendDevice.Wormhole_B0)
+    got = pybuda.run_inference(inputs=[(logits, labels)]).get(timeout=300)[0].value()
+    assert torch.allclose(got, module(logits, labels), rtol=LOSS_RTOL, atol=1e-6)
+    message = "masks out" if ignored < 0 else "indices"
+    for bad in (10, -1):
+        with pytest.raises(InputError, match=message):
+            pybuda.run_inference(inputs=[(logits, torch.tensor([3, ignored, bad, 0, 5]))]).get(timeout=300)
+
+
+class ShiftedLMLoss(torch.nn.Module):
+    """A causal language model's loss: token t's logits predict label t + 1, -100 labels ignored."""
+
+    def __init__(self):
+        super().__init__()
+        self.head = torch.nn.Linear(16, 12)
+
+    def forward(self, hidden, labels):
+        logits = self.head(hidden)[..., :-1, :]
+        return torch.nn.functional.cross_entropy(logits.reshape(-1, 12), labels[..., 1:].reshape(-1))
+
+
+def test_a_shifted_language_model_loss_runs_on_the_device_and_checks_the_labels_it_reads():
+    torch.manual_seed(0)
+    module = ShiftedLMLoss().eval()
+    hidden, labels = torch.randn(2, 6, 16), torch.randint(0, 12, (2, 6))
+    labels[0, 3] = labels[1, 1] = -100
+    _no_fallback(module, hidden, labels)
+    pybuda.set_configuration_options(default_df_override=pybuda.DataFormat.Float32,
+                                     default_math_fidelity=pybuda.MathFidelity.HiFi4)
+    pybuda.TTDevice("tt0", module=pybuda.PyTorchModule("lm", module), arch=pybuda.BackendDevice.Wormhole_B0)
+    got = pybuda.run_inference(inputs=[(hidden, labels)]).get(timeout=300)[0].value()
+    assert torch.allclose(got, module(hidden, labels), rtol=LOSS_RTOL, atol=1e-6)
+    unread = labels.clone()
+    unread[1, 0] = 55  # the first label predicts nothing: torch never reads it either
+    assert torch.allclose(pybuda.run_inference(inputs=[(hidden, unread)]).get(timeout=300)[0].value(), got)
+    bad = labels.clone()
+    bad[1, 2] = 55
+    with pytest.raises(InputError, match=r"\[1:6\] along dim 1 .*masks out"):
+        pybuda.run_inference(inputs=[(hidden, bad)]).get(timeout=300)
 
 
 class Sort(torch.nn.Module):

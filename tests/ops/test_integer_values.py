@@ -142,6 +142,22 @@ def test_graph_analysis_follows_producers():
     assert integer.integer_range(g, "idsx", memo) is None  # unknown ids on the multiplier
 
 
+def test_a_bound_with_single_values_besides_narrows_as_every_reader_needs():
+    tags = {}
+    integer.narrow_value_range(tags, 0, 9, also=(-100,))  # a label with ignore_index -100
+    assert tags == {"value_range": (0, 9), "value_also": (-100,)}
+    integer.narrow_value_range(tags, -100, 20)  # a reader that allows the whole span keeps both
+    assert tags == {"value_range": (0, 9), "value_also": (-100,)}
+    integer.narrow_value_range(tags, 0, 5, also=(7,))  # 7 was allowed already (within 0..9): it stays allowed
+    assert tags == {"value_range": (0, 5), "value_also": (7,)}
+    integer.narrow_value_range(tags, 0, 5)  # a reader that refuses anything else drops the single values
+    assert tags == {"value_range": (0, 5)}
+    g = Graph("g")
+    g.add_input("label", (4,), torch.int64)
+    integer.narrow_value_range(g["label"].tags, 0, 9, also=(-100,))
+    assert integer.integer_range(g, "label") == (-100.0, 9.0)  # other readers see every value the host lets in
+
+
 def test_exact_integer_bounds_per_format():
     from pybuda.dtypes import DataFormat as DF
     from pybuda.golden import formats

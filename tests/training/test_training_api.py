@@ -365,6 +365,38 @@ def test_a_torch_loss_that_is_not_a_sum_or_mean_of_its_samples_is_refused_on_the
         _train_with_a_torch_loss_on_the_device(TokenCE(), targets, steps=1)
 
 
+def _with_ignored_tokens(g):
+    t = torch.randint(0, 10, (2, 3), generator=g)
+    t[0, 2] = -100
+    return t
+
+
+def test_a_summed_token_loss_with_ignored_tokens_trains_on_the_device():
+    # A summed loss over the tokens whose target is not -100: the label gather runs on the device (the host checks
+    # each pushed target is a class or -100) and the ignored tokens add nothing, as in torch.
+    loss = TokenCE()
+    loss.forward = lambda logits, target: torch.nn.functional.cross_entropy(
+        logits.flatten(0, -2), target.flatten(), ignore_index=-100, reduction="sum")
+    got, want, after, params = _train_with_a_torch_loss_on_the_device(loss, _with_ignored_tokens, lr=0.01)
+    for g, w in zip(got, want):
+        assert float(g) == pytest.approx(float(w), rel=LOSS_RTOL)
+    for name, p in params.items():
+        assert torch.allclose(after[name].reshape(p.shape), p.detach(), rtol=RTOL, atol=ATOL), name
+
+
+def test_a_target_outside_the_classes_is_refused_at_the_push_in_training():
+    def targets(g):
+        t = _with_ignored_tokens(g)
+        t[1, 0] = 10
+        return t
+
+    loss = TokenCE()
+    loss.forward = lambda logits, target: torch.nn.functional.cross_entropy(
+        logits.flatten(0, -2), target.flatten(), ignore_index=-100, reduction="sum")
+    with pytest.raises(InputError, match="masks out"):
+        _train_with_a_torch_loss_on_the_device(loss, targets, steps=1)
+
+
 # --- mistakes ---------------------------------------------------------------------------------------------------
 
 

@@ -174,7 +174,8 @@ class _Lowering(ArithmeticLowering, ConvPoolLowering, ReductionLowering, DataMov
                 # Integer data pushed in a float format (ids, masks): the format must hold it exactly.
                 "integer_values": not node.dtype.is_floating_point and node.dtype != torch.bool,
                 "exact_df": node.tags.get("exact_df"),  # an input only outputs read: kept as pushed
-                "value_range": node.tags.get("value_range"), "value_regions": node.tags.get("value_regions")}
+                "value_range": node.tags.get("value_range"), "value_regions": node.tags.get("value_regions"),
+                "value_also": node.tags.get("value_also")}
         for key in (CARRIES_NONFINITE, HOLDS_MASK_FILL):
             if node.tags.get(key):
                 tags[key] = True
