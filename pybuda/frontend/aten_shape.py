@@ -563,10 +563,17 @@ def _adv_index(b: Builder, x: Any, idx: Any, dim: int, final_shape: Sequence[int
     if isinstance(idx, Const) and not isinstance(x, Const):
         name = b.node.name if b.node is not None else "gather"
         return b.reshape(const_gather(b, x, idx.value, dim, name), final_shape)
-    if not isinstance(x, Const) and not isinstance(idx, Const):
+    if not isinstance(idx, Const) and not isinstance(x, Const):
         out = _runtime_gather(b, x, idx, dim, final_shape, negative_ids)
         if out is not None:
             return out
+    if not isinstance(idx, Const) and isinstance(x, Const) and x.value.is_floating_point():
+        # a constant table (built in the forward) at a run-time index is gathered like a computed one
+        table = b.const(x.value, "table")
+        out = _runtime_gather(b, table, idx, dim, final_shape, negative_ids)
+        if out is not None:
+            return out
+        b.graph.remove(table)
     idx_shape = b.shape(idx)
     flat = b.reshape(idx, (max(1, math.prod(idx_shape)),)) if len(idx_shape) != 1 else b.tensor(idx)
     r = b.op("adv_index", [x, flat], dim=dim, negative_ids=negative_ids)

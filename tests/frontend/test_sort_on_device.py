@@ -128,6 +128,16 @@ def test_gather_at_pushed_labels_runs_on_the_device_and_refuses_bad_labels():
         pybuda.run_inference(inputs=[(logits, torch.tensor([3, 0, 10, 5]))]).get(timeout=300)
 
 
+class TableAtArgmax(torch.nn.Module):
+    def forward(self, x):  # a table the forward builds, read at a computed index: a one-hot matmul
+        return (torch.linspace(-1, 1, 37 * 8).reshape(37, 8)[x.argmax(-1)],)
+
+
+def test_a_constant_table_at_a_run_time_index_runs_on_the_device():
+    x = torch.randn(5, 37)
+    _exactly_on_the_device(TableAtArgmax().eval(), x)
+
+
 class CrossEntropy(torch.nn.Module):
     def __init__(self, **options):
         super().__init__()
