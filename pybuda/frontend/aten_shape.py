@@ -254,7 +254,12 @@ def _pad(b: Builder, n, p):
     if mode not in _PAD_MODES:
         raise Unsupported(f"padding mode {mode!r}")
     value = p.get("value")
-    value = float(value) if value is not None else 0.0
+    return padded(b, x, pad, mode, float(value) if value is not None else 0.0)
+
+
+def padded(b: Builder, x: str, pad: Sequence[int], mode: str = "constant", value: float = 0.0) -> str:
+    """``x`` padded as ``F.pad(x, pad, mode, value)`` pads it (pairs from the last dim out; negative amounts crop)."""
+    pad = list(pad)
     if any(v < 0 for v in pad) and mode == "constant":
         # A negative pad crops: slice those sides off, then pad the rest.
         x = _crop(b, x, pad)
@@ -450,7 +455,7 @@ _WHOLE_VALUE_MOVES = ("reshape", "transpose", "squeeze", "unsqueeze", "broadcast
 def _masked_label(b: Builder, idx: str, size: int) -> bool:
     """Whether the run-time index ``idx`` is a pushed integer label with its ignored value masked out,
     ``where(label != V, label, c)`` (or ``where(label == V, c, label)``) through whole-value moves, with constants
-    ``V`` and ``c``, ``c`` in ``[0, size)``: what a loss's ``ignore_index`` makes of the target before gathering
+    ``V`` (one value) and ``c`` (a scalar or ``zeros_like(label)``: values in ``[0, size)``): what a loss's ``ignore_index`` makes of the target before gathering
     the log-probabilities (``cross_entropy``, ``nll_loss``). The host then refuses a push whose label is neither
     in ``[0, size)`` nor ``V`` (as torch raises on such a target), so ``idx`` is within ``[0, size)``."""
     from pybuda.ir.graph import OP
@@ -471,11 +476,13 @@ def _masked_label(b: Builder, idx: str, size: int) -> bool:
         return False
     ignored = _known_value(b, test.operands[1] if test.operands[0] == label else test.operands[0])
     fill_value = _known_value(b, fill)
-    if ignored is None or fill_value is None or ignored.numel() != 1 or fill_value.numel() != 1:
+    if ignored is None or fill_value is None or not ignored.numel() or not fill_value.numel():
         return False
-    v, c = float(ignored.reshape(())), float(fill_value.reshape(()))
-    if v != round(v) or c != round(c) or not 0 <= c < size:
-        return False
+    ignored, fill_value = ignored.to(torch.float64), fill_value.to(torch.float64)
+    v = float(ignored.flatten()[0])
+    if not bool((ignored == v).all()) or v != round(v) or not bool((fill_value == fill_value.round()).all()) \
+            or float(fill_value.min()) < 0 or float(fill_value.max()) > size - 1:
+        return False  # one ignored value; fills (a scalar, or zeros_like(label)) that are all valid indices
     return bound_pushed_index(b, label, 0, size - 1, also=(v,))
 
 

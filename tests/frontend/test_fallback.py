@@ -45,7 +45,7 @@ class BesselFirst(nn.Module):
         y = torch.special.i0(x)  # <i0>
         y = torch.relu(self.a(y))
         z = self.b(y).softmax(-1)
-        return torch.cumprod(z, dim=-1), y  # <cumprod>
+        return torch.special.i1(z), y  # <i1>
 
 
 class MiddleOp(nn.Module):
@@ -69,15 +69,15 @@ def test_pre_and_post_stages_run_end_to_end(fe):
     x = x_input()
     result = capture(model, (x,))
     report = result.report
-    assert report.op_names() == ["aten.i0.default", "aten.cumprod.default"]
-    i0_op, cumprod_op = report.fallback_ops
-    assert (i0_op.side, cumprod_op.side) == ("pre", "post")
+    assert report.op_names() == ["aten.i0.default", "aten.special_i1.default"]
+    i0_op, i1_op = report.fallback_ops
+    assert (i0_op.side, i1_op.side) == ("pre", "post")
     assert i0_op.location == f"{THIS_FILE}:{line_of('i0')}"
-    assert cumprod_op.location == f"{THIS_FILE}:{line_of('cumprod')}"
+    assert i1_op.location == f"{THIS_FILE}:{line_of('i1')}"
     assert "torch.special.i0" in i0_op.code
     text = str(report)
     assert "aten.i0.default" in text and "CPU pre" in text and "CPU post" in text
-    assert {"i0", "cumprod"}.isdisjoint({n.op_type for n in result.graph.ops})
+    assert {"i0", "special_i1"}.isdisjoint({n.op_type for n in result.graph.ops})
     assert isinstance(result.pre, torch.fx.GraphModule) and isinstance(result.post, torch.fx.GraphModule)
     fe.matches(result.run(x), fe.torch_outputs(model, (x,)))
 
@@ -117,14 +117,14 @@ def test_fallback_disabled_lists_every_unsupported_op_with_its_line():
         def forward(self, x):
             a = torch.special.i0(x)  # <bad1>
             b = mystery(a)  # <bad2>
-            return torch.cumprod(b, 1)  # <bad3>
+            return torch.special.i1(b)  # <bad3>
 
     config = CompilerConfig()
     config.enable_tvm_cpu_fallback = False
     with pytest.raises(UnsupportedOpError) as info:
         capture(ThreeBadOps(), (x_input(),), config=config)
     ops = info.value.ops
-    assert [o.framework_op for o in ops] == ["aten.i0.default", "pybuda_test.mystery.default", "aten.cumprod.default"]
+    assert [o.framework_op for o in ops] == ["aten.i0.default", "pybuda_test.mystery.default", "aten.special_i1.default"]
     assert [o.location for o in ops] == [f"{THIS_FILE}:{line_of(m)}" for m in ("bad1", "bad2", "bad3")]
     message = str(info.value)
     assert "3 unsupported op(s)" in message and f"test_fallback.py:{line_of('bad2')}" in message

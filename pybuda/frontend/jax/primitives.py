@@ -18,6 +18,7 @@ from pybuda.frontend.converters import registrar
 from pybuda.ops.common import transpositions
 from pybuda.frontend.aten_builder import Builder, Const, Unsupported, _reduce_max_or_min
 from pybuda.frontend.aten_scatter import index_put_of
+from pybuda.frontend.aten_products import product_along, running_product
 from pybuda.frontend.aten_shape import const_gather
 from pybuda.frontend.jax.capture import torch_dtype
 
@@ -349,6 +350,16 @@ def _reduce_sum(b: Builder, eqn, args):
     return b.reshape(v, out_shape(eqn))
 
 
+@converts("reduce_prod")
+def _reduce_prod(b: Builder, eqn, args):
+    if not out_dtype(eqn).is_floating_point:
+        raise Unsupported("reduce_prod of integers (its products are not proven to stay exact on the device)")
+    v = b.tensor(args[0], out_dtype(eqn))
+    for d in sorted(eqn.params["axes"]):
+        v = product_along(b, v, d)
+    return b.reshape(v, out_shape(eqn))
+
+
 @converts("reduce_max", "reduce_min")
 def _reduce_max(b: Builder, eqn, args):
     return _reduce_max_or_min(b, args[0], list(eqn.params["axes"]), False, eqn.primitive.name == "reduce_min",
@@ -385,6 +396,14 @@ def _cumsum(b: Builder, eqn, args):
     if eqn.params.get("reverse"):
         raise Unsupported("reverse cumsum")
     return b.op("cumsum", [b.tensor(args[0], out_dtype(eqn))], axis=int(eqn.params["axis"]), exclusive=False)
+
+
+@converts("cumprod")
+def _cumprod(b: Builder, eqn, args):
+    if not out_dtype(eqn).is_floating_point:
+        raise Unsupported("cumprod of integers (its products are not proven to stay exact on the device)")
+    return running_product(b, b.tensor(args[0], out_dtype(eqn)), int(eqn.params["axis"]),
+                           reverse=bool(eqn.params.get("reverse")))
 
 
 # --- shapes ---------------------------------------------------------------------------------------------

@@ -334,6 +334,15 @@ def test_top_k_and_sorts_run_on_the_device(jfe):
         assert "adv_index" not in {n.op_type for n in result.graph.ops}
 
 
+def test_products_run_on_the_device(jfe):
+    # reduce_prod and cumprod (also reversed) are the torch frontend's halving product and doubling scan.
+    x = pos(3, 9)
+    for fn, primitive in [(lambda a: jnp.prod(a, axis=1), "reduce_prod"), (lambda a: jnp.prod(a), "reduce_prod"),
+                          (lambda a: jnp.cumprod(a, axis=1), "cumprod"),
+                          (lambda a: jax.lax.cumprod(a, axis=0, reverse=True), "cumprod")]:
+        jfe.check(fn, x, primitive=primitive)  # fallback off: an unmapped primitive raises
+
+
 def test_3d_convolutions_run_as_2d_ones(jfe):
     # NCDHW and NDHWC (Flax's layout), strided, padded unevenly, dilated and grouped.
     def ncdhw(a, k):

@@ -123,7 +123,8 @@ ON_DEVICE = [
     "test_averagepool_2d_same_upper", "test_maxpool_1d_default", "test_cumsum_1d_reverse_exclusive",
     "test_matmul_bcast", "test_xor3d", "test_range_float_type_positive_delta", "test_causal_conv_with_state_basic",
     "test_convtranspose_1d", "test_reduce_max_bool_inputs", "test_top_k_same_values_2d", "test_top_k_smallest",
-    "test_gridsample_zeros_padding", "test_gridsample_border_padding",
+    "test_gridsample_zeros_padding", "test_gridsample_border_padding", "test_reduce_prod_keepdims_random",
+    "test_reduce_prod_default_axes_keepdims_random", "test_cumprod_1d_reverse_exclusive", "test_cumprod_2d_axis_0",
 ]
 
 

@@ -1,4 +1,4 @@
-"""ONNX reductions: Reduce*, ArgMax/ArgMin, CumSum."""
+"""ONNX reductions: Reduce*, ArgMax/ArgMin, CumSum, CumProd."""
 
 from __future__ import annotations
 
@@ -6,6 +6,7 @@ import torch
 
 from pybuda.frontend.aten_builder import Unsupported, _reduce_max_or_min
 from pybuda.frontend.aten_nn import _reduce
+from pybuda.frontend.aten_products import product_along, running_product
 from pybuda.frontend.onnx.converter import NodeCtx, converts
 from pybuda.frontend.onnx.ops.common import _F32, _float_out
 
@@ -55,6 +56,22 @@ def _reduce_max(ctx: NodeCtx):
         return ctx.b.cast(out, torch.bool)
     return _reduce_generic(ctx, lambda axes, out: _reduce_max_or_min(ctx.b, ctx.x(0), axes, True,
                                                                      ctx.op_type == "ReduceMin", out))
+
+
+@converts("ReduceProd")
+def _reduce_prod(ctx: NodeCtx):
+    """The product over the axes: halving rounds of multiplies along each (``aten_products.product_along``)."""
+    if not ctx.out_dtype().is_floating_point:
+        raise Unsupported("ReduceProd on integers (its products are not proven to stay exact on the device)")
+    if 0 in ctx.shape(0):
+        raise Unsupported("reduction of an empty tensor")
+
+    def fn(axes, out):
+        v = ctx.x(0)
+        for a in axes:
+            v = product_along(ctx.b, v, a)
+        return ctx.b.reshape(v, out)
+    return _reduce_generic(ctx, fn)
 
 
 @converts("ReduceSumSquare", "ReduceL2", "ReduceL1", "ReduceLogSumExp", "ReduceLogSum")
@@ -121,3 +138,14 @@ def _cumsum(ctx: NodeCtx):
     return b.reshape(out, ctx.out_shape())
 
 
+
+
+@converts("CumProd")
+def _cumprod(ctx: NodeCtx):
+    """The running product (``aten_products.running_product``), exclusive and reverse as the attributes say."""
+    if not ctx.out_dtype().is_floating_point:
+        raise Unsupported("CumProd on integers (its products are not proven to stay exact on the device)")
+    axis = ctx.axis(ctx.ints(1, "axis")[0], ctx.rank(0))
+    out = running_product(ctx.b, ctx.x(0), axis, exclusive=bool(ctx.attr("exclusive", 0, (int,))),
+                          reverse=bool(ctx.attr("reverse", 0, (int,))))
+    return ctx.b.reshape(out, ctx.out_shape())
