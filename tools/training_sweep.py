@@ -303,6 +303,21 @@ class SortMiddle(nn.Module):
         return self.c(h)
 
 
+class StickBreakingHead(nn.Module):
+    """Stick-breaking mixture weights (a cumprod of 1 - v) and their product with the experts' outputs."""
+
+    def __init__(self):
+        super().__init__()
+        self.gate, self.experts = nn.Linear(20, 6), nn.Linear(20, 60)
+
+    def forward(self, x):
+        v = torch.sigmoid(self.gate(x))
+        rest = torch.cumprod(1 - v, -1)
+        w = v * torch.cat([torch.ones_like(rest[..., :1]), rest[..., :-1]], -1)
+        outs = self.experts(x).unflatten(-1, (6, 10))
+        return (w.unsqueeze(-1) * outs).sum(-2) + outs.prod(-2)
+
+
 class MoETop2(nn.Module):
     """A mixture of experts routed by top-2 gating (topk, then a gather of the chosen experts' outputs)."""
 
@@ -495,6 +510,7 @@ add("cpu_fallback", BesselMiddle, [floats(20)], floats(10), "mse", optimizers=("
 add("moe_top2", MoETop2, [floats(6, 16)], floats(6, 16), "mse", optimizers=("sgd", "adam"))
 add("rope_complex", ComplexRotary, [floats(8, 32)], floats(8, 32), "mse", optimizers=("sgd",))
 add("sort_middle", SortMiddle, [floats(20)], floats(10), "l1", optimizers=("sgd",))
+add("stick_breaking", StickBreakingHead, [floats(20)], floats(10), "mse", optimizers=("sgd", "adam"))
 add("mha_block", TinyAttention, [floats(6, 32)], classes(5), "ce", optimizers=("sgd", "adam"))
 # layers from tools/torch_idiom_sweep.py
 for _name in ("conv2d_depthwise", "convT2d", "instance_norm", "bilinear", "gru_bidir1_bf", "conv3d"):
