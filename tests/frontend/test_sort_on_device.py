@@ -30,6 +30,16 @@ def _exactly_on_the_device(module, *inputs):
         assert torch.equal(got.to(want.dtype), want)
 
 
+def _on_a_float32_device(name, module, *inputs):
+    """``module`` (checked to need no CPU fallback) on a golden Wormhole TTDevice at Float32/HiFi4; returns a function
+    that runs one push of inputs and gives its first output."""
+    _no_fallback(module, *inputs)
+    pybuda.set_configuration_options(default_df_override=pybuda.DataFormat.Float32,
+                                     default_math_fidelity=pybuda.MathFidelity.HiFi4)
+    pybuda.TTDevice("tt0", module=pybuda.PyTorchModule(name, module), arch=pybuda.BackendDevice.Wormhole_B0)
+    return lambda *xs: pybuda.run_inference(inputs=[xs]).get(timeout=300)[0].value()
+
+
 class TopK(torch.nn.Module):
     def forward(self, x):  # [2, 5, 40]
         big = x.topk(4, dim=-1)
@@ -119,13 +129,10 @@ def test_gather_at_pushed_labels_runs_on_the_device_and_refuses_bad_labels():
     result = _no_fallback(module, logits, labels)
     assert torch.allclose(result.run(logits, labels)[0], module(logits, labels), atol=1e-5)
 
-    pybuda.set_configuration_options(default_df_override=pybuda.DataFormat.Float32,
-                                     default_math_fidelity=pybuda.MathFidelity.HiFi4)
-    pybuda.TTDevice("tt0", module=pybuda.PyTorchModule("pick", module), arch=pybuda.BackendDevice.Wormhole_B0)
-    got = pybuda.run_inference(inputs=[(logits, labels)]).get(timeout=300)[0].value()
-    assert torch.allclose(got, module(logits, labels), rtol=SFPU_RTOL, atol=0)
+    run = _on_a_float32_device("pick", module, logits, labels)
+    assert torch.allclose(run(logits, labels), module(logits, labels), rtol=SFPU_RTOL, atol=0)
     with pytest.raises(InputError, match="indices"):
-        pybuda.run_inference(inputs=[(logits, torch.tensor([3, 0, 10, 5]))]).get(timeout=300)
+        run(logits, torch.tensor([3, 0, 10, 5]))
 
 
 class TableAtArgmax(torch.nn.Module):
@@ -156,16 +163,12 @@ def test_cross_entropy_with_an_ignored_label_runs_on_the_device(options):
     torch.manual_seed(0)
     logits, labels = torch.randn(5, 10), torch.tensor([3, ignored, 9, 0, 5])
     module = CrossEntropy(**options).eval()
-    _no_fallback(module, logits, labels)
-    pybuda.set_configuration_options(default_df_override=pybuda.DataFormat.Float32,
-                                     default_math_fidelity=pybuda.MathFidelity.HiFi4)
-    pybuda.TTDevice("tt0", module=pybuda.PyTorchModule("ce", module), arch=pybuda.BackendDevice.Wormhole_B0)
-    got = pybuda.run_inference(inputs=[(logits, labels)]).get(timeout=300)[0].value()
-    assert torch.allclose(got, module(logits, labels), rtol=LOSS_RTOL, atol=1e-6)
+    run = _on_a_float32_device("ce", module, logits, labels)
+    assert torch.allclose(run(logits, labels), module(logits, labels), rtol=LOSS_RTOL, atol=1e-6)
     message = "masks out" if ignored < 0 else "indices"
     for bad in (10, -1):
         with pytest.raises(InputError, match=message):
-            pybuda.run_inference(inputs=[(logits, torch.tensor([3, ignored, bad, 0, 5]))]).get(timeout=300)
+            run(logits, torch.tensor([3, ignored, bad, 0, 5]))
 
 
 class ShiftedLMLoss(torch.nn.Module):
@@ -185,19 +188,16 @@ def test_a_shifted_language_model_loss_runs_on_the_device_and_checks_the_labels_
     module = ShiftedLMLoss().eval()
     hidden, labels = torch.randn(2, 6, 16), torch.randint(0, 12, (2, 6))
     labels[0, 3] = labels[1, 1] = -100
-    _no_fallback(module, hidden, labels)
-    pybuda.set_configuration_options(default_df_override=pybuda.DataFormat.Float32,
-                                     default_math_fidelity=pybuda.MathFidelity.HiFi4)
-    pybuda.TTDevice("tt0", module=pybuda.PyTorchModule("lm", module), arch=pybuda.BackendDevice.Wormhole_B0)
-    got = pybuda.run_inference(inputs=[(hidden, labels)]).get(timeout=300)[0].value()
+    run = _on_a_float32_device("lm", module, hidden, labels)
+    got = run(hidden, labels)
     assert torch.allclose(got, module(hidden, labels), rtol=LOSS_RTOL, atol=1e-6)
     unread = labels.clone()
     unread[1, 0] = 55  # the first label predicts nothing: torch never reads it either
-    assert torch.allclose(pybuda.run_inference(inputs=[(hidden, unread)]).get(timeout=300)[0].value(), got)
+    assert torch.allclose(run(hidden, unread), got)
     bad = labels.clone()
     bad[1, 2] = 55
     with pytest.raises(InputError, match=r"\[1:6\] along dim 1 .*masks out"):
-        pybuda.run_inference(inputs=[(hidden, bad)]).get(timeout=300)
+        run(hidden, bad)
 
 
 class Sort(torch.nn.Module):
