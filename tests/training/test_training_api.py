@@ -13,6 +13,7 @@ import torch
 
 import pybuda
 from pybuda.errors import CompileError, ConfigError, InputError, ModuleError, PybudaError
+from pybuda.runtime.training import current as current_session
 
 #: Loss curves of the chip vs torch at Float32: relative difference per step (the issue's 2 %).
 LOSS_RTOL = 0.02
@@ -687,6 +688,41 @@ def test_a_model_that_mixes_the_samples_of_a_microbatch_is_refused_for_training(
     with pytest.raises(CompileError, match="mixes the samples of a microbatch"):
         _train_on_device(model, "centred", [(torch.randn(4, 8, generator=g), torch.randn(4, 4, generator=g))])
     assert model.training and model.drop.training  # the probe leaves the modes as they were
+
+
+class HeadsAsWideAsTheMicrobatch(torch.nn.Module):
+    """Graph attention over 2 heads (an einsum that merges batch and heads for its bmm), trained at microbatch 2."""
+
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(0)
+        self.proj = torch.nn.Linear(8, 12, bias=False)
+        self.score = torch.nn.Parameter(torch.randn(2, 6) * 0.1)
+
+    def forward(self, x):  # [b, n, 8]
+        h = self.proj(x).view(x.shape[0], x.shape[1], 2, 6)
+        e = (h * self.score).sum(-1)  # [b, n, heads]
+        att = torch.softmax(e.unsqueeze(2) + e.unsqueeze(1), dim=2)  # [b, i, j, heads]
+        return torch.einsum("bijh,bjhf->bihf", att, h).reshape(x.shape[0], x.shape[1], 12)
+
+
+def test_a_backward_whose_saved_values_have_the_microbatch_as_dim_0_trains_on_the_device():
+    # The backward saves [heads * 1, ...] values of a forward traced for one sample; with 2 heads at microbatch 2
+    # their dim 0 looked like the microbatch, and the backward was refused as mixing samples (then run on the host).
+    model = HeadsAsWideAsTheMicrobatch()
+    twin = copy.deepcopy(model)
+    g = torch.Generator().manual_seed(3)
+    data = [(torch.randn(2, 7, 8, generator=g), torch.randn(2, 7, 12, generator=g)) for _ in range(2)]
+    tt0, cpu = _torch_module_with_a_cpu_loss(model, "heads")
+    for x, y in data:
+        tt0.push_to_inputs(x)
+        cpu.push_to_target_inputs(y)
+    loss_q = queue.Queue()
+    pybuda.run_training(steps=len(data), loss_queue=loss_q)
+    got = [float(loss_q.get()[0].value()) for _ in data]
+    assert got == pytest.approx(_train_in_torch(twin, data), rel=LOSS_RTOL)
+    programs = [line for line in current_session().trainer_of(tt0).report if line.startswith(("fwd_", "bwd_"))]
+    assert programs == ["fwd_heads: device", "bwd_heads: device"]
 
 
 class RowFromAnIndex(torch.nn.Module):

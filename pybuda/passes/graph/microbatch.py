@@ -22,6 +22,9 @@ from pybuda.errors import OpError
 from pybuda.ir.graph import CONSTANT, INPUT, OP, OUTPUT, PARAMETER, Graph
 from pybuda.passes.context import CompileContext
 
+#: Tag on the inputs of a graph derived from a forward traced for one sample (its backward): it is one sample's
+#: computation whatever the dim 0 of its inputs.
+TRACED_PER_SAMPLE = "traced_per_sample"
 #: Attributes that name dims an op works along: on dim 0 of a batched value the op reads across samples
 #: (a softmax, cumsum, flip-like transpose or index over the batch) even when shapes stay the same.
 DIM_ATTRS = ("dim", "axis", "dim0", "dim1")
@@ -66,8 +69,11 @@ def _per_sample(graph: Graph, mb: int, on_mixing: Callable[[str, str, str], None
     new = Graph(graph.name)
     new.microbatch = mb
     batched = set()
-    # Traced for the whole microbatch (some input has dim 0 == mb), or already for one sample.
-    expect = mb if any(n.shape and n.shape[0] == mb for n in graph.inputs) else 1
+    # Traced for the whole microbatch (some input has dim 0 == mb), or already for one sample. A backward graph
+    # says so on its inputs (TRACED_PER_SAMPLE): its saved activations are no samples, and one whose dim 0
+    # happens to equal mb (a [heads, ...] value after a bmm's reshape) must not make it look batched.
+    per_sample = any(n.tags.get(TRACED_PER_SAMPLE) for n in graph.inputs)
+    expect = mb if not per_sample and any(n.shape and n.shape[0] == mb for n in graph.inputs) else 1
     for node in graph:
         if node.kind == INPUT:
             # Traced for one sample, an input is one sample's value whatever its dim 0 (an activation the
