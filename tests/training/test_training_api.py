@@ -608,15 +608,20 @@ def _torch_module_with_a_cpu_loss(model, name, lr=0.05):
     return tt0, cpu
 
 
-def _train_on_device(model, name, data):
-    """The losses of ``model`` trained on the (input, target) pairs ``data``, one step each."""
+def _trained_on_device(model, name, data):
+    """``(losses, tt0)``: ``model`` trained on the (input, target) pairs ``data`` on TTDevice ``tt0``, one step each."""
     tt0, cpu = _torch_module_with_a_cpu_loss(model, name)
     for x, y in data:
         tt0.push_to_inputs(x)
         cpu.push_to_target_inputs(y)
     loss_q = queue.Queue()
     pybuda.run_training(steps=len(data), loss_queue=loss_q)
-    return [float(loss_q.get()[0].value()) for _ in data]
+    return [float(loss_q.get()[0].value()) for _ in data], tt0
+
+
+def _train_on_device(model, name, data):
+    """The losses of ``model`` trained on the (input, target) pairs ``data``, one step each."""
+    return _trained_on_device(model, name, data)[0]
 
 
 def _train_in_torch(twin, data):
@@ -713,13 +718,7 @@ def test_a_backward_whose_saved_values_have_the_microbatch_as_dim_0_trains_on_th
     twin = copy.deepcopy(model)
     g = torch.Generator().manual_seed(3)
     data = [(torch.randn(2, 7, 8, generator=g), torch.randn(2, 7, 12, generator=g)) for _ in range(2)]
-    tt0, cpu = _torch_module_with_a_cpu_loss(model, "heads")
-    for x, y in data:
-        tt0.push_to_inputs(x)
-        cpu.push_to_target_inputs(y)
-    loss_q = queue.Queue()
-    pybuda.run_training(steps=len(data), loss_queue=loss_q)
-    got = [float(loss_q.get()[0].value()) for _ in data]
+    got, tt0 = _trained_on_device(model, "heads", data)
     assert got == pytest.approx(_train_in_torch(twin, data), rel=LOSS_RTOL)
     programs = [line for line in current_session().trainer_of(tt0).report if line.startswith(("fwd_", "bwd_"))]
     assert programs == ["fwd_heads: device", "bwd_heads: device"]
