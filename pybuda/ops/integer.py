@@ -295,11 +295,8 @@ def leaf_range(graph, node) -> Optional[IntRange]:
             return None
         return (float(f.min()), float(f.max()))
     if node.kind == INPUT and not node.dtype.is_floating_point:
-        tagged = node.tags.get("value_range")
-        if tagged is not None:
-            also = node.tags.get("value_also") or ()
-            return (float(min((tagged[0], *also))), float(max((tagged[1], *also))))
-        return (-float(FLOAT32_EXACT_INT), float(FLOAT32_EXACT_INT))
+        tagged = _host_bound(node.tags)
+        return tagged if tagged is not None else (-float(FLOAT32_EXACT_INT), float(FLOAT32_EXACT_INT))
     return None
 
 
@@ -342,9 +339,17 @@ def integer_range(graph, name: str, memo: Optional[Dict[str, Optional[IntRange]]
 def _host_checked(node, found: Optional[IntRange]) -> Optional[IntRange]:
     """``found`` narrowed by the node's ``value_range`` tag: a part of a pushed input that the host checks at
     each push (``QueueIO.value_regions``; the frontend tags the slice that reads it)."""
-    bound = node.tags.get("value_range")
-    also = node.tags.get("value_also") or ()
-    return intersection(found, None if bound is None else (float(min((bound[0], *also))), float(max((bound[1], *also)))))
+    return intersection(found, _host_bound(node.tags))
+
+
+def _host_bound(tags: Dict) -> Optional[IntRange]:
+    """The interval holding every value the host lets into a pushed input (or part) with these ``tags``: its
+    ``value_range`` widened to the single values of ``value_also``; None when it has no bound."""
+    bound = tags.get("value_range")
+    if bound is None:
+        return None
+    also = tags.get("value_also") or ()
+    return (float(min((bound[0], *also))), float(max((bound[1], *also))))
 
 
 def intersection(a: Optional[IntRange], b: Optional[IntRange]) -> Optional[IntRange]:

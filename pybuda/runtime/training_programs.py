@@ -116,12 +116,12 @@ def compile_stage(name: str, graph: Any, *, input_grads: Sequence[str], device_d
     ``config.enable_recompute`` makes the backward recompute activations instead of saving them."""
     from pybuda.passes.graph.autograd import build_training_graphs, save_inputs_on_device
 
-    from pybuda.passes.graph.microbatch import TRACED_PER_SAMPLE
+    from pybuda.passes.graph.microbatch import TRACED_PER_SAMPLE, traced_for_microbatch
     from pybuda.passes.graph.optimize_tms import DEVICE_RESIDENT
 
     tg = build_training_graphs(graph, recompute=bool(getattr(config, "enable_recompute", False)),
                                input_grads=list(input_grads))
-    if microbatch > 1 and not any(n.shape and n.shape[0] == microbatch for n in graph.inputs):
+    if microbatch > 1 and not traced_for_microbatch(graph, microbatch):
         # The forward was traced for one sample, so its backward is one sample's computation too; the backward's
         # own inputs (saved activations) cannot tell (strip_microbatch would guess from their dim 0).
         for node in tg.backward.inputs:

@@ -62,6 +62,11 @@ def _reads_across_batch(node, graph: Graph, batched: set) -> Optional[str]:
     return None
 
 
+def traced_for_microbatch(graph: Graph, mb: int) -> bool:
+    """Whether ``graph`` was traced for the whole microbatch ``mb``: some input has dim 0 == mb."""
+    return any(n.shape and n.shape[0] == mb for n in graph.inputs)
+
+
 def _per_sample(graph: Graph, mb: int, on_mixing: Callable[[str, str, str], None]) -> Graph:
     """The per-sample graph of ``graph`` (see the module docstring); ``on_mixing(op, op_type, why)`` is
     called for every op that mixes the samples of a graph traced for the whole microbatch (the op is then
@@ -73,7 +78,7 @@ def _per_sample(graph: Graph, mb: int, on_mixing: Callable[[str, str, str], None
     # says so on its inputs (TRACED_PER_SAMPLE): its saved activations are no samples, and one whose dim 0
     # happens to equal mb (a [heads, ...] value after a bmm's reshape) must not make it look batched.
     per_sample = any(n.tags.get(TRACED_PER_SAMPLE) for n in graph.inputs)
-    expect = mb if not per_sample and any(n.shape and n.shape[0] == mb for n in graph.inputs) else 1
+    expect = mb if not per_sample and traced_for_microbatch(graph, mb) else 1
     for node in graph:
         if node.kind == INPUT:
             # Traced for one sample, an input is one sample's value whatever its dim 0 (an activation the
