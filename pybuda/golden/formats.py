@@ -26,7 +26,7 @@ from typing import Any, Callable, Dict, Optional, Tuple
 
 import torch
 
-from pybuda.golden import native
+from pybuda.golden import blas, native
 from pybuda.golden.tiles import (
     BLOCK_DATUMS,
     BLOCKS_PER_TILE,
@@ -760,7 +760,7 @@ def fidelity_matmul(in0: torch.Tensor, in1: torch.Tensor, fidelity: MathFidelity
     use only the mantissa bits the executed phases cover; accumulation is float32 (Dest at FP32 —
     apply ``accumulate`` for a narrower Dest). At most two float32 GEMMs.
     """
-    return _fidelity_apply(in0, in1, fidelity, torch.matmul)
+    return _fidelity_apply(in0, in1, fidelity, blas.matmul)
 
 
 def fidelity_multiply(in0: torch.Tensor, in1: torch.Tensor, fidelity: MathFidelity) -> torch.Tensor:

@@ -13,7 +13,7 @@ from typing import Any, Callable, Dict, Optional, Sequence, Tuple
 
 import torch
 
-from pybuda.golden import formats
+from pybuda.golden import blas, formats
 from pybuda.errors import NetlistError
 from pybuda.netlist import model as nl
 # The TMs on op inputs are pybuda.netlist.tms (one implementation on [..., z, R, C], the golden's
@@ -202,15 +202,15 @@ def gemm(a: torch.Tensor, b: torch.Tensor, cache: Optional[Dict] = None) -> torc
         if c > 1 and _alike_columns(b, cache):  # a reduction's constant: one column, broadcast
             return gemm(a, b[..., :1]).expand(n, t, r, c)
         if tb == 1 or b.stride(1) == 0:  # one matrix (perhaps broadcast over t): one GEMM of all rows
-            return torch.matmul(a.reshape(n * t * r, k), b[0, 0]).reshape(n, t, r, c)
+            return blas.matmul(a.reshape(n * t * r, k), b[0, 0]).reshape(n, t, r, c)
         if t == tb and a.stride(1) == 0:
             wide = _cached_with(cache, b, ("side_by_side", id(b)), lambda: b[0].permute(1, 0, 2).reshape(k, t * c))
-            out = torch.matmul(a[:, 0].reshape(n * r, k), wide)
+            out = blas.matmul(a[:, 0].reshape(n * r, k), wide)
             return out.reshape(n, r, t, c).permute(0, 2, 1, 3)
         if n > 1 and tb == t:
             out = torch.matmul(a.transpose(0, 1).reshape(t, n * r, k), b[0])
             return out.reshape(t, n, r, c).transpose(0, 1).contiguous()
-    return torch.matmul(a, b)
+    return blas.matmul(a, b)
 
 
 def _same_view(x: torch.Tensor, y: torch.Tensor) -> bool:
