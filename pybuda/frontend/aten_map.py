@@ -37,8 +37,8 @@ import torch.fx
 
 # The converter families register themselves with @converts on import.
 from pybuda.frontend import (  # noqa: F401
-    aten_complex, aten_complex_ops, aten_eltwise, aten_nn, aten_products, aten_sampling, aten_scatter, aten_shape,
-    aten_sort,
+    aten_complex, aten_complex_ops, aten_eltwise, aten_index, aten_nn, aten_products, aten_sampling, aten_scatter,
+    aten_shape, aten_sort,
 )
 from pybuda.frontend.aten_builder import (  # noqa: F401  (re-exported: the frontend's names)
     CONVERTERS, Builder, Complex, Const, Missing, RealView, Unsupported, converts,

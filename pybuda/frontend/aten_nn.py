@@ -13,7 +13,8 @@ from typing import Any, List, Sequence, Tuple
 import torch
 
 from pybuda.frontend.aten_builder import (_as_bool, _reduce_max_or_min, out_shape_of, Builder, Const, converts, Missing, out_dtype, out_shape, Unsupported, _dims, _is_number, _norm_dim)
-from pybuda.frontend.aten_shape import _index_range, _permute_by, const_gather
+from pybuda.frontend.aten_index import const_gather
+from pybuda.frontend.aten_shape import _index_range, _permute_by
 from pybuda.frontend.fx_program import meta_val, op_name
 
 # --- reductions -----------------------------------------------------------------------------------

@@ -22,7 +22,8 @@ from typing import Any, Sequence
 import torch
 
 from pybuda.frontend.aten_builder import Builder, Unsupported, _norm_dim, converts
-from pybuda.frontend.aten_shape import _index_range, const_gather, padded
+from pybuda.frontend.aten_index import const_gather
+from pybuda.frontend.aten_shape import _index_range, padded
 from pybuda.frontend.fx_program import meta_val
 
 

@@ -8,7 +8,7 @@ do: each output position reads a known set of source positions. All of them redu
 the rows, the scattered dims the columns.
 
 - each output column reading at most one source column is a constant gather of the source
-  (:func:`pybuda.frontend.aten_shape.const_gather`: slices, or a one-hot matmul), and a ``where`` with the
+  (:func:`pybuda.frontend.aten_index.const_gather`: slices, or a one-hot matmul), and a ``where`` with the
   constant mask of written columns keeps the rest of ``self``;
 - columns written more than once and summed (``accumulate``) are a matmul with a constant 0/1 matrix:
   every sum is of the written values times 1.0.
@@ -32,8 +32,9 @@ from typing import Any, List, Optional, Sequence
 import torch
 
 from pybuda.frontend.aten_builder import Builder, converts, out_dtype, Unsupported, _is_number, _norm_dim
-from pybuda.frontend.aten_shape import MAX_ONE_HOT_ELEMENTS, RUNTIME_INDEX_MAX, _index_range, _known_value, \
-    _one_hot_rows, _permute_by, bound_pushed_index, const_gather, one_hot_matmul
+from pybuda.frontend.aten_index import MAX_ONE_HOT_ELEMENTS, RUNTIME_INDEX_MAX, _known_value, _one_hot_rows, \
+    bound_pushed_index, const_gather, one_hot_matmul
+from pybuda.frontend.aten_shape import _index_range, _permute_by
 
 #: Largest extent (along the scattered dim) of a run-time index: each index position is one comparison and
 #: one ``where`` over the whole output.
@@ -169,9 +170,9 @@ def index_put_of(b: Builder, x: Any, indices: List[Any], values: Any, accumulate
 def _runtime_index_add(b: Builder, x: Any, dim: int, index: Any, values: Any, dt: torch.dtype,
                        negative_ids: bool) -> Optional[str]:
     """``x.index_add(dim, index, values)`` for a run-time ``index`` (a graph neural network's edge targets, pushed
-    with the input): the one-hot rows of the index (:func:`pybuda.frontend.aten_shape._one_hot_rows`),
+    with the input): the one-hot rows of the index (:func:`pybuda.frontend.aten_index._one_hot_rows`),
     transposed, times the values, summed onto ``x``. A pushed index is checked by the host at each push (see
-    :func:`pybuda.frontend.aten_shape.bound_pushed_index`); one computed on the device must be proven in range.
+    :func:`pybuda.frontend.aten_index.bound_pushed_index`); one computed on the device must be proven in range.
     None when neither holds."""
     shape = b.shape(x)
     size = shape[dim]

@@ -22,7 +22,8 @@ from typing import Any, Callable, List, Tuple
 import torch
 
 from pybuda.frontend.aten_builder import Builder, Unsupported, _norm_dim, converts, negated
-from pybuda.frontend.aten_shape import MAX_ONE_HOT_ELEMENTS, RUNTIME_INDEX_MAX, _permute_by, one_hot_matmul
+from pybuda.frontend.aten_index import MAX_ONE_HOT_ELEMENTS, RUNTIME_INDEX_MAX, one_hot_matmul
+from pybuda.frontend.aten_shape import _permute_by
 from pybuda.frontend.fx_program import meta_val, op_name
 
 #: Largest k a ``topk`` finds on the device: one round per value; beyond it the rounds cost more than a sort.

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 import pybuda
-from pybuda.frontend.aten_shape import MAX_SLICE_RUNS, _strided_runs
+from pybuda.frontend.aten_index import MAX_SLICE_RUNS, _strided_runs
 from pybuda.frontend.torch import capture
 from pybuda.verify import calculate_pcc
 
@@ -194,9 +194,9 @@ def test_gather_by_a_smaller_constant_index(fe):
 
 
 def test_gather_whose_selection_matrix_is_too_large_stays_on_the_host(fe, monkeypatch):
-    import pybuda.frontend.aten_shape as aten_shape
+    import pybuda.frontend.aten_index as aten_index
 
-    monkeypatch.setattr(aten_shape, "MAX_ONE_HOT_ELEMENTS", 64)
+    monkeypatch.setattr(aten_index, "MAX_ONE_HOT_ELEMENTS", 64)
     module = RelativeGather().eval()
     inputs = (torch.randn(1, 2, 6, 5), torch.randn(1, 2, 5, 8))
     result = capture(module, inputs, for_device=True)

@@ -19,7 +19,7 @@ from pybuda.ops.common import transpositions
 from pybuda.frontend.aten_builder import Builder, Const, Unsupported, _reduce_max_or_min
 from pybuda.frontend.aten_scatter import index_put_of
 from pybuda.frontend.aten_products import product_along, running_product
-from pybuda.frontend.aten_shape import const_gather
+from pybuda.frontend.aten_index import const_gather
 from pybuda.frontend.jax.capture import torch_dtype
 
 Converter = Callable[[Builder, Any, List[Any]], Any]
@@ -821,7 +821,7 @@ def _sort(b: Builder, eqn, args):
     """A stable sort by one key (``jnp.sort``, and ``jnp.argsort``: the key with an ``iota`` carried along): the
     torch frontend's sort; a carried iota along the dim is the sort's indices, other carried float operands are
     gathered at them."""
-    from pybuda.frontend.aten_shape import _known_value, _runtime_index_gather
+    from pybuda.frontend.aten_index import _known_value, _runtime_index_gather
     from pybuda.frontend.aten_sort import sorted_along
 
     if int(eqn.params.get("num_keys", 1)) != 1:

@@ -147,7 +147,7 @@ class NonfiniteMoveLowering:
 
     def one_hot_copy(self, node: Node) -> Optional[int]:
         """The operand a two-operand IR matmul ``node`` copies, or None: the other operand is a constant one-hot
-        selection matrix (a flip, a gather by a constant permutation: :func:`pybuda.frontend.aten_shape.const_gather`),
+        selection matrix (a flip, a gather by a constant permutation: :func:`pybuda.frontend.aten_index.const_gather`),
         ``x @ S`` with at most one 1 in each column of ``S`` or ``S @ x`` with at most one in each row."""
         for const, data in ((1, 0), (0, 1)):
             leaf = self.g[node.operands[const]]

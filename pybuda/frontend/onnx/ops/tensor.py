@@ -12,7 +12,8 @@ import torch
 from pybuda.frontend.aten_builder import Const, Unsupported
 from pybuda.frontend.aten_nn import _matmul
 from pybuda.frontend.aten_scatter import scatter_columns, scatter_of
-from pybuda.frontend.aten_shape import _adv_index, _index_range, _permute_by
+from pybuda.frontend.aten_index import _adv_index
+from pybuda.frontend.aten_shape import _index_range, _permute_by
 from pybuda.frontend.onnx.converter import NodeCtx, Param, converts, inf_standin
 from pybuda.frontend.onnx import model as onnx_model
 from pybuda.frontend.onnx.ops.common import _F32, _float_out
