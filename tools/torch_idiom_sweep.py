@@ -177,6 +177,8 @@ case("index_put_bool", (5, 37))(lambda x: torch.where(x > 0.5, torch.full_like(x
 case("setitem_mask", (5, 37))(lambda x: _setitem_mask(x))
 case("index_add", (5, 37))(lambda x: x.index_add(0, torch.tensor([0, 2, 2]), x[1:4] * 2))
 case("scatter_const_index", (5, 37))(lambda x: x.scatter(1, torch.tensor([[3, 0, 36]] * 5), x[:, 10:13] * 2))
+case("scatter_add_per_sample_edges", (5, 7, 8), ints((5, 12), 0, 7))(lambda x, dst: torch.zeros_like(x).scatter_add(
+    1, dst[..., None].expand(-1, -1, 8), x.repeat(1, 2, 1)[:, :12].tanh()))
 case("scatter_add_const_graph", (6, 37))(lambda x: torch.zeros(4, 37).scatter_add(
     0, torch.tensor([0, 3, 3, 1, 0, 2])[:, None].expand(6, 37), x.tanh()))
 case("scatter_reduce_sum_const", (5, 37))(lambda x: x.scatter_reduce(

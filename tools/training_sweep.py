@@ -303,6 +303,20 @@ class SortMiddle(nn.Module):
         return self.c(h)
 
 
+class PerSampleGCN(nn.Module):
+    """Message passing over each sample's own pushed edges: gather by source, ``scatter_add`` into targets."""
+
+    def __init__(self):
+        super().__init__()
+        self.lin = nn.Linear(8, 6)
+
+    def forward(self, x, src, dst):  # x [mb, 7, 8], src/dst [mb, 12] in [0, 7)
+        h = self.lin(x)
+        msg = torch.gather(h, 1, src.unsqueeze(-1).expand(-1, -1, h.shape[-1]))
+        agg = torch.zeros_like(h).scatter_add(1, dst.unsqueeze(-1).expand(-1, -1, h.shape[-1]), msg)
+        return torch.tanh(agg + h)
+
+
 class StickBreakingHead(nn.Module):
     """Stick-breaking mixture weights (a cumprod of 1 - v) and their product with the experts' outputs."""
 
@@ -511,6 +525,8 @@ add("moe_top2", MoETop2, [floats(6, 16)], floats(6, 16), "mse", optimizers=("sgd
 add("rope_complex", ComplexRotary, [floats(8, 32)], floats(8, 32), "mse", optimizers=("sgd",))
 add("sort_middle", SortMiddle, [floats(20)], floats(10), "l1", optimizers=("sgd",))
 add("stick_breaking", StickBreakingHead, [floats(20)], floats(10), "mse", optimizers=("sgd", "adam"))
+add("gcn_per_sample", PerSampleGCN, [floats(7, 8), ids(7, 12), ids(7, 12)], floats(7, 6), "mse",
+    optimizers=("sgd", "adam"))
 add("mha_block", TinyAttention, [floats(6, 32)], classes(5), "ce", optimizers=("sgd", "adam"))
 # layers from tools/torch_idiom_sweep.py
 for _name in ("conv2d_depthwise", "convT2d", "instance_norm", "bilinear", "gru_bidir1_bf", "conv3d"):

@@ -171,23 +171,33 @@ def _runtime_index_add(b: Builder, x: Any, dim: int, index: Any, values: Any, dt
                        negative_ids: bool) -> Optional[str]:
     """``x.index_add(dim, index, values)`` for a run-time ``index`` (a graph neural network's edge targets, pushed
     with the input): the one-hot rows of the index (:func:`pybuda.frontend.aten_index._one_hot_rows`),
-    transposed, times the values, summed onto ``x``. A pushed index is checked by the host at each push (see
-    :func:`pybuda.frontend.aten_index.bound_pushed_index`); one computed on the device must be proven in range.
-    None when neither holds."""
+    transposed, times the values, summed onto ``x``. ``index`` is one vector ``[e]`` shared by every position of
+    the dims before ``dim``, or ``[*x.shape[:dim], e]``, one vector per such position (each sample's own edges,
+    ``scatter_add(1, dst[..., None].expand(...), msgs)``): then a batched matmul, one one-hot per position. A
+    pushed index is checked by the host at each push (see :func:`pybuda.frontend.aten_index.bound_pushed_index`);
+    one computed on the device must be proven in range. None when neither holds."""
     shape = b.shape(x)
     size = shape[dim]
     if not dt.is_floating_point or not isinstance(index, str):
         return None
+    ish = tuple(b.shape(index))
+    per_position = len(ish) > 1
+    if per_position and ish[:-1] != tuple(shape[:dim]):
+        return None
     bound_pushed_index(b, index, -size if negative_ids else 0, size - 1)
-    one_hot = _one_hot_rows(b, index, size, negative_ids)  # [n, size]
+    one_hot = _one_hot_rows(b, index, size, negative_ids)  # [lead·e or e, size]
     if one_hot is None:
         return None
-    n = math.prod(b.shape(index))
+    n = ish[-1]
     lead, trail = math.prod(shape[:dim]), math.prod(shape[dim + 1:])
-    v = b.broadcast_to(b.tensor(values, dt), tuple(shape[:dim]) + tuple(b.shape(index)) + tuple(shape[dim + 1:]))
-    v = b.reshape(b.transpose(b.reshape(v, (lead, n, trail)), 0, 1), (n, lead * trail))
-    summed = one_hot_matmul(b, b.transpose(b.cast(one_hot, dt), 0, 1), v)  # [size, lead * trail]
-    summed = b.reshape(b.transpose(b.reshape(summed, (size, lead, trail)), 0, 1), shape)
+    v = b.broadcast_to(b.tensor(values, dt), tuple(shape[:dim]) + (n,) + tuple(shape[dim + 1:]))
+    if per_position:  # [lead, size, e] @ [lead, e, trail]
+        one_hot = b.transpose(b.reshape(b.cast(one_hot, dt), (lead, n, size)), 1, 2)
+        summed = b.reshape(one_hot_matmul(b, one_hot, b.reshape(v, (lead, n, trail))), shape)
+    else:  # [size, e] @ [e, lead·trail]
+        v = b.reshape(b.transpose(b.reshape(v, (lead, n, trail)), 0, 1), (n, lead * trail))
+        summed = one_hot_matmul(b, b.transpose(b.cast(one_hot, dt), 0, 1), v)  # [size, lead * trail]
+        summed = b.reshape(b.transpose(b.reshape(summed, (size, lead, trail)), 0, 1), shape)
     return summed if _base_or_none(b, x) is None else b.op("add", [b.tensor(x, dt), summed])
 
 
@@ -380,16 +390,20 @@ def _runtime_scatter(b: Builder, x: Any, dim: int, index: Any, src: Any, accumul
 
 
 def _broadcast_column(b: Builder, index: str, dim: int) -> Optional[str]:
-    """``index`` as one dimension along ``dim`` when it is that vector broadcast over every other dim
-    (``edge_index[1][:, None].expand(-1, features)``), else None."""
+    """``index`` as one vector along ``dim`` when it is that vector broadcast over every other dim
+    (``edge_index[1][:, None].expand(-1, features)``), or as ``[*lead, e]`` when it also varies along the dims
+    before ``dim`` but is broadcast over those after it (each sample's edge targets,
+    ``dst[..., None].expand(-1, -1, features)``); else None."""
     from pybuda.ir.graph import OP
 
     node = b.graph[index]
     while node.kind == OP and node.op_type == "broadcast" and node.attrs.get("dim") != dim:
         node = b.graph[node.operands[0]]
-    if any(size != 1 for k, size in enumerate(node.shape) if k != dim) or len(node.shape) != len(b.shape(index)):
+    if len(node.shape) != len(b.shape(index)) or any(size != 1 for size in node.shape[dim + 1:]):
         return None
-    return b.reshape(node.name, (node.shape[dim],))
+    if all(size == 1 for size in node.shape[:dim]):
+        return b.reshape(node.name, (node.shape[dim],))
+    return b.reshape(node.name, tuple(node.shape[:dim + 1]))
 
 
 def _along(b: Builder, v: str, dim: int, j: int) -> str:

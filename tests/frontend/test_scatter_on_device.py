@@ -328,3 +328,30 @@ def test_a_segment_mean_over_pushed_segment_ids_runs_on_the_device():
     bad = segments.clone()
     bad[0, 4] = 4
     _matches_on_the_device_and_refuses(SegmentMean(), (x, segments), (x, bad), r"\[0, 3\].*first value outside: 4")
+
+
+class PerSampleMessagePassing(torch.nn.Module):
+    """Each sample its own graph: messages gathered by source and summed into targets with ``scatter_add`` along
+    dim 1 of a ``[batch, nodes, features]`` tensor (the index varies along the batch too), degrees the same way."""
+
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(2)
+        self.lin = torch.nn.Linear(8, 6)
+
+    def forward(self, x, src, dst):  # x [b, 7, 8], src/dst [b, 12] in [0, 7)
+        h = self.lin(x)
+        msg = torch.gather(h, 1, src.unsqueeze(-1).expand(-1, -1, h.shape[-1]))
+        agg = torch.zeros_like(h).scatter_add(1, dst.unsqueeze(-1).expand(-1, -1, h.shape[-1]), msg)
+        deg = torch.zeros(h.shape[:2]).scatter_add(1, dst, torch.ones(dst.shape))
+        return (agg / deg.clamp(min=1.0).unsqueeze(-1)).relu()
+
+
+def test_a_scatter_add_of_each_samples_own_edges_runs_on_the_device():
+    g = torch.Generator().manual_seed(3)
+    x = torch.randn(2, 7, 8, generator=g)
+    src, dst = torch.randint(0, 7, (2, 12), generator=g), torch.randint(0, 7, (2, 12), generator=g)
+    bad = dst.clone()
+    bad[1, 5] = 7  # one past the last node: torch raises, the device would drop the message
+    _matches_on_the_device_and_refuses(PerSampleMessagePassing(), (x, src, dst), (x, src, bad),
+                                       r"\[0, 6\].*first value outside: 7")
