@@ -41,13 +41,75 @@ def _mul(b: Builder, n, p):
 @converts("div", "true_divide")
 def _div(b: Builder, n, p):
     if p.get("rounding_mode") is not None:
-        raise Unsupported(f"division with rounding_mode={p['rounding_mode']!r}")
+        return _integer_quotient(b, p["self"], p["other"], p["rounding_mode"], out_dtype(n))
     x, y = p["self"], p["other"]
     dt = out_dtype(n)
     if _is_number(y) and dt.is_floating_point and y != 0:
         # A constant divisor becomes a multiply by its reciprocal (cheaper on the device).
         return b.binary("multiply", x, 1.0 / float(y), dt)
     return b.binary("divide", x, y, dt)
+
+
+@converts("floor_divide")
+def _floor_divide(b: Builder, n, p):
+    return _integer_quotient(b, p["self"], p["other"], "floor", out_dtype(n))
+
+
+#: Most quotient values an integer division may take: one comparison per value past the smallest.
+MAX_QUOTIENT_VALUES = 2048
+#: Most comparisons (elements times quotient values) an integer division may build.
+MAX_QUOTIENT_COMPARISONS = 1 << 22
+
+
+def _integer_quotient(b: Builder, x: Any, d: Any, mode: str, dt: torch.dtype) -> str:
+    """``x // d`` (``mode`` "floor", or "trunc": toward zero) of integers ``x`` by a constant ``d > 0``, where
+    ``x``'s proven integer range (:mod:`pybuda.ops.integer`) bounds the quotient to a few values: the smallest
+    plus the count of the multiples of ``d`` above it that ``x`` reaches, one comparison each, summed (exact:
+    small integers, as in ``bucketize``). A top-k's flat index split into a row and a column (``idx // width``,
+    ``idx % width``: CenterNet's peaks, a beam search's beam and token) is the common case. Division of float
+    data with a rounding mode, by a tensor or by a non-positive number, and quotients of unproven range run on the
+    CPU."""
+    from pybuda.ops.integer import integer_range
+
+    d = _positive_integer(d)
+    if not isinstance(x, str) or d is None or b.dtype(x).is_floating_point or b.dtype(x) == torch.bool \
+            or mode not in ("floor", "trunc"):
+        raise Unsupported(f"division with rounding_mode={mode!r} other than of integers by a positive constant")
+    r = integer_range(b.graph, x)
+    if r is None:
+        raise Unsupported(f"{mode} division of integers of unproven range")
+    low, high = int(r[0]), int(r[1])
+    if mode == "trunc" and low < 0 < high:
+        raise Unsupported("division toward zero of integers of both signs")
+    if mode == "trunc" and high <= 0:  # toward zero of non-positive values: minus the floor quotient of -x
+        return b.negative(_floor_quotient(b, b.negative(x, dt), -high, -low, d, dt), dt)
+    return _floor_quotient(b, x, low, high, d, dt)
+
+
+def _positive_integer(d: Any) -> Optional[int]:
+    """``d`` as a positive int when it is a positive integral number (or a one-element integral constant)."""
+    if isinstance(d, Const) and d.value.numel() == 1:
+        d = d.value.item()
+    if isinstance(d, bool) or not isinstance(d, (int, float)) or d <= 0 or d != int(d):
+        return None
+    return int(d)
+
+
+def _floor_quotient(b: Builder, x: str, low: int, high: int, d: int, dt: torch.dtype) -> str:
+    """``floor(x / d)`` for integers ``x`` in ``[low, high]``: ``low // d`` plus how many of the multiples
+    ``d·j`` (``low // d < j <= high // d``) are at or below ``x``."""
+    first, last = low // d, high // d
+    shape = b.shape(x)
+    if last - first > MAX_QUOTIENT_VALUES or math.prod(shape) * (last - first) > MAX_QUOTIENT_COMPARISONS:
+        raise Unsupported(f"integer division by {d} with {last - first + 1} possible quotients")
+    base = b.binary("add", b.binary("multiply", x, 0, dt), first, dt)  # x's shape, the smallest quotient
+    if last == first:
+        return base
+    col = b.reshape(b.tensor(x, torch.float32), tuple(shape) + (1,))
+    steps = (torch.arange(first + 1, last + 1, dtype=torch.float32) * d).reshape((1,) * len(shape) + (-1,))
+    reached = b.op("greater_equal", [col, b.const(steps, "quotient_steps")])  # 0/1 per multiple of d
+    count = b.reshape(b.op("reduce_sum", [reached], dim=len(shape)), tuple(shape))
+    return b.binary("add", base, b.cast(count, dt), dt)
 
 
 @converts("maximum", "minimum", "fmax", "fmin")
@@ -466,10 +528,10 @@ def _unary_scaled(b: Builder, n, p):
 
 @converts("remainder", "fmod")
 def _remainder(b: Builder, n, p):
-    """An integer ``x % d`` (``fmod``) by a constant ``d > 0`` where ``x``'s proven integer range makes it at most one
-    wrap: ``x`` itself within ``[0, d)`` (``(-d, d)`` for fmod, which keeps the sign), ``x + d`` where negative
-    within ``[-d, d)`` (``take_along_dim`` wraps indices that argsort proved in range). Other remainders, and any
-    of float data, run on the CPU."""
+    """An integer ``x % d`` (``fmod``) by a constant ``d > 0`` of proven integer range: ``x`` itself within ``[0, d)``
+    (``(-d, d)`` for fmod, which keeps the sign), ``x + d`` where negative within ``[-d, d)`` (``take_along_dim``
+    wraps indices that argsort proved in range), else ``x - d·(x // d)`` (:func:`_integer_quotient`; fmod of
+    values of one sign). Remainders of float data run on the CPU."""
     from pybuda.ops.integer import integer_range
 
     x, d = p["self"], p["other"]
@@ -483,7 +545,16 @@ def _remainder(b: Builder, n, p):
     if r is not None and name == "remainder" and r[0] >= -d and r[1] < d:
         dt = b.dtype(x)
         return b.op("where", [b.cast(b.binary("less", x, 0, dt), torch.bool), b.binary("add", x, d, dt), x])
-    raise Unsupported(f"{name} by {d} of integers not proven within [-{d}, {d})")
+    if r is not None and (name == "remainder" or r[0] >= 0 or r[1] <= 0):
+        # x - d·q with q the quotient toward -inf (remainder) or toward zero (fmod), both exact integers; the
+        # result is then clamped to where it lies, a no-op on the values that tells the range analysis so (a
+        # column index used for a gather must be proven within its dim).
+        dt = b.dtype(x)
+        q = _integer_quotient(b, x, d, "floor" if name == "remainder" else "trunc", dt)
+        rest = b.binary("subtract", x, b.binary("multiply", q, d, dt), dt)
+        low, high = (0, d - 1) if name == "remainder" or r[0] >= 0 else (1 - d, 0)
+        return b.binary("minimum", b.binary("maximum", rest, low, dt), high, dt)
+    raise Unsupported(f"{name} by {d} of integers of unproven range")
 
 
 @converts("neg")

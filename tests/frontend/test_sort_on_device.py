@@ -297,6 +297,36 @@ def test_remainders_of_indices_proven_in_range_run_on_the_device():
     _exactly_on_the_device(Wraps().eval(), x)
 
 
+class FlatIndexSplit(torch.nn.Module):
+    """A top-k over a flattened [rows, width] score map split back into row and column (CenterNet's peaks, a beam
+    search's beam and token), then the winners' rows gathered by the column index."""
+
+    def forward(self, x):  # [2, 3, 7]
+        scores, idx = x.flatten(1).topk(4)  # idx in [0, 20]
+        row, col = torch.div(idx, 7, rounding_mode="floor"), idx % 7
+        shifted = x.argmax(-1) - 5  # in [-5, 1]: quotients and remainders of both signs
+        negative = x.argmin(-1) - 6  # in [-6, 0]
+        picked = torch.gather(x[:, 0], 1, col)  # col proven within [0, 6]
+        return (scores, row, col, idx // 3, torch.div(idx, 6, rounding_mode="trunc"), shifted // 2, shifted % 3,
+                torch.div(negative, 4, rounding_mode="trunc"), torch.fmod(negative, 4), picked)
+
+
+def test_integer_division_and_remainders_of_indices_run_on_the_device():
+    x = torch.randn(2, 3, 7, generator=torch.Generator().manual_seed(9))
+    _exactly_on_the_device(FlatIndexSplit().eval(), x)
+
+
+def test_a_division_with_a_rounding_mode_of_float_data_runs_on_the_cpu_with_a_reason():
+    class FloorOfFloats(torch.nn.Module):
+        def forward(self, x):
+            return torch.div(x, 0.3, rounding_mode="floor")
+
+    x = torch.randn(2, 5)
+    result = capture(FloorOfFloats().eval(), (x,), for_device=True)
+    assert "other than of integers by a positive constant" in str(result.report)
+    assert torch.equal(result.run(x)[0], torch.div(x, 0.3, rounding_mode="floor"))
+
+
 def test_an_unproven_remainder_runs_on_the_cpu_with_a_reason():
     class Mod(torch.nn.Module):
         def forward(self, i):
@@ -304,5 +334,5 @@ def test_an_unproven_remainder_runs_on_the_cpu_with_a_reason():
 
     i = torch.tensor([[7, -3, 12]])
     result = capture(Mod().eval(), (i,), for_device=True)
-    assert "remainder by 5 of integers not proven within [-5, 5)" in str(result.report)
+    assert "integer division by 5 with 6710888 possible quotients" in str(result.report)
     assert torch.equal(result.run(i)[0], i % 5)
