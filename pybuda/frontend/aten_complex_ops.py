@@ -10,7 +10,8 @@ This covers the rotary embeddings of Meta's Llama reference code and its descend
 the FFTs of :mod:`pybuda.frontend.aten_complex`. :func:`convert` is called for every FX node with a complex
 operand (a :class:`Complex`, or a complex constant, which it splits into its parts first):
 
-* ops in :data:`COMPLEX_OPS` (``mul``, ``add``, ``sub``, ``div``, ``neg``, ``conj``, ``exp`` ...) compute the parts;
+* ops in :data:`COMPLEX_OPS` (``mul``, ``add``, ``sub``, ``div``, ``neg``, ``conj``, ``exp``, matrix products
+  ...) compute the parts;
 * ops in :data:`PARTWISE` (shape moves, slices, concatenation, sums) run once per part;
 * any other op gets its own converter, which either reads a Complex itself (``abs``, ``real``, ``view_as_real``,
   the FFTs) or refuses it, so the op runs on the CPU.
@@ -27,7 +28,7 @@ import torch
 from pybuda.frontend.aten_builder import Builder, Complex, Const, RealView, Unsupported, out_dtype, out_shape
 from pybuda.frontend.aten_builder import converts
 from pybuda.frontend.converters import registrar
-from pybuda.frontend.fx_program import op_name
+from pybuda.frontend.fx_program import meta_val, op_name
 
 #: Converters for ATen ops with a complex operand, by overload packet name.
 COMPLEX_OPS: Dict[str, Callable[..., Any]] = {}
@@ -64,8 +65,9 @@ def convert(b: Builder, n: torch.fx.Node, params: Dict[str, Any], converter: Opt
     params = {k: _split_const(v) for k, v in params.items()}
     name = op_name(n.target)
     if next(_complexes(params.values()), None) is None:
-        if name in ("_to_copy", "to") and out_dtype(n).is_complex and b.is_tensor(params.get("self")):
-            return Complex(b.tensor(params["self"], out_dtype(n)), None)  # a real tensor made complex
+        # a real tensor made complex (out_dtype gives the parts' dtype: the node's own says it is complex)
+        if name in ("_to_copy", "to") and meta_val(n).dtype.is_complex and b.is_tensor(params.get("self")):
+            return Complex(b.tensor(params["self"], out_dtype(n)), None)
         return NotImplemented
     if name in _IDENTITY:
         return params["self"]
@@ -167,6 +169,26 @@ def _mul(b: Builder, n, p):
     (xr, xi), (yr, yi) = _parts(p["self"]), _parts(p["other"])
     re = _plus(b, _times(b, xr, yr, dt), _times(b, xi, yi, dt), dt, -1.0)
     im = _plus(b, _times(b, xr, yi, dt), _times(b, xi, yr, dt), dt)
+    return _result(b, n, re, im, dt)
+
+
+@_complex_op("mm", "bmm", "matmul")
+def _matrix_product(b: Builder, n, p):
+    """``(Xr + i Xi)(Yr + i Yi) = (Xr Yr - Xi Yi) + i (Xr Yi + Xi Yr)``: up to four real matrix products (an
+    einsum of complex tensors becomes a ``bmm``; S4D's kernel, a complex Vandermonde product)."""
+    from pybuda.frontend.aten_nn import _matmul
+
+    dt = out_dtype(n)
+    (xr, xi), (yr, yi) = _parts(p["self"]), _parts(p.get("mat2", p.get("other")))
+    shape = out_shape(n)
+
+    def product(x: Any, y: Any) -> Any:
+        if _is_zero(x) or _is_zero(y):
+            return None
+        return _matmul(b, b.tensor(x, dt), b.tensor(y, dt), None, shape, dt)
+
+    re = _plus(b, product(xr, yr), product(xi, yi), dt, -1.0)
+    im = _plus(b, product(xr, yi), product(xi, yr), dt)
     return _result(b, n, re, im, dt)
 
 

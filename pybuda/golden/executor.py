@@ -71,7 +71,10 @@ class GoldenExecutor:
             raise InputError(f"the compiled model takes {len(host_inputs)} input(s), got {len(inputs)}")
         for rec, x in zip(host_inputs, inputs):
             check_push(rec, x, self._input_formats.get(rec.queue))
-        device_inputs = [to_device_layout(rec, x) for rec, x in zip(host_inputs, inputs)]
+        # A complex input is a CPU stage's value the device only passes on to a later CPU stage (the compiler puts
+        # no device reader on a complex value: it holds its own as real pairs); the output that copies it is
+        # returned from the push below, so its queue gets the real part, which nothing reads.
+        device_inputs = [to_device_layout(rec, x.real if x.is_complex() else x) for rec, x in zip(host_inputs, inputs)]
         entries = device_inputs[0].shape[0] if device_inputs else self.microbatch
         if entries % self.microbatch:
             raise InputError(f"pushed {entries} samples; the model was compiled for microbatches of "
@@ -141,7 +144,7 @@ def framework_output(name: str, value: torch.Tensor, dtype: torch.dtype) -> torc
     """A device output as its framework tensor's dtype (``dtype``, from the captured graph's output): the
     device's float32 values of a bfloat16 or float16 model come back in that dtype, as the framework would
     return them; integer and boolean outputs go through :func:`integer_output`."""
-    if not dtype.is_floating_point:
+    if not dtype.is_floating_point and not dtype.is_complex:
         return integer_output(name, value, dtype)
     return value if value.dtype == dtype else value.to(dtype)
 
@@ -174,7 +177,8 @@ def _check_integer_range(name: str, value: torch.Tensor, df: Any) -> None:
     it, and beyond 2**24 the golden device's float32 math would round it (an int64 id of 2**30 + 1 would
     come back as 2**30) — a wrong number with no error either way, so refuse it here."""
     bounds = _INTEGER_RANGES.get(df)
-    if bounds is None or value.dtype.is_floating_point or value.dtype == torch.bool or not value.numel():
+    if bounds is None or value.dtype.is_floating_point or value.dtype.is_complex or value.dtype == torch.bool \
+            or not value.numel():
         return
     lo, hi = int(value.min()), int(value.max())
     low, high = max(bounds[0], -_FLOAT32_EXACT), min(bounds[1], _FLOAT32_EXACT)
@@ -202,7 +206,7 @@ def _refuse_outside(rec: Any, value: torch.Tensor, low: float, high: float, part
                     also: Sequence[float] = ()) -> None:
     """InputError when ``value`` (``part`` of input ``rec``) holds a value outside ``[low, high]`` that is not
     one of ``also``."""
-    if not value.numel():
+    if not value.numel() or value.is_complex():  # a range bounds real values (integers, ids)
         return
     lo, hi = value.min(), value.max()
     if lo < low or hi > high:

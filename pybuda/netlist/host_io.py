@@ -388,8 +388,10 @@ def build_host_io(lowered: Any, framework: Any, consteval_trace: Mapping[str, Ma
     by_name = {rec.name: rec for rec in inputs}
     for rec, node in zip(outputs, output_nodes):
         copied = by_name.get(_copied_input(framework, node))
-        if copied is not None and not copied.host_tms and not rec.host_tms and copied.batched == rec.batched \
-                and copied.framework_shape == rec.framework_shape and copied.dtype == rec.dtype:
+        # The framework output is the input itself: the host returns what was pushed, whatever the device layout
+        # (a CPU stage's complex value passed through the device to a later CPU stage never enters a queue).
+        if copied is not None and copied.batched == rec.batched and copied.framework_shape == rec.framework_shape \
+                and copied.dtype == rec.dtype:
             rec.copy_of = copied.name
     ram = []
     for qname, q in lowered.queues.items():

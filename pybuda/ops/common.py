@@ -83,6 +83,8 @@ _DTYPES = {
     "bfloat16": torch.bfloat16, "float64": torch.float64, "double": torch.float64,
     "int8": torch.int8, "uint8": torch.uint8, "int16": torch.int16, "int32": torch.int32, "int": torch.int32,
     "int64": torch.int64, "long": torch.int64, "bool": torch.bool,
+    # complex values cross between CPU stages (the device holds its own as pairs of real tensors)
+    "complex64": torch.complex64, "cfloat": torch.complex64, "complex128": torch.complex128, "cdouble": torch.complex128,
 }
 
 

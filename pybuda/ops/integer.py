@@ -42,6 +42,11 @@ _EXACT_LIMIT: "contextvars.ContextVar[int]" = contextvars.ContextVar("pybuda_exa
                                                                     default=FLOAT32_EXACT_INT)
 
 
+def is_integer_dtype(dtype: torch.dtype) -> bool:
+    """Whether ``dtype`` holds integers (not a float, complex or boolean dtype)."""
+    return not dtype.is_floating_point and not dtype.is_complex and dtype != torch.bool
+
+
 def exact_limit() -> int:
     """Largest integer magnitude the target chip keeps exact in an op's result (see :func:`target_arch`)."""
     return _EXACT_LIMIT.get()
@@ -294,7 +299,7 @@ def leaf_range(graph, node) -> Optional[IntRange]:
         if not bool(torch.isfinite(f).all()) or not bool((f == f.round()).all()):
             return None
         return (float(f.min()), float(f.max()))
-    if node.kind == INPUT and not node.dtype.is_floating_point:
+    if node.kind == INPUT and is_integer_dtype(node.dtype):
         tagged = _host_bound(node.tags)
         return tagged if tagged is not None else (-float(FLOAT32_EXACT_INT), float(FLOAT32_EXACT_INT))
     return None

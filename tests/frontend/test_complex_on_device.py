@@ -111,3 +111,73 @@ def test_llama_rotary_attention_on_the_golden_device_at_default_formats():
     got = pybuda.run_inference(inputs=[(x,)]).get(timeout=300)[0].value()
     assert device.cpu_fallback_device_pre is None and device.cpu_fallback_device_post is None
     assert calculate_pcc(got, want) >= 0.99
+
+
+class MatrixProducts(torch.nn.Module):
+    """Products of complex matrices: ``@`` of two complex tensors, an einsum (a complex ``bmm``) and a complex tensor
+    times a real one made complex."""
+
+    def forward(self, x, y):  # [2, 4, 6] each
+        z, w = torch.complex(x, y), torch.polar(y.abs() + 0.5, x)
+        zw = z @ w.transpose(1, 2)
+        vandermonde = torch.einsum("bn,bnl->bl", z[:, :, 0], torch.exp(z[:, :, :, None] * torch.arange(3) * 0.1)[:, :, 0])
+        real_right = z @ x.transpose(1, 2)[:, :, :3].to(torch.complex64)
+        return torch.view_as_real(zw), vandermonde.real, real_right.imag
+
+
+def test_complex_matrix_products_run_on_the_device(fe):
+    g = torch.Generator().manual_seed(4)
+    x, y = torch.randn(2, 4, 6, generator=g), torch.randn(2, 4, 6, generator=g)
+    module = MatrixProducts().eval()
+    result = _no_fallback(module, (x, y))
+    fe.matches(result.run(x, y), list(module(x, y)), atol=1e-4)
+
+
+class S4DKernel(torch.nn.Module):
+    """S4D (a diagonal state space): its convolution kernel from complex exponentials of the state matrix's
+    eigenvalues (a complex Vandermonde product), applied to the input by FFT."""
+
+    def __init__(self, h=4, n=8, length=16):
+        super().__init__()
+        torch.manual_seed(5)
+        self.log_dt = torch.nn.Parameter(torch.rand(h) * -3.0)
+        self.a_re = torch.nn.Parameter(torch.full((h, n // 2), -0.5))
+        self.a_im = torch.nn.Parameter(math.pi * torch.arange(n // 2).float().repeat(h, 1))
+        self.c = torch.nn.Parameter(torch.randn(h, n // 2, 2) * 0.5)
+        self.length = length
+
+    def forward(self, u):  # [b, h, length]
+        a = torch.complex(-self.a_re.exp(), self.a_im)
+        dta = a * self.log_dt.exp().unsqueeze(-1)
+        c = torch.view_as_complex(self.c) * (torch.exp(dta) - 1.0) / a
+        k = 2 * torch.einsum("hn,hnl->hl", c, torch.exp(dta.unsqueeze(-1) * torch.arange(self.length))).real
+        n = 2 * self.length
+        return torch.fft.irfft(torch.fft.rfft(u, n=n) * torch.fft.rfft(k, n=n), n=n)[..., :self.length]
+
+
+def test_an_s4d_kernel_runs_on_the_device(fe):
+    u = torch.randn(2, 4, 16, generator=torch.Generator().manual_seed(6))
+    module = S4DKernel().eval()
+    result = _no_fallback(module, (u,))
+    fe.matches(result.run(u), [module(u)], atol=1e-4)
+
+
+class ComplexBetweenCpuStages(torch.nn.Module):
+    """A complex value computed on the CPU before the device and read on the CPU after it (complex square roots,
+    which the device does not compute): the device passes it on untouched."""
+
+    def forward(self, x, y):  # [2, 8] each
+        a = torch.view_as_complex(x.reshape(2, 4, 2)).sqrt()
+        d = y * 3.0 + 1.0
+        return torch.view_as_real(a.sqrt() * d[:, :4]).flatten(1)
+
+
+def test_a_complex_value_passes_between_cpu_stages_through_the_device():
+    g = torch.Generator().manual_seed(7)
+    x, y = torch.randn(2, 8, generator=g), torch.randn(2, 8, generator=g)
+    module = ComplexBetweenCpuStages().eval()
+    pybuda.set_configuration_options(default_df_override=pybuda.DataFormat.Float32, golden_ignore_df_precision=True)
+    device = pybuda.TTDevice("tt0", module=pybuda.PyTorchModule("between", module), arch=pybuda.BackendDevice.Wormhole_B0)
+    got = pybuda.run_inference(inputs=[(x, y)]).get(timeout=300)[0].value()
+    assert device.cpu_fallback_device_pre is not None and device.cpu_fallback_device_post is not None
+    assert torch.allclose(got, module(x, y), atol=1e-5)

@@ -118,7 +118,9 @@ def decompose_high_level_ops(graph: Graph, ctx: CompileContext) -> Graph:
 
 
 def _is_integer(dtype: torch.dtype) -> bool:
-    return not dtype.is_floating_point and dtype != torch.bool
+    from pybuda.ops.integer import is_integer_dtype
+
+    return is_integer_dtype(dtype)
 
 
 def _integer_paths(graph: Graph) -> set:
