@@ -724,6 +724,37 @@ def test_a_backward_whose_saved_values_have_the_microbatch_as_dim_0_trains_on_th
     assert programs == ["fwd_heads: device", "bwd_heads: device"]
 
 
+class ScalarLengthScale(torch.nn.Module):
+    """A Gaussian-process head whose length scale is a 0-dim parameter, squared (CLIP's logit scale, a temperature)."""
+
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(0)
+        self.centres = torch.nn.Parameter(torch.randn(6, 3))
+        self.log_scale = torch.nn.Parameter(torch.tensor(0.3))
+        self.out = torch.nn.Linear(6, 2)
+
+    def forward(self, x):  # [b, 3]
+        d2 = (x.unsqueeze(1) - self.centres).pow(2).sum(-1)
+        return self.out(torch.exp(-0.5 * d2 / self.log_scale.exp().pow(2)))
+
+
+def test_a_zero_dim_parameter_trains_on_the_device():
+    # A Python scalar in the backward (square's 2.0) raised the 0-dim parameter's gradient to shape [1]: a CompileError.
+    model = ScalarLengthScale()
+    twin = copy.deepcopy(model)
+    g = torch.Generator().manual_seed(4)
+    data = [(torch.randn(2, 3, generator=g), torch.randn(2, 2, generator=g)) for _ in range(3)]
+    got, tt0 = _trained_on_device(model, "scalar", data)
+    assert got == pytest.approx(_train_in_torch(twin, data), rel=LOSS_RTOL)
+    programs = [line for line in current_session().trainer_of(tt0).report if line.startswith(("fwd_", "bwd_"))]
+    assert programs == ["fwd_scalar: device", "bwd_scalar: device"]
+    after = pybuda.get_parameter_checkpoint(tt0)[0]["log_scale"].value()
+    assert after.shape == () and float(after) != pytest.approx(0.3)  # the scalar itself was stepped, as a scalar
+    # the step itself within the device's gradient precision (its default formats hold about 3 digits)
+    assert float(after) - 0.3 == pytest.approx(float(twin.log_scale) - 0.3, rel=0.03)
+
+
 class RowFromAnIndex(torch.nn.Module):
     """An integer the device computes (a row index) that a CPU post stage uses: the device's outputs then include
     one no gradient flows back to."""

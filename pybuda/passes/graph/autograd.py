@@ -417,6 +417,7 @@ def build_training_graphs(graph: Graph, *, recompute: bool = False, input_grads:
                                    op=node.name) from e
             if result is None:
                 continue
+            result = _rank_restored(ac, result, tuple(graph[operand].shape))
             if ac.shape(result) != tuple(graph[operand].shape):
                 raise CompileError(f"backward of '{node.op_type}' gave operand {i} a gradient of shape "
                                    f"{list(ac.shape(result))}, expected {list(graph[operand].shape)}", stage=STAGE,
@@ -490,3 +491,14 @@ def run_training_graphs_on_cpu(tg: TrainingGraphs, inputs: Sequence[torch.Tensor
 
 
 __all__ = ["AutogradContext", "TrainingGraphs", "build_training_graphs", "run_training_graphs_on_cpu"]
+
+
+def _rank_restored(ac: Any, grad: str, shape: Tuple[int, ...]) -> str:
+    """``grad`` reshaped to ``shape`` when it differs only by leading dims of size 1: a Python scalar in a backward
+    (a constant of shape (1,), which broadcasts) raises a 0-dim operand's gradient to rank 1 (``s.square()`` of a
+    scalar parameter: ``grad * (s * 2.0)``)."""
+    got = tuple(ac.shape(grad))
+    extra = len(got) - len(shape)
+    if got == shape or extra <= 0 or got[extra:] != shape or any(d != 1 for d in got[:extra]):
+        return grad
+    return ac.reshape(grad, shape)
