@@ -609,10 +609,11 @@ def _torch_module_with_a_cpu_loss(model, name, lr=0.05):
 
 
 def _trained_on_device(model, name, data):
-    """``(losses, tt0)``: ``model`` trained on the (input, target) pairs ``data`` on TTDevice ``tt0``, one step each."""
+    """``(losses, tt0)``: ``model`` trained on the (input, target) pairs ``data`` on TTDevice ``tt0``, one step each
+    (an input may be a tuple of the model's inputs)."""
     tt0, cpu = _torch_module_with_a_cpu_loss(model, name)
     for x, y in data:
-        tt0.push_to_inputs(x)
+        tt0.push_to_inputs(*(x if isinstance(x, tuple) else (x,)))
         cpu.push_to_target_inputs(y)
     loss_q = queue.Queue()
     pybuda.run_training(steps=len(data), loss_queue=loss_q)
@@ -630,7 +631,7 @@ def _train_in_torch(twin, data):
     want = []
     for x, y in data:
         opt.zero_grad()
-        loss = torch.nn.functional.mse_loss(twin(x), y)
+        loss = torch.nn.functional.mse_loss(twin(*(x if isinstance(x, tuple) else (x,))), y)
         loss.backward()
         opt.step()
         want.append(float(loss))
@@ -722,6 +723,35 @@ def test_a_backward_whose_saved_values_have_the_microbatch_as_dim_0_trains_on_th
     assert got == pytest.approx(_train_in_torch(twin, data), rel=LOSS_RTOL)
     programs = [line for line in current_session().trainer_of(tt0).report if line.startswith(("fwd_", "bwd_"))]
     assert programs == ["fwd_heads: device", "bwd_heads: device"]
+
+
+class PaddedSequenceAttention(torch.nn.Module):
+    """torch's MultiheadAttention (sequence-first inside, so saved activations have the sequence as dim 0) over
+    2 heads with a key padding mask from pushed lengths, trained at microbatch 2."""
+
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(0)
+        self.att = torch.nn.MultiheadAttention(16, 2, batch_first=True)
+
+    def forward(self, x, lengths):  # [b, 6, 16], [b] in [1, 6]
+        pad = torch.arange(x.shape[1])[None, :] >= lengths[:, None]
+        out, _ = self.att(x, x, x, key_padding_mask=pad)  # with the heads' mean attention weights, as by default
+        return out.masked_fill(pad[..., None], 0.0)
+
+
+def test_a_backward_whose_saved_values_have_the_sequence_as_dim_0_trains_on_the_device():
+    # A saved [heads, ...] value (dim 0 == the microbatch) made the backward look traced for the microbatch; a
+    # saved [seq, hidden] one then failed the input check and the backward ran on the host.
+    model = PaddedSequenceAttention()
+    twin = copy.deepcopy(model)
+    g = torch.Generator().manual_seed(5)
+    data = [((torch.randn(2, 6, 16, generator=g), torch.randint(1, 7, (2,), generator=g)),
+             torch.randn(2, 6, 16, generator=g)) for _ in range(2)]
+    got, tt0 = _trained_on_device(model, "seqfirst", data)
+    assert got == pytest.approx(_train_in_torch(twin, data), rel=LOSS_RTOL)
+    programs = [line for line in current_session().trainer_of(tt0).report if line.startswith(("fwd_", "bwd_"))]
+    assert programs == ["fwd_seqfirst: device", "bwd_seqfirst: device"]
 
 
 class ScalarLengthScale(torch.nn.Module):

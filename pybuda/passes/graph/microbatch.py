@@ -63,7 +63,12 @@ def _reads_across_batch(node, graph: Graph, batched: set) -> Optional[str]:
 
 
 def traced_for_microbatch(graph: Graph, mb: int) -> bool:
-    """Whether ``graph`` was traced for the whole microbatch ``mb``: some input has dim 0 == mb."""
+    """Whether ``graph`` was traced for the whole microbatch ``mb``: some input has dim 0 == mb, and it is not a
+    backward that says its forward was traced for one sample (TRACED_PER_SAMPLE on its inputs: its saved
+    activations are no samples, and one whose dim 0 happens to equal mb, a [heads, ...] value after a bmm's
+    reshape, must not make it look batched)."""
+    if any(n.tags.get(TRACED_PER_SAMPLE) for n in graph.inputs):
+        return False
     return any(n.shape and n.shape[0] == mb for n in graph.inputs)
 
 
@@ -74,11 +79,8 @@ def _per_sample(graph: Graph, mb: int, on_mixing: Callable[[str, str, str], None
     new = Graph(graph.name)
     new.microbatch = mb
     batched = set()
-    # Traced for the whole microbatch (some input has dim 0 == mb), or already for one sample. A backward graph
-    # says so on its inputs (TRACED_PER_SAMPLE): its saved activations are no samples, and one whose dim 0
-    # happens to equal mb (a [heads, ...] value after a bmm's reshape) must not make it look batched.
-    per_sample = any(n.tags.get(TRACED_PER_SAMPLE) for n in graph.inputs)
-    expect = mb if not per_sample and traced_for_microbatch(graph, mb) else 1
+    # Traced for the whole microbatch, or already for one sample (see traced_for_microbatch).
+    expect = mb if traced_for_microbatch(graph, mb) else 1
     for node in graph:
         if node.kind == INPUT:
             # Traced for one sample, an input is one sample's value whatever its dim 0 (an activation the
@@ -172,10 +174,10 @@ def strip_microbatch(graph: Graph, ctx: CompileContext) -> Graph:
     if mb == 1:
         graph.microbatch = 1
         return graph
-    traced_for_microbatch = any(n.shape and n.shape[0] == mb for n in graph.inputs)
+    # dim 0 is the microbatch (traced for the whole microbatch); a graph traced for one sample takes any.
+    whole = traced_for_microbatch(graph, mb)
     for node in graph.inputs:
-        # dim 0 is the microbatch (traced for the whole microbatch); a graph traced for one sample takes any.
-        if traced_for_microbatch and (not node.shape or node.shape[0] not in (mb, 1)):
+        if whole and (not node.shape or node.shape[0] not in (mb, 1)):
             raise ctx.error(f"input '{node.name}' has shape {list(node.shape)}; with microbatch {mb} every "
                             f"input needs dim 0 == {mb} (one slice per sample), or 1 when traced per sample")
 
