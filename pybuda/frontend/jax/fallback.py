@@ -10,7 +10,7 @@ model's parameters and constants; the device graph is what lies between.
 
 from __future__ import annotations
 
-from typing import Any, Dict, List, Mapping, Sequence, Set, Tuple
+from typing import Any, Collection, Dict, List, Mapping, Sequence, Set, Tuple
 
 import numpy as np
 import torch
@@ -26,11 +26,14 @@ class JaxStage:
     equations read to their values."""
 
     def __init__(self, name: str, eqns: Sequence[Any], inputs: Sequence[Any], outputs: Sequence[Any],
-                 bound: Mapping[Any, Any]):
+                 bound: Mapping[Any, Any], lead: Collection[Any] = ()):
         self.name = name
         self.eqns = list(eqns)
         self.inputs = list(inputs)
         self.outputs = list(outputs)
+        #: Outputs handed over with a leading dim of 1: their dim 0 is not the samples' (a time-major scan's
+        #: result), and the runtime cuts and joins pushes along dim 0 (:func:`pybuda.frontend.fallback.off_batch`).
+        self.lead = set(lead)
         used = {v for e in self.eqns for v in e.invars if not _is_literal(v)} | set(self.outputs)
         self.bound = {k: v for k, v in bound.items() if k in used}
         self.primitives = sorted({e.primitive.name for e in self.eqns})
@@ -62,7 +65,8 @@ class JaxStage:
         for eqn in self.eqns:
             for var, value in zip(eqn.outvars, eval_eqn(eqn, [read(v) for v in eqn.invars])):
                 env[var] = value
-        return tuple(to_torch(np.asarray(read(v))) for v in self.outputs)
+        return tuple(to_torch(np.asarray(read(v)))[None] if v in self.lead else to_torch(np.asarray(read(v)))
+                     for v in self.outputs)
 
     def __repr__(self) -> str:
         return f"JaxStage({self.name!r}, {len(self.eqns)} equation(s): {', '.join(self.primitives)})"

@@ -237,3 +237,67 @@ def test_a_post_stage_computes_what_it_reads_of_the_parameters(device_reads_it_t
     want = list(module.forward(x))[0]
     # floor(3 h) jumps by 1 where the device's Float32 matmul rounds across an integer: compare the rest.
     assert float(((got - want).abs() <= DEVICE_ATOL).float().mean()) > 0.98
+
+
+class GRUOverTime(nn.Module):
+    """Flax's nn.RNN: a lax.scan over the time axis (time-major inside), the last step read out."""
+
+    @nn.compact
+    def __call__(self, x):  # [b, time, features]
+        y = nn.RNN(nn.GRUCell(16))(x)
+        back = nn.RNN(nn.OptimizedLSTMCell(8), reverse=True, keep_order=True)(x)
+        return nn.Dense(4)(y[:, -1]) + nn.Dense(4)(back[:, 0])
+
+
+class ScannedLayers(nn.Module):
+    """Three residual layers with their parameters stacked by nn.scan (one lax.scan over the layer axis)."""
+
+    @nn.compact
+    def __call__(self, x):
+        class Layer(nn.Module):
+            @nn.compact
+            def __call__(self, carry, _):
+                return carry + nn.Dense(carry.shape[-1])(nn.LayerNorm()(carry)), None
+
+        stack = nn.scan(Layer, variable_axes={"params": 0}, split_rngs={"params": True}, length=3)
+        return stack()(x, None)[0]
+
+
+def _no_fallback_on_tt(name, model, variables, x):
+    """``model`` wholly on a Float32 TTDevice, matching JAX (returns nothing; asserts)."""
+    module = pybuda.JaxModule(name, model, variables)
+    want = list(module.forward(x))
+    pybuda.set_configuration_options(default_df_override=pybuda.DataFormat.Float32,
+                                     default_math_fidelity=pybuda.MathFidelity.HiFi4)
+    tt = pybuda.TTDevice("tt0", module=module, arch=pybuda.BackendDevice.Wormhole_B0)
+    tt.push_to_inputs(torch.from_numpy(x))
+    got = [o.value().float() for o in pybuda.run_inference().get(timeout=300)]
+    assert tt.cpu_fallback_device_pre is None and tt.cpu_fallback_device_post is None
+    assert_matches(got, want, atol=DEVICE_ATOL, rtol=DEVICE_RTOL)
+    return tt
+
+
+@pytest.mark.parametrize("model,shape", [(GRUOverTime(), (2, 6, 5)), (ScannedLayers(), (2, 4, 8))],
+                         ids=["rnn", "scanned_layers"])
+def test_a_scan_is_unrolled_onto_the_device(model, shape):
+    x = np.random.default_rng(0).standard_normal(shape).astype(np.float32)
+    _no_fallback_on_tt(type(model).__name__, model, model.init(jax.random.PRNGKey(0), x), x)
+
+
+def test_a_scan_too_long_to_unroll_runs_on_the_host_before_the_device(monkeypatch):
+    # Its result is time-major ([time, batch, ...]): it crosses to the device with a sample dim of its own (the
+    # device was compiled for a microbatch of time x batch and refused the push).
+    import sys
+
+    monkeypatch.setattr(sys.modules["pybuda.frontend.jax.capture"], "MAX_SCAN_STEPS", 4)
+    x = np.random.default_rng(1).standard_normal((2, 6, 5)).astype(np.float32)
+    model = GRUOverTime()
+    module = pybuda.JaxModule("long_rnn", model, model.init(jax.random.PRNGKey(0), x))
+    want = list(module.forward(x))
+    pybuda.set_configuration_options(default_df_override=pybuda.DataFormat.Float32,
+                                     default_math_fidelity=pybuda.MathFidelity.HiFi4)
+    tt = pybuda.TTDevice("tt0", module=module, arch=pybuda.BackendDevice.Wormhole_B0)
+    tt.push_to_inputs(torch.from_numpy(x))
+    got = [o.value().float() for o in pybuda.run_inference().get(timeout=300)]
+    assert tt.cpu_fallback_device_pre is not None
+    assert_matches(got, want, atol=DEVICE_ATOL, rtol=DEVICE_RTOL)
