@@ -109,12 +109,18 @@ _binary("minimum", torch.minimum, "Elementwise min(a, b).", backward=_extremum_b
 _binary("heaviside", torch.heaviside, "Heaviside step of a: 0 where a < 0, 1 where a > 0, b where a == 0.",
         lower="heaviside", backward=NO_GRADIENT, int_range=integer.heaviside)  # a step: zero gradient almost everywhere
 _binary("power", torch.pow, "Elementwise a ** b.", backward=_power_bw)
-_binary("equal", torch.eq, "1 where a == b else 0, in the operands' dtype.", backward=NO_GRADIENT, int_range=_ZERO_ONE)
-_binary("not_equal", torch.ne, "1 where a != b else 0, in the operands' dtype.", backward=NO_GRADIENT, int_range=_ZERO_ONE)
-_binary("greater", torch.gt, "1 where a > b else 0, in the operands' dtype.", backward=NO_GRADIENT, int_range=_ZERO_ONE)
-_binary("less", torch.lt, "1 where a < b else 0, in the operands' dtype.", backward=NO_GRADIENT, int_range=_ZERO_ONE)
-_binary("greater_equal", torch.ge, "1 where a >= b else 0, in the operands' dtype.", backward=NO_GRADIENT, int_range=_ZERO_ONE)
-_binary("less_equal", torch.le, "1 where a <= b else 0, in the operands' dtype.", backward=NO_GRADIENT, int_range=_ZERO_ONE)
+_binary("equal", torch.eq, "1 where a == b else 0, in the operands' dtype.", backward=NO_GRADIENT,
+        int_range=integer.comparison("equal"))
+_binary("not_equal", torch.ne, "1 where a != b else 0, in the operands' dtype.", backward=NO_GRADIENT,
+        int_range=integer.comparison("not_equal"))
+_binary("greater", torch.gt, "1 where a > b else 0, in the operands' dtype.", backward=NO_GRADIENT,
+        int_range=integer.comparison("greater"))
+_binary("less", torch.lt, "1 where a < b else 0, in the operands' dtype.", backward=NO_GRADIENT,
+        int_range=integer.comparison("less"))
+_binary("greater_equal", torch.ge, "1 where a >= b else 0, in the operands' dtype.", backward=NO_GRADIENT,
+        int_range=integer.comparison("greater_equal"))
+_binary("less_equal", torch.le, "1 where a <= b else 0, in the operands' dtype.", backward=NO_GRADIENT,
+        int_range=integer.comparison("less_equal"))
 _binary("logical_and", torch.logical_and, "1 where a != 0 and b != 0 else 0, in the operands' dtype.",
         backward=NO_GRADIENT, int_range=_ZERO_ONE)
 
@@ -316,9 +322,16 @@ def _cast_range(ranges, shapes, attrs):
     # An integer stays itself; a cast to an integer dtype truncates anything else to an integer, which the
     # runtime refuses at a device boundary beyond Float32's exact range. (Whether the *device* may run the
     # cast is the capability check's question: only when the operand already is integer-valued.)
+    if torch_dtype(attrs["dtype"]) == torch.bool:  # x != 0: decided where the operand's range is
+        r = ranges[0]
+        return (0.0, 0.0) if r == (0.0, 0.0) else (1.0, 1.0) if r is not None and (r[0] > 0 or r[1] < 0) \
+            else integer.ZERO_ONE
     if ranges[0] is not None or torch_dtype(attrs["dtype"]).is_floating_point:
         return ranges[0]
     return (-float(integer.FLOAT32_EXACT_INT), float(integer.FLOAT32_EXACT_INT))
+
+
+_cast_range.decides_booleans = True  # a cast to bool of a decided comparison stays decided
 
 
 register(OpDef(name="cast", family="eltwise_unary", arity=(1, 1), shape=same_shape, backward=_cast_bw,

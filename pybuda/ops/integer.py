@@ -107,6 +107,28 @@ def always(r: IntRange) -> IntRangeFn:
     return _ignores_operands(lambda ranges, shapes, attrs: r)
 
 
+def comparison(kind: str) -> IntRangeFn:
+    """A comparison's 0/1 result, decided where the operands' integer ranges cannot overlap the other way: 1 (0)
+    when it holds (fails) for every pair of values. A ``where`` on a decided condition then holds one side only:
+    JAX's wrap of negative indices (``where(i < 0, i + n, i)``) of an index proven non-negative is the index."""
+    def rule(ranges, shapes, attrs) -> IntRange:
+        a, b = ranges[0], ranges[1]
+        if a is None or b is None:
+            return ZERO_ONE
+        always_true, always_false = {
+            "less": (a[1] < b[0], a[0] >= b[1]),
+            "less_equal": (a[1] <= b[0], a[0] > b[1]),
+            "greater": (a[0] > b[1], a[1] <= b[0]),
+            "greater_equal": (a[0] >= b[1], a[1] < b[0]),
+            "equal": (a[0] == a[1] == b[0] == b[1], a[1] < b[0] or a[0] > b[1]),
+            "not_equal": (a[1] < b[0] or a[0] > b[1], a[0] == a[1] == b[0] == b[1]),
+        }[kind]
+        return (1.0, 1.0) if always_true else (0.0, 0.0) if always_false else ZERO_ONE
+
+    rule.decides_booleans = True
+    return rule
+
+
 def moves(ranges, shapes, attrs) -> Optional[IntRange]:
     """Data movement and selection (reshape, concat, max, nop...): the result holds operand values only."""
     return hull(*ranges)
@@ -223,7 +245,12 @@ def heaviside(ranges, shapes, attrs) -> Optional[IntRange]:
 
 
 def where(ranges, shapes, attrs) -> Optional[IntRange]:
-    """where(c, x, y) holds values of x and y; the condition only selects."""
+    """where(c, x, y) holds values of x and y; the condition only selects (only x, or only y, where the condition
+    is decided: see :func:`comparison`)."""
+    if ranges[0] == (1.0, 1.0):
+        return ranges[1]
+    if ranges[0] == (0.0, 0.0):
+        return ranges[2]
     return hull(ranges[1], ranges[2])
 
 
@@ -328,7 +355,8 @@ def integer_range(graph, name: str, memo: Optional[Dict[str, Optional[IntRange]]
             stack.pop()
             continue
         rule = _rule(node.op_type, registry)
-        if node.dtype == torch.bool or rule is None or getattr(rule, "ignores_operands", False):
+        if rule is None or getattr(rule, "ignores_operands", False) or \
+                (node.dtype == torch.bool and not getattr(rule, "decides_booleans", False)):
             stack.pop()
             memo[current] = _op_range(graph, node, [None] * len(node.operands), rule)
             continue
@@ -388,8 +416,8 @@ def _rule(op_type: str, registry) -> Optional[IntRangeFn]:
 
 
 def _op_range(graph, node, ranges: Sequence[Optional[IntRange]], rule) -> Optional[IntRange]:
-    if node.dtype == torch.bool:  # a boolean result is a 0/1 mask whatever computed it
-        return ZERO_ONE
+    if node.dtype == torch.bool and not getattr(rule, "decides_booleans", False):
+        return ZERO_ONE  # a boolean result is a 0/1 mask whatever computed it
     if rule is None:
         return None
     return rule(list(ranges), [tuple(graph[o].shape) for o in node.operands], node.attrs)

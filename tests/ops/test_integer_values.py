@@ -178,3 +178,31 @@ def test_exact_integer_bounds_per_format():
         above = torch.tensor([float(bound + 1), 1.0] * 512).reshape(32, 32)
         if df != DF.Float32:
             assert not torch.equal(formats.quantize(above, df), above), df
+
+
+def test_a_comparison_decided_by_the_ranges_selects_one_side_of_a_where():
+    """JAX wraps negative indices (``where(i < 0, i + n, i)``): of an index proven non-negative that is the index
+    itself, so its range stays [0, n - 1] (a gather at it is then proven in bounds)."""
+    g = Graph("g")
+    g.add_input("x", (2, 8))
+    g.add_constant("zero", torch.tensor([0.0]))
+    g.add_constant("eight", torch.tensor([8.0]))
+    g.add_op("am", "argmax", ["x"], {"dim": 1})  # [0, 7]
+    g.add_op("neg", "less", ["am", "zero"])
+    g.add_op("negb", "cast", ["neg"], {"dtype": "bool"})
+    g.add_op("wrapped", "add", ["am", "eight"])  # [8, 15]
+    g.add_op("index", "where", ["negb", "wrapped", "am"])
+    g.add_op("big", "greater_equal", ["wrapped", "eight"])  # always true
+    g.add_op("open", "less", ["am", "wrapped"])  # always true ([0, 7] < [8, 15])
+    g.add_constant("three", torch.tensor([3.0]))
+    g.add_op("undecided", "greater", ["am", "three"])
+    memo = {}
+    assert integer.integer_range(g, "neg", memo) == (0.0, 0.0)
+    assert integer.integer_range(g, "negb", memo) == (0.0, 0.0)
+    assert integer.integer_range(g, "index", memo) == (0.0, 7.0)  # not the hull [0, 15]
+    assert integer.integer_range(g, "big", memo) == (1.0, 1.0)
+    assert integer.integer_range(g, "open", memo) == (1.0, 1.0)
+    assert integer.integer_range(g, "undecided", memo) == (0.0, 1.0)
+    assert registry.get("equal").int_range([(2.0, 2.0), (2.0, 2.0)], [(4,), (4,)], {}) == (1.0, 1.0)
+    assert registry.get("not_equal").int_range([(0.0, 1.0), (5.0, 9.0)], [(4,), (4,)], {}) == (1.0, 1.0)
+    assert registry.get("less").int_range([None, (0.0, 0.0)], [(4,), (4,)], {}) == (0.0, 1.0)  # float operand

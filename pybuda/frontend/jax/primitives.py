@@ -773,8 +773,58 @@ def _gather(b: Builder, eqn, args):
     ishape = in_shape(eqn, 1)
     if not ishape or ishape[-1] != 1:
         raise Unsupported("gather with multi-dimensional start indices")
+    along = _take_along_axis(eqn)
+    if along is not None:
+        return _gather_along(b, eqn, args, along)
     axis = _take_axis(eqn, in_shape(eqn, 0), len(ishape) - 1)
     return take(b, x, b.reshape(b.tensor(idx), ishape[:-1] or (1,)), axis, out_shape(eqn))
+
+
+def _take_along_axis(eqn) -> "int | None":
+    """The axis of a ``jnp.take_along_axis`` gather, else None: one element taken per index along the axis, every
+    other operand dim a batching dim matched by the index's leading dims, or of size 1 (JAX writes a size-1 batch
+    dim as a whole-slice offset dim instead), the result laid out as the operand."""
+    dn = eqn.params["dimension_numbers"]
+    shape = in_shape(eqn, 0)
+    batching = tuple(getattr(dn, "operand_batching_dims", ()) or ())
+    collapsed, mapped = tuple(dn.collapsed_slice_dims), tuple(dn.start_index_map)
+    if len(collapsed) != 1 or mapped != collapsed or len(out_shape(eqn)) != len(shape):
+        return None
+    axis = collapsed[0]
+    sizes = [int(v) for v in eqn.params["slice_sizes"]]
+    others = [d for d in range(len(shape)) if d != axis]
+    if sizes[axis] != 1 or any(d not in batching and not (shape[d] == 1 and sizes[d] == 1) for d in others) or \
+            tuple(getattr(dn, "start_indices_batching_dims", ()) or ()) != tuple(range(len(batching))) or \
+            any(sizes[d] != 1 for d in batching) or math.prod(in_shape(eqn, 1)) != math.prod(out_shape(eqn)):
+        return None
+    return axis
+
+
+def _gather_along(b: Builder, eqn, args, axis: int) -> str:
+    """``jnp.take_along_axis(x, idx, axis)``: the torch frontend's ``gather`` (indices known at capture time, or
+    proven in range at run time: a top-k's or argsort's, or pushed ones the host checks). JAX clips an index out
+    of range where torch raises: only proven or checked indices run on the device."""
+    from pybuda.frontend.aten_index import _const_index_gather, _known_value, _runtime_index_gather
+
+    x = tensor_of(b, eqn, args, 0)
+    index = b.reshape(b.tensor(args[1]), out_shape(eqn))
+    known = _known_value(b, index)
+    out = None
+    if known is not None:
+        out = _const_index_gather(b, x, known.to(torch.int64).clamp(0, in_shape(eqn, 0)[axis] - 1), axis, "take_along")
+    elif not b.dtype(index).is_floating_point:
+        out = _runtime_index_gather(b, x, index, axis)
+    if out is None:
+        raise Unsupported("take_along_axis at indices not proven within the axis")
+    return b.cast(out, out_dtype(eqn))
+
+
+@converts("is_finite")
+def _is_finite(b: Builder, eqn, args):
+    """``jnp.isfinite`` (``jax.nn.logsumexp`` reads it): the torch frontend's test, a step of ``x - x``."""
+    from pybuda.frontend.aten_eltwise import isfinite_of
+
+    return b.cast(isfinite_of(b, tensor_of(b, eqn, args, 0)), torch.bool)
 
 
 @converts("scatter", "scatter-add")

@@ -301,3 +301,22 @@ def test_a_scan_too_long_to_unroll_runs_on_the_host_before_the_device(monkeypatc
     got = [o.value().float() for o in pybuda.run_inference().get(timeout=300)]
     assert tt.cpu_fallback_device_pre is not None
     assert_matches(got, want, atol=DEVICE_ATOL, rtol=DEVICE_RTOL)
+
+
+class TopKReadout(nn.Module):
+    """Values read at a top-k's indices (``jnp.take_along_axis``: JAX wraps negative indices with a ``where``, which
+    the indices' proven range decides), a one-hot of the argmax, a log-sum-exp (``jnp.isfinite`` inside)."""
+
+    @nn.compact
+    def __call__(self, x):  # [b, 12]
+        h = nn.Dense(10)(x)
+        values, idx = jax.lax.top_k(h, 3)
+        picked = jnp.take_along_axis(x[:, :10], idx, axis=-1)
+        return values + picked, jax.nn.one_hot(jnp.argmax(h, -1), 10) * h, jax.nn.logsumexp(h, -1)
+
+
+@pytest.mark.parametrize("batch", [1, 2])
+def test_take_along_axis_at_top_k_indices_and_logsumexp_run_on_the_device(batch):
+    x = np.random.default_rng(2).standard_normal((batch, 12)).astype(np.float32)
+    model = TopKReadout()
+    _no_fallback_on_tt("topk_readout", model, model.init(jax.random.PRNGKey(0), x), x)
