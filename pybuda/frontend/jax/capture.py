@@ -32,7 +32,7 @@ import numpy as np
 import torch
 
 from pybuda.errors import CompileError, InputError, UnsupportedOp, UnsupportedOpError
-from pybuda.frontend.aten_builder import Builder, Const, Missing, Unsupported
+from pybuda.frontend.aten_builder import Builder, Complex, Const, Missing, Unsupported
 from pybuda.ir.graph import OP, Graph
 
 log = logging.getLogger(__name__)
@@ -46,6 +46,8 @@ _SUBJAXPR_KEYS = ("jaxpr", "call_jaxpr", "fun_jaxpr")
 #: Primitives with a sub-jaxpr that are loops, not calls: never inlined (their body runs many times). A ``scan``
 #: of at most :data:`MAX_SCAN_STEPS` steps is unrolled instead (:meth:`_Mapper._unroll_scan`).
 _LOOPS = ("scan", "for", "while", "cond")
+#: Primitives whose converters read complex pairs themselves (the others go through ``primitives.complex_eqn``).
+COMPLEX_AWARE = ("fft", "real", "imag", "convert_element_type")
 #: Longest ``lax.scan`` unrolled into the graph (Flax ``nn.RNN`` over a sequence, ``nn.scan``'ed layers); a longer
 #: one, or one whose body has an equation the device cannot run, is one unsupported equation.
 MAX_SCAN_STEPS = 256
@@ -670,7 +672,12 @@ class _Mapper:
         b.begin_eqn(eqn)
         before = len(b.graph.nodes)
         try:
-            result = conv(b, eqn, args)
+            if any(isinstance(a, (Complex, complex)) for a in args) and prim not in COMPLEX_AWARE:
+                from pybuda.frontend.jax.primitives import complex_eqn
+
+                result = complex_eqn(b, eqn, args, conv)
+            else:
+                result = conv(b, eqn, args)
             outs = list(result) if isinstance(result, (list, tuple)) else [result]
             if len(outs) != len(eqn.outvars):
                 raise Unsupported(f"converter produced {len(outs)} results, the primitive has {len(eqn.outvars)}")

@@ -89,7 +89,9 @@ def _is_literal(var: Any) -> bool:
 
 def partition(eqns: Sequence[Any], host: Mapping[int, str], force_pre: Set[int] = frozenset()
               ) -> Tuple[Dict[int, str], Dict[int, str], Dict[int, int]]:
-    """``(stage per equation index, side per host equation, ops moved with each)`` by the shared rule.
+    """``(stage per equation index, side per host equation, ops moved with each)`` by the shared rule. Device
+    equations that would pass a complex value across a stage boundary join ``host`` (a dict: extended in place,
+    with their reasons).
 
     The host equations in ``force_pre`` (those reading PRNG keys, which cannot cross the device graph) go
     before the device whatever their size; a host equation upstream of a pre one then goes there too."""
@@ -114,9 +116,15 @@ def partition(eqns: Sequence[Any], host: Mapping[int, str], force_pre: Set[int] 
                     stack.append(m)
         return seen
 
-    anc = {u: closure(u, True) for u in host}
-    desc = {u: closure(u, False) for u in host}
-    side, pre, post = assign_sides(host, anc, desc, STAGE)
+    while True:
+        anc = {u: closure(u, True) for u in host}
+        desc = {u: closure(u, False) for u in host}
+        side, pre, post = assign_sides(host, anc, desc, STAGE)
+        staged = {i: PRE if i in pre else POST if i in post else DEVICE for i in range(len(eqns))}
+        crossing = {k: why for k, why in _complex_crossings(eqns, staged, producer, users).items() if k not in host}
+        if not crossing or not isinstance(host, dict):
+            break
+        host.update(crossing)
     if any(side[u] != PRE for u in force_pre if u in side):
         for u in force_pre:
             if u in side:
@@ -135,6 +143,29 @@ def partition(eqns: Sequence[Any], host: Mapping[int, str], force_pre: Set[int] 
     stage = {i: PRE if i in pre else POST if i in post else DEVICE for i in range(len(eqns))}
     moved = {u: len(anc[u]) if side[u] == PRE else len(desc[u]) for u in host}
     return stage, side, moved
+
+
+def _is_complex(var: Any) -> bool:
+    # numpy's kind "c"; a PRNG key's extended dtype has none
+    return not _is_literal(var) and getattr(getattr(var.aval, "dtype", None), "kind", None) == "c"
+
+
+def _complex_crossings(eqns: Sequence[Any], stage: Mapping[int, str], producer: Mapping[Any, int],
+                       users: Mapping[int, Set[int]]) -> Dict[int, str]:
+    """Device equations that would pass a complex value to or from the host, with the reason each joins it: the
+    device holds a complex value as two real tensors (``primitives.complex_eqn``), which a stage boundary cannot
+    carry (the torch frontend's ``fallback.complex_crossings``)."""
+    from pybuda.frontend.fallback import DEVICE
+
+    moved: Dict[int, str] = {}
+    for i, e in enumerate(eqns):
+        if stage[i] != DEVICE:
+            continue
+        if any(_is_complex(v) for v in e.outvars) and any(stage[u] != DEVICE for u in users[i]):
+            moved[i] = "its complex result is read on the host (the device holds it as two real tensors)"
+        elif any(_is_complex(v) and v in producer and stage[producer[v]] != DEVICE for v in e.invars):
+            moved[i] = "reads a complex result of a CPU equation (the device holds complex values as real pairs)"
+    return moved
 
 
 def post_copies(eqns: Sequence[Any], stage: Mapping[int, str], bound: Mapping[Any, Any]) -> Set[int]:

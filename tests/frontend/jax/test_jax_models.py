@@ -320,3 +320,45 @@ def test_take_along_axis_at_top_k_indices_and_logsumexp_run_on_the_device(batch)
     x = np.random.default_rng(2).standard_normal((batch, 12)).astype(np.float32)
     model = TopKReadout()
     _no_fallback_on_tt("topk_readout", model, model.init(jax.random.PRNGKey(0), x), x)
+
+
+class SpectralMix(nn.Module):
+    """FFTs as FNet and spectral filters use them: rfft / irfft, a complex fft and ifft read back as real parts, a 2-D
+    rfft, lax.complex building a spectrum, and complex arithmetic on spectra (a learned filter)."""
+
+    @nn.compact
+    def __call__(self, x):  # [b, 16]
+        spec = jnp.fft.rfft(x, axis=-1)
+        feats = nn.Dense(8)(jnp.concatenate([spec.real, spec.imag], -1))
+        smooth = jnp.fft.irfft(jax.lax.complex(spec.real * 0.5, spec.imag), n=16)
+        mixed = jnp.fft.ifft(jnp.fft.fft(x)).real + jnp.fft.fft(x).imag
+        grid = jnp.fft.rfft2(x.reshape(x.shape[0], 4, 4)).real.reshape(x.shape[0], -1)
+        w = self.param("filter", nn.initializers.normal(0.5), (9,))
+        filtered = jnp.fft.irfft(spec * jax.lax.complex(w, -w) - spec.conj() * 0.5 + 1.0, n=16)  # a spectral filter
+        return feats, smooth, mixed, grid, filtered
+
+
+def test_ffts_run_on_the_device():
+    x = np.random.default_rng(4).standard_normal((2, 16)).astype(np.float32)
+    model = SpectralMix()
+    _no_fallback_on_tt("spectral", model, model.init(jax.random.PRNGKey(0), x), x)
+
+
+class ComplexSqrtBetween(nn.Module):
+    """A complex square root (no device form) between an rfft and an irfft: the complex values stay on the host
+    side of every stage boundary."""
+
+    @nn.compact
+    def __call__(self, x):  # [b, 16]
+        h = nn.Dense(16)(x)
+        spec = jnp.sqrt(jnp.fft.rfft(h) + 1.0)
+        return nn.Dense(4)(jnp.fft.irfft(spec, n=16) + h)
+
+
+def test_a_complex_op_without_a_device_form_takes_its_complex_neighbours_to_the_host():
+    x = np.random.default_rng(5).standard_normal((2, 16)).astype(np.float32)
+    model = ComplexSqrtBetween()
+    module = pybuda.JaxModule("csqrt", model, model.init(jax.random.PRNGKey(0), x))
+    want = list(module.forward(x))
+    got = [g.float() for g in run_on_tt(module, torch.from_numpy(x))]
+    assert_matches(got, want, atol=DEVICE_ATOL, rtol=DEVICE_RTOL)
