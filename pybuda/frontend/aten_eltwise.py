@@ -528,31 +528,34 @@ def _unary_scaled(b: Builder, n, p):
 
 @converts("remainder", "fmod")
 def _remainder(b: Builder, n, p):
-    """An integer ``x % d`` (``fmod``) by a constant ``d > 0`` of proven integer range: ``x`` itself within ``[0, d)``
-    (``(-d, d)`` for fmod, which keeps the sign), ``x + d`` where negative within ``[-d, d)`` (``take_along_dim``
-    wraps indices that argsort proved in range), else ``x - d·(x // d)`` (:func:`_integer_quotient`; fmod of
-    values of one sign). Remainders of float data run on the CPU."""
+    return integer_remainder(b, p["self"], p["other"], op_name(n.target) == "fmod")
+
+
+def integer_remainder(b: Builder, x: Any, d: Any, fmod: bool) -> str:
+    """An integer ``x % d`` (``fmod``: the sign of ``x``, else of ``d``) by a constant ``d > 0`` of proven integer
+    range: ``x`` itself within ``[0, d)`` (``(-d, d)`` for fmod), ``x + d`` where negative within ``[-d, d)``
+    (``take_along_dim`` wraps indices that argsort proved in range), else ``x - d·(x // d)``
+    (:func:`_integer_quotient`; fmod of values of one sign), clamped to where it lies. Remainders of float data run
+    on the CPU. Shared by the torch and ONNX (``Mod``) frontends."""
     from pybuda.ops.integer import integer_range
 
-    x, d = p["self"], p["other"]
-    name = op_name(n.target)
-    if not isinstance(x, str) or not isinstance(d, int) or isinstance(d, bool) or d <= 0 or \
-            b.dtype(x).is_floating_point or b.dtype(x) == torch.bool:
+    name = "fmod" if fmod else "remainder"
+    d = _positive_integer(d)
+    if not isinstance(x, str) or d is None or b.dtype(x).is_floating_point or b.dtype(x) == torch.bool:
         raise Unsupported(f"{name} other than of integers by a positive constant")
     r = integer_range(b.graph, x)
-    if r is not None and r[0] >= (-d + 1 if name == "fmod" else 0) and r[1] < d:
+    if r is not None and r[0] >= (-d + 1 if fmod else 0) and r[1] < d:
         return b.tensor(x)
-    if r is not None and name == "remainder" and r[0] >= -d and r[1] < d:
-        dt = b.dtype(x)
+    dt = b.dtype(x)
+    if r is not None and not fmod and r[0] >= -d and r[1] < d:
         return b.op("where", [b.cast(b.binary("less", x, 0, dt), torch.bool), b.binary("add", x, d, dt), x])
-    if r is not None and (name == "remainder" or r[0] >= 0 or r[1] <= 0):
+    if r is not None and (not fmod or r[0] >= 0 or r[1] <= 0):
         # x - d·q with q the quotient toward -inf (remainder) or toward zero (fmod), both exact integers; the
         # result is then clamped to where it lies, a no-op on the values that tells the range analysis so (a
         # column index used for a gather must be proven within its dim).
-        dt = b.dtype(x)
-        q = _integer_quotient(b, x, d, "floor" if name == "remainder" else "trunc", dt)
+        q = _integer_quotient(b, x, d, "trunc" if fmod else "floor", dt)
         rest = b.binary("subtract", x, b.binary("multiply", q, d, dt), dt)
-        low, high = (0, d - 1) if name == "remainder" or r[0] >= 0 else (1 - d, 0)
+        low, high = (0, d - 1) if not fmod or r[0] >= 0 else (1 - d, 0)
         return b.binary("minimum", b.binary("maximum", rest, low, dt), high, dt)
     raise Unsupported(f"{name} by {d} of integers of unproven range")
 

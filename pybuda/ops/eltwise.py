@@ -122,7 +122,7 @@ _binary("greater_equal", torch.ge, "1 where a >= b else 0, in the operands' dtyp
 _binary("less_equal", torch.le, "1 where a <= b else 0, in the operands' dtype.", backward=NO_GRADIENT,
         int_range=integer.comparison("less_equal"))
 _binary("logical_and", torch.logical_and, "1 where a != 0 and b != 0 else 0, in the operands' dtype.",
-        backward=NO_GRADIENT, int_range=_ZERO_ONE)
+        backward=NO_GRADIENT, int_range=integer.logical_and)
 
 
 # --- where (ternary) -----------------------------------------------------------------------------------
@@ -270,7 +270,7 @@ def erf_device_form(op, const, x):
 _unary("square", lambda x, a: x * x, "Elementwise x * x.", lower="square", backward=_square_bw,
        int_range=integer.square)
 _unary("logical_not", lambda x, a: (x == 0).to(x.dtype), "1 where x == 0 else 0, in x's dtype.",
-       backward=NO_GRADIENT, int_range=_ZERO_ONE)
+       backward=NO_GRADIENT, int_range=integer.logical_not)
 _unary("nop", lambda x, a: x, "Identity; may be removed by the compiler.", backward=_pass_bw,
        int_range=integer.moves)
 _unary("buffer", lambda x, a: x,

@@ -129,6 +129,29 @@ def comparison(kind: str) -> IntRangeFn:
     return rule
 
 
+def _truth(r: Optional[IntRange]) -> Optional[bool]:
+    """True (False) where a range holds only non-zero values (only zero): a decided 0/1 condition; else None."""
+    if r is None:
+        return None
+    if r == (0.0, 0.0):
+        return False
+    return True if r[0] > 0 or r[1] < 0 else None
+
+
+def logical_and(ranges, shapes, attrs) -> IntRange:
+    """``a and b``: 0 where either side is decided false, 1 where both are decided true (see :func:`comparison`)."""
+    a, b = _truth(ranges[0]), _truth(ranges[1])
+    return (0.0, 0.0) if a is False or b is False else (1.0, 1.0) if a and b else ZERO_ONE
+
+
+def logical_not(ranges, shapes, attrs) -> IntRange:
+    a = _truth(ranges[0])
+    return ZERO_ONE if a is None else (0.0, 0.0) if a else (1.0, 1.0)
+
+
+logical_and.decides_booleans = logical_not.decides_booleans = True
+
+
 def moves(ranges, shapes, attrs) -> Optional[IntRange]:
     """Data movement and selection (reshape, concat, max, nop...): the result holds operand values only."""
     return hull(*ranges)
@@ -316,9 +339,9 @@ def leaf_range(graph, node) -> Optional[IntRange]:
     known to be integers."""
     from pybuda.ir.graph import CONSTANT, INPUT
 
-    if node.dtype == torch.bool:
+    if node.dtype == torch.bool and not (node.kind == CONSTANT and node.name in graph.tensors):
         return ZERO_ONE
-    if node.kind == CONSTANT and node.name in graph.tensors:
+    if node.kind == CONSTANT and node.name in graph.tensors:  # a boolean one too: all False is (0, 0)
         t = graph.tensors[node.name]
         if not t.numel():
             return None

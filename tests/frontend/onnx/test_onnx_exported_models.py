@@ -243,3 +243,50 @@ def test_an_empty_slice_joined_by_a_concat_stays_on_the_device():
     cap = import_model(model, x)
     assert not cap.report.has_fallback, str(cap.report)
     np.testing.assert_array_equal(cap.run(x)[0].numpy(), -x)
+
+
+def _beam_step_model():
+    """A beam search step as torch.onnx.export writes it: TopK over the flat beam x vocab scores, the beam by torch's
+    floor division (integer Div, truncating, with Mod / Less / Xor / Not / And / Where fixing negative quotients),
+    the token by Mod, the surviving beams' states by GatherElements along axis 1."""
+    beams, vocab, d = 3, 11, 8
+    i64 = lambda name, v: onnx.numpy_helper.from_array(np.array(v, np.int64), name)  # noqa: E731
+    nodes = [
+        helper.make_node("Flatten", ["scores"], ["flat"], axis=1),
+        helper.make_node("TopK", ["flat", "k"], ["top", "idx"], axis=-1),
+        helper.make_node("Div", ["idx", "vocab"], ["q"]),
+        helper.make_node("Less", ["idx", "zero"], ["neg_x"]),
+        helper.make_node("Xor", ["neg_x", "neg_d"], ["signs"]),
+        helper.make_node("Mod", ["idx", "vocab"], ["rest"], fmod=0),
+        helper.make_node("Equal", ["rest", "zero"], ["exact"]),
+        helper.make_node("Not", ["exact"], ["inexact"]),
+        helper.make_node("And", ["signs", "inexact"], ["fix"]),
+        helper.make_node("Sub", ["q", "one"], ["q1"]),
+        helper.make_node("Where", ["fix", "q1", "q"], ["beam"]),
+        helper.make_node("Mod", ["idx", "vocab"], ["token"], fmod=0),
+        helper.make_node("Unsqueeze", ["beam", "last"], ["beam3"]),
+        helper.make_node("Expand", ["beam3", "state_shape"], ["beam_idx"]),
+        helper.make_node("GatherElements", ["h", "beam_idx"], ["states"], axis=1),
+        helper.make_node("Cast", ["token"], ["token_f"], to=TensorProto.FLOAT),
+    ]
+    inits = [i64("k", [beams]), i64("vocab", vocab), i64("zero", 0), i64("one", 1), i64("last", [2]),
+             i64("state_shape", [2, beams, d]),
+             onnx.numpy_helper.from_array(np.array(False), "neg_d")]
+    model = _model(nodes, [helper.make_tensor_value_info("scores", TensorProto.FLOAT, [2, beams, vocab]),
+                           helper.make_tensor_value_info("h", TensorProto.FLOAT, [2, beams, d])],
+                   [helper.make_tensor_value_info("top", TensorProto.FLOAT, [2, beams]),
+                    helper.make_tensor_value_info("token_f", TensorProto.FLOAT, [2, beams]),
+                    helper.make_tensor_value_info("states", TensorProto.FLOAT, [2, beams, d])], inits)
+    return model
+
+
+def test_a_beam_search_step_runs_on_the_device():
+    # The integer Div and Mod by constants are counts of reached multiples, the Where's condition is decided by the
+    # ranges (a TopK index is never negative), so GatherElements along axis 1 reads indices proven in range.
+    model = _beam_step_model()
+    g = np.random.default_rng(3)
+    scores, h = g.standard_normal((2, 3, 11)).astype(np.float32), g.standard_normal((2, 3, 8)).astype(np.float32)
+    cap = import_model(model, scores, h)
+    assert not cap.report.has_fallback, str(cap.report)
+    for got, want in zip(cap.run(scores, h), ort_run(model, [scores, h])):
+        assert_close(got.numpy(), want)

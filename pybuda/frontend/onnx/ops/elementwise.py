@@ -21,9 +21,20 @@ _BINARY = {"Add": "add", "Sub": "subtract", "Mul": "multiply", "Div": "divide"}
 @converts(*_BINARY)
 def _binary(ctx: NodeCtx):
     dt = ctx.out_dtype()
-    if ctx.op_type == "Div" and not dt.is_floating_point:
-        raise Unsupported("integer division (ONNX truncates)")
+    if ctx.op_type == "Div" and not dt.is_floating_point:  # ONNX truncates: by a constant, of a proven range
+        from pybuda.frontend.aten_eltwise import _integer_quotient
+
+        return _integer_quotient(ctx.b, ctx.value(0), ctx.value(1), "trunc", dt)
     return ctx.b.binary(_BINARY[ctx.op_type], ctx.x(0), ctx.x(1), dt)
+
+
+@converts("Mod")
+def _mod(ctx: NodeCtx):
+    """Integer ``Mod`` by a positive constant (``fmod`` 0: the divisor's sign, Python's ``%``; 1: the dividend's), of a
+    proven range (the torch frontend's remainder); float ``Mod`` runs on the CPU."""
+    from pybuda.frontend.aten_eltwise import integer_remainder
+
+    return integer_remainder(ctx.b, ctx.value(0), ctx.value(1), bool(ctx.attr("fmod", 0)))
 
 
 @converts("Pow")

@@ -173,12 +173,20 @@ PUSHED_GATHER_ELEMENTS_MAX = 2048
 
 
 def _gather_elements_pushed(ctx: NodeCtx, shape: Sequence[int], axis: int) -> str:
-    """Indices computed at run time, along the input's last axis: each index picks its one-hot row of an identity
-    (a gather by the pushed indices, which wraps negative ones as ONNX does and is checked against the axis at
-    push time), the input times those rows, summed over the axis."""
+    """Indices computed at run time: proven within the axis by the graph, torch's gather along any axis; else along
+    the input's last axis, each index picks its one-hot row of an identity (a gather by the pushed indices, which
+    wraps negative ones as ONNX does and is checked against the axis at push time), the input times those rows,
+    summed over the axis."""
+    from pybuda.frontend.aten_index import _proven_in_range, _runtime_index_gather
+
     b = ctx.b
     ish, rank, dt = tuple(ctx.shape(1)), len(shape), ctx.out_dtype()
     size = shape[axis]
+    index = ctx.value(1)
+    if dt.is_floating_point and _proven_in_range(b, index, size) is not None:
+        # Indices the graph proves within [0, size) (a TopK's, an ArgMax's) along any axis: torch's gather, a batched
+        # one-hot matmul (no negative index to wrap, nothing for the host to check).
+        return _runtime_index_gather(b, ctx.x(0), index, axis)
     if axis != rank - 1 or not dt.is_floating_point or size > PUSHED_GATHER_ELEMENTS_MAX or not math.prod(ish):
         raise Unsupported(f"GatherElements with indices computed at run time (the device takes them along the last "
                           f"axis of float data of at most {PUSHED_GATHER_ELEMENTS_MAX})")
