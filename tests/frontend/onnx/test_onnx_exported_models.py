@@ -290,3 +290,28 @@ def test_a_beam_search_step_runs_on_the_device():
     assert not cap.report.has_fallback, str(cap.report)
     for got, want in zip(cap.run(scores, h), ort_run(model, [scores, h])):
         assert_close(got.numpy(), want)
+
+
+@pytest.mark.parametrize("direction,layout,before", [("bidirectional", 0, 1), ("reverse", 1, 0), ("forward", 0, 0)])
+def test_gru_is_unrolled_on_the_device(direction, layout, before):
+    # nn.GRU exports as one GRU node (linear_before_reset 1), which ran on the host, as LSTM did.
+    rng = np.random.default_rng(6)
+    seq, batch, feat, hid = 4, 2, 6, 5
+    dirs = 2 if direction == "bidirectional" else 1
+    x_shape = [batch, seq, feat] if layout else [seq, batch, feat]
+    s_shape = [batch, dirs, hid] if layout else [dirs, batch, hid]
+    y_shape = [batch, seq, dirs, hid] if layout else [seq, dirs, batch, hid]
+    inits = [onnx.numpy_helper.from_array((0.4 * rng.standard_normal(s)).astype(np.float32), n)
+             for n, s in (("W", (dirs, 3 * hid, feat)), ("R", (dirs, 3 * hid, hid)), ("B", (dirs, 6 * hid)))]
+    node = helper.make_node("GRU", ["x", "W", "R", "B", "", "h0"], ["y", "yh"], hidden_size=hid,
+                            direction=direction, layout=layout, linear_before_reset=before)
+    model = _model([node], [helper.make_tensor_value_info(n, TensorProto.FLOAT, s)
+                            for n, s in (("x", x_shape), ("h0", s_shape))],
+                   [helper.make_tensor_value_info("y", TensorProto.FLOAT, y_shape),
+                    helper.make_tensor_value_info("yh", TensorProto.FLOAT, s_shape)], inits)
+    feeds = [rng.standard_normal(s).astype(np.float32) for s in (x_shape, s_shape)]
+    gots, report = _on_device(model, *feeds)
+    assert not report.has_fallback, str(report)
+    wants = (ReferenceEvaluator(model).run(None, dict(zip(["x", "h0"], feeds))) if layout else ort_run(model, feeds))
+    for got, want in zip(gots, wants):
+        assert_close(got, want, rtol=1e-3, atol=1e-3)
