@@ -109,18 +109,10 @@ _binary("minimum", torch.minimum, "Elementwise min(a, b).", backward=_extremum_b
 _binary("heaviside", torch.heaviside, "Heaviside step of a: 0 where a < 0, 1 where a > 0, b where a == 0.",
         lower="heaviside", backward=NO_GRADIENT, int_range=integer.heaviside)  # a step: zero gradient almost everywhere
 _binary("power", torch.pow, "Elementwise a ** b.", backward=_power_bw)
-_binary("equal", torch.eq, "1 where a == b else 0, in the operands' dtype.", backward=NO_GRADIENT,
-        int_range=integer.comparison("equal"))
-_binary("not_equal", torch.ne, "1 where a != b else 0, in the operands' dtype.", backward=NO_GRADIENT,
-        int_range=integer.comparison("not_equal"))
-_binary("greater", torch.gt, "1 where a > b else 0, in the operands' dtype.", backward=NO_GRADIENT,
-        int_range=integer.comparison("greater"))
-_binary("less", torch.lt, "1 where a < b else 0, in the operands' dtype.", backward=NO_GRADIENT,
-        int_range=integer.comparison("less"))
-_binary("greater_equal", torch.ge, "1 where a >= b else 0, in the operands' dtype.", backward=NO_GRADIENT,
-        int_range=integer.comparison("greater_equal"))
-_binary("less_equal", torch.le, "1 where a <= b else 0, in the operands' dtype.", backward=NO_GRADIENT,
-        int_range=integer.comparison("less_equal"))
+for _name, _fn, _sym in (("equal", torch.eq, "=="), ("not_equal", torch.ne, "!="), ("greater", torch.gt, ">"),
+                         ("less", torch.lt, "<"), ("greater_equal", torch.ge, ">="), ("less_equal", torch.le, "<=")):
+    _binary(_name, _fn, f"1 where a {_sym} b else 0, in the operands' dtype.", backward=NO_GRADIENT,
+            int_range=integer.comparison(_name))
 _binary("logical_and", torch.logical_and, "1 where a != 0 and b != 0 else 0, in the operands' dtype.",
         backward=NO_GRADIENT, int_range=integer.logical_and)
 

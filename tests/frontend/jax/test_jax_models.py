@@ -263,8 +263,8 @@ class ScannedLayers(nn.Module):
         return stack()(x, None)[0]
 
 
-def _no_fallback_on_tt(name, model, variables, x):
-    """``model`` wholly on a Float32 TTDevice, matching JAX (returns nothing; asserts)."""
+def _matches_on_tt(name, model, variables, x):
+    """``model`` on a Float32 TTDevice matches JAX; returns the TTDevice (to ask where it ran)."""
     module = pybuda.JaxModule(name, model, variables)
     want = list(module.forward(x))
     pybuda.set_configuration_options(default_df_override=pybuda.DataFormat.Float32,
@@ -272,9 +272,14 @@ def _no_fallback_on_tt(name, model, variables, x):
     tt = pybuda.TTDevice("tt0", module=module, arch=pybuda.BackendDevice.Wormhole_B0)
     tt.push_to_inputs(torch.from_numpy(x))
     got = [o.value().float() for o in pybuda.run_inference().get(timeout=300)]
-    assert tt.cpu_fallback_device_pre is None and tt.cpu_fallback_device_post is None
     assert_matches(got, want, atol=DEVICE_ATOL, rtol=DEVICE_RTOL)
     return tt
+
+
+def _no_fallback_on_tt(name, model, variables, x):
+    """``model`` wholly on a Float32 TTDevice, matching JAX."""
+    tt = _matches_on_tt(name, model, variables, x)
+    assert tt.cpu_fallback_device_pre is None and tt.cpu_fallback_device_post is None
 
 
 @pytest.mark.parametrize("model,shape", [(GRUOverTime(), (2, 6, 5)), (ScannedLayers(), (2, 4, 8))],
@@ -292,15 +297,7 @@ def test_a_scan_too_long_to_unroll_runs_on_the_host_before_the_device(monkeypatc
     monkeypatch.setattr(sys.modules["pybuda.frontend.jax.capture"], "MAX_SCAN_STEPS", 4)
     x = np.random.default_rng(1).standard_normal((2, 6, 5)).astype(np.float32)
     model = GRUOverTime()
-    module = pybuda.JaxModule("long_rnn", model, model.init(jax.random.PRNGKey(0), x))
-    want = list(module.forward(x))
-    pybuda.set_configuration_options(default_df_override=pybuda.DataFormat.Float32,
-                                     default_math_fidelity=pybuda.MathFidelity.HiFi4)
-    tt = pybuda.TTDevice("tt0", module=module, arch=pybuda.BackendDevice.Wormhole_B0)
-    tt.push_to_inputs(torch.from_numpy(x))
-    got = [o.value().float() for o in pybuda.run_inference().get(timeout=300)]
-    assert tt.cpu_fallback_device_pre is not None
-    assert_matches(got, want, atol=DEVICE_ATOL, rtol=DEVICE_RTOL)
+    assert _matches_on_tt("long_rnn", model, model.init(jax.random.PRNGKey(0), x), x).cpu_fallback_device_pre is not None
 
 
 class TopKReadout(nn.Module):

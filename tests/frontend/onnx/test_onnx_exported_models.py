@@ -149,29 +149,7 @@ def test_gather_nd_by_constant_indices_runs_on_the_device(indices):
 def test_lstm_is_unrolled_on_the_device(direction, layout):
     # nn.LSTM exports as one LSTM node, which ran on the host (75% of lstm_2layer's ops); the torch frontend
     # runs the same model on the device (torch.export unrolls it). Initial states are run-time inputs here.
-    rng = np.random.default_rng(5)
-    seq, batch, feat, hid = 4, 2, 6, 5
-    dirs = 2 if direction == "bidirectional" else 1
-    x_shape = [batch, seq, feat] if layout else [seq, batch, feat]
-    s_shape = [batch, dirs, hid] if layout else [dirs, batch, hid]
-    y_shape = [batch, seq, dirs, hid] if layout else [seq, dirs, batch, hid]
-    inits = [onnx.numpy_helper.from_array((0.4 * rng.standard_normal(s)).astype(np.float32), n)
-             for n, s in (("W", (dirs, 4 * hid, feat)), ("R", (dirs, 4 * hid, hid)), ("B", (dirs, 8 * hid)))]
-    node = helper.make_node("LSTM", ["x", "W", "R", "B", "", "h0", "c0"], ["y", "yh", "yc"], hidden_size=hid,
-                            direction=direction, layout=layout)
-    model = _model([node], [helper.make_tensor_value_info(n, TensorProto.FLOAT, s)
-                            for n, s in (("x", x_shape), ("h0", s_shape), ("c0", s_shape))],
-                   [helper.make_tensor_value_info("y", TensorProto.FLOAT, y_shape),
-                    helper.make_tensor_value_info("yh", TensorProto.FLOAT, s_shape),
-                    helper.make_tensor_value_info("yc", TensorProto.FLOAT, s_shape)], inits)
-    feeds = [rng.standard_normal(s).astype(np.float32) for s in (x_shape, s_shape, s_shape)]
-    gots, report = _on_device(model, *feeds)
-    assert not report.has_fallback, str(report)
-    # ONNX Runtime has no batch-first (layout=1) LSTM: onnx.reference is the reference there.
-    wants = (ReferenceEvaluator(model).run(None, dict(zip(["x", "h0", "c0"], feeds))) if layout
-             else ort_run(model, feeds))
-    for got, want in zip(gots, wants):
-        assert_close(got, want, rtol=1e-3, atol=1e-3)
+    _recurrent_node_on_the_device("LSTM", 4, ["h0", "c0"], direction=direction, layout=layout)
 
 
 @pytest.mark.parametrize("dtype,indices", [(np.float32, [[0, 1], [2, 3], [-1, 0]]), (np.int64, [[1], [0]])])
@@ -295,23 +273,31 @@ def test_a_beam_search_step_runs_on_the_device():
 @pytest.mark.parametrize("direction,layout,before", [("bidirectional", 0, 1), ("reverse", 1, 0), ("forward", 0, 0)])
 def test_gru_is_unrolled_on_the_device(direction, layout, before):
     # nn.GRU exports as one GRU node (linear_before_reset 1), which ran on the host, as LSTM did.
-    rng = np.random.default_rng(6)
+    _recurrent_node_on_the_device("GRU", 3, ["h0"], direction=direction, layout=layout, linear_before_reset=before)
+
+
+def _recurrent_node_on_the_device(op, gates, states, **attrs):
+    """One ``op`` node (LSTM / GRU, ``gates`` per direction) with constant weights and run-time initial ``states``
+    runs wholly on the device and matches ONNX Runtime (onnx.reference for batch-first, which ORT lacks)."""
+    rng = np.random.default_rng(5)
     seq, batch, feat, hid = 4, 2, 6, 5
-    dirs = 2 if direction == "bidirectional" else 1
+    dirs, layout = (2 if attrs["direction"] == "bidirectional" else 1), attrs["layout"]
     x_shape = [batch, seq, feat] if layout else [seq, batch, feat]
     s_shape = [batch, dirs, hid] if layout else [dirs, batch, hid]
     y_shape = [batch, seq, dirs, hid] if layout else [seq, dirs, batch, hid]
     inits = [onnx.numpy_helper.from_array((0.4 * rng.standard_normal(s)).astype(np.float32), n)
-             for n, s in (("W", (dirs, 3 * hid, feat)), ("R", (dirs, 3 * hid, hid)), ("B", (dirs, 6 * hid)))]
-    node = helper.make_node("GRU", ["x", "W", "R", "B", "", "h0"], ["y", "yh"], hidden_size=hid,
-                            direction=direction, layout=layout, linear_before_reset=before)
-    model = _model([node], [helper.make_tensor_value_info(n, TensorProto.FLOAT, s)
-                            for n, s in (("x", x_shape), ("h0", s_shape))],
-                   [helper.make_tensor_value_info("y", TensorProto.FLOAT, y_shape),
-                    helper.make_tensor_value_info("yh", TensorProto.FLOAT, s_shape)], inits)
-    feeds = [rng.standard_normal(s).astype(np.float32) for s in (x_shape, s_shape)]
+             for n, s in (("W", (dirs, gates * hid, feat)), ("R", (dirs, gates * hid, hid)), ("B", (dirs, 2 * gates * hid)))]
+    outs = ["y"] + [f"y{s[0]}" for s in states]
+    node = helper.make_node(op, ["x", "W", "R", "B", ""] + states, outs, hidden_size=hid, **attrs)
+    model = _model([node], [helper.make_tensor_value_info(n, TensorProto.FLOAT, x_shape if n == "x" else s_shape)
+                            for n in ["x"] + states],
+                   [helper.make_tensor_value_info(n, TensorProto.FLOAT, y_shape if n == "y" else s_shape) for n in outs],
+                   inits)
+    feeds = [rng.standard_normal(x_shape).astype(np.float32)] + [rng.standard_normal(s_shape).astype(np.float32)
+                                                                 for _ in states]
     gots, report = _on_device(model, *feeds)
     assert not report.has_fallback, str(report)
-    wants = (ReferenceEvaluator(model).run(None, dict(zip(["x", "h0"], feeds))) if layout else ort_run(model, feeds))
+    wants = (ReferenceEvaluator(model).run(None, dict(zip(["x"] + states, feeds))) if layout
+             else ort_run(model, feeds))
     for got, want in zip(gots, wants):
         assert_close(got, want, rtol=1e-3, atol=1e-3)
