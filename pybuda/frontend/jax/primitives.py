@@ -928,8 +928,9 @@ def _take_along_axis(eqn) -> "int | None":
 
 def _gather_along(b: Builder, eqn, args, axis: int) -> str:
     """``jnp.take_along_axis(x, idx, axis)``: the torch frontend's ``gather`` (indices known at capture time, or
-    proven in range at run time: a top-k's or argsort's, or pushed ones the host checks). JAX clips an index out
-    of range where torch raises: only proven or checked indices run on the device."""
+    proven in range at run time: a top-k's or argsort's, or pushed ones the host checks). JAX fills the result at an
+    index out of range (NaN, after wrapping negative ones) where torch raises: only indices known or proven within
+    the axis run on the device; the others stay on the host, which computes JAX's fill."""
     from pybuda.frontend.aten_index import _const_index_gather, _known_value, _runtime_index_gather
 
     x = tensor_of(b, eqn, args, 0)
@@ -937,7 +938,10 @@ def _gather_along(b: Builder, eqn, args, axis: int) -> str:
     known = _known_value(b, index)
     out = None
     if known is not None:
-        out = _const_index_gather(b, x, known.to(torch.int64).clamp(0, in_shape(eqn, 0)[axis] - 1), axis, "take_along")
+        known = known.to(torch.int64)
+        if known.numel() and (int(known.min()) < 0 or int(known.max()) >= in_shape(eqn, 0)[axis]):
+            raise Unsupported("take_along_axis at indices outside the axis (JAX fills those)")
+        out = _const_index_gather(b, x, known, axis, "take_along")
     elif not b.dtype(index).is_floating_point:
         out = _runtime_index_gather(b, x, index, axis)
     if out is None:

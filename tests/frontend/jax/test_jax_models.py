@@ -359,3 +359,16 @@ def test_a_complex_op_without_a_device_form_takes_its_complex_neighbours_to_the_
     want = list(module.forward(x))
     got = [g.float() for g in run_on_tt(module, torch.from_numpy(x))]
     assert_matches(got, want, atol=DEVICE_ATOL, rtol=DEVICE_RTOL)
+
+
+def test_take_along_axis_at_a_constant_index_outside_the_axis_stays_on_the_host():
+    # JAX fills the result there (NaN); a clamped device gather had returned the last element instead.
+    from pybuda.frontend.jax import capture
+
+    idx = jnp.array([[0, 7], [1, 4]])
+    fn = lambda x: jnp.take_along_axis(x, idx, axis=-1) * 2.0  # noqa: E731
+    x = np.arange(10, dtype=np.float32).reshape(2, 5)
+    result = capture(fn, (x,), for_device=True)
+    assert "outside the axis" in str(result.report)
+    got = result.run(x)[0]
+    assert torch.isnan(got[0, 1]) and torch.equal(got[1], torch.tensor([12.0, 18.0]))
