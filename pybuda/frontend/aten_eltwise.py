@@ -41,7 +41,7 @@ def _mul(b: Builder, n, p):
 @converts("div", "true_divide")
 def _div(b: Builder, n, p):
     if p.get("rounding_mode") is not None:
-        return _integer_quotient(b, p["self"], p["other"], p["rounding_mode"], out_dtype(n))
+        return integer_quotient(b, p["self"], p["other"], p["rounding_mode"], out_dtype(n))
     x, y = p["self"], p["other"]
     dt = out_dtype(n)
     if _is_number(y) and dt.is_floating_point and y != 0:
@@ -52,7 +52,7 @@ def _div(b: Builder, n, p):
 
 @converts("floor_divide")
 def _floor_divide(b: Builder, n, p):
-    return _integer_quotient(b, p["self"], p["other"], "floor", out_dtype(n))
+    return integer_quotient(b, p["self"], p["other"], "floor", out_dtype(n))
 
 
 #: Most quotient values an integer division may take: one comparison per value past the smallest.
@@ -61,7 +61,7 @@ MAX_QUOTIENT_VALUES = 2048
 MAX_QUOTIENT_COMPARISONS = 1 << 22
 
 
-def _integer_quotient(b: Builder, x: Any, d: Any, mode: str, dt: torch.dtype) -> str:
+def integer_quotient(b: Builder, x: Any, d: Any, mode: str, dt: torch.dtype) -> str:
     """``x // d`` (``mode`` "floor", or "trunc": toward zero) of integers ``x`` by a constant ``d > 0``, where
     ``x``'s proven integer range (:mod:`pybuda.ops.integer`) bounds the quotient to a few values: the smallest
     plus the count of the multiples of ``d`` above it that ``x`` reaches, one comparison each, summed (exact:
@@ -535,7 +535,7 @@ def integer_remainder(b: Builder, x: Any, d: Any, fmod: bool) -> str:
     """An integer ``x % d`` (``fmod``: the sign of ``x``, else of ``d``) by a constant ``d > 0`` of proven integer
     range: ``x`` itself within ``[0, d)`` (``(-d, d)`` for fmod), ``x + d`` where negative within ``[-d, d)``
     (``take_along_dim`` wraps indices that argsort proved in range), else ``x - d·(x // d)``
-    (:func:`_integer_quotient`; fmod of values of one sign), clamped to where it lies. Remainders of float data run
+    (:func:`integer_quotient`; fmod of values of one sign), clamped to where it lies. Remainders of float data run
     on the CPU. Shared by the torch and ONNX (``Mod``) frontends."""
     from pybuda.ops.integer import integer_range
 
@@ -553,7 +553,7 @@ def integer_remainder(b: Builder, x: Any, d: Any, fmod: bool) -> str:
         # x - d·q with q the quotient toward -inf (remainder) or toward zero (fmod), both exact integers; the
         # result is then clamped to where it lies, a no-op on the values that tells the range analysis so (a
         # column index used for a gather must be proven within its dim).
-        q = _integer_quotient(b, x, d, "trunc" if fmod else "floor", dt)
+        q = integer_quotient(b, x, d, "trunc" if fmod else "floor", dt)
         rest = b.binary("subtract", x, b.binary("multiply", q, d, dt), dt)
         low, high = (0, d - 1) if not fmod or r[0] >= 0 else (1 - d, 0)
         return b.binary("minimum", b.binary("maximum", rest, low, dt), high, dt)

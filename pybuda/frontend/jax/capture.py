@@ -43,14 +43,11 @@ STAGE = "GENERATE_INITIAL_GRAPH"
 INLINED = ("pjit", "jit", "closed_call", "core_call", "custom_jvp_call", "custom_vjp_call",
            "custom_vjp_call_jaxpr", "remat", "checkpoint", "remat2", "custom_lin")
 _SUBJAXPR_KEYS = ("jaxpr", "call_jaxpr", "fun_jaxpr")
-#: Primitives with a sub-jaxpr that are loops, not calls: never inlined (their body runs many times). A ``scan``
-#: of at most :data:`MAX_SCAN_STEPS` steps is unrolled instead (:meth:`_Mapper._unroll_scan`).
+#: Primitives with a sub-jaxpr that are loops, not calls: never inlined (their body runs many times). A short
+#: ``scan`` is unrolled instead (:func:`pybuda.frontend.jax.scan.unroll_scan`).
 _LOOPS = ("scan", "for", "while", "cond")
-#: Primitives whose converters read complex pairs themselves (the others go through ``primitives.complex_eqn``).
+#: Primitives whose converters read complex pairs themselves (the others go through ``complex_values.complex_eqn``).
 COMPLEX_AWARE = ("fft", "real", "imag", "convert_element_type")
-#: Longest ``lax.scan`` unrolled into the graph (Flax ``nn.RNN`` over a sequence, ``nn.scan``'ed layers); a longer
-#: one, or one whose body has an equation the device cannot run, is one unsupported equation.
-MAX_SCAN_STEPS = 256
 
 
 def _jax():
@@ -639,13 +636,17 @@ class _Mapper:
         try:
             value = _fix_shape(self.b, conv(self.b, eqn, args), eqn.outvars[0].aval)
         except Unsupported:
-            for name in list(self.b.graph.nodes)[mark:]:  # drop what the attempt emitted
-                self.b.graph.nodes.pop(name)
-                self.b.graph.tensors.pop(name, None)
+            self.drop_nodes_since(mark)
             return False
         self.counts[eqn.params["name"]] = self.counts.get(eqn.params["name"], 0) + 1
         env[eqn.outvars[0]] = value
         return True
+
+    def drop_nodes_since(self, mark: int) -> None:
+        """Remove the graph nodes emitted after the first ``mark`` (an attempt that turned out unsupported)."""
+        for name in list(self.b.graph.nodes)[mark:]:
+            self.b.graph.nodes.pop(name)
+            self.b.graph.tensors.pop(name, None)
 
     def run_eqn(self, eqn: Any, env: Dict[Any, Any]) -> None:
         prim = eqn.primitive.name
@@ -656,8 +657,11 @@ class _Mapper:
         conv = self.converters.get(prim)
         if conv is None and prim in ("jit", "pjit") and self._call(eqn, env):
             return
-        if prim == "scan" and self._unroll_scan(eqn, env):
-            return
+        if prim == "scan":
+            from pybuda.frontend.jax.scan import unroll_scan
+
+            if unroll_scan(self, eqn, env):
+                return
         if conv is None and self._inline(eqn, env):
             return
         self.counts[prim] = self.counts.get(prim, 0) + 1
@@ -673,7 +677,7 @@ class _Mapper:
         before = len(b.graph.nodes)
         try:
             if any(isinstance(a, (Complex, complex)) for a in args) and prim not in COMPLEX_AWARE:
-                from pybuda.frontend.jax.primitives import complex_eqn
+                from pybuda.frontend.jax.complex_values import complex_eqn
 
                 result = complex_eqn(b, eqn, args, conv)
             else:
@@ -742,71 +746,6 @@ class _Mapper:
                 env[var] = HostValue(value)
             else:
                 env[var] = Const(to_torch(value), f"{stack + '.' if stack else ''}{prim}_folded_{i}")
-
-    def _unroll_scan(self, eqn: Any, env: Dict[Any, Any]) -> bool:
-        """``lax.scan`` of a static length (``params``: num_consts, num_carry, length, reverse) as its body run once
-        per step: step i reads the consts, the carry and slice i of each scanned input, and its outputs are the next
-        carry and slice i of each stacked output. False (nothing emitted) when it is longer than
-        :data:`MAX_SCAN_STEPS` or its body has an equation that cannot be mapped; the scan is then unsupported as a
-        whole (a loop cannot be split between the host and the device)."""
-        params = eqn.params
-        length = int(params["length"])
-        if length < 1 or length > MAX_SCAN_STEPS:
-            return False
-        closed = params["jaxpr"]
-        inner = closed.jaxpr if hasattr(closed, "jaxpr") else closed
-        n_consts, n_carry = int(params["num_consts"]), int(params["num_carry"])
-        b = self.b
-        marks = (len(b.graph.nodes), len(self.unsupported), dict(self.counts))
-        args = [self.read(env, v) for v in eqn.invars]
-        consts, carry, xs = args[:n_consts], args[n_consts:n_consts + n_carry], args[n_consts + n_carry:]
-        steps: List[List[Any]] = [[] for _ in inner.outvars[n_carry:]]
-        order = range(length - 1, -1, -1) if params.get("reverse") else range(length)
-        try:
-            for i in order:
-                sub_env: Dict[Any, Any] = {}
-                for k, (var, value) in enumerate(zip(inner.constvars, getattr(closed, "consts", []) or [])):
-                    sub_env[var] = Const(to_torch(value), f"scan_const_{k}")
-                slices = [self._step_of(x, i, var.aval) for x, var in zip(xs, inner.invars[n_consts + n_carry:])]
-                for var, value in zip(inner.invars, consts + carry + slices):
-                    sub_env[var] = value
-                self.run_jaxpr(inner, sub_env)
-                outs = [self.read(sub_env, v) for v in inner.outvars]
-                carry = outs[:n_carry]
-                for k, y in enumerate(outs[n_carry:]):
-                    steps[k].append(y)
-                if len(self.unsupported) > marks[1]:
-                    raise Unsupported("its body has an unsupported equation")
-            stacked = [self._stacked(ys[::-1] if params.get("reverse") else ys, var.aval)
-                       for ys, var in zip(steps, eqn.outvars[n_carry:])]
-        except Unsupported:
-            for name in list(b.graph.nodes)[marks[0]:]:  # drop what the attempt emitted
-                b.graph.nodes.pop(name)
-                b.graph.tensors.pop(name, None)
-            del self.unsupported[marks[1]:]
-            self.counts = marks[2]
-            return False
-        self.counts["scan"] = self.counts.get("scan", 0) + 1
-        for var, value in zip(eqn.outvars, carry + stacked):
-            env[var] = _fix_shape(b, value, var.aval) if isinstance(value, str) else value
-        return True
-
-    def _step_of(self, x: Any, i: int, aval: Any) -> Any:
-        """Slice ``i`` along the leading axis of a scanned input (shape ``aval``)."""
-        if isinstance(x, Const):
-            return Const(x.value[i], f"{x.name}_{i}")
-        if not isinstance(x, str):
-            raise Unsupported("a scanned input that is not an array")
-        return _fix_shape(self.b, self.b.op("index", [x], dim=0, start=i, stop=i + 1, stride=1), aval)
-
-    def _stacked(self, ys: List[Any], aval: Any) -> Any:
-        """The per-step values ``ys`` of one scanned output, stacked along a new leading axis (shape ``aval``)."""
-        if all(isinstance(y, Const) for y in ys):
-            return Const(torch.stack([y.value for y in ys]), "scan_stacked")
-        dtype = torch_dtype(aval.dtype)
-        names = [self.b.tensor(y, dtype) for y in ys]
-        stacked = self.b.op("unsqueeze", names, dim=0) if len(names) == 1 else self.b.op("stack", names, axis=0)
-        return _fix_shape(self.b, stacked, aval)
 
     def _fail(self, eqn: Any, reason: str) -> None:
         self.unsupported.append((eqn.primitive.name, source_location(eqn), reason))

@@ -153,7 +153,7 @@ def _is_complex(var: Any) -> bool:
 def _complex_crossings(eqns: Sequence[Any], stage: Mapping[int, str], producer: Mapping[Any, int],
                        users: Mapping[int, Set[int]]) -> Dict[int, str]:
     """Device equations that would pass a complex value to or from the host, with the reason each joins it: the
-    device holds a complex value as two real tensors (``primitives.complex_eqn``), which a stage boundary cannot
+    device holds a complex value as two real tensors (``complex_values.complex_eqn``), which a stage boundary cannot
     carry (the torch frontend's ``fallback.complex_crossings``)."""
     from pybuda.frontend.fallback import DEVICE
 

@@ -4,84 +4,25 @@
 values, or Python scalars (rank-0 literals). A converter returns one value per output variable; the
 capture driver reshapes/casts it to the output's aval and raises ``Unsupported`` into the
 UnsupportedOpError report. Call-like primitives (jit, custom_jvp_call, ...) are inlined by the driver and
-have no entry here.
+have no entry here. The registry and the operand helpers are :mod:`pybuda.frontend.jax.converting`; converters of
+complex values are :mod:`pybuda.frontend.jax.complex_values`, scans :mod:`pybuda.frontend.jax.scan`.
 """
 
 from __future__ import annotations
 
 import math
-from typing import Any, Callable, Dict, List, Sequence, Tuple
+from typing import Any, Dict, Sequence, Tuple
 
-import numpy as np
 import torch
 
-from pybuda.frontend.converters import registrar
-from pybuda.ops.common import transpositions
 from pybuda.frontend.aten_builder import Builder, Complex, Const, Unsupported, _reduce_max_or_min
 from pybuda.frontend.aten_scatter import index_put_of
 from pybuda.frontend.aten_products import product_along, running_product
 from pybuda.frontend.aten_index import const_gather
-from pybuda.frontend.jax.capture import torch_dtype
-
-Converter = Callable[[Builder, Any, List[Any]], Any]
-CONVERTERS: Dict[str, Converter] = {}
-#: ``@converts("add", ...)`` registers a converter for lax primitives.
-converts = registrar(CONVERTERS, "lax primitive")
-
-
-# --- helpers ------------------------------------------------------------------------------------------
-def out_shape(eqn: Any, i: int = 0) -> Tuple[int, ...]:
-    """Static shape of output ``i``."""
-    return tuple(int(d) for d in eqn.outvars[i].aval.shape)
-
-
-def out_dtype(eqn: Any, i: int = 0) -> torch.dtype:
-    """torch dtype of output ``i``."""
-    return torch_dtype(eqn.outvars[i].aval.dtype)
-
-
-def in_shape(eqn: Any, i: int) -> Tuple[int, ...]:
-    return tuple(int(d) for d in eqn.invars[i].aval.shape)
-
-
-def in_dtype(eqn: Any, i: int) -> torch.dtype:
-    return torch_dtype(eqn.invars[i].aval.dtype)
-
-
-def _is_number(v: Any) -> bool:
-    return isinstance(v, (bool, int, float))
-
-
-def tensor_of(b: Builder, eqn: Any, args: Sequence[Any], i: int, dtype: torch.dtype = None) -> str:
-    """Operand ``i`` as a graph node with its aval's shape (scalar literals become full constants)."""
-    v = args[i]
-    shape = in_shape(eqn, i)
-    dt = dtype or in_dtype(eqn, i)
-    if _is_number(v):
-        return b.const(torch.full(shape, v, dtype=dt), "literal")
-    name = b.tensor(v, dt)
-    if b.shape(name) != shape:
-        name = b.reshape(name, shape)
-    return name
-
-
-def constant_value(b: Builder, v: Any) -> torch.Tensor:
-    """The value of an operand known at capture time, else Unsupported."""
-    if _is_number(v):
-        return torch.tensor(v)
-    if isinstance(v, Const):
-        return v.value
-    if isinstance(v, str) and b.graph[v].kind == "constant":
-        return b.graph.tensors[v]
-    raise Unsupported("needs an operand known at capture time (a constant)")
-
-
-def permute(b: Builder, v: Any, perm: Sequence[int]) -> str:
-    """``v`` with its dims permuted (``out[i] = in[perm[i]]``) as a chain of two-dim transposes."""
-    name = b.tensor(v)
-    for i, j in transpositions(perm):
-        name = b.transpose(name, i, j)
-    return name
+from pybuda.frontend.jax.converting import (  # noqa: F401  (the registry and helpers, re-exported)
+    CONVERTERS, Converter, _is_number, constant_value, converts, in_dtype, in_shape, out_dtype, out_shape, permute,
+    tensor_of,
+)
 
 
 # --- elementwise --------------------------------------------------------------------------------------
@@ -281,125 +222,6 @@ def _convert(b: Builder, eqn, args):
     if _is_number(x):
         return b.const(torch.full(out_shape(eqn), x, dtype=dt), "const")
     return b.cast(x, dt)
-
-
-# --- complex values: pairs of real tensors, as in the torch frontend (pybuda.frontend.aten_complex) -----------
-@converts("fft")
-def _fft(b: Builder, eqn, args):
-    """``jnp.fft``'s transforms over the last ``len(fft_lengths)`` dims: DFT matmuls on the real and imaginary
-    parts (the torch frontend's :func:`~pybuda.frontend.aten_complex.dft`); the inverses scale by 1 / n."""
-    from pybuda.frontend.aten_complex import as_complex, dft, real_from_onesided
-
-    kind = getattr(eqn.params["fft_type"], "name", str(eqn.params["fft_type"])).split(".")[-1].upper()
-    lengths = [int(n) for n in eqn.params["fft_lengths"]]
-    rank = len(in_shape(eqn, 0))
-    dims = list(range(rank - len(lengths), rank))
-    x = args[0]
-    if kind == "RFFT":
-        if isinstance(x, Complex):
-            raise Unsupported("rfft of a complex tensor")
-        v = dft(b, as_complex(b, tensor_of(b, eqn, args, 0)), dims[-1], lengths[-1], False, "none", onesided=True)
-        for d, n in zip(dims[:-1], lengths[:-1]):
-            v = dft(b, v, d, n, False, "none")
-        return v
-    v = as_complex(b, x)
-    if kind in ("FFT", "IFFT"):
-        for d, n in zip(dims, lengths):
-            v = dft(b, v, d, n, kind == "IFFT", "n" if kind == "IFFT" else "none")
-        return v
-    if kind == "IRFFT":
-        for d, n in zip(dims[:-1], lengths[:-1]):
-            v = dft(b, v, d, n, True, "n")
-        return real_from_onesided(b, v, dims[-1], lengths[-1], "n")
-    raise Unsupported(f"FFT of type {kind}")
-
-
-#: Primitives that move or pick data: on a complex value they run once on each part.
-COMPLEX_PARTWISE = frozenset({"pad", "reshape", "slice", "transpose", "concatenate", "broadcast_in_dim", "squeeze",
-                              "expand_dims", "rev", "copy", "copy_p", "dynamic_slice", "reduce_sum"})
-
-
-def complex_eqn(b: Builder, eqn, args, conv: Callable) -> Any:
-    """Equation ``eqn`` with a complex operand (a :class:`Complex` pair): a data move (:data:`COMPLEX_PARTWISE`) run on
-    the real and on the imaginary parts, complex ``add``/``sub``/``mul``/``neg``/``conj`` on the parts; Unsupported
-    otherwise (the torch frontend's :mod:`pybuda.frontend.aten_complex_ops`, for jaxprs)."""
-    from pybuda.frontend.aten_complex_ops import _is_zero, _plus, _times
-
-    prim = eqn.primitive.name
-    dt = out_dtype(eqn).to_real() if out_dtype(eqn).is_complex else out_dtype(eqn)
-    parts = [_parts_of(a) for a in args]
-    if prim in COMPLEX_PARTWISE:
-        real_eqn = _with_real_avals(eqn)
-        re = conv(b, real_eqn, [p[0] for p in parts])
-        complex_args = [k for k, a in enumerate(args) if _parts_of(a)[1] is not _REAL]
-        if all(_is_zero(parts[k][1]) for k in complex_args):
-            return Complex(re, None)
-        im = conv(b, real_eqn, [p[1] if k in complex_args else p[0] for k, p in enumerate(parts)])
-        return Complex(re, im)
-    parts = [(re, None if im is _REAL else im) for re, im in parts]
-    if prim in ("add", "sub"):
-        (xr, xi), (yr, yi) = parts
-        sign = -1.0 if prim == "sub" else 1.0
-        return Complex(b.tensor(_plus(b, xr, yr, dt, sign), dt), _plus(b, xi, yi, dt, sign))
-    if prim == "mul":
-        (xr, xi), (yr, yi) = parts
-        re = _plus(b, _times(b, xr, yr, dt), _times(b, xi, yi, dt), dt, -1.0)
-        return Complex(b.tensor(re, dt), _plus(b, _times(b, xr, yi, dt), _times(b, xi, yr, dt), dt))
-    if prim in ("neg", "conj"):
-        xr, xi = parts[0]
-        return Complex(b.negative(xr, dt) if prim == "neg" else xr,
-                       None if xi is None else b.negative(xi, dt))
-    raise Unsupported(f"{prim} of a complex tensor")
-
-
-_REAL = object()  # marks an operand that is not complex at all (its imaginary part is not a zero tensor: absent)
-
-
-def _parts_of(a: Any) -> Tuple[Any, Any]:
-    """(real part, imaginary part) of an operand: a Complex pair, a complex literal or constant (split), or a real
-    operand (:data:`_REAL` as its imaginary part)."""
-    if isinstance(a, Complex):
-        return a.re, a.im
-    if isinstance(a, complex):
-        return a.real, (a.imag if a.imag else 0.0)
-    if isinstance(a, Const) and a.value.is_complex():
-        return Const(a.value.real.contiguous(), f"{a.name}.re"), Const(a.value.imag.contiguous(), f"{a.name}.im")
-    return a, _REAL
-
-
-def _with_real_avals(eqn) -> Any:
-    """``eqn`` with its complex avals as their real parts' (the part-wise converters read shapes and dtypes there)."""
-    from types import SimpleNamespace
-
-    def real(var):
-        aval = getattr(var, "aval", None)
-        if aval is None or not np.issubdtype(aval.dtype, np.complexfloating):
-            return var
-        return SimpleNamespace(aval=aval.update(dtype=np.float32 if aval.dtype == np.complex64 else np.float64))
-
-    return SimpleNamespace(primitive=eqn.primitive, params=eqn.params, invars=[real(v) for v in eqn.invars],
-                           outvars=[real(v) for v in eqn.outvars])
-
-
-@converts("real", "imag")
-def _real_imag(b: Builder, eqn, args):
-    x = args[0]
-    if not isinstance(x, Complex):
-        raise Unsupported(f"{eqn.primitive.name} of a tensor that is not complex")
-    return b.tensor(x.re) if eqn.primitive.name == "real" else b.imaginary(x)
-
-
-@converts("conj")
-def _conj(b: Builder, eqn, args):
-    """``jnp.conj`` of a real tensor is the tensor (of a complex pair, :func:`complex_eqn` negates its imaginary part)."""
-    return tensor_of(b, eqn, args, 0)
-
-
-@converts("complex")
-def _complex(b: Builder, eqn, args):
-    """``lax.complex(re, im)``: the pair."""
-    dt = out_dtype(eqn).to_real()
-    return Complex(tensor_of(b, eqn, args, 0, dt), tensor_of(b, eqn, args, 1, dt))
 
 
 _COMPARE = {"eq": "equal", "ne": "not_equal", "gt": "greater", "lt": "less", "ge": "greater_equal",
@@ -1039,3 +861,6 @@ def _take_call(b: Builder, eqn, args):
 
 #: Named calls (``jit(name=...)``) converted as a whole instead of inlined.
 CALLS: Dict[str, Converter] = {"_take": _take_call}
+
+# Converters of complex values (their own module, registered into CONVERTERS on import).
+from pybuda.frontend.jax import complex_values  # noqa: E402,F401

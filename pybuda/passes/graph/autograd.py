@@ -490,9 +490,6 @@ def run_training_graphs_on_cpu(tg: TrainingGraphs, inputs: Sequence[torch.Tensor
     return originals, grads
 
 
-__all__ = ["AutogradContext", "TrainingGraphs", "build_training_graphs", "run_training_graphs_on_cpu"]
-
-
 def _rank_restored(ac: Any, grad: str, shape: Tuple[int, ...]) -> str:
     """``grad`` reshaped to ``shape`` when it differs only by leading dims of size 1: a Python scalar in a backward
     (a constant of shape (1,), which broadcasts) raises a 0-dim operand's gradient to rank 1 (``s.square()`` of a
@@ -502,3 +499,6 @@ def _rank_restored(ac: Any, grad: str, shape: Tuple[int, ...]) -> str:
     if got == shape or extra <= 0 or got[extra:] != shape or any(d != 1 for d in got[:extra]):
         return grad
     return ac.reshape(grad, shape)
+
+
+__all__ = ["AutogradContext", "TrainingGraphs", "build_training_graphs", "run_training_graphs_on_cpu"]

@@ -292,9 +292,9 @@ def test_a_scan_is_unrolled_onto_the_device(model, shape):
 def test_a_scan_too_long_to_unroll_runs_on_the_host_before_the_device(monkeypatch):
     # Its result is time-major ([time, batch, ...]): it crosses to the device with a sample dim of its own (the
     # device was compiled for a microbatch of time x batch and refused the push).
-    import sys
+    import importlib
 
-    monkeypatch.setattr(sys.modules["pybuda.frontend.jax.capture"], "MAX_SCAN_STEPS", 4)
+    monkeypatch.setattr(importlib.import_module("pybuda.frontend.jax.scan"), "MAX_SCAN_STEPS", 4)
     x = np.random.default_rng(1).standard_normal((2, 6, 5)).astype(np.float32)
     model = GRUOverTime()
     assert _matches_on_tt("long_rnn", model, model.init(jax.random.PRNGKey(0), x), x).cpu_fallback_device_pre is not None

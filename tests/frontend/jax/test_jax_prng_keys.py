@@ -88,9 +88,9 @@ class RNN(nn.Module):
 def test_flax_rnn_scan_too_long_to_unroll_runs_in_jax_on_the_host(monkeypatch):
     # nn.RNN's carry init folds; its scan (a loop, not a call: never inlined), longer than the frontend unrolls
     # (here made 2 steps), has no device form.
-    import sys
+    import importlib
 
-    monkeypatch.setattr(sys.modules["pybuda.frontend.jax.capture"], "MAX_SCAN_STEPS", 2)
+    monkeypatch.setattr(importlib.import_module("pybuda.frontend.jax.scan"), "MAX_SCAN_STEPS", 2)
     x = np.random.default_rng(3).standard_normal((1, 3, 8)).astype(np.float32)
     model = RNN()
     variables = model.init(jax.random.PRNGKey(0), x)

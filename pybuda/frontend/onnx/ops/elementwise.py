@@ -22,9 +22,9 @@ _BINARY = {"Add": "add", "Sub": "subtract", "Mul": "multiply", "Div": "divide"}
 def _binary(ctx: NodeCtx):
     dt = ctx.out_dtype()
     if ctx.op_type == "Div" and not dt.is_floating_point:  # ONNX truncates: by a constant, of a proven range
-        from pybuda.frontend.aten_eltwise import _integer_quotient
+        from pybuda.frontend.aten_eltwise import integer_quotient
 
-        return _integer_quotient(ctx.b, ctx.value(0), ctx.value(1), "trunc", dt)
+        return integer_quotient(ctx.b, ctx.value(0), ctx.value(1), "trunc", dt)
     return ctx.b.binary(_BINARY[ctx.op_type], ctx.x(0), ctx.x(1), dt)
 
 
