@@ -92,6 +92,8 @@ class EnvSettings:
     emulate_silicon_device: bool = False
     #: ``PYBUDA_GOLDEN_NATIVE``: ``0`` keeps the golden backend off its native kernels (torch only).
     golden_native: bool = True
+    #: ``PYBUDA_GOLDEN_KEEP_HEAP``: ``0`` leaves glibc's heap defaults alone (see pybuda.golden.heap).
+    golden_keep_heap: bool = True
     #: Where built native kernels are kept: ``PYBUDA_CACHE_DIR``, else ``$XDG_CACHE_HOME/pybuda``, else
     #: ``~/.cache/pybuda``.
     cache_dir: str = ""
@@ -128,6 +130,7 @@ def env_settings(env: Mapping[str, str]) -> EnvSettings:
         n300_data_parallel=_env_set(env, "PYBUDA_N300_DATA_PARALLEL"),
         emulate_silicon_device=_env_set(env, "PYBUDA_EMULATE_SILICON_DEVICE"),
         golden_native=env.get("PYBUDA_GOLDEN_NATIVE", "1").strip().lower() not in ("0", "false", "no", "off"),
+        golden_keep_heap=env.get("PYBUDA_GOLDEN_KEEP_HEAP", "1").strip().lower() not in ("0", "false", "no", "off"),
         cache_dir=env.get("PYBUDA_CACHE_DIR") or os.path.join(
             env.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache"), "pybuda"),
     )

@@ -17,7 +17,7 @@ import torch
 
 from pybuda.dtypes import DataFormat
 from pybuda.errors import InputError, RuntimeFailure
-from pybuda.golden import native
+from pybuda.golden import heap
 from pybuda.golden.device import GoldenDevice
 from pybuda.golden.formats import exact_integer_bound
 from pybuda.netlist.host_io import HostIO, from_device_layout, to_device_layout, torch_dtype
@@ -53,16 +53,17 @@ class GoldenExecutor:
             p.name: _tensor(tensors, p.tensor, f"parameter '{p.name}'") for p in host_io.parameters
             if p.tensor in tensors or p.name not in self._transformed or p.tensor == p.name}
         written = 0
+        heap.keep_freed_memory()  # runs reuse what they free (see pybuda.golden.heap)
         for rec in host_io.ram_queues:
             value = _tensor(tensors, rec.tensor, f"queue '{rec.queue}'")
             # to_device_layout returns a tensor of its own (never a view of the framework's): handed over
             entry = to_device_layout(rec, value, rounded=not fast)[0]
             written += entry.numel() * entry.element_size()
             self.device.write_ram(rec.queue, entry, owned=True)
-            if written >= TRIM_EVERY_BYTES:  # the weights' temporaries: see native.release_free_memory
-                native.release_free_memory()
+            if written >= TRIM_EVERY_BYTES:  # the weights' temporaries: see heap.release_free_memory
+                heap.release_free_memory()
                 written = 0
-        native.release_free_memory()
+        heap.release_free_memory()
 
     def run(self, inputs: Sequence[torch.Tensor]) -> List[torch.Tensor]:
         """One push: framework inputs in graph-input order -> framework outputs in graph-output order."""

@@ -180,21 +180,23 @@ def test_executor_from_yaml_json_and_tensors_matches_the_in_memory_run_bit_for_b
 
 
 def test_building_the_device_trims_the_heap_as_weights_are_written(tmp_path, monkeypatch):
-    # The weights' temporaries are handed back to the system every TRIM_EVERY_BYTES of weights written and
+    # The heap is told to keep what runs free before the weights are written (pybuda.golden.heap); the
+    # weights' temporaries are handed back to the system every TRIM_EVERY_BYTES of weights written and
     # once at the end; the results do not change.
     from pybuda.golden import executor as golden_executor
-    from pybuda.golden import native
+    from pybuda.golden import heap
 
     results, x = _compile(tmp_path)
     expected = create_executor(results).run(x)
     trims = []
-    monkeypatch.setattr(native, "release_free_memory", lambda: trims.append(1))
+    monkeypatch.setattr(heap, "release_free_memory", lambda: trims.append(1))
+    monkeypatch.setattr(heap, "keep_freed_memory", lambda: trims.append("keep"))
     monkeypatch.setattr(golden_executor, "TRIM_EVERY_BYTES", 1)
     got = GoldenExecutor(*executor_inputs(results)).run(x)
-    assert len(trims) == len(results.host_io.ram_queues) + 1
+    assert trims == ["keep"] + [1] * (len(results.host_io.ram_queues) + 1)
     assert all(torch.equal(a, b) for a, b in zip(got, expected))
     monkeypatch.undo()
-    native.release_free_memory()  # callable for real (glibc's malloc_trim, or nothing)
+    heap.release_free_memory()  # callable for real (glibc's malloc_trim, or nothing)
 
 
 def test_a_fresh_process_runs_the_stored_netlist_record_and_tensors(tmp_path):

@@ -164,27 +164,3 @@ def bfp_round(x: torch.Tensor, out: torch.Tensor, man_bits: int, family_a: bool,
     lib.bfp_round(xp, op, min(step, nblocks), *args)
     for job in jobs:
         job.result()
-
-
-_libc: Optional[ctypes.CDLL] = None
-_libc_tried = False
-
-
-def release_free_memory() -> None:
-    """Hand the C heap's free pages back to the system (glibc's ``malloc_trim``; nothing elsewhere).
-
-    Building a device's weights allocates each weight's temporaries (layout, rounding) between the
-    long-lived queue tensors; glibc serves allocations of that size from its heap, and the freed holes
-    between live tensors stay resident. Trimming now and then keeps the process's peak near what it
-    holds (BERT-base: 1.38 GB -> 1.0 GB)."""
-    global _libc, _libc_tried
-    if not _libc_tried:
-        _libc_tried = True
-        try:
-            libc = ctypes.CDLL(None)
-            libc.malloc_trim.argtypes = [ctypes.c_size_t]
-            _libc = libc
-        except (OSError, AttributeError):
-            _libc = None
-    if _libc is not None:
-        _libc.malloc_trim(0)
