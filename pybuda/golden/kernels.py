@@ -153,10 +153,32 @@ def _cached_with(cache: Optional[Dict], other: Any, key, fn):
     return hit[1]
 
 
-def _pieces(x: torch.Tensor, role: str, fidelity: MathFidelity, cache: Optional[Dict], df=None):
+#: A constant operand's masked fidelity piece of at least this many datums is masked again at each use instead
+#: of being kept beside the constant. Masking is a fast pass (BERT-Large's 302M weights: ~35 ms a run on a kept
+#: heap, pybuda.golden.heap), while keeping the pieces doubled the weights' memory at HiFi3 (SrcA's "hi" piece of
+#: every weight, 1.2 GB for BERT-Large) and their first touch cost ~1 s of page faults in the first run.
+KEPT_PIECE_MAX_DATUMS = 1 << 20
+
+
+def _pieces(x: torch.Tensor, role: str, fidelity: MathFidelity, cache: Optional[Dict],
+            df=None) -> Tuple[Tuple[torch.Tensor, ...], Tuple[bool, ...]]:
+    """:func:`fidelity_pieces` of ``x`` and whether each piece is kept. A constant's (one with a derived-values
+    ``cache``) pieces are kept there, except masked copies of :data:`KEPT_PIECE_MAX_DATUMS` or more, which are
+    masked again at each use; only a kept piece may key further derived values in the cache."""
     if cache is None:
-        return fidelity_pieces(x, role, fidelity, df)
-    return _cached(cache, ("fidelity", role, fidelity, df), lambda: _unchanged_as_is(x, fidelity_pieces(x, role, fidelity, df)))
+        pieces = fidelity_pieces(x, role, fidelity, df)
+        return pieces, (False,) * len(pieces)
+    key = ("fidelity", role, fidelity, df)
+    kept = cache.get(key)
+    if kept is None:
+        pieces = _unchanged_as_is(x, fidelity_pieces(x, role, fidelity, df))
+        kept = cache[key] = tuple(p if p is x or formats.broadcast_base(p).numel() < KEPT_PIECE_MAX_DATUMS else None
+                                  for p in pieces)
+    elif any(p is None for p in kept):
+        pieces = fidelity_pieces(x, role, fidelity, df)
+    else:
+        pieces = kept
+    return tuple(p if k is None else k for k, p in zip(kept, pieces)), tuple(k is not None for k in kept)
 
 
 def _unchanged_as_is(x: torch.Tensor, pieces: Tuple[torch.Tensor, ...]) -> Tuple[torch.Tensor, ...]:
@@ -223,20 +245,19 @@ def _special_values_kept(x: torch.Tensor, piece: torch.Tensor, cache: Optional[D
     """Whether the single fidelity ``piece`` of operand ``x`` is zero, infinite and NaN exactly where ``x`` is:
     then a product of such pieces makes a NaN only where the plain product does (:func:`_without_new_nans`).
     A piece that is ``x`` itself always does. A mask keeps sign and exponent, so only a subnormal (flushed to
-    zero) or a NaN (whose kept mantissa bits may be zero: an infinity) changes class; a constant operand is
-    checked once (kept in its ``cache``), a run-time one is not checked (the caller scans the product)."""
+    zero) or a NaN (whose kept mantissa bits may be zero: an infinity) changes class: a constant operand with
+    neither keeps its classes under every mask, which is checked once (kept in its ``cache``); a run-time one
+    is not checked (the caller scans the product)."""
     if _same_view(piece, x):
         return True
     if cache is None:
         return False
 
-    def kept() -> bool:
-        base, masked = formats.broadcast_base(x), formats.broadcast_base(piece)
-        if base.shape != masked.shape:
-            return False
-        return bool(torch.equal(base == 0, masked == 0)) and bool(torch.equal(torch.isinf(base), torch.isinf(masked))) \
-            and bool(torch.equal(torch.isnan(base), torch.isnan(masked)))
-    return _cached_with(cache, piece, ("special_values_kept", id(piece)), kept)
+    def no_subnormal_or_nan() -> bool:
+        base = formats.broadcast_base(x)
+        return not bool(torch.isnan(base).any()) and \
+            not bool(((base.abs() < torch.finfo(torch.float32).tiny) & (base != 0)).any())
+    return _cached_with(cache, x, ("no_subnormal_or_nan",), no_subnormal_or_nan)
 
 
 def _without_new_nans(out: torch.Tensor, plain: Callable[[], torch.Tensor],
@@ -257,7 +278,7 @@ def _mul(a: torch.Tensor, b: torch.Tensor, fidelity: Optional[MathFidelity],
     """ELWMUL: in0 → SrcA, in1 → SrcB (see ``formats.fidelity_multiply``)."""
     if fidelity is None:
         return a * b
-    b_pieces, a_pieces = _pieces(b, "b", fidelity, caches[1], dfs[1]), _pieces(a, "a", fidelity, caches[0], dfs[0])
+    (b_pieces, _), (a_pieces, _) = _pieces(b, "b", fidelity, caches[1], dfs[1]), _pieces(a, "a", fidelity, caches[0], dfs[0])
     out = fidelity_combine(torch.mul, b_pieces, a_pieces)
     return _without_new_nans(out, lambda: a * b, ((b, b_pieces, caches[1]), (a, a_pieces, caches[0])))
 
@@ -265,12 +286,16 @@ def _mul(a: torch.Tensor, b: torch.Tensor, fidelity: Optional[MathFidelity],
 def _matmul(a: torch.Tensor, b: torch.Tensor, fidelity: Optional[MathFidelity],
             caches: Sequence[Optional[Dict]] = (None, None), dfs: Sequence = (None, None)) -> torch.Tensor:
     """Matrix unit: in0 → SrcB (7 bits), in1 → SrcA (5 bits) (see ``formats.fidelity_matmul``)."""
-    def mm(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-        return gemm(x, y, caches[1])
-
     if fidelity is None:
-        return mm(a, b)
-    a_pieces, b_pieces = _pieces(a, "b", fidelity, caches[0], dfs[0]), _pieces(b, "a", fidelity, caches[1], dfs[1])
+        return gemm(a, b, caches[1])
+    (a_pieces, _), (b_pieces, b_kept) = _pieces(a, "b", fidelity, caches[0], dfs[0]), _pieces(b, "a", fidelity, caches[1], dfs[1])
+    # in1's derived values (gemm's) are kept only for in1 itself and its kept pieces: a piece masked afresh at
+    # each use would add an entry per use
+    keyed = {id(b)} | {id(p) for p, kept in zip(b_pieces, b_kept) if kept}
+
+    def mm(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        return gemm(x, y, caches[1] if id(y) in keyed else None)
+
     out = fidelity_combine(mm, a_pieces, b_pieces)
     return _without_new_nans(out, lambda: mm(a, b), ((a, a_pieces, caches[0]), (b, b_pieces, caches[1])))
 

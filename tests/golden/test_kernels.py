@@ -183,6 +183,32 @@ def test_gemm_broadcast_weight_and_alike_columns():
     assert torch.allclose(out, torch.matmul(a, ones) + tms.apply_tm(bias, nl.TileBroadcast("r")), atol=1e-6)
 
 
+
+@pytest.mark.parametrize("fidelity", FIDELITIES)
+@pytest.mark.parametrize("special", [False, True])
+def test_large_constant_pieces_are_masked_at_each_use_not_kept(monkeypatch, fidelity, special):
+    # A constant's masked fidelity pieces of KEPT_PIECE_MAX_DATUMS datums or more stay out of its cache (they
+    # doubled a model's weights at HiFi3): each use masks again, bit for bit the product of kept pieces, and
+    # repeated uses add nothing to the cache. With special values (inf, NaN, a subnormal) in the weight the
+    # NaN handling agrees too.
+    a = _rand(2, 3, 64, 96, seed=20)
+    w = _rand(1, 1, 96, 64, seed=21)  # float32: every mask below 23 fraction bits changes it
+    if special:
+        w[0, 0, 0, :3] = torch.tensor([float("inf"), float("nan"), 1e-40])
+    kept = {}
+    expected = golden_ops.matmul([a, w], {}, fidelity, caches=[None, kept])
+    assert any(p is not w for p in kept[("fidelity", "a", fidelity, None)])  # a masked copy, kept
+    monkeypatch.setattr(golden_ops, "KEPT_PIECE_MAX_DATUMS", 1)
+    cache = {}
+    for use in range(3):
+        got = golden_ops.matmul([a, w], {}, fidelity, caches=[None, cache])
+        assert torch.equal(got.isnan(), expected.isnan()) and torch.equal(got.nan_to_num(), expected.nan_to_num())
+        if use == 0:
+            keys = set(cache)
+    assert set(cache) == keys
+    assert all(p is None or p is w for p in cache[("fidelity", "a", fidelity, None)])
+
+
 def test_broadcast_inputs_stay_broadcast_through_unary_ops_bias_and_dest():
     # A reduction's column expanded across its tile: the reciprocal, the Dest rounding and an alike-columns
     # bias compute each distinct value once and return a view; the values are those of the dense inputs.
