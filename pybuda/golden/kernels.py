@@ -333,6 +333,51 @@ def _decode_sparse(tiles_in: torch.Tensor, index: torch.Tensor, count: int):
     return qt, qr, qk, tiles_in[0, 0].reshape(-1, TILE, TILE)[qs]
 
 
+def _gather_rows(qt: torch.Tensor, qr: torch.Tensor, qk: torch.Tensor, sparse_tiles: torch.Tensor, out_t: int,
+                 out_rt: int, act_t: int, act_rows: int) -> Optional[Tuple[torch.Tensor, torch.Tensor]]:
+    """A sparse matmul whose every output row has at most one non-zero term, as the activation row and the
+    value of each output row (rows counted over all t slices; a row without a term reads row 0 times 0): a
+    convolution's im2col, a pooling window or a nearest resize picks rows, and the sum of a tile product then
+    is that one term. None when some output row sums several terms (their order of summation is the tile
+    product's) or a tile holds inf or NaN."""
+    if not bool(torch.isfinite(sparse_tiles).all()):
+        return None
+    tile, row, col = torch.nonzero(sparse_tiles, as_tuple=True)
+    out_rows = (qt[tile] * out_rt + qr[tile]) * TILE + row
+    if torch.unique(out_rows).numel() != out_rows.numel():
+        return None
+    act_slice = qt[tile] if act_t > 1 else torch.zeros_like(tile)
+    sources = torch.zeros(out_t * out_rt * TILE, dtype=torch.int64)
+    values = torch.zeros(out_t * out_rt * TILE, 1, dtype=torch.float32)
+    sources[out_rows] = act_slice * act_rows + qk[tile] * TILE + col
+    values[out_rows, 0] = sparse_tiles[tile, row, col]
+    return sources, values
+
+
+def _sparse_gather(act: torch.Tensor, plan: Tuple[torch.Tensor, torch.Tensor], fidelity: Optional[MathFidelity],
+                   value_pieces: Optional[Tuple[torch.Tensor, ...]], act_df) -> torch.Tensor:
+    """Each output row's activation row times its value (see :func:`_gather_rows`), ``[n, rows, C]``: the tile
+    products' numbers for finite activations, one product per row instead of a 32x32 tile's (a zero times a
+    finite number adds nothing; the fidelity pieces multiply as in the tile product)."""
+    sources, values = plan
+    flat = act.reshape(act.shape[0], -1, act.shape[-1])
+
+    def picked(v: torch.Tensor, a: torch.Tensor) -> torch.Tensor:
+        return a.index_select(1, sources).mul_(v)
+
+    if fidelity is None:
+        out = picked(values, flat)
+    else:
+        out = fidelity_combine(picked, value_pieces, fidelity_pieces(flat, "a", fidelity, act_df))
+    return out.add_(0.0)  # a -0 becomes +0, as tile products summed into a zeroed output leave it
+
+
+def _without_zero_pieces(pieces: Tuple[torch.Tensor, ...]) -> Tuple[torch.Tensor, ...]:
+    """A constant SrcB operand's fidelity pieces without a "lo" piece that is all zero (a picker's ones and
+    halves have no low bits), so that its products are not computed: they add zeros."""
+    return pieces[:1] if len(pieces) > 1 and not bool(pieces[1].any()) else pieces
+
+
 def sparse_matmul(inputs: Sequence[torch.Tensor], attrs: Dict, out_shape: nl.TileShape3,
                   fidelity: Optional[MathFidelity], caches: Sequence[Optional[Dict]] = (),
                   dfs: Sequence = (None, None, None)) -> torch.Tensor:
@@ -346,7 +391,7 @@ def sparse_matmul(inputs: Sequence[torch.Tensor], attrs: Dict, out_shape: nl.Til
     tiles_in, act, index = inputs[0], inputs[1], inputs[2]
     n, t_in, k, cols = act.shape
     count = int(attrs.get("indices_len", 0))
-    out = torch.zeros(n, out_shape.t * out_shape.rt, TILE, cols, dtype=torch.float32)
+    out = torch.zeros(n, out_shape.t * out_shape.rt, TILE, cols, dtype=torch.float32) if not count else None
     if count:
         # Derived values depend on inputs 0 and 2: kept with input 0's cache, each beside a reference to
         # input 2's cache, which must be the same dict (not one that merely reuses a freed one's id).
@@ -355,6 +400,15 @@ def sparse_matmul(inputs: Sequence[torch.Tensor], attrs: Dict, out_shape: nl.Til
         tag = caches[2] if both else None
         qt, qr, qk, sparse_tiles = _cached_with(cache0, tag, ("sparse", count),
                                                 lambda: _decode_sparse(tiles_in, index, count))
+        plan = _cached_with(cache0, tag, ("sparse_gather", count, out_shape.t, out_shape.rt, t_in, k),
+                            lambda: _gather_rows(qt, qr, qk, sparse_tiles, out_shape.t, out_shape.rt, t_in, k))
+        # 0 * inf is NaN in a tile product: an activation with a non-finite value takes the tile products
+        if plan is not None and bool(torch.isfinite(act).all()):
+            value_pieces = None if fidelity is None else _cached_with(
+                cache0, tag, ("sparse_gather_fidelity", count, fidelity),
+                lambda: _without_zero_pieces(fidelity_pieces(plan[1], "b", fidelity, dfs[0])))
+            return _sparse_gather(act, plan, fidelity, value_pieces, dfs[1]).reshape(
+                n, out_shape.t, out_shape.rt * TILE, cols)
         act_tiles = act.reshape(n, t_in, k // TILE, TILE, cols)[:, qt if t_in > 1 else torch.zeros_like(qt), qk]
         if fidelity is None:
             contrib = torch.matmul(sparse_tiles.unsqueeze(0), act_tiles)  # [n, L, 32, C]
@@ -363,7 +417,7 @@ def sparse_matmul(inputs: Sequence[torch.Tensor], attrs: Dict, out_shape: nl.Til
                                     lambda: fidelity_pieces(sparse_tiles.unsqueeze(0), "b", fidelity, dfs[0]))
             contrib = fidelity_combine(torch.matmul, b_pieces, fidelity_pieces(act_tiles, "a", fidelity, dfs[1]))
         rows = _cached_with(cache0, tag, ("sparse_rows", count, out_shape.rt), lambda: qt * out_shape.rt + qr)
-        out.index_add_(1, rows, contrib)
+        out = torch.zeros(n, out_shape.t * out_shape.rt, TILE, cols, dtype=torch.float32).index_add_(1, rows, contrib)
     return out.reshape(n, out_shape.t, out_shape.rt * TILE, cols)
 
 

@@ -295,6 +295,44 @@ def test_sparse_identity_matmul_matches_the_picker_reference(fidelity):
 
 
 
+@pytest.mark.parametrize("fidelity", FIDELITIES + [None])
+@pytest.mark.parametrize("act_t", [1, 3])
+@pytest.mark.parametrize("choices", [(1.0, 0.5, -2.0), (1.0, 0.3)])  # SrcB "lo" pieces zero, or not
+def test_a_picker_of_one_term_per_row_is_a_gather_bit_for_bit(monkeypatch, fidelity, act_t, choices):
+    # Every output row picking at most one activation row (im2col, pooling windows, nearest resizes) runs as a
+    # gather of rows times values: the tile products' numbers bit for bit, at every fidelity, with the
+    # activation in one t slice or one per output slice. A non-finite activation (0 * inf is NaN in a tile
+    # product) takes the tile products, and so does a picker with a row of several terms.
+    rng = np.random.default_rng(3)
+    out_t, out_rt, k_rows, cols = 3, 3, 96, 64
+    picked = rng.choice(out_t * out_rt * TILE, 200, replace=False)  # each output row at most once
+    values = rng.choice(choices, picked.size)
+    picker = build_sparse_picker(picked % (out_rt * TILE), rng.integers(0, k_rows, picked.size), values, out_rt,
+                                 k_rows // TILE, out_t=picked // (out_rt * TILE), num_t=out_t)
+    act = _rand(2, act_t, k_rows, cols, seed=11)  # float32: every fidelity mask changes it
+    attrs = {"identity": True, "indices_len": picker.indices_len, "num_sparse_tiles": picker.num_sparse_tiles,
+             "num_index_tiles": picker.num_index_tiles}
+    inputs = [picker.tiles[None, None], act, picker.index.to(torch.float32)[None, None]]
+    out_shape = nl.TileShape3(out_t, out_rt, cols // TILE)
+
+    def run(x):
+        caches = [{}, None, {}]
+        got = golden_ops.matmul([inputs[0], x, inputs[2]], attrs, fidelity, out_shape, caches)
+        return got, any(key[0] == "sparse_gather" and value[1] is not None for key, value in caches[0].items())
+
+    got, gathered = run(act)
+    assert gathered
+    monkeypatch.setattr(golden_ops, "_gather_rows", lambda *args: None)  # the tile products
+    tiles, gathered = run(act)
+    assert not gathered and torch.equal(got, tiles)
+    monkeypatch.undo()
+    act[1, 0, 5, 3] = float("inf")
+    got, _ = run(act)
+    monkeypatch.setattr(golden_ops, "_gather_rows", lambda *args: None)
+    tiles, _ = run(act)
+    assert torch.equal(got.isnan(), tiles.isnan()) and torch.equal(got.nan_to_num(), tiles.nan_to_num())
+
+
 def test_sparse_matmul_cache_follows_a_rewritten_index():
     # The decoded index is kept with the sparse tiles' cache: an index rewritten into a new dict, even one
     # at a freed dict's address, must be decoded again (an id()-keyed cache served the old quadruples).
