@@ -9,7 +9,7 @@ result before packing, except that multiplies go through the fidelity model when
 
 from __future__ import annotations
 
-from typing import Any, Callable, Dict, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 import torch
 
@@ -333,43 +333,65 @@ def _decode_sparse(tiles_in: torch.Tensor, index: torch.Tensor, count: int):
     return qt, qr, qk, tiles_in[0, 0].reshape(-1, TILE, TILE)[qs]
 
 
+#: One rank of a picker's terms (:func:`_gather_rows`): the output rows it adds to (None: every row, in order),
+#: the activation row each reads and its value ``[rows, 1]``.
+GatherRank = Tuple[Optional[torch.Tensor], torch.Tensor, torch.Tensor]
+
+
 def _gather_rows(qt: torch.Tensor, qr: torch.Tensor, qk: torch.Tensor, sparse_tiles: torch.Tensor, out_t: int,
-                 out_rt: int, act_t: int, act_rows: int) -> Optional[Tuple[torch.Tensor, torch.Tensor]]:
-    """A sparse matmul whose every output row has at most one non-zero term, as the activation row and the
-    value of each output row (rows counted over all t slices; a row without a term reads row 0 times 0): a
-    convolution's im2col, a pooling window or a nearest resize picks rows, and the sum of a tile product then
-    is that one term. None when some output row sums several terms (their order of summation is the tile
-    product's) or a tile holds inf or NaN."""
+                 out_rt: int, act_t: int, act_rows: int) -> Optional[List[GatherRank]]:
+    """A sparse matmul whose tiles each give an output row at most one non-zero term, as gathers of activation
+    rows times values, rows counted over all t slices. A convolution's im2col, a pooling window or a nearest
+    resize picks one row per output row; a depthwise convolution's or a pool's sum adds one row per tap, each
+    from its own tile. A tile product then is its one term, and the output row the sum of its terms in the
+    order of the index (the tile products' ``index_add_``): rank r holds every row's (r+1)-th term, rank 0
+    all rows (one without a term reads row 0 times 0). None when a tile gives a row several terms (their sum
+    is the tile product's own) or holds inf or NaN."""
     if not bool(torch.isfinite(sparse_tiles).all()):
         return None
-    tile, row, col = torch.nonzero(sparse_tiles, as_tuple=True)
+    tile, row, col = torch.nonzero(sparse_tiles, as_tuple=True)  # in index order: tile by tile
     out_rows = (qt[tile] * out_rt + qr[tile]) * TILE + row
-    if torch.unique(out_rows).numel() != out_rows.numel():
+    if torch.unique(tile * (out_t * out_rt * TILE) + out_rows).numel() != tile.numel():
         return None
-    act_slice = qt[tile] if act_t > 1 else torch.zeros_like(tile)
-    sources = torch.zeros(out_t * out_rt * TILE, dtype=torch.int64)
-    values = torch.zeros(out_t * out_rt * TILE, 1, dtype=torch.float32)
-    sources[out_rows] = act_slice * act_rows + qk[tile] * TILE + col
-    values[out_rows, 0] = sparse_tiles[tile, row, col]
-    return sources, values
+    sources = (qt[tile] if act_t > 1 else torch.zeros_like(tile)) * act_rows + qk[tile] * TILE + col
+    values = sparse_tiles[tile, row, col]
+    # rank of each term among its row's terms, in index order (a stable sort keeps it within a row)
+    by_row = torch.sort(out_rows, stable=True).indices
+    counts = torch.bincount(out_rows, minlength=out_t * out_rt * TILE)
+    firsts = torch.cumsum(counts, 0) - counts
+    rank = torch.empty_like(tile)
+    rank[by_row] = torch.arange(tile.numel()) - firsts[out_rows[by_row]]
+    ranks: List[GatherRank] = []
+    first = rank == 0
+    all_sources = torch.zeros(out_t * out_rt * TILE, dtype=torch.int64)
+    all_values = torch.zeros(out_t * out_rt * TILE, 1, dtype=torch.float32)
+    all_sources[out_rows[first]] = sources[first]
+    all_values[out_rows[first], 0] = values[first]
+    ranks.append((None, all_sources, all_values))
+    for r in range(1, int(rank.max()) + 1 if rank.numel() else 1):
+        mine = rank == r
+        ranks.append((out_rows[mine], sources[mine], values[mine][:, None]))
+    return ranks
 
 
-def _sparse_gather(act: torch.Tensor, plan: Tuple[torch.Tensor, torch.Tensor], fidelity: Optional[MathFidelity],
-                   value_pieces: Optional[Tuple[torch.Tensor, ...]], act_df) -> torch.Tensor:
-    """Each output row's activation row times its value (see :func:`_gather_rows`), ``[n, rows, C]``: the tile
-    products' numbers for finite activations, one product per row instead of a 32x32 tile's (a zero times a
-    finite number adds nothing; the fidelity pieces multiply as in the tile product)."""
-    sources, values = plan
+def _sparse_gather(act: torch.Tensor, ranks: List[GatherRank], fidelity: Optional[MathFidelity],
+                   value_pieces: Optional[List[Tuple[torch.Tensor, ...]]], act_df) -> torch.Tensor:
+    """The sum of each output row's activation rows times their values (see :func:`_gather_rows`), ``[n, rows,
+    C]``: the tile products' numbers for finite activations, one product per term instead of a 32x32 tile's (a
+    zero times a finite number adds nothing; the fidelity pieces multiply as in the tile product)."""
     flat = act.reshape(act.shape[0], -1, act.shape[-1])
+    act_pieces = None if fidelity is None else fidelity_pieces(flat, "a", fidelity, act_df)
+    out = None
+    for r, (rows, sources, values) in enumerate(ranks):
+        def picked(v: torch.Tensor, a: torch.Tensor, sources=sources) -> torch.Tensor:
+            return a.index_select(1, sources).mul_(v)
 
-    def picked(v: torch.Tensor, a: torch.Tensor) -> torch.Tensor:
-        return a.index_select(1, sources).mul_(v)
-
-    if fidelity is None:
-        out = picked(values, flat)
-    else:
-        out = fidelity_combine(picked, value_pieces, fidelity_pieces(flat, "a", fidelity, act_df))
-    return out.add_(0.0)  # a -0 becomes +0, as tile products summed into a zeroed output leave it
+        terms = picked(values, flat) if fidelity is None else fidelity_combine(picked, value_pieces[r], act_pieces)
+        if rows is None:
+            out = terms.add_(0.0)  # a -0 becomes +0, as tile products summed into a zeroed output leave it
+        else:
+            out.index_add_(1, rows, terms)
+    return out
 
 
 def _without_zero_pieces(pieces: Tuple[torch.Tensor, ...]) -> Tuple[torch.Tensor, ...]:
@@ -402,11 +424,12 @@ def sparse_matmul(inputs: Sequence[torch.Tensor], attrs: Dict, out_shape: nl.Til
                                                 lambda: _decode_sparse(tiles_in, index, count))
         plan = _cached_with(cache0, tag, ("sparse_gather", count, out_shape.t, out_shape.rt, t_in, k),
                             lambda: _gather_rows(qt, qr, qk, sparse_tiles, out_shape.t, out_shape.rt, t_in, k))
-        # 0 * inf is NaN in a tile product: an activation with a non-finite value takes the tile products
-        if plan is not None and bool(torch.isfinite(act).all()):
+        # 0 * inf is NaN in a tile product: an activation with a non-finite value takes the tile products (so does
+        # one whose sum overflows: one summing pass, no mask tensor, decides)
+        if plan is not None and bool(torch.isfinite(act.sum())):
             value_pieces = None if fidelity is None else _cached_with(
                 cache0, tag, ("sparse_gather_fidelity", count, fidelity),
-                lambda: _without_zero_pieces(fidelity_pieces(plan[1], "b", fidelity, dfs[0])))
+                lambda: [_without_zero_pieces(fidelity_pieces(values, "b", fidelity, dfs[0])) for _, _, values in plan])
             return _sparse_gather(act, plan, fidelity, value_pieces, dfs[1]).reshape(
                 n, out_shape.t, out_shape.rt * TILE, cols)
         act_tiles = act.reshape(n, t_in, k // TILE, TILE, cols)[:, qt if t_in > 1 else torch.zeros_like(qt), qk]

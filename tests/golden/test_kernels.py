@@ -298,17 +298,22 @@ def test_sparse_identity_matmul_matches_the_picker_reference(fidelity):
 @pytest.mark.parametrize("fidelity", FIDELITIES + [None])
 @pytest.mark.parametrize("act_t", [1, 3])
 @pytest.mark.parametrize("choices", [(1.0, 0.5, -2.0), (1.0, 0.3)])  # SrcB "lo" pieces zero, or not
-def test_a_picker_of_one_term_per_row_is_a_gather_bit_for_bit(monkeypatch, fidelity, act_t, choices):
-    # Every output row picking at most one activation row (im2col, pooling windows, nearest resizes) runs as a
-    # gather of rows times values: the tile products' numbers bit for bit, at every fidelity, with the
-    # activation in one t slice or one per output slice. A non-finite activation (0 * inf is NaN in a tile
-    # product) takes the tile products, and so does a picker with a row of several terms.
+@pytest.mark.parametrize("terms", [1, 3])
+def test_a_picker_of_one_term_per_row_and_tile_is_a_gather_bit_for_bit(monkeypatch, fidelity, act_t, choices, terms):
+    # Every tile giving an output row at most one term (im2col, pooling windows, nearest resizes: one term per
+    # row; a depthwise convolution's or a pool's sum: one per tap, each from its own tile) runs as gathers of
+    # rows times values, summed in the index's order: the tile products' numbers bit for bit, at every
+    # fidelity, with the activation in one t slice or one per output slice. A non-finite activation (0 * inf
+    # is NaN in a tile product) takes the tile products, and so does a tile giving a row two terms.
     rng = np.random.default_rng(3)
     out_t, out_rt, k_rows, cols = 3, 3, 96, 64
-    picked = rng.choice(out_t * out_rt * TILE, 200, replace=False)  # each output row at most once
+    picked = np.repeat(rng.choice(out_t * out_rt * TILE, 200, replace=False), terms)
+    # a row's terms from distinct activation tiles (k_rows = 3 tiles), in a random order
+    tiles_of = np.concatenate([rng.permutation(3)[:terms] for _ in range(200)])
+    in_rows = tiles_of * TILE + rng.integers(0, TILE, picked.size)
     values = rng.choice(choices, picked.size)
-    picker = build_sparse_picker(picked % (out_rt * TILE), rng.integers(0, k_rows, picked.size), values, out_rt,
-                                 k_rows // TILE, out_t=picked // (out_rt * TILE), num_t=out_t)
+    picker = build_sparse_picker(picked % (out_rt * TILE), in_rows, values, out_rt, k_rows // TILE,
+                                 out_t=picked // (out_rt * TILE), num_t=out_t)
     act = _rand(2, act_t, k_rows, cols, seed=11)  # float32: every fidelity mask changes it
     attrs = {"identity": True, "indices_len": picker.indices_len, "num_sparse_tiles": picker.num_sparse_tiles,
              "num_index_tiles": picker.num_index_tiles}
@@ -326,6 +331,9 @@ def test_a_picker_of_one_term_per_row_is_a_gather_bit_for_bit(monkeypatch, fidel
     tiles, gathered = run(act)
     assert not gathered and torch.equal(got, tiles)
     monkeypatch.undo()
+    two = build_sparse_picker(np.array([0, 0]), np.array([1, 2]), np.array([1.0, 1.0]), out_rt, k_rows // TILE)
+    assert golden_ops._gather_rows(*golden_ops._decode_sparse(two.tiles[None, None], two.index.to(torch.float32)[None, None],
+                                                              two.indices_len), 1, out_rt, 1, k_rows) is None
     act[1, 0, 5, 3] = float("inf")
     got, _ = run(act)
     monkeypatch.setattr(golden_ops, "_gather_rows", lambda *args: None)
