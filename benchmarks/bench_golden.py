@@ -23,7 +23,9 @@ Both children import the same modules, so the ratio compares what each run holds
 baseline; "mem x" is golden's peak RSS over torch's.
 
 Goals (issue #16): golden <= 1.2x torch at Bfp8_b / LoFi at microbatch 1 and 8, fast <= 1.0x, peak memory
-of the golden run <= 1.5x PyTorch's.
+of the golden run <= 1.5x PyTorch's. The same table for a CNN: ``--model resnet --variant resnet50`` (its
+convolutions run as the lowering's im2col pickers and matmuls, so the golden moves each tap's copy of the
+activation that the chip would).
 
     .venv/bin/python benchmarks/bench_golden.py [--microbatch 1 8] [--repeat 5] [--df Bfp8_b] [--fidelity LoFi]
                                                 [--model bert --variant base --seq-len 128] [--threads N]
@@ -52,14 +54,19 @@ from timing import best_times
 
 
 
+def _size(args) -> dict:
+    """The model's size argument: ``--seq-len`` for a text model (BERT: 128 unless given), none for an image model."""
+    seq_len = args.seq_len if args.seq_len is not None else (128 if args.model == "bert" else None)
+    return {"seq_len": seq_len} if seq_len else {}
+
+
 def _compile(args, microbatch: int):
     from pybuda.config import CompilerConfig
     from pybuda.models import get_model
     from pybuda.compile import pybuda_compile
     from pybuda.dtypes import DataFormat, MathFidelity
 
-    size = {"seq_len": args.seq_len} if args.seq_len else {}
-    spec = get_model(args.model, args.variant, microbatch=microbatch, **size)
+    spec = get_model(args.model, args.variant, microbatch=microbatch, **_size(args))
     cfg = CompilerConfig(default_df_override=DataFormat.from_json(args.df),
                          default_math_fidelity=MathFidelity.from_json(args.fidelity),
                          device_config=args.device_config)
@@ -88,8 +95,7 @@ def _memory_child(args) -> int:
     if args.memory_child == "torch":
         from pybuda.models import get_model
 
-        size = {"seq_len": args.seq_len} if args.seq_len else {}
-        spec = get_model(args.model, args.variant, microbatch=args.memory_microbatch, **size)
+        spec = get_model(args.model, args.variant, microbatch=args.memory_microbatch, **_size(args))
         inputs = list(spec.example_inputs)
         with torch.no_grad():
             for _ in range(args.repeat + 1):
@@ -129,7 +135,7 @@ def main(argv: List[str] = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--model", default="bert")
     ap.add_argument("--variant", default="base")
-    ap.add_argument("--seq-len", type=int, default=128)
+    ap.add_argument("--seq-len", type=int, default=None, help="text models only (BERT: default 128)")
     ap.add_argument("--microbatch", type=int, nargs="+", default=[1, 8])
     ap.add_argument("--repeat", type=int, default=5)
     ap.add_argument("--df", default="Bfp8_b")
@@ -152,7 +158,8 @@ def main(argv: List[str] = None) -> int:
     from pybuda.golden.executor import GoldenExecutor, executor_inputs
     from pybuda.verify import calculate_pcc
 
-    print(f"golden backend vs PyTorch eager float32: {args.model} {args.variant} seq {args.seq_len}, "
+    size = "".join(f" seq {v}" for v in _size(args).values())
+    print(f"golden backend vs PyTorch eager float32: {args.model} {args.variant}{size}, "
           f"{args.df} / {args.fidelity}, {torch.get_num_threads()} threads, best of {args.repeat}")
     print(f"{'mb':>3} {'torch s':>9} {'golden s':>9} {'fast s':>9} {'golden/torch':>13} {'fast/torch':>11} "
           f"{'PCC golden':>11} {'compile s':>10} {'torch MiB':>10} {'golden MiB':>11} {'mem x':>6}")
