@@ -542,4 +542,4 @@ def apply_relu(x: torch.Tensor, attrs: Dict) -> torch.Tensor:
         return x
     threshold = float(attrs.get("relu_threshold", 0.0))
     keep = x <= threshold if attrs.get("relu_mode", "min") == "max" else x >= threshold
-    return torch.where(keep, x, torch.zeros_like(x))
+    return torch.where(keep, x, 0.0)
