@@ -9,7 +9,7 @@ result before packing, except that multiplies go through the fidelity model when
 
 from __future__ import annotations
 
-from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, List, NamedTuple, Optional, Sequence, Tuple
 
 import torch
 
@@ -333,9 +333,22 @@ def _decode_sparse(tiles_in: torch.Tensor, index: torch.Tensor, count: int):
     return qt, qr, qk, tiles_in[0, 0].reshape(-1, TILE, TILE)[qs]
 
 
-#: One rank of a picker's terms (:func:`_gather_rows`): the output rows it adds to (None: every row, in order),
-#: the activation row each reads and its value ``[rows, 1]``.
-GatherRank = Tuple[Optional[torch.Tensor], torch.Tensor, torch.Tensor]
+class GatherRank(NamedTuple):
+    """One rank of a picker's terms (:func:`_gather_rows`)."""
+
+    rows: Optional[torch.Tensor]  # the output rows it adds to; None: every row, in order
+    sources: torch.Tensor  # the activation row each reads
+    values: torch.Tensor  # ``[rows, 1]``
+    start: Optional[int]  # the sources are start, start + 1, ...: a slice of the activation, not a gather
+    ones: bool  # every value is 1: the term is the activation row itself (1 * x is x)
+
+
+def _rank(rows: Optional[torch.Tensor], sources: torch.Tensor, values: torch.Tensor, total: int) -> GatherRank:
+    if rows is not None and rows.numel() == total and bool((rows == torch.arange(total)).all()):
+        rows = None
+    count = sources.numel()
+    run = count > 0 and bool((sources == sources[0] + torch.arange(count)).all())
+    return GatherRank(rows, sources, values, int(sources[0]) if run else None, bool((values == 1).all()))
 
 
 def _gather_rows(qt: torch.Tensor, qr: torch.Tensor, qk: torch.Tensor, sparse_tiles: torch.Tensor, out_t: int,
@@ -350,27 +363,27 @@ def _gather_rows(qt: torch.Tensor, qr: torch.Tensor, qk: torch.Tensor, sparse_ti
     if not bool(torch.isfinite(sparse_tiles).all()):
         return None
     tile, row, col = torch.nonzero(sparse_tiles, as_tuple=True)  # in index order: tile by tile
+    total = out_t * out_rt * TILE
     out_rows = (qt[tile] * out_rt + qr[tile]) * TILE + row
-    if torch.unique(tile * (out_t * out_rt * TILE) + out_rows).numel() != tile.numel():
+    if torch.unique(tile * total + out_rows).numel() != tile.numel():
         return None
     sources = (qt[tile] if act_t > 1 else torch.zeros_like(tile)) * act_rows + qk[tile] * TILE + col
     values = sparse_tiles[tile, row, col]
     # rank of each term among its row's terms, in index order (a stable sort keeps it within a row)
     by_row = torch.sort(out_rows, stable=True).indices
-    counts = torch.bincount(out_rows, minlength=out_t * out_rt * TILE)
+    counts = torch.bincount(out_rows, minlength=total)
     firsts = torch.cumsum(counts, 0) - counts
     rank = torch.empty_like(tile)
     rank[by_row] = torch.arange(tile.numel()) - firsts[out_rows[by_row]]
-    ranks: List[GatherRank] = []
     first = rank == 0
-    all_sources = torch.zeros(out_t * out_rt * TILE, dtype=torch.int64)
-    all_values = torch.zeros(out_t * out_rt * TILE, 1, dtype=torch.float32)
+    all_sources = torch.zeros(total, dtype=torch.int64)
+    all_values = torch.zeros(total, 1, dtype=torch.float32)
     all_sources[out_rows[first]] = sources[first]
     all_values[out_rows[first], 0] = values[first]
-    ranks.append((None, all_sources, all_values))
+    ranks = [_rank(None, all_sources, all_values, total)]
     for r in range(1, int(rank.max()) + 1 if rank.numel() else 1):
         mine = rank == r
-        ranks.append((out_rows[mine], sources[mine], values[mine][:, None]))
+        ranks.append(_rank(out_rows[mine], sources[mine], values[mine][:, None], total))
     return ranks
 
 
@@ -382,15 +395,22 @@ def _sparse_gather(act: torch.Tensor, ranks: List[GatherRank], fidelity: Optiona
     flat = act.reshape(act.shape[0], -1, act.shape[-1])
     act_pieces = None if fidelity is None else fidelity_pieces(flat, "a", fidelity, act_df)
     out = None
-    for r, (rows, sources, values) in enumerate(ranks):
-        def picked(v: torch.Tensor, a: torch.Tensor, sources=sources) -> torch.Tensor:
-            return a.index_select(1, sources).mul_(v)
+    for r, rank in enumerate(ranks):
+        def picked(v: torch.Tensor, a: torch.Tensor, rank: GatherRank = rank) -> torch.Tensor:
+            if rank.start is not None:  # a slice: a view when the values are ones
+                taken = a.narrow(1, rank.start, rank.sources.numel())
+                return taken if rank.ones else taken * v
+            taken = a.index_select(1, rank.sources)
+            return taken if rank.ones else taken.mul_(v)
 
-        terms = picked(values, flat) if fidelity is None else fidelity_combine(picked, value_pieces[r], act_pieces)
-        if rows is None:
-            out = terms.add_(0.0)  # a -0 becomes +0, as tile products summed into a zeroed output leave it
+        terms = picked(rank.values, flat) if fidelity is None else \
+            fidelity_combine(picked, value_pieces[r], act_pieces)
+        if out is None:  # a -0 becomes +0, as tile products summed into a zeroed output leave it
+            out = terms.add_(0.0) if terms._base is None else terms + 0.0  # never into the activation
+        elif rank.rows is None:
+            out.add_(terms)
         else:
-            out.index_add_(1, rows, terms)
+            out.index_add_(1, rank.rows, terms)
     return out
 
 
@@ -429,7 +449,7 @@ def sparse_matmul(inputs: Sequence[torch.Tensor], attrs: Dict, out_shape: nl.Til
         if plan is not None and bool(torch.isfinite(act.sum())):
             value_pieces = None if fidelity is None else _cached_with(
                 cache0, tag, ("sparse_gather_fidelity", count, fidelity),
-                lambda: [_without_zero_pieces(fidelity_pieces(values, "b", fidelity, dfs[0])) for _, _, values in plan])
+                lambda: [_without_zero_pieces(fidelity_pieces(rank.values, "b", fidelity, dfs[0])) for rank in plan])
             return _sparse_gather(act, plan, fidelity, value_pieces, dfs[1]).reshape(
                 n, out_shape.t, out_shape.rt * TILE, cols)
         act_tiles = act.reshape(n, t_in, k // TILE, TILE, cols)[:, qt if t_in > 1 else torch.zeros_like(qt), qk]

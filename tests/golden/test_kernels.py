@@ -341,6 +341,34 @@ def test_a_picker_of_one_term_per_row_and_tile_is_a_gather_bit_for_bit(monkeypat
     assert torch.equal(got.isnan(), tiles.isnan()) and torch.equal(got.nan_to_num(), tiles.nan_to_num())
 
 
+
+@pytest.mark.parametrize("fidelity", [None, MathFidelity.LoFi, MathFidelity.HiFi3])
+@pytest.mark.parametrize("value", [1.0, 0.5])
+def test_a_sum_over_stacked_taps_is_slices_bit_for_bit(monkeypatch, fidelity, value):
+    # A depthwise convolution's sum: output row i adds activation rows i, rows + i, 2 rows + i (one tap per
+    # block of rows). Each rank of terms is then a slice of the activation, a view when the values are ones;
+    # the numbers are the tile products', and the activation is left as it was.
+    rows, taps, cols = 64, 3, 32
+    out_rows = np.tile(np.arange(rows), taps)
+    in_rows = np.repeat(np.arange(taps), rows) * rows + out_rows
+    picker = build_sparse_picker(out_rows, in_rows, np.full(out_rows.size, value), rows // TILE, taps * rows // TILE)
+    act = _rand(2, 1, taps * rows, cols, seed=12)
+    act[0, 0, ::rows, 0] = -0.0  # every tap of output row 0, column 0: the sum is +0, as in a zeroed accumulator
+    kept = act.clone()
+    attrs = {"identity": True, "indices_len": picker.indices_len, "num_sparse_tiles": picker.num_sparse_tiles,
+             "num_index_tiles": picker.num_index_tiles}
+    inputs = [picker.tiles[None, None], act, picker.index.to(torch.float32)[None, None]]
+    out_shape = nl.TileShape3(1, rows // TILE, cols // TILE)
+    caches = [{}, None, {}]
+    got = golden_ops.matmul(inputs, attrs, fidelity, out_shape, caches)
+    plan = next(value for key, value in caches[0].items() if key[0] == "sparse_gather")[1]
+    assert [rank.start for rank in plan] == [0, rows, 2 * rows] and all(rank.ones == (value == 1.0) for rank in plan)
+    assert all(rank.rows is None for rank in plan)
+    assert torch.equal(act, kept) and not torch.signbit(got[0, 0, 0, 0])
+    monkeypatch.setattr(golden_ops, "_gather_rows", lambda *args: None)  # the tile products
+    assert torch.equal(golden_ops.matmul(inputs, attrs, fidelity, out_shape, [{}, None, {}]), got)
+
+
 def test_sparse_matmul_cache_follows_a_rewritten_index():
     # The decoded index is kept with the sparse tiles' cache: an index rewritten into a new dict, even one
     # at a freed dict's address, must be decoded again (an id()-keyed cache served the old quadruples).
