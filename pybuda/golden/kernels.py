@@ -555,11 +555,32 @@ def splice(inputs: Sequence[torch.Tensor], attrs: Dict, out_shape: nl.TileShape3
     return out
 
 
+_relu_is_exact: Optional[bool] = None
+
+
+def _relu_keeps_like_where() -> bool:
+    """Whether ``torch.relu`` gives ``where(x >= 0, x, 0)`` bit for bit on values without NaN (-0 kept as -0,
+    subnormals as they are), over a vector body and its tail: probed once, since it is the CPU kernel's choice."""
+    global _relu_is_exact
+    if _relu_is_exact is None:
+        x = torch.tensor([-0.0, 0.0, -1.0, 2.0, float("-inf"), float("inf"), 1e-45, -1e-45] * 37)
+        want, got = torch.where(x >= 0, x, 0.0), torch.relu(x)
+        _relu_is_exact = bool(torch.equal(want, got)) and bool(torch.equal(want.signbit(), got.signbit()))
+    return _relu_is_exact
+
+
 def apply_relu(x: torch.Tensor, attrs: Dict) -> torch.Tensor:
     """Attribute relu (``relu_en``) after the op: mode 'min' keeps values >= the threshold, 'max' keeps
-    values <= it, others become 0 (the same rule as the registry's relu op)."""
+    values <= it, others become 0 (the same rule as the registry's relu op; NaN becomes 0). The usual case,
+    'min' at 0, runs as ``torch.relu`` (one vector pass, where a mask and a select took ~20x longer) when it
+    agrees bit for bit, which it does unless a NaN is there (relu keeps it): a summing pass tells."""
     if not attrs.get("relu_en"):
         return x
     threshold = float(attrs.get("relu_threshold", 0.0))
-    keep = x <= threshold if attrs.get("relu_mode", "min") == "max" else x >= threshold
+    mode = attrs.get("relu_mode", "min")
+    if threshold == 0.0 and mode != "max" and _relu_keeps_like_where():
+        out = torch.relu(x)
+        if not bool(torch.isnan(out.sum())):  # no -inf remains, so only a NaN makes the sum NaN
+            return out
+    keep = x <= threshold if mode == "max" else x >= threshold
     return torch.where(keep, x, 0.0)

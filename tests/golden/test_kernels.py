@@ -83,13 +83,28 @@ def test_reduce_max_r_c_z():
 
 
 @pytest.mark.parametrize("mode,threshold", [("min", 0.0), ("min", 0.3), ("max", 0.5)])
-def test_relu_attributes(mode, threshold):
+@pytest.mark.parametrize("specials", [False, True])
+def test_relu_attributes(mode, threshold, specials):
+    # With specials: -0 (kept, signed), subnormals, infinities and NaN (which becomes 0); the 'min' at 0 case runs
+    # as torch.relu and must agree bit for bit, NaN included.
     x = _rand(1, 1, 32, 32)
+    if specials:
+        x[0, 0, 0, :6] = torch.tensor([-0.0, 1e-45, -1e-45, float("inf"), float("-inf"), float("nan")])
     out = golden_ops.apply_relu(x, {"relu_en": True, "relu_mode": mode, "relu_threshold": threshold})
     expected = torch.where(x >= threshold, x, 0.0) if mode == "min" else torch.where(x <= threshold, x, 0.0)
-    assert torch.equal(out, expected)
-    assert torch.equal(golden_ops.apply_relu(x, {}), x)
+    assert torch.equal(out, expected) and torch.equal(out.signbit(), expected.signbit())  # NaN became 0
+    assert golden_ops.apply_relu(x, {}) is x
 
+
+
+def test_relu_without_the_fast_kernel_gives_the_same_values(monkeypatch):
+    # A CPU whose relu kernel disagreed with the rule at -0 or subnormals (the probe says no) takes the select.
+    x = _rand(1, 1, 32, 32, seed=4)
+    x[0, 0, 0, :3] = torch.tensor([-0.0, -1e-45, float("nan")])
+    fast = golden_ops.apply_relu(x, {"relu_en": True})
+    monkeypatch.setattr(golden_ops, "_relu_is_exact", False)
+    slow = golden_ops.apply_relu(x, {"relu_en": True})
+    assert torch.equal(fast, slow) and torch.equal(fast.signbit(), slow.signbit())
 
 def test_splice_along_t():
     a, b = _rand(1, 4, 32, 32, seed=1), _rand(1, 2, 32, 32, seed=2)
