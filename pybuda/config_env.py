@@ -103,6 +103,11 @@ def _env_flag(env: Mapping[str, str], name: str) -> bool:
     return env.get(name, "").strip().lower() not in ("", "0", "false", "no", "off")
 
 
+def _env_flag_on_by_default(env: Mapping[str, str], name: str) -> bool:
+    """A switch that is on unless set to 0, false, no or off."""
+    return env.get(name, "1").strip().lower() not in ("0", "false", "no", "off")
+
+
 def _env_set(env: Mapping[str, str], name: str) -> bool:
     # TT-Buda's verification flags: anything but unset, empty or "0" turns them on.
     return env.get(name, "0") not in ("", "0")
@@ -129,8 +134,8 @@ def env_settings(env: Mapping[str, str]) -> EnvSettings:
         amp_light=env.get("PYBUDA_AMP_LIGHT"),
         n300_data_parallel=_env_set(env, "PYBUDA_N300_DATA_PARALLEL"),
         emulate_silicon_device=_env_set(env, "PYBUDA_EMULATE_SILICON_DEVICE"),
-        golden_native=env.get("PYBUDA_GOLDEN_NATIVE", "1").strip().lower() not in ("0", "false", "no", "off"),
-        golden_keep_heap=env.get("PYBUDA_GOLDEN_KEEP_HEAP", "1").strip().lower() not in ("0", "false", "no", "off"),
+        golden_native=_env_flag_on_by_default(env, "PYBUDA_GOLDEN_NATIVE"),
+        golden_keep_heap=_env_flag_on_by_default(env, "PYBUDA_GOLDEN_KEEP_HEAP"),
         cache_dir=env.get("PYBUDA_CACHE_DIR") or os.path.join(
             env.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache"), "pybuda"),
     )

@@ -277,6 +277,19 @@ def test_matmul_bias_adds_row_0_of_each_bias_tile_bit_for_bit(bias_shape):
         assert torch.equal(out, expected)
 
 
+def _picker_attrs(picker) -> dict:
+    """The ``identity: true`` matmul attributes of a built sparse picker."""
+    return {"identity": True, "indices_len": picker.indices_len, "num_sparse_tiles": picker.num_sparse_tiles,
+            "num_index_tiles": picker.num_index_tiles}
+
+
+def _picker_inputs(picker, act, index=None) -> list:
+    """The sparse matmul's operands as the golden device holds them: sparse tiles, activation, index (the picker's
+    own unless ``index`` is given)."""
+    index = picker.index if index is None else index
+    return [picker.tiles[None, None], act, index.to(torch.float32)[None, None]]
+
+
 @pytest.mark.parametrize("fidelity", [None, MathFidelity.HiFi4, MathFidelity.LoFi])
 def test_sparse_identity_matmul_matches_the_picker_reference(fidelity):
     rng = np.random.default_rng(0)
@@ -286,9 +299,8 @@ def test_sparse_identity_matmul_matches_the_picker_reference(fidelity):
     values = rng.choice([1.0, 0.5, -2.0], 300)
     picker = build_sparse_picker(rows_out, rows_in, values, out_rows // TILE, k_rows // TILE)
     act = formats.quantize(_rand(1, 1, k_rows, 64, seed=8), DataFormat.Float16_b)
-    attrs = {"identity": True, "indices_len": picker.indices_len, "num_sparse_tiles": picker.num_sparse_tiles,
-             "num_index_tiles": picker.num_index_tiles}
-    inputs = [picker.tiles[None, None], act, picker.index.to(torch.float32)[None, None]]
+    attrs = _picker_attrs(picker)
+    inputs = _picker_inputs(picker, act)
     out_shape = nl.TileShape3(1, out_rows // TILE, 2)
     caches = [{}, None, {}]
     got = golden_ops.matmul(inputs, attrs, fidelity, out_shape, caches)
@@ -330,9 +342,8 @@ def test_a_picker_of_one_term_per_row_and_tile_is_a_gather_bit_for_bit(monkeypat
     picker = build_sparse_picker(picked % (out_rt * TILE), in_rows, values, out_rt, k_rows // TILE,
                                  out_t=picked // (out_rt * TILE), num_t=out_t)
     act = _rand(2, act_t, k_rows, cols, seed=11)  # float32: every fidelity mask changes it
-    attrs = {"identity": True, "indices_len": picker.indices_len, "num_sparse_tiles": picker.num_sparse_tiles,
-             "num_index_tiles": picker.num_index_tiles}
-    inputs = [picker.tiles[None, None], act, picker.index.to(torch.float32)[None, None]]
+    attrs = _picker_attrs(picker)
+    inputs = _picker_inputs(picker, act)
     out_shape = nl.TileShape3(out_t, out_rt, cols // TILE)
 
     def run(x):
@@ -347,8 +358,8 @@ def test_a_picker_of_one_term_per_row_and_tile_is_a_gather_bit_for_bit(monkeypat
     assert not gathered and torch.equal(got, tiles)
     monkeypatch.undo()
     two = build_sparse_picker(np.array([0, 0]), np.array([1, 2]), np.array([1.0, 1.0]), out_rt, k_rows // TILE)
-    assert golden_ops._gather_rows(*golden_ops._decode_sparse(two.tiles[None, None], two.index.to(torch.float32)[None, None],
-                                                              two.indices_len), 1, out_rt, 1, k_rows) is None
+    tiles, _, index = _picker_inputs(two, None)
+    assert golden_ops._gather_rows(*golden_ops._decode_sparse(tiles, index, two.indices_len), 1, out_rt, 1, k_rows) is None
     act[1, 0, 5, 3] = float("inf")
     got, _ = run(act)
     monkeypatch.setattr(golden_ops, "_gather_rows", lambda *args: None)
@@ -370,9 +381,8 @@ def test_a_sum_over_stacked_taps_is_slices_bit_for_bit(monkeypatch, fidelity, va
     act = _rand(2, 1, taps * rows, cols, seed=12)
     act[0, 0, ::rows, 0] = -0.0  # every tap of output row 0, column 0: the sum is +0, as in a zeroed accumulator
     kept = act.clone()
-    attrs = {"identity": True, "indices_len": picker.indices_len, "num_sparse_tiles": picker.num_sparse_tiles,
-             "num_index_tiles": picker.num_index_tiles}
-    inputs = [picker.tiles[None, None], act, picker.index.to(torch.float32)[None, None]]
+    attrs = _picker_attrs(picker)
+    inputs = _picker_inputs(picker, act)
     out_shape = nl.TileShape3(1, rows // TILE, cols // TILE)
     caches = [{}, None, {}]
     got = golden_ops.matmul(inputs, attrs, fidelity, out_shape, caches)
@@ -392,8 +402,7 @@ def test_sparse_matmul_cache_follows_a_rewritten_index():
     picker = build_sparse_picker(rng.integers(0, rows, 80), rng.integers(0, rows, 80), np.ones(80), rows // TILE,
                                  rows // TILE)
     act = formats.quantize(_rand(1, 1, rows, 32, seed=9), DataFormat.Float16_b)
-    attrs = {"identity": True, "indices_len": picker.indices_len, "num_sparse_tiles": picker.num_sparse_tiles,
-             "num_index_tiles": picker.num_index_tiles}
+    attrs = _picker_attrs(picker)
     out_shape = nl.TileShape3(1, rows // TILE, 1)
     flipped = picker.index.clone().reshape(-1)
     quads = flipped[: 4 * picker.indices_len].reshape(-1, 4)
@@ -401,7 +410,7 @@ def test_sparse_matmul_cache_follows_a_rewritten_index():
     flipped = flipped.reshape(picker.index.shape)
     tiles_cache = {}
     for index in (picker.index, flipped):
-        inputs = [picker.tiles[None, None], act, index.to(torch.float32)[None, None]]
+        inputs = _picker_inputs(picker, act, index)
         got = golden_ops.matmul(inputs, attrs, None, out_shape, [tiles_cache, None, {}])  # a fresh index dict
         want = picker_reference(picker.tiles, index, picker.indices_len, act[0], rows // TILE)
         assert torch.allclose(got[0], want, atol=1e-4)
